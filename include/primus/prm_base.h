@@ -1,0 +1,283 @@
+/* prm_base.h - the ground floor of primus: errors as values, rank-aware
+ * logging, assertions, growable strings and argv vectors, files written
+ * atomically, child processes started from argv arrays, and small string
+ * helpers. Nothing here includes any other primus header.
+ */
+#ifndef PRM_BASE_H
+#define PRM_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PRM_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* One list makes the enum, prm_errname, prm_strerror and the exit code.
+ * Exit codes are the CLI's contract: 0 ok, 1 missing dependency or library,
+ * 2 bad arguments or config, 3 runtime failure. */
+#define PRM_ERRNO_MAP(X)                                                     \
+  X(EINVAL, 2, "invalid argument")                                           \
+  X(ECONFIG, 2, "bad configuration")                                         \
+  X(EPARSE, 2, "parse error")                                                \
+  X(ENOENT, 2, "no such file or directory")                                  \
+  X(EUNKNOWN, 2, "unknown name")                                             \
+  X(ERANGE, 2, "value out of range")                                         \
+  X(EPLATFORM, 2, "incompatible platform")                                   \
+  X(EDEP, 1, "missing dependency")                                           \
+  X(ENOMEM, 3, "out of memory")                                              \
+  X(EIO, 3, "input/output error")                                            \
+  X(ECHILD, 3, "child process failed")                                       \
+  X(EHOOK, 3, "hook failed")                                                 \
+  X(ERUNTIME, 3, "runtime failure")                                          \
+  X(EINTERNAL, 3, "internal error")
+
+typedef enum {
+  PRM_OK = 0,
+#define PRM__ERR_ENUM(name, code, text) PRM_##name,
+  PRM__ERR_FIRST = -1000,
+  PRM_ERRNO_MAP(PRM__ERR_ENUM)
+#undef PRM__ERR_ENUM
+  PRM__ERR_END
+} prm_errno_t;
+
+#define PRM_ERR_COUNT (PRM__ERR_END - PRM__ERR_FIRST - 1)
+
+/* An error carries its code and a message that names the file, line or key.
+ * Functions that can fail take a prm_err_t * (which may be NULL) and return
+ * 0 or a negative PRM_E* code. */
+typedef struct {
+  int code;
+  char msg[1024];
+} prm_err_t;
+
+const char *prm_errname(int code);  /* "PRM_ECONFIG" */
+const char *prm_strerror(int code); /* "bad configuration" */
+int prm_exit_code(int code);        /* 0 for PRM_OK, else 1, 2 or 3 */
+
+/* Sets err (when not NULL) and returns code, so callers can write
+ * `return prm_errf(err, PRM_EINVAL, "%s: ...", path);`. */
+int prm_errf(prm_err_t *err, int code, const char *fmt, ...) PRM_PRINTF(3, 4);
+/* Prefixes an existing message: "ctx: old message". */
+int prm_err_prefix(prm_err_t *err, const char *fmt, ...) PRM_PRINTF(2, 3);
+void prm_err_clear(prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Assertions: invariants only, on in every build.                          */
+/* ------------------------------------------------------------------------ */
+
+void prm__assert_fail(const char *expr, const char *file, int line,
+                      const char *func) __attribute__((noreturn));
+#define PRM_ASSERT(x)                                                        \
+  do {                                                                       \
+    if (!(x)) prm__assert_fail(#x, __FILE__, __LINE__, __func__);            \
+  } while (0)
+
+/* Allocation that cannot fail silently: an allocation failure is an
+ * invariant violation for the launcher (sizes here are small). The engine's
+ * large tensors use the accounting allocator instead. */
+void *prm_xmalloc(size_t n);
+void *prm_xcalloc(size_t n, size_t size);
+void *prm_xrealloc(void *p, size_t n);
+char *prm_xstrdup(const char *s);
+char *prm_xstrndup(const char *s, size_t n);
+char *prm_xasprintf(const char *fmt, ...) PRM_PRINTF(1, 2);
+
+/* ------------------------------------------------------------------------ */
+/* Logging                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+  PRM_LOG_DEBUG,
+  PRM_LOG_INFO,
+  PRM_LOG_WARN,
+  PRM_LOG_ERROR,
+  PRM_LOG__COUNT
+} prm_log_level_t;
+
+/* The log sink is one of primus' few globals. Lines look like
+ *   [2026-11-22 07:18:06] [rank 0/2 host] [INFO] message
+ * The console shows rank 0 and the last rank (Primus' rank filter); every
+ * rank also writes every line to its own file once prm_log_set_file is
+ * called. Colour only when the console is a TTY and NO_COLOR is unset. */
+void prm_log_init(void);                         /* reads PRIMUS_LOG_LEVEL */
+void prm_log_set_level(prm_log_level_t level);
+prm_log_level_t prm_log_get_level(void);
+int prm_log_parse_level(const char *s, prm_log_level_t *out);
+void prm_log_set_rank(int rank, int world);
+int prm_log_set_file(const char *path, prm_err_t *err); /* appends */
+void prm_log_close_file(void);
+void prm_log(prm_log_level_t level, const char *fmt, ...) PRM_PRINTF(2, 3);
+void prm_vlog(prm_log_level_t level, const char *fmt, va_list ap);
+
+#define PRM_DEBUG(...) prm_log(PRM_LOG_DEBUG, __VA_ARGS__)
+#define PRM_INFO(...) prm_log(PRM_LOG_INFO, __VA_ARGS__)
+#define PRM_WARN(...) prm_log(PRM_LOG_WARN, __VA_ARGS__)
+#define PRM_ERROR(...) prm_log(PRM_LOG_ERROR, __VA_ARGS__)
+
+/* ------------------------------------------------------------------------ */
+/* Growable string                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* A zero-initialised prm_sb_t is an empty string; buf is always
+ * NUL-terminated once anything was appended. The owner calls prm_sb_free. */
+typedef struct {
+  char *buf;
+  size_t len, cap;
+} prm_sb_t;
+
+void prm_sb_append(prm_sb_t *sb, const char *s);
+void prm_sb_appendn(prm_sb_t *sb, const char *s, size_t n);
+void prm_sb_appendf(prm_sb_t *sb, const char *fmt, ...) PRM_PRINTF(2, 3);
+void prm_sb_vappendf(prm_sb_t *sb, const char *fmt, va_list ap);
+void prm_sb_putc(prm_sb_t *sb, char c);
+const char *prm_sb_str(const prm_sb_t *sb); /* "" when empty */
+char *prm_sb_steal(prm_sb_t *sb);           /* caller frees; sb emptied */
+void prm_sb_reset(prm_sb_t *sb);
+void prm_sb_free(prm_sb_t *sb);
+/* Appends s quoted for a POSIX shell ('...' with '\'' escapes) so that a
+ * generated script (sbatch, --dry-run output) passes it as one word. */
+void prm_sb_append_shquote(prm_sb_t *sb, const char *s);
+
+/* ------------------------------------------------------------------------ */
+/* argv vector: external commands are always argv arrays.                  */
+/* ------------------------------------------------------------------------ */
+
+/* v is NULL-terminated at all times (after the first push). The vector owns
+ * its strings. */
+typedef struct {
+  char **v;
+  int n, cap;
+} prm_argv_t;
+
+void prm_argv_push(prm_argv_t *a, const char *s);
+void prm_argv_pushf(prm_argv_t *a, const char *fmt, ...) PRM_PRINTF(2, 3);
+void prm_argv_pushv(prm_argv_t *a, int argc, char *const *argv);
+void prm_argv_insert(prm_argv_t *a, int at, const char *s);
+void prm_argv_free(prm_argv_t *a);
+int prm_argv_find(const prm_argv_t *a, const char *s); /* index or -1 */
+/* Renders argv as one shell-quoted line, for display and scripts. */
+char *prm_argv_join_shell(int argc, char *const *argv);
+
+/* ------------------------------------------------------------------------ */
+/* Environment sets (ordered K=V lists, later entries win)                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  char **keys, **vals;
+  int n, cap;
+} prm_env_t;
+
+void prm_env_set(prm_env_t *e, const char *key, const char *val);
+const char *prm_env_get(const prm_env_t *e, const char *key);
+void prm_env_unset(prm_env_t *e, const char *key);
+/* Parses "K=V"; returns PRM_EINVAL when there is no '=' or an empty key. */
+int prm_env_set_kv(prm_env_t *e, const char *kv, prm_err_t *err);
+void prm_env_from_environ(prm_env_t *e);
+/* Applies every entry to this process with setenv. */
+void prm_env_apply(const prm_env_t *e);
+/* A NULL-terminated "K=V" array for execve; the caller frees with
+ * prm_argv_free on the returned vector. */
+void prm_env_to_envp(const prm_env_t *e, prm_argv_t *out);
+void prm_env_free(prm_env_t *e);
+/* True when a variable's value must be masked in snapshots: its name
+ * contains TOKEN, KEY, SECRET or PASSWORD (case-insensitive). */
+int prm_env_is_secret(const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* Files                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Reads a whole file; *out is NUL-terminated and owned by the caller. */
+int prm_fs_read_all(const char *path, char **out, size_t *len, prm_err_t *err);
+/* Writes to "path.tmp.<pid>", fsyncs, renames over path, fsyncs the folder.
+ * On failure the old file (if any) is untouched and no temporary remains. */
+int prm_fs_write_atomic(const char *path, const void *data, size_t len,
+                        prm_err_t *err);
+int prm_fs_mkdir_p(const char *path, int mode, prm_err_t *err);
+int prm_fs_fsync_dir(const char *dir, prm_err_t *err);
+int prm_fs_copy(const char *src, const char *dst, prm_err_t *err);
+int prm_fs_exists(const char *path);
+int prm_fs_is_dir(const char *path);
+int prm_fs_is_executable(const char *path);
+/* Joins two path parts with one '/'; caller frees. */
+char *prm_path_join(const char *a, const char *b);
+/* Directory part of path ("." when none); caller frees. */
+char *prm_path_dirname(const char *path);
+const char *prm_path_basename(const char *path);
+/* Absolute, normalised path (the file need not exist); caller frees. */
+char *prm_path_abs(const char *path);
+/* Finds an executable in PATH; caller frees; NULL when absent. */
+char *prm_which(const char *name);
+/* Sorted names of the entries of a folder (no "." or ".."); caller frees
+ * with prm_argv_free. Returns PRM_ENOENT when the folder does not exist. */
+int prm_fs_list_dir(const char *dir, prm_argv_t *out, prm_err_t *err);
+/* Recursively removes a tree (used by tests and temp folders). */
+int prm_fs_rm_rf(const char *path);
+
+/* The project's home: the folder holding configs/, platforms/ and hooks/.
+ * $PRIMUS_HOME, else the folder above the binary when it has configs/,
+ * else <prefix>/share/primus, else the source tree. Never NULL. */
+const char *prm_home(void);
+
+/* ------------------------------------------------------------------------ */
+/* Child processes                                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  const char *cwd;           /* NULL: inherit */
+  char *const *envp;         /* NULL: inherit environ */
+  int capture;               /* 1: collect stdout into out (stderr passes) */
+  int merge_stderr;          /* with capture: stderr into out too */
+  int quiet;                 /* 1: child's stdout/stderr to /dev/null */
+  const char *stdin_path;    /* NULL: inherit; "/dev/null" for none */
+} prm_proc_opts_t;
+
+/* Runs argv[0] (searched in PATH) and waits. *status receives the exit code,
+ * or 128+signal when the child was killed. Returns PRM_ECHILD with a message
+ * when the program could not be started (exit code 127 by convention).
+ * With capture, *out (caller frees) holds what the child printed. */
+int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
+                 char **out, prm_err_t *err);
+
+/* Replaces this process with argv (execvp). Returns only on failure. */
+int prm_proc_exec(char *const *argv, char *const *envp, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Strings and time                                                          */
+/* ------------------------------------------------------------------------ */
+
+int prm_streq(const char *a, const char *b);  /* NULL-safe */
+int prm_startswith(const char *s, const char *prefix);
+int prm_endswith(const char *s, const char *suffix);
+/* Option names compare with '-' and '_' as the same character. */
+int prm_optname_eq(const char *a, const char *b);
+/* Levenshtein distance, for "did you mean" suggestions. */
+int prm_edit_distance(const char *a, const char *b);
+/* Closest candidate within a small distance, or NULL. */
+const char *prm_suggest(const char *word, const char *const *candidates,
+                        int n);
+/* Strict number parsing: the whole string must be a number. */
+int prm_parse_i64(const char *s, int64_t *out);
+int prm_parse_f64(const char *s, double *out);
+int prm_parse_bool(const char *s, int *out); /* true/false/yes/no/on/off/1/0 */
+char *prm_strtrim(char *s);                  /* in place */
+
+double prm_time_now(void);       /* seconds, monotonic */
+double prm_time_wall(void);      /* seconds since the epoch */
+/* "2026-11-22T07:18:06Z"-style or a custom strftime format, local time. */
+void prm_time_format(char *buf, size_t n, const char *fmt, double wall);
+const char *prm_hostname(void);  /* cached */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PRM_BASE_H */

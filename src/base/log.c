@@ -1,0 +1,95 @@
+/* log.c - the rank-aware log sink: one line format, console filter, and a
+ * per-rank file. This sink is one of the few process globals. */
+#define _GNU_SOURCE
+#include "primus/prm_base.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static struct {
+  prm_log_level_t level;
+  int rank, world;
+  int color;
+  FILE *file;
+} prm__log = {PRM_LOG_INFO, 0, 1, -1, NULL};
+
+static const char *const prm__level_names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+_Static_assert(sizeof(prm__level_names) / sizeof(prm__level_names[0]) ==
+                   PRM_LOG__COUNT, "log level names");
+static const char *const prm__level_colors[] = {"\033[2m", "", "\033[33m",
+                                                "\033[31m"};
+
+int prm_log_parse_level(const char *s, prm_log_level_t *out) {
+  if (!s) return PRM_EINVAL;
+  for (int i = 0; i < PRM_LOG__COUNT; i++)
+    if (!strcasecmp(s, prm__level_names[i])) return *out = (prm_log_level_t)i, 0;
+  if (!strcasecmp(s, "warning")) return *out = PRM_LOG_WARN, 0;
+  return PRM_EINVAL;
+}
+
+void prm_log_init(void) {
+  const char *lv = getenv("PRIMUS_LOG_LEVEL");
+  prm_log_level_t l;
+  if (lv && *lv && prm_log_parse_level(lv, &l) == 0) prm__log.level = l;
+}
+
+void prm_log_set_level(prm_log_level_t level) { prm__log.level = level; }
+prm_log_level_t prm_log_get_level(void) { return prm__log.level; }
+
+void prm_log_set_rank(int rank, int world) {
+  prm__log.rank = rank;
+  prm__log.world = world > 0 ? world : 1;
+}
+
+int prm_log_set_file(const char *path, prm_err_t *err) {
+  FILE *f = fopen(path, "a");
+  if (!f) return prm_errf(err, PRM_EIO, "%s: cannot open log file: %m", path);
+  setvbuf(f, NULL, _IOLBF, 0);
+  prm_log_close_file();
+  prm__log.file = f;
+  return 0;
+}
+
+void prm_log_close_file(void) {
+  if (prm__log.file) fclose(prm__log.file);
+  prm__log.file = NULL;
+}
+
+static int prm__log_color(void) {
+  if (prm__log.color < 0)
+    prm__log.color = isatty(STDERR_FILENO) && !getenv("NO_COLOR");
+  return prm__log.color;
+}
+
+void prm_vlog(prm_log_level_t level, const char *fmt, va_list ap) {
+  if (level < prm__log.level && !prm__log.file) return;
+  char ts[32], msg[4096];
+  prm_time_format(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", prm_time_wall());
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  const char *name = prm__level_names[level];
+  if (prm__log.file)
+    fprintf(prm__log.file, "[%s] [rank %d/%d %s] [%s] %s\n", ts, prm__log.rank,
+            prm__log.world, prm_hostname(), name, msg);
+  if (level < prm__log.level) return;
+  /* Console: rank 0 and the last rank only, like Primus' rank filter;
+   * errors always pass. */
+  int show = prm__log.rank == 0 || prm__log.rank == prm__log.world - 1 ||
+             level >= PRM_LOG_ERROR;
+  if (!show) return;
+  if (prm__log_color())
+    fprintf(stderr, "%s[%s] [rank %d/%d %s] [%s] %s\033[0m\n",
+            prm__level_colors[level], ts, prm__log.rank, prm__log.world,
+            prm_hostname(), name, msg);
+  else
+    fprintf(stderr, "[%s] [rank %d/%d %s] [%s] %s\n", ts, prm__log.rank,
+            prm__log.world, prm_hostname(), name, msg);
+}
+
+void prm_log(prm_log_level_t level, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  prm_vlog(level, fmt, ap);
+  va_end(ap);
+}

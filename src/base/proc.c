@@ -1,0 +1,128 @@
+/* proc.c - child processes from argv arrays (never a shell string), with
+ * optional output capture, plus time and host helpers. */
+#define _GNU_SOURCE
+#include "primus/prm_base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
+                 char **out, prm_err_t *err) {
+  static const prm_proc_opts_t none = {0};
+  if (!opts) opts = &none;
+  int pipefd[2] = {-1, -1};
+  int errpipe[2];  /* reports exec failure from the child */
+  if (opts->capture && pipe2(pipefd, O_CLOEXEC) != 0)
+    return prm_errf(err, PRM_ECHILD, "pipe: %s", strerror(errno));
+  if (pipe2(errpipe, O_CLOEXEC) != 0) {
+    if (opts->capture) close(pipefd[0]), close(pipefd[1]);
+    return prm_errf(err, PRM_ECHILD, "pipe: %s", strerror(errno));
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    if (opts->capture) close(pipefd[0]), close(pipefd[1]);
+    close(errpipe[0]), close(errpipe[1]);
+    return prm_errf(err, PRM_ECHILD, "fork: %s", strerror(e));
+  }
+  if (pid == 0) {
+    if (opts->stdin_path) {
+      int fd = open(opts->stdin_path, O_RDONLY);
+      if (fd >= 0) dup2(fd, 0), close(fd);
+    }
+    if (opts->quiet) {
+      int fd = open("/dev/null", O_WRONLY);
+      if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
+    }
+    if (opts->capture) {
+      dup2(pipefd[1], 1);
+      if (opts->merge_stderr) dup2(pipefd[1], 2);
+    }
+    if (opts->cwd && chdir(opts->cwd) != 0) {
+      int e = errno;
+      (void)!write(errpipe[1], &e, sizeof e);
+      _exit(127);
+    }
+    if (opts->envp) environ = (char **)opts->envp;
+    execvp(argv[0], argv);
+    int e = errno;
+    (void)!write(errpipe[1], &e, sizeof e);
+    _exit(127);
+  }
+  close(errpipe[1]);
+  prm_sb_t sb = {0};
+  if (opts->capture) {
+    close(pipefd[1]);
+    char buf[8192];
+    for (;;) {
+      ssize_t r = read(pipefd[0], buf, sizeof buf);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      prm_sb_appendn(&sb, buf, (size_t)r);
+    }
+    close(pipefd[0]);
+  }
+  int child_errno = 0;
+  ssize_t got = read(errpipe[0], &child_errno, sizeof child_errno);
+  close(errpipe[0]);
+  int ws = 0;
+  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+  if (got == (ssize_t)sizeof child_errno) {
+    prm_sb_free(&sb);
+    if (status) *status = 127;
+    return prm_errf(err, PRM_ECHILD, "cannot run %s: %s", argv[0],
+                    strerror(child_errno));
+  }
+  int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+  if (status) *status = code;
+  if (out)
+    *out = prm_sb_steal(&sb);
+  else
+    prm_sb_free(&sb);
+  return 0;
+}
+
+int prm_proc_exec(char *const *argv, char *const *envp, prm_err_t *err) {
+  fflush(stdout);
+  fflush(stderr);
+  if (envp) environ = (char **)envp;
+  execvp(argv[0], argv);
+  return prm_errf(err, errno == ENOENT ? PRM_EDEP : PRM_ECHILD, "cannot run %s: %s",
+                  argv[0], strerror(errno));
+}
+
+double prm_time_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double prm_time_wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void prm_time_format(char *buf, size_t n, const char *fmt, double wall) {
+  time_t t = (time_t)wall;
+  struct tm tm;
+  localtime_r(&t, &tm);
+  if (!strftime(buf, n, fmt, &tm) && n) buf[0] = 0;
+}
+
+const char *prm_hostname(void) {
+  static char host[256];
+  if (!host[0] && gethostname(host, sizeof host - 1) != 0) strcpy(host, "localhost");
+  return host;
+}

@@ -1,0 +1,165 @@
+/* test-base.c - errors, strings, argv, env, files and child processes. */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void test_errors(void **state) {
+  (void)state;
+  prm_err_t err = {0};
+  assert_int_equal(prm_errf(&err, PRM_ECONFIG, "x.yaml:%d: bad", 3), PRM_ECONFIG);
+  assert_string_equal(err.msg, "x.yaml:3: bad");
+  prm_err_prefix(&err, "loading");
+  assert_string_equal(err.msg, "loading: x.yaml:3: bad");
+  assert_string_equal(prm_errname(PRM_ECONFIG), "PRM_ECONFIG");
+  assert_string_equal(prm_strerror(PRM_ENOENT), "no such file or directory");
+  assert_int_equal(prm_exit_code(0), 0);
+  assert_int_equal(prm_exit_code(PRM_EDEP), 1);
+  assert_int_equal(prm_exit_code(PRM_EINVAL), 2);
+  assert_int_equal(prm_exit_code(PRM_ERUNTIME), 3);
+  assert_int_equal(prm_exit_code(12345), 3);
+}
+
+static void test_sb_and_quote(void **state) {
+  (void)state;
+  prm_sb_t sb = {0};
+  assert_string_equal(prm_sb_str(&sb), "");
+  prm_sb_appendf(&sb, "%d-%s", 7, "x");
+  prm_sb_putc(&sb, ' ');
+  prm_sb_append_shquote(&sb, "x; rm -rf ~");
+  prm_sb_putc(&sb, ' ');
+  prm_sb_append_shquote(&sb, "it's");
+  prm_sb_putc(&sb, ' ');
+  prm_sb_append_shquote(&sb, "plain/path.txt");
+  assert_string_equal(prm_sb_str(&sb), "7-x 'x; rm -rf ~' 'it'\\''s' plain/path.txt");
+  prm_sb_free(&sb);
+}
+
+static void test_argv_env(void **state) {
+  (void)state;
+  prm_argv_t a = {0};
+  prm_argv_push(&a, "b");
+  prm_argv_insert(&a, 0, "a");
+  prm_argv_pushf(&a, "--n=%d", 3);
+  assert_int_equal(a.n, 3);
+  assert_null(a.v[3]);
+  assert_string_equal(a.v[0], "a");
+  assert_int_equal(prm_argv_find(&a, "--n=3"), 2);
+  char *j = prm_argv_join_shell(a.n, a.v);
+  assert_string_equal(j, "a b --n=3");
+  free(j);
+  prm_argv_free(&a);
+
+  prm_env_t e = {0};
+  prm_err_t err = {0};
+  assert_int_equal(prm_env_set_kv(&e, "A=1=2", &err), 0);
+  assert_string_equal(prm_env_get(&e, "A"), "1=2");
+  assert_int_equal(prm_env_set_kv(&e, "=x", &err), PRM_EINVAL);
+  assert_int_equal(prm_env_set_kv(&e, "BAD-NAME=x", &err), PRM_EINVAL);
+  prm_env_set(&e, "A", "3");
+  assert_int_equal(e.n, 1);
+  prm_env_unset(&e, "A");
+  assert_null(prm_env_get(&e, "A"));
+  prm_env_free(&e);
+  assert_true(prm_env_is_secret("HF_TOKEN"));
+  assert_true(prm_env_is_secret("aws_secret_access"));
+  assert_true(prm_env_is_secret("WANDB_API_KEY"));
+  assert_false(prm_env_is_secret("PATH"));
+}
+
+static void test_strings(void **state) {
+  (void)state;
+  assert_true(prm_optname_eq("global-batch-size", "global_batch_size"));
+  assert_false(prm_optname_eq("lr", "lr2"));
+  assert_int_equal(prm_edit_distance("hidden_sise", "hidden_size"), 1);
+  const char *cands[] = {"hidden_size", "num_layers", "seq_length"};
+  assert_string_equal(prm_suggest("hiden_size", cands, 3), "hidden_size");
+  assert_null(prm_suggest("zzzzzzzz", cands, 3));
+  int64_t i;
+  double d;
+  int b;
+  assert_int_equal(prm_parse_i64("42", &i), 0);
+  assert_int_equal(i, 42);
+  assert_int_equal(prm_parse_i64("1e3", &i), 0);
+  assert_int_equal(i, 1000);
+  assert_int_not_equal(prm_parse_i64("4x", &i), 0);
+  assert_int_not_equal(prm_parse_i64("1.5", &i), 0);
+  assert_int_equal(prm_parse_f64("3e-4", &d), 0);
+  assert_true(d == 3e-4);
+  assert_int_not_equal(prm_parse_f64("fast", &d), 0);
+  assert_int_not_equal(prm_parse_f64("", &d), 0);
+  assert_int_equal(prm_parse_bool("Yes", &b), 0);
+  assert_true(b);
+  assert_int_not_equal(prm_parse_bool("maybe", &b), 0);
+}
+
+static void test_files(void **state) {
+  (void)state;
+  const char *dir = prm_test_tmpdir();
+  prm_err_t err = {0};
+  char *deep = prm_path_join(dir, "a/b/c");
+  assert_int_equal(prm_fs_mkdir_p(deep, 0755, &err), 0);
+  assert_true(prm_fs_is_dir(deep));
+  char *f = prm_path_join(deep, "x.txt");
+  assert_int_equal(prm_fs_write_atomic(f, "hello", 5, &err), 0);
+  assert_int_equal(prm_fs_write_atomic(f, "world!", 6, &err), 0);
+  char *s;
+  size_t n;
+  assert_int_equal(prm_fs_read_all(f, &s, &n, &err), 0);
+  assert_int_equal(n, 6);
+  assert_string_equal(s, "world!");
+  free(s);
+  /* No temporary left behind. */
+  prm_argv_t names = {0};
+  assert_int_equal(prm_fs_list_dir(deep, &names, &err), 0);
+  assert_int_equal(names.n, 1);
+  prm_argv_free(&names);
+  /* A write into a missing folder fails cleanly with the path named. */
+  char *bad = prm_path_join(dir, "missing/x.txt");
+  assert_int_equal(prm_fs_write_atomic(bad, "x", 1, &err), PRM_EIO);
+  assert_non_null(strstr(err.msg, "missing"));
+  assert_int_equal(prm_fs_read_all(bad, &s, &n, &err), PRM_ENOENT);
+  char *abs = prm_path_abs("/a/./b/../c//d");
+  assert_string_equal(abs, "/a/c/d");
+  char *dn = prm_path_dirname("x/y/z.yaml");
+  assert_string_equal(dn, "x/y");
+  assert_string_equal(prm_path_basename("x/y/z.yaml"), "z.yaml");
+  free(abs);
+  free(dn);
+  free(bad);
+  free(f);
+  free(deep);
+}
+
+static void test_proc(void **state) {
+  (void)state;
+  char *argv[] = {"sh", "-c", "echo \"$1\"; exit 3", "sh", "x; rm -rf ~", NULL};
+  prm_proc_opts_t o = {.capture = 1};
+  int st = -1;
+  char *out = NULL;
+  prm_err_t err = {0};
+  assert_int_equal(prm_proc_run(argv, &o, &st, &out, &err), 0);
+  assert_int_equal(st, 3);
+  assert_string_equal(out, "x; rm -rf ~\n");
+  free(out);
+  char *missing[] = {"/nonexistent/primus-nope", NULL};
+  assert_int_equal(prm_proc_run(missing, NULL, &st, NULL, &err), PRM_ECHILD);
+  assert_non_null(strstr(err.msg, "primus-nope"));
+  char *killed[] = {"sh", "-c", "kill -9 $$", NULL};
+  assert_int_equal(prm_proc_run(killed, NULL, &st, NULL, &err), 0);
+  assert_int_equal(st, 128 + 9);
+  char *w = prm_which("sh");
+  assert_non_null(w);
+  free(w);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_errors),  cmocka_unit_test(test_sb_and_quote),
+      cmocka_unit_test(test_argv_env), cmocka_unit_test(test_strings),
+      cmocka_unit_test(test_files),   cmocka_unit_test(test_proc),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,41 @@
+/* testlib.c - helpers shared by the unit tests. */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char *prm__tmp;
+
+static void prm__tmp_cleanup(void) {
+  if (prm__tmp && !getenv("PRIMUS_KEEP_TMP")) prm_fs_rm_rf(prm__tmp);
+  free(prm__tmp);
+}
+
+const char *prm_test_tmpdir(void) {
+  if (prm__tmp) return prm__tmp;
+  const char *base = getenv("TMPDIR");
+  char *tmpl = prm_xasprintf("%s/primus-test-XXXXXX", base && *base ? base : "/tmp");
+  if (!mkdtemp(tmpl)) fail_msg("mkdtemp failed");
+  prm__tmp = tmpl;
+  atexit(prm__tmp_cleanup);
+  return prm__tmp;
+}
+
+char *prm_test_write(const char *dir, const char *name, const char *text) {
+  char *path = prm_path_join(dir, name);
+  char *parent = prm_path_dirname(path);
+  prm_err_t err = {0};
+  if (prm_fs_mkdir_p(parent, 0755, &err)) fail_msg("%s", err.msg);
+  if (prm_fs_write_atomic(path, text, strlen(text), &err)) fail_msg("%s", err.msg);
+  free(parent);
+  return path;
+}
+
+char *prm_test_read(const char *path) {
+  char *s = NULL;
+  prm_err_t err = {0};
+  if (prm_fs_read_all(path, &s, NULL, &err)) fail_msg("%s", err.msg);
+  return s;
+}
