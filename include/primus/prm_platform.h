@@ -71,6 +71,10 @@ int prm_platform_from_json(const char *json, prm_platform_t *p, prm_err_t *err);
 int prm_platform_compare(const prm_platform_t *recorded,
                          const prm_platform_t *current, prm_sb_t *diff);
 
+/* A multi-line, human-readable summary for `primus env`: platform name,
+ * host, accelerators (one line each), CPU and its ISA. Appends to out. */
+void prm_platform_describe(const prm_platform_t *p, prm_sb_t *out);
+
 /* Env profile chain: the files that apply, in order (platforms/base.sh,
  * platforms/<name>.sh when it exists), as absolute paths. */
 void prm_profile_chain(const prm_platform_t *p, prm_argv_t *files);
@@ -78,6 +82,19 @@ void prm_profile_chain(const prm_platform_t *p, prm_argv_t *files);
  * a command string) and returns the variables it sets or changes, in
  * order, in *out. */
 int prm_profile_load(const prm_argv_t *files, prm_env_t *out, prm_err_t *err);
+/* The facts the profiles read, as variables: PRIMUS_PLATFORM,
+ * PRIMUS_ACCEL_MODEL, PRIMUS_ACCEL_COUNT, PRIMUS_CPU_CORES,
+ * PRIMUS_NUMA_NODES (set into out). */
+void prm_platform_profile_inputs(const prm_platform_t *p, prm_env_t *out);
+/* prm_profile_load with `extra` (may be NULL) added to the environment the
+ * profiles see, e.g. the output of prm_platform_profile_inputs. Variables
+ * from `extra` are part of the "before" state, so they are not reported
+ * unless a profile changes them. Results are sorted by name; shell-managed
+ * variables (_, PWD, OLDPWD, SHLVL) and unset variables are not reported.
+ * A profile that exits non-zero is PRM_ECONFIG naming the file and quoting
+ * what it printed; no bash in PATH is PRM_EDEP. */
+int prm_profile_load_env(const prm_argv_t *files, const prm_env_t *extra,
+                         prm_env_t *out, prm_err_t *err);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,140 @@
+/* prm_launch.h - where a task runs: the runtimes (direct, container, slurm)
+ * as small vtables, the pure argv builders behind them, hooks and patches,
+ * the run directory with its snapshot, and replay.
+ *
+ * Every external command is an argv array. The only shell text primus ever
+ * writes is the sbatch batch script, where every word is shell-quoted.
+ */
+#ifndef PRM_LAUNCH_H
+#define PRM_LAUNCH_H
+
+#include "primus/prm_base.h"
+#include "primus/prm_config.h"
+#include "primus/prm_platform.h"
+#include "primus/prm_task.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Container runtime: podman/docker argv                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  const char *engine;      /* "podman", "docker", or NULL: auto-detect in PATH */
+  const char *image;       /* required */
+  const char *name;        /* --name, or NULL */
+  prm_argv_t volumes;      /* "HOST[:CTR[:ro]]"; a host-only path binds at the same path */
+  prm_argv_t devices;      /* extra --device values */
+  prm_env_t env;           /* explicit --env K=V */
+  const char *project_dir; /* mounted at the same path (NULL: none) */
+  const char *run_dir;     /* mounted at the same path (NULL: none) */
+  prm_argv_t extra;        /* raw extra engine arguments (from launcher config) */
+  prm_argv_t global;       /* engine options before `run` (podman --root DIR) */
+} prm_container_opts_t;
+
+/* Frees the vectors and the env set; the const char * fields are borrowed
+ * and left alone. */
+void prm_container_opts_free(prm_container_opts_t *o);
+/* Picks the engine: o->engine when set (must be in PATH, else PRM_EDEP),
+ * else podman, else docker. *out is malloc'd. */
+int prm_container_engine(const prm_container_opts_t *o, char **out, prm_err_t *err);
+/* Builds `ENGINE [global...] run --rm --network=host --ipc=host [vendor flags]
+ * [-v ...] [-e ...] [--name N] IMAGE <inner...>`. Vendor flags follow the
+ * platform: AMD adds --device /dev/kfd --device /dev/dri
+ * [--device /dev/infiniband] --group-add video --cap-add SYS_PTRACE
+ * --security-opt seccomp=unconfined; NVIDIA adds --gpus all.
+ * Host variables with the prefixes PRIMUS_ NCCL_ RCCL_ HSA_ HIP_ CUDA_ OMP_
+ * UCX_ (from host_env) are forwarded with -e. A volume spec with an empty
+ * part, or a relative host path, is PRM_EINVAL naming the spec. */
+int prm_container_build(const prm_container_opts_t *o, const char *engine,
+                        const prm_platform_t *platform,
+                        const prm_env_t *host_env, int inner_argc,
+                        char *const *inner, prm_argv_t *out, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Slurm runtime                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum { PRM_SLURM_SRUN, PRM_SLURM_SBATCH } prm_slurm_mode_t;
+
+/* Expands a Slurm node list ("gpu[01-03,07],cpu5,x[1-2]-ib") into host
+ * names in order. Malformed lists are PRM_EINVAL naming the text. */
+int prm_slurm_expand_nodelist(const char *list, prm_argv_t *hosts,
+                              prm_err_t *err);
+/* The per-node entry: derives NNODES, NODE_RANK, MASTER_ADDR (first host of
+ * SLURM_JOB_NODELIST / SLURM_NODELIST), MASTER_PORT (kept if set, else
+ * 1234 + SLURM_JOB_ID % 1000), and GPUS_PER_NODE when SLURM_GPUS_ON_NODE is
+ * set, from the SLURM_* variables in `in`. Missing variables leave the
+ * defaults alone; malformed ones are PRM_EINVAL. */
+int prm_slurm_node_env(const prm_env_t *in, prm_env_t *out, prm_err_t *err);
+/* srun: `srun [flags...] <inner...>`; sbatch: `sbatch [flags...] SCRIPT`. */
+int prm_slurm_build(prm_slurm_mode_t mode, int nflags, char *const *flags,
+                    const char *script, int inner_argc, char *const *inner,
+                    prm_argv_t *out, prm_err_t *err);
+/* Writes the sbatch script atomically: #!/bin/bash, one `#SBATCH` line per
+ * flag (only flags starting with '-'), `export` lines for env (quoted),
+ * then `srun <inner...>` with every word shell-quoted. */
+int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
+                           const prm_env_t *env, int inner_argc,
+                           char *const *inner, prm_err_t *err);
+/* Parses "Submitted batch job 1234" (sbatch output); -1 when absent. */
+long prm_slurm_parse_jobid(const char *sbatch_output);
+
+/* ------------------------------------------------------------------------ */
+/* Hooks and patches                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* What hooks and patches hand back: env.VAR=value lines and
+ * extra.key=value lines (appended to the task as --key value). */
+typedef struct {
+  prm_env_t env;
+  prm_argv_t extra;   /* pairs: "--key", "value" */
+  prm_argv_t ran;     /* names of the hooks that ran, in order */
+} prm_hook_result_t;
+
+void prm_hook_result_free(prm_hook_result_t *r);
+/* Lists hooks for task/subtask in order: for each hooks folder
+ * (prm_home()/hooks, then each of $PRIMUS_HOOKS_DIR split on ':'), the
+ * global hooks (files directly in it), then <task>/<subtask>/ files; `post`
+ * selects <task>/<subtask>/post/ instead. Lexical order within a folder. */
+void prm_hooks_list(const char *task, const char *subtask, int post,
+                    prm_argv_t *out);
+/* Runs scripts in order (`.sh` through bash, other executables directly),
+ * with env applied on top of the process environment and the extra
+ * variables PRIMUS_TASK, PRIMUS_SUBTASK, PRIMUS_RUN_DIR (and
+ * PRIMUS_EXIT_CODE for post hooks, from `extra_env`). Output lines
+ * `env.VAR=value` / `extra.key=value` are collected; other lines are logged.
+ * A non-zero exit stops with PRM_EHOOK naming the script, its exit code and
+ * its last output lines. With `patch` semantics, exit code 2 means
+ * "skipped" and is not an error. */
+int prm_hooks_run(const prm_argv_t *scripts, int patch, const prm_env_t *extra_env,
+                  prm_hook_result_t *res, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Run directory, snapshot, replay                                          */
+/* ------------------------------------------------------------------------ */
+
+/* {workspace}/{work_group}/{user_name}/{exp_name}/run-YYYYmmdd-HHMMSS[-N]/
+ * with env/, config/, config/inputs/, logs/. *out is malloc'd. */
+int prm_rundir_create(const char *workspace, const char *work_group,
+                      const char *user_name, const char *exp_name,
+                      char **out, prm_err_t *err);
+/* env/env_dump.txt (sorted, secrets masked as ******), env/platform.json. */
+int prm_rundir_snapshot_env(const char *run_dir, const prm_env_t *env,
+                            const prm_platform_t *platform, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* The launcher                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* The whole CLI: global options, runtime dispatch, task; returns the exit
+ * code (0 ok, 1 missing dependency, 2 bad arguments or config, 3 runtime
+ * failure). main() calls this and exits with its result. */
+int prm_launch_main(int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PRM_LAUNCH_H */

@@ -1,0 +1,10 @@
+# platforms/MI300X.sh - AMD Instinct MI300X: CDNA3, 192 GB HBM3, 8 OAMs per node on XGMI.
+# Sourced after base.sh; the ROCm/RCCL defaults live in amd-common.sh. See
+# the rules at the top of base.sh.
+
+. "${BASH_SOURCE[0]%/*}/amd-common.sh" || return
+
+# The GPU architecture, for kernels built at run time (hipcc/Triton/torch
+# extensions) and for primus' own reports.
+: "${PRIMUS_GPU_ARCH:=gfx942}"; export PRIMUS_GPU_ARCH
+: "${PYTORCH_ROCM_ARCH:=gfx942}"; export PYTORCH_ROCM_ARCH

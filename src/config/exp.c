@@ -1,0 +1,596 @@
+/* exp.c - resolving an experiment file: the `extends:` chain, ${VAR}
+ * expansion, module and model presets, `overrides:`, CLI overrides and
+ * schema validation; then typed getters, the resolved dump that
+ * `primus config show` prints, and the Llama parameter count. */
+#define _GNU_SOURCE
+#include "config-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { PRM__TOP_WORK_GROUP, PRM__TOP_USER_NAME, PRM__TOP_EXP_NAME, PRM__TOP_WORKSPACE, PRM__TOP_N };
+static const char *const prm__top_keys[PRM__TOP_N] = {"work_group", "user_name", "exp_name",
+                                                      "workspace"};
+static const char *const prm__root_keys[] = {"work_group", "user_name", "exp_name", "workspace",
+                                             "env",        "modules",   "extends"};
+static const char *const prm__module_names[] = {"pre_trainer", "post_trainer"};
+static const char *const prm__module_keys[] = {"framework", "config", "model", "overrides"};
+#define PRM__LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+struct prm_exp {
+  prm_node_t *root;      /* the experiment tree (extends merged, CLI top-level applied) */
+  prm_node_t *keys;      /* resolved module keys */
+  char *module;          /* "pre_trainer" */
+  char *top[PRM__TOP_N]; /* top-level values with defaults */
+  prm_node_t *mod[3];    /* framework, config, model as recorded for the dump */
+  prm_argv_t inputs;     /* absolute paths, reading order */
+};
+
+/* ------------------------------------------------------------------------ */
+/* Files and extends chains                                                  */
+/* ------------------------------------------------------------------------ */
+
+static int prm__unknown_in(const prm_node_t *at, const char *what, const char *key,
+                           const char *const *names, int n, prm_err_t *err) {
+  char where[1100];
+  const char *best = prm_suggest(key, names, n);
+  if (best)
+    return prm_errf(err, PRM_ECONFIG, "%s: unknown %s \"%s\" (did you mean \"%s\"?)",
+                    prm__origin(at, where, sizeof where), what, key, best);
+  return prm_errf(err, PRM_ECONFIG, "%s: unknown %s \"%s\"", prm__origin(at, where, sizeof where),
+                  what, key);
+}
+
+/* Loads path and everything it extends into *out (a map). `stack` holds the
+ * display paths of the files being loaded, for the cycle message. */
+static int prm__load_chain(const char *path, const prm_node_t *from, prm_exp_t *e,
+                           prm_argv_t *stack, prm_node_t **out, prm_err_t *err) {
+  char where[1100];
+  char *abs = prm_path_abs(path);
+  prm_node_t *root = NULL, *base = NULL;
+  int rc = 0;
+  *out = NULL;
+  for (int i = 0; i < stack->n; i++) {
+    char *other = prm_path_abs(stack->v[i]);
+    int same = !strcmp(other, abs);
+    free(other);
+    if (!same) continue;
+    prm_sb_t chain = {0};
+    for (int j = i; j < stack->n; j++) prm_sb_appendf(&chain, "%s -> ", stack->v[j]);
+    prm_sb_append(&chain, path);
+    rc = prm_errf(err, PRM_ECONFIG, "%s: extends cycle: %s", prm__origin(from, where, sizeof where),
+                  prm_sb_str(&chain));
+    prm_sb_free(&chain);
+    goto fail;
+  }
+  if (!prm_fs_exists(path)) {
+    if (from)
+      rc = prm_errf(err, PRM_ENOENT, "%s: %s: no such file", prm__origin(from, where, sizeof where), path);
+    else
+      rc = prm_errf(err, PRM_ENOENT, "%s: no such file", path);
+    goto fail;
+  }
+  if ((rc = prm_yaml_load(path, &root, err))) goto fail;
+  if (prm_argv_find(&e->inputs, abs) < 0) prm_argv_push(&e->inputs, abs);
+  if ((rc = prm_node_expand_env(root, NULL, err))) goto fail;
+  if (root->kind == PRM_NODE_NULL) {
+    prm_node_free(root);
+    root = prm_node_new(PRM_NODE_MAP, path, 1);
+  }
+  if (root->kind != PRM_NODE_MAP) {
+    rc = prm_errf(err, PRM_ECONFIG, "%s: expected a map at the top level", prm__origin(root, where, sizeof where));
+    goto fail;
+  }
+  base = prm_node_new(PRM_NODE_MAP, path, 1);
+  prm_node_t *ext = prm_node_get(root, "extends");
+  if (ext && ext->kind != PRM_NODE_NULL) {
+    int n = ext->kind == PRM_NODE_LIST ? ext->n : 1;
+    prm_argv_push(stack, path);
+    for (int i = 0; i < n && !rc; i++) {
+      const prm_node_t *item = ext->kind == PRM_NODE_LIST ? ext->items[i] : ext;
+      if (item->kind != PRM_NODE_SCALAR) {
+        rc = prm_errf(err, PRM_ECONFIG, "%s: extends: expected a path or a list of paths",
+                      prm__origin(item, where, sizeof where));
+        break;
+      }
+      char *dir = prm_path_dirname(path);
+      char *joined = item->str[0] == '/' ? prm_xstrdup(item->str) : prm_path_join(dir, item->str);
+      char *child = prm__path_norm(joined);
+      prm_node_t *sub = NULL;
+      rc = prm__load_chain(child, item, e, stack, &sub, err);
+      if (!rc) prm_node_merge(base, sub);
+      prm_node_free(sub);
+      free(child);
+      free(joined);
+      free(dir);
+    }
+    free(stack->v[--stack->n]);
+    stack->v[stack->n] = NULL;
+    if (rc) goto fail;
+  }
+  prm_node_remove(root, "extends");
+  prm_node_merge(base, root);
+  prm_node_free(root);
+  free(abs);
+  *out = base;
+  return 0;
+fail:
+  prm_node_free(root);
+  prm_node_free(base);
+  free(abs);
+  return rc;
+}
+
+/* Finds a preset: a path (with '/') relative to the file naming it, or a
+ * name searched in prm_home()/configs/<kind>/<framework>/ (.yaml optional).
+ * *out is the path to load (caller frees). */
+static int prm__find_preset(const char *kind, const char *framework, const prm_node_t *name,
+                            char **out, prm_err_t *err) {
+  char where[1100];
+  const char *what = !strcmp(kind, "models") ? "model preset" : "module preset";
+  *out = NULL;
+  if (name->kind != PRM_NODE_SCALAR || !*name->str)
+    return prm_errf(err, PRM_ECONFIG, "%s: expected the name of a %s",
+                    prm__origin(name, where, sizeof where), what);
+  char *dir;
+  if (strchr(name->str, '/')) {
+    char *fdir = prm_path_dirname(name->file ? name->file : ".");
+    dir = name->str[0] == '/' ? prm_xstrdup("/") : fdir;
+    if (dir != fdir) free(fdir);
+  } else {
+    dir = prm_xasprintf("%s/configs/%s/%s", prm_home(), kind, framework);
+  }
+  char *plain = prm_path_join(dir, name->str);
+  char *yaml = prm_xasprintf("%s.yaml", plain);
+  if (prm_fs_exists(plain) && !prm_fs_is_dir(plain)) {
+    *out = prm__path_norm(plain);
+  } else if (prm_fs_exists(yaml)) {
+    *out = prm__path_norm(yaml);
+  }
+  free(plain);
+  free(yaml);
+  if (*out) {
+    free(dir);
+    return 0;
+  }
+  /* Not found: suggest a shipped preset of the same kind. */
+  prm_argv_t names = {0}, all = {0};
+  prm_fs_list_dir(dir, &all, NULL);
+  for (int i = 0; i < all.n; i++)
+    if (prm_endswith(all.v[i], ".yaml"))
+      prm_argv_push(&names, all.v[i]), names.v[names.n - 1][strlen(all.v[i]) - 5] = 0;
+  char *want = prm_xstrdup(prm_path_basename(name->str));
+  if (prm_endswith(want, ".yaml")) want[strlen(want) - 5] = 0;
+  const char *best = names.n ? prm_suggest(want, (const char *const *)names.v, names.n) : NULL;
+  int rc = prm_errf(err, PRM_ENOENT, "%s: %s \"%s\" not found in %s%s%s%s",
+                    prm__origin(name, where, sizeof where), what, name->str, dir,
+                    best ? " (did you mean \"" : "", best ? best : "", best ? "\"?)" : "");
+  free(want);
+  prm_argv_free(&names);
+  prm_argv_free(&all);
+  free(dir);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* CLI overrides                                                             */
+/* ------------------------------------------------------------------------ */
+
+static int prm__cli_value(const char *key, const char *value, prm_node_t **out, prm_err_t *err) {
+  *out = NULL;
+  if (value[0] == '[' || value[0] == '{') {
+    int rc = prm_yaml_parse(value, strlen(value), "<cli>", out, err);
+    if (rc) return prm_err_prefix(err, "%s", key), rc;
+    prm__node_set_origin(*out, "<cli>", 0);
+    return 0;
+  }
+  if (prm__is_null_word(value)) *out = prm_node_new(PRM_NODE_NULL, "<cli>", 0);
+  else *out = prm_node_new_scalar(value, "<cli>", 0);
+  return 0;
+}
+
+static char *prm__dashes(const char *key) {
+  char *k = prm_xstrdup(key);
+  for (char *c = k; *c; c++)
+    if (*c == '-') *c = '_';
+  return k;
+}
+
+/* Sorts one override: top-level and module-level ones go into the tree now
+ * (before presets are chosen); module keys are returned in *mkey. */
+static int prm__cli_route(prm_exp_t *e, prm_node_t *module, const prm_override_t *o,
+                          char **mkey, prm_err_t *err) {
+  char *key = prm__dashes(o->key);
+  const char *k = key;
+  prm_node_t *v = NULL;
+  *mkey = NULL;
+  int rc = prm__cli_value(key, o->value, &v, err);
+  if (rc) goto out;
+  char *pre = prm_xasprintf("modules.%s.", e->module);
+  if (prm_startswith(k, pre)) k += strlen(pre);
+  free(pre);
+  if (prm_startswith(k, "modules.") && !strchr(k + strlen("modules."), '.')) {
+    rc = prm_errf(err, PRM_ECONFIG, "<cli>: %s: set one key at a time (%s.<key>=value)", k, k);
+    goto out;
+  }
+  if (prm_startswith(k, "modules.") || prm_startswith(k, "env.") || !strcmp(k, "env")) {
+    if (!strcmp(k, "env") && v->kind != PRM_NODE_MAP) {
+      rc = prm_errf(err, PRM_ECONFIG, "<cli>: env: expected a map");
+      goto out;
+    }
+    prm_node_set_path(e->root, k, v), v = NULL;
+    goto out;
+  }
+  for (int i = 0; i < PRM__TOP_N; i++)
+    if (!strcmp(k, prm__top_keys[i])) {
+      prm_node_set(e->root, k, v), v = NULL;
+      goto out;
+    }
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(k, prm__module_keys[i])) {
+      prm_node_set(module, k, v), v = NULL;
+      goto out;
+    }
+  if (prm_startswith(k, "overrides.")) k += strlen("overrides.");
+  *mkey = prm_xstrdup(k);
+out:
+  prm_node_free(v);
+  free(key);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Resolution                                                                */
+/* ------------------------------------------------------------------------ */
+
+static int prm__check_layout(prm_exp_t *e, const char *path, prm_node_t **module, prm_err_t *err) {
+  char where[1100];
+  prm_node_t *r = e->root;
+  for (int i = 0; i < r->n; i++) {
+    int ok = 0;
+    for (int j = 0; j < PRM__LEN(prm__root_keys); j++) ok |= !strcmp(r->keys[i], prm__root_keys[j]);
+    if (!ok)
+      return prm__unknown_in(r->items[i], "top-level key", r->keys[i], prm__root_keys,
+                             PRM__LEN(prm__root_keys) - 1, err);
+  }
+  for (int i = 0; i < PRM__TOP_N; i++) {
+    const prm_node_t *v = prm_node_get(r, prm__top_keys[i]);
+    if (v && v->kind != PRM_NODE_SCALAR && v->kind != PRM_NODE_NULL)
+      return prm_errf(err, PRM_ECONFIG, "%s: %s: expected a string", prm__origin(v, where, sizeof where),
+                      prm__top_keys[i]);
+  }
+  const prm_node_t *env = prm_node_get(r, "env");
+  if (env && env->kind != PRM_NODE_MAP && env->kind != PRM_NODE_NULL)
+    return prm_errf(err, PRM_ECONFIG, "%s: env: expected a map of variables", prm__origin(env, where, sizeof where));
+  for (int i = 0; env && i < env->n; i++)
+    if (env->items[i]->kind == PRM_NODE_MAP || env->items[i]->kind == PRM_NODE_LIST)
+      return prm_errf(err, PRM_ECONFIG, "%s: env.%s: expected a string",
+                      prm__origin(env->items[i], where, sizeof where), env->keys[i]);
+  prm_node_t *mods = prm_node_get(r, "modules");
+  if (!mods || mods->kind != PRM_NODE_MAP || mods->n == 0)
+    return prm_errf(err, PRM_ECONFIG, "%s: expected a `modules:` map with pre_trainer or post_trainer",
+                    mods ? prm__origin(mods, where, sizeof where) : path);
+  for (int i = 0; i < mods->n; i++) {
+    const prm_node_t *m = mods->items[i];
+    int ok = 0;
+    for (int j = 0; j < PRM__LEN(prm__module_names); j++) ok |= !strcmp(mods->keys[i], prm__module_names[j]);
+    if (!ok)
+      return prm__unknown_in(m, "module", mods->keys[i], prm__module_names,
+                             PRM__LEN(prm__module_names), err);
+    if (m->kind != PRM_NODE_MAP)
+      return prm_errf(err, PRM_ECONFIG, "%s: modules.%s: expected a map", prm__origin(m, where, sizeof where),
+                      mods->keys[i]);
+    for (int k = 0; k < m->n; k++) {
+      ok = 0;
+      for (int j = 0; j < PRM__LEN(prm__module_keys); j++) ok |= !strcmp(m->keys[k], prm__module_keys[j]);
+      if (!ok)
+        return prm__unknown_in(m->items[k], "module key", m->keys[k], prm__module_keys,
+                               PRM__LEN(prm__module_keys), err);
+    }
+  }
+  if (!e->module) e->module = prm_xstrdup(mods->keys[0]);
+  *module = prm_node_get(mods, e->module);
+  if (!*module)
+    return prm_errf(err, PRM_ECONFIG, "%s: no module \"%s\" under `modules:` (have: %s)", path,
+                    e->module, mods->keys[0]);
+  return 0;
+}
+
+/* Records a module-level value for the dump: presets named by a path are
+ * kept as the resolved path so that the dump loads from anywhere. */
+static prm_node_t *prm__record(const prm_node_t *v, const char *resolved) {
+  prm_node_t *c = prm_node_clone(v);
+  if (c->kind == PRM_NODE_SCALAR && strchr(c->str, '/')) {
+    free(c->str);
+    c->str = prm_path_abs(resolved);
+  }
+  return c;
+}
+
+static int prm__load_preset(prm_exp_t *e, const char *kind, const char *framework,
+                            const prm_node_t *name, prm_node_t **out, int slot, prm_err_t *err) {
+  char *path = NULL;
+  prm_argv_t stack = {0};
+  int rc = prm__find_preset(kind, framework, name, &path, err);
+  if (!rc) rc = prm__load_chain(path, name, e, &stack, out, err);
+  if (!rc) {
+    prm__node_split_dotted(*out);
+    e->mod[slot] = prm__record(name, path);
+  }
+  prm_argv_free(&stack);
+  free(path);
+  return rc;
+}
+
+/* Checks that cross the keys: head counts divide, batches divide. */
+static int prm__check_shape(prm_exp_t *e, prm_err_t *err) {
+  char where[1100];
+  int64_t h, heads, groups, mbs, gbs;
+  if (!prm_exp_get_int(e, "hidden_size", &h) && !prm_exp_get_int(e, "num_attention_heads", &heads) &&
+      h % heads)
+    return prm_errf(err, PRM_ECONFIG, "%s: num_attention_heads: must divide hidden_size (%lld), got %lld",
+                    prm__origin(prm_exp_get(e, "num_attention_heads"), where, sizeof where),
+                    (long long)h, (long long)heads);
+  if (!prm_exp_get_int(e, "num_attention_heads", &heads) &&
+      !prm_exp_get_int(e, "num_query_groups", &groups) && heads % groups)
+    return prm_errf(err, PRM_ECONFIG, "%s: num_query_groups: must divide num_attention_heads (%lld), got %lld",
+                    prm__origin(prm_exp_get(e, "num_query_groups"), where, sizeof where),
+                    (long long)heads, (long long)groups);
+  if (!prm_exp_get_int(e, "micro_batch_size", &mbs) && !prm_exp_get_int(e, "global_batch_size", &gbs) &&
+      gbs % mbs)
+    return prm_errf(err, PRM_ECONFIG, "%s: global_batch_size: must be a multiple of micro_batch_size (%lld), got %lld",
+                    prm__origin(prm_exp_get(e, "global_batch_size"), where, sizeof where),
+                    (long long)mbs, (long long)gbs);
+  return 0;
+}
+
+static char *prm__stem(const char *path) {
+  char *s = prm_xstrdup(prm_path_basename(path));
+  if (prm_endswith(s, ".yaml")) s[strlen(s) - 5] = 0;
+  else if (prm_endswith(s, ".yml")) s[strlen(s) - 4] = 0;
+  return s;
+}
+
+int prm_exp_load(const char *path, const prm_override_t *ov, int nov, const char *module,
+                 prm_exp_t **out, prm_err_t *err) {
+  char where[1100];
+  prm_exp_t *e = prm_xcalloc(1, sizeof *e);
+  prm_argv_t stack = {0}, mkeys = {0};
+  prm_node_t *mod = NULL, *model = NULL;
+  int rc;
+  *out = NULL;
+  e->module = module ? prm_xstrdup(module) : NULL;
+  if ((rc = prm__load_chain(path, NULL, e, &stack, &e->root, err))) goto fail;
+  if ((rc = prm__check_layout(e, path, &mod, err))) goto fail;
+  /* CLI overrides: top-level and module-level now, module keys later. */
+  for (int i = 0; i < nov; i++) {
+    char *mk = NULL;
+    if ((rc = prm__cli_route(e, mod, &ov[i], &mk, err))) goto fail;
+    if (mk) prm_argv_push(&mkeys, mk), prm_argv_push(&mkeys, ov[i].value);
+    free(mk);
+  }
+  if ((rc = prm__check_layout(e, path, &mod, err))) goto fail;
+  /* Top-level values with their defaults. */
+  const char *user = getenv("USER");
+  char *stem = prm__stem(path);
+  const char *defaults[PRM__TOP_N] = {"default", user && *user ? user : "user", stem, "./output"};
+  for (int i = 0; i < PRM__TOP_N; i++) {
+    const prm_node_t *v = prm_node_get(e->root, prm__top_keys[i]);
+    e->top[i] = prm_xstrdup(v && v->kind == PRM_NODE_SCALAR ? v->str : defaults[i]);
+  }
+  free(stem);
+  /* The module: framework, presets, overrides. */
+  prm_node_t *fw = prm_node_get(mod, "framework");
+  const char *framework = fw && fw->kind == PRM_NODE_SCALAR ? fw->str : "native";
+  if (strcmp(framework, "native")) {
+    rc = prm_errf(err, PRM_ECONFIG, "%s: framework: expected native, got \"%s\" (primus runs its own engine)",
+                  prm__origin(fw, where, sizeof where), framework);
+    goto fail;
+  }
+  e->mod[0] = fw ? prm_node_clone(fw) : prm_node_new_scalar("native", "<default>", 0);
+  prm_node_t *cfg = prm_node_get(mod, "config");
+  prm_node_t *defcfg = cfg ? NULL : prm_node_new_scalar(e->module, "<default>", 0);
+  rc = prm__load_preset(e, "modules", framework, cfg ? cfg : defcfg, &e->keys, 1, err);
+  prm_node_free(defcfg);
+  if (rc) goto fail;
+  prm_node_t *mname = prm_node_get(mod, "model");
+  if (!mname || mname->kind == PRM_NODE_NULL) {
+    rc = prm_errf(err, PRM_ECONFIG, "%s: modules.%s.model: expected the name of a model preset",
+                  prm__origin(mname ? mname : mod, where, sizeof where), e->module);
+    goto fail;
+  }
+  if ((rc = prm__load_preset(e, "models", framework, mname, &model, 2, err))) goto fail;
+  prm_node_merge(e->keys, model);
+  prm_node_t *ovr = prm_node_get(mod, "overrides");
+  if (ovr && ovr->kind != PRM_NODE_MAP && ovr->kind != PRM_NODE_NULL) {
+    rc = prm_errf(err, PRM_ECONFIG, "%s: overrides: expected a map of keys",
+                  prm__origin(ovr, where, sizeof where));
+    goto fail;
+  }
+  if (ovr && ovr->kind == PRM_NODE_MAP) {
+    prm__node_split_dotted(ovr);
+    prm_node_merge(e->keys, ovr);
+  }
+  for (int i = 0; i + 1 < mkeys.n; i += 2) {
+    prm_node_t *v = NULL;
+    if ((rc = prm__cli_value(mkeys.v[i], mkeys.v[i + 1], &v, err))) goto fail;
+    prm_node_set_path(e->keys, mkeys.v[i], v);
+  }
+  if ((rc = prm__schema_check(e->keys, err))) goto fail;
+  if ((rc = prm__check_shape(e, err))) goto fail;
+  prm_node_free(model);
+  prm_argv_free(&stack);
+  prm_argv_free(&mkeys);
+  *out = e;
+  return 0;
+fail:
+  prm_node_free(model);
+  prm_argv_free(&stack);
+  prm_argv_free(&mkeys);
+  prm_exp_free(e);
+  return rc;
+}
+
+void prm_exp_free(prm_exp_t *e) {
+  if (!e) return;
+  prm_node_free(e->root);
+  prm_node_free(e->keys);
+  free(e->module);
+  for (int i = 0; i < PRM__TOP_N; i++) free(e->top[i]);
+  for (int i = 0; i < 3; i++) prm_node_free(e->mod[i]);
+  prm_argv_free(&e->inputs);
+  free(e);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Getters                                                                   */
+/* ------------------------------------------------------------------------ */
+
+const char *prm_exp_top(const prm_exp_t *e, const char *key) {
+  for (int i = 0; i < PRM__TOP_N; i++)
+    if (prm_optname_eq(key, prm__top_keys[i])) return e->top[i];
+  return NULL;
+}
+
+const char *prm_exp_module(const prm_exp_t *e) { return e->module; }
+
+const prm_node_t *prm_exp_env(const prm_exp_t *e) {
+  const prm_node_t *env = prm_node_get(e->root, "env");
+  return env && env->kind == PRM_NODE_MAP ? env : NULL;
+}
+
+const prm_node_t *prm_exp_get(const prm_exp_t *e, const char *key) {
+  char *k = prm__dashes(key);
+  const prm_node_t *n = prm_node_path(e->keys, k);
+  free(k);
+  return n;
+}
+
+static int prm__get_scalar(const prm_exp_t *e, const char *key, const prm_node_t **n) {
+  *n = prm_exp_get(e, key);
+  if (!*n || (*n)->kind == PRM_NODE_NULL) return PRM_EUNKNOWN;
+  return (*n)->kind == PRM_NODE_SCALAR ? 0 : PRM_EINVAL;
+}
+
+int prm_exp_get_int(const prm_exp_t *e, const char *key, int64_t *out) {
+  const prm_node_t *n;
+  int rc = prm__get_scalar(e, key, &n);
+  if (rc) return rc;
+  return prm_parse_i64(n->str, out) ? PRM_EINVAL : 0;
+}
+
+int prm_exp_get_f64(const prm_exp_t *e, const char *key, double *out) {
+  const prm_node_t *n;
+  int rc = prm__get_scalar(e, key, &n);
+  if (rc) return rc;
+  return prm_parse_f64(n->str, out) ? PRM_EINVAL : 0;
+}
+
+int prm_exp_get_bool(const prm_exp_t *e, const char *key, int *out) {
+  const prm_node_t *n;
+  int rc = prm__get_scalar(e, key, &n);
+  if (rc) return rc;
+  return prm_parse_bool(n->str, out) ? PRM_EINVAL : 0;
+}
+
+const char *prm_exp_get_str(const prm_exp_t *e, const char *key) {
+  const prm_node_t *n;
+  return prm__get_scalar(e, key, &n) ? NULL : n->str;
+}
+
+char *prm_exp_origin(const prm_exp_t *e, const char *key) {
+  const prm_node_t *n = prm_exp_get(e, key);
+  if (!n) return NULL;
+  char buf[1100];
+  return prm_xstrdup(prm__origin(n, buf, sizeof buf));
+}
+
+const prm_argv_t *prm_exp_inputs(const prm_exp_t *e) { return &e->inputs; }
+
+/* ------------------------------------------------------------------------ */
+/* Dump                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* "${" in a resolved value is literal; written back it must stay literal. */
+static void prm__escape_vars(prm_node_t *n) {
+  if (n->kind == PRM_NODE_SCALAR && strstr(n->str, "${")) {
+    prm_sb_t sb = {0};
+    for (const char *s = n->str; *s; s++) {
+      if (s[0] == '$' && s[1] == '{') prm_sb_putc(&sb, '$');
+      prm_sb_putc(&sb, *s);
+    }
+    free(n->str);
+    n->str = prm_sb_steal(&sb);
+  }
+  for (int i = 0; i < n->n; i++) prm__escape_vars(n->items[i]);
+}
+
+void prm_exp_dump(const prm_exp_t *e, prm_sb_t *out, int origins) {
+  prm_node_t *root = prm_node_new(PRM_NODE_MAP, NULL, 0);
+  for (int i = 0; i < PRM__TOP_N; i++) {
+    const prm_node_t *v = prm_node_get(e->root, prm__top_keys[i]);
+    prm_node_t *c = v && v->kind == PRM_NODE_SCALAR ? prm_node_clone(v)
+                                                    : prm_node_new_scalar(e->top[i], "<default>", 0);
+    c->quoted = 1;
+    prm_node_set(root, prm__top_keys[i], c);
+  }
+  const prm_node_t *env = prm_exp_env(e);
+  if (env) {
+    prm_node_t *c = prm_node_clone(env);
+    for (int i = 0; i < c->n; i++)
+      if (c->items[i]->kind == PRM_NODE_SCALAR) c->items[i]->quoted = 1;
+    prm_node_set(root, "env", c);
+  }
+  prm_node_t *mod = prm_node_new(PRM_NODE_MAP, NULL, 0);
+  for (int i = 0; i < 3; i++) prm_node_set(mod, prm__module_keys[i], prm_node_clone(e->mod[i]));
+  prm_node_set(mod, "overrides", prm_node_clone(e->keys));
+  prm_node_t *mods = prm_node_new(PRM_NODE_MAP, NULL, 0);
+  prm_node_set(mods, e->module, mod);
+  prm_node_set(root, "modules", mods);
+  prm__escape_vars(root);
+  prm_yaml_emit(root, out, origins);
+  prm_node_free(root);
+}
+
+int prm_exp_write(const prm_exp_t *e, const char *path, prm_err_t *err) {
+  prm_sb_t sb = {0};
+  prm_sb_appendf(&sb, "# Resolved experiment written by primus %s.\n", PRM_VERSION);
+  prm_exp_dump(e, &sb, 0);
+  int rc = prm_fs_write_atomic(path, sb.buf, sb.len, err);
+  prm_sb_free(&sb);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parameter count                                                           */
+/* ------------------------------------------------------------------------ */
+
+static int prm__need(const prm_exp_t *e, const char *key, int64_t *v, prm_err_t *err) {
+  int rc = prm_exp_get_int(e, key, v);
+  if (rc) return prm_errf(err, PRM_ECONFIG, "%s is not set; cannot size the model", key);
+  return 0;
+}
+
+int prm_exp_model_params(const prm_exp_t *e, int64_t *out, prm_err_t *err) {
+  int64_t h, l, heads, v, groups, f, experts = 0, moe_f;
+  int untie = 0, rc;
+  if ((rc = prm__need(e, "hidden_size", &h, err)) || (rc = prm__need(e, "num_layers", &l, err)) ||
+      (rc = prm__need(e, "num_attention_heads", &heads, err)) ||
+      (rc = prm__need(e, "vocab_size", &v, err)))
+    return rc;
+  if (prm_exp_get_int(e, "num_query_groups", &groups)) groups = heads;
+  if (prm_exp_get_int(e, "ffn_hidden_size", &f)) f = 4 * h;
+  if (prm_exp_get_int(e, "moe_ffn_hidden_size", &moe_f)) moe_f = f;
+  prm_exp_get_int(e, "num_experts", &experts);
+  prm_exp_get_bool(e, "untie_embeddings_and_output_weights", &untie);
+  if (h % heads)
+    return prm_errf(err, PRM_ECONFIG, "hidden_size %lld is not a multiple of num_attention_heads %lld",
+                    (long long)h, (long long)heads);
+  int64_t kv = groups * (h / heads);
+  int64_t attn = 2 * h * h + 2 * h * kv;                      /* q, o; k, v */
+  int64_t mlp = experts > 0 ? experts * 3 * h * moe_f + h * experts /* router */
+                            : 3 * h * f;                      /* gate, up, down */
+  int64_t layer = attn + mlp + 2 * h;                         /* two RMSNorms */
+  *out = v * h + l * layer + h + (untie ? v * h : 0);
+  return 0;
+}

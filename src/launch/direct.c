@@ -1,0 +1,353 @@
+/* direct.c - the direct runtime: run the task on this node. One rank runs
+ * in this process; --nproc N starts N ranks of this binary through OpenMPI's
+ * mpirun. Around the task: env profile, --env, distributed defaults, run
+ * directory and snapshot, hooks and patches, post-hooks, metadata. */
+#define _GNU_SOURCE
+#include "launch-impl.h"
+
+#include <hwloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const prm_opt_t prm__direct_opts[] = {
+    {"nproc", 'n', PRM_OPT_INT, "N", "1", "ranks on this node (N > 1 launches through mpirun)"},
+    {"env", 'e', PRM_OPT_LIST, "K=V|FILE", NULL, "set a variable, or every K=V line of FILE"},
+    {"patch", 0, PRM_OPT_LIST, "FILE", NULL, "patch script run after the hooks (exit 2: skipped)"},
+    {"log_file", 0, PRM_OPT_STR, "FILE", NULL, "also append the launcher's log lines to FILE"},
+    {"numa", 0, PRM_OPT_FLAG, NULL, NULL, "bind each rank to one NUMA node (round robin, hwloc)"},
+    {NULL},
+};
+
+extern char **environ;
+
+static int prm__env_int(const char *name, int fallback) {
+  const char *v = getenv(name);
+  int64_t x;
+  return v && prm_parse_i64(v, &x) == 0 ? (int)x : fallback;
+}
+
+/* Rank, world and local rank from whichever launcher started us. */
+static void prm__rank_from_env(int *rank, int *world, int *local) {
+  *rank = prm__env_int("OMPI_COMM_WORLD_RANK", prm__env_int("PMIX_RANK", prm__env_int("SLURM_PROCID", 0)));
+  *world = prm__env_int("OMPI_COMM_WORLD_SIZE", prm__env_int("SLURM_NTASKS", 1));
+  *local = prm__env_int("OMPI_COMM_WORLD_LOCAL_RANK", prm__env_int("SLURM_LOCALID", 0));
+}
+
+static int prm__numa_bind(int local_rank, prm_err_t *err) {
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) || hwloc_topology_load(topo))
+    return prm_errf(err, PRM_ERUNTIME, "--numa: hwloc cannot read the topology");
+  int n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+  int rc = 0;
+  if (n > 0) {
+    hwloc_obj_t node = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, local_rank % n);
+    if (node && hwloc_set_cpubind(topo, node->cpuset, HWLOC_CPUBIND_PROCESS) != 0)
+      rc = prm_errf(err, PRM_ERUNTIME, "--numa: cannot bind rank %d to NUMA node %d", local_rank,
+                    local_rank % n);
+    else
+      PRM_DEBUG("bound local rank %d to NUMA node %d of %d", local_rank, local_rank % n, n);
+  }
+  hwloc_topology_destroy(topo);
+  return rc;
+}
+
+/* NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT: defaults, then checked. */
+static int prm__dist_env(prm_env_t *E, prm_err_t *err) {
+  static const char *const names[] = {"NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"};
+  static const char *const defs[] = {"1", "0", "localhost", "1234"};
+  const char *v[4];
+  for (int i = 0; i < 4; i++) {
+    v[i] = prm_env_get(E, names[i]);
+    if (!v[i]) v[i] = getenv(names[i]);
+    if (!v[i] || !*v[i]) v[i] = defs[i];
+  }
+  int64_t nn, nr, port;
+  if (prm_parse_i64(v[0], &nn) || nn < 1)
+    return prm_errf(err, PRM_EINVAL, "NNODES=%s: expected a whole number >= 1", v[0]);
+  if (prm_parse_i64(v[1], &nr) || nr < 0 || nr >= nn)
+    return prm_errf(err, PRM_EINVAL, "NODE_RANK=%s: expected a whole number in [0, NNODES=%lld)",
+                    v[1], (long long)nn);
+  if (prm_parse_i64(v[3], &port) || port < 1 || port > 65535)
+    return prm_errf(err, PRM_EINVAL, "MASTER_PORT=%s: expected a port in [1, 65535]", v[3]);
+  if (strpbrk(v[2], " \t/;"))
+    return prm_errf(err, PRM_EINVAL, "MASTER_ADDR=\"%s\": expected a host name or address", v[2]);
+  char *copy[4];
+  for (int i = 0; i < 4; i++) copy[i] = prm_xstrdup(v[i]); /* v may point into E */
+  for (int i = 0; i < 4; i++) {
+    prm_env_set(E, names[i], copy[i]);
+    free(copy[i]);
+  }
+  return 0;
+}
+
+/* The mpirun command for --nproc N: this binary again, in rank mode. */
+static void prm__mpirun_argv(const prm_launch_t *l, int64_t nproc, const prm_env_t *E,
+                             const prm_argv_t *task_words, prm_argv_t *out) {
+  prm_argv_push(out, "mpirun");
+  prm_argv_push(out, "-np");
+  prm_argv_pushf(out, "%lld", (long long)nproc);
+  if (geteuid() == 0) prm_argv_push(out, "--allow-run-as-root");
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (nproc > cores) prm_argv_push(out, "--oversubscribe");
+  /* primus binds ranks itself (--numa); keep OpenMPI from binding too. */
+  prm_argv_push(out, "--bind-to");
+  prm_argv_push(out, "none");
+  prm_argv_push(out, "-x");
+  prm_argv_push(out, "PRIMUS_LAUNCHED=1");
+  for (int i = 0; i < E->n; i++) {
+    prm_argv_push(out, "-x");
+    prm_argv_push(out, E->keys[i]);
+  }
+  prm_argv_push(out, l->self);
+  prm_argv_push(out, "direct");
+  if (prm_args_flag(l->rt_args, "numa")) prm_argv_push(out, "--numa");
+  prm_argv_push(out, "--");
+  prm_argv_pushv(out, task_words->n, task_words->v);
+}
+
+/* A rank started by mpirun or srun under a direct launcher that already did
+ * the set-up: just run the task. */
+static int prm__run_rank(prm_launch_t *l, prm_err_t *err) {
+  int rank, world, local;
+  prm__rank_from_env(&rank, &world, &local);
+  prm_log_set_rank(rank, world);
+  const char *run_dir = getenv("PRIMUS_RUN_DIR");
+  if (run_dir && *run_dir) {
+    char *lf = prm_xasprintf("%s/logs/rank-%d.log", run_dir, rank);
+    int rc = prm_log_set_file(lf, err);
+    free(lf);
+    if (rc) return rc;
+  }
+  if (prm_args_flag(l->rt_args, "numa")) {
+    int rc = prm__numa_bind(local, err);
+    if (rc) return rc;
+  }
+  prm_args_t *args;
+  prm_exp_t *exp;
+  int rc = prm__task_prepare(l, &l->task_words, &args, &exp, err);
+  if (rc) return rc;
+  rc = prm__task_run_inprocess(l, args, exp, run_dir && *run_dir ? run_dir : NULL, rank, world,
+                               local, err);
+  prm_args_free(args);
+  prm_exp_free(exp);
+  return rc;
+}
+
+static void prm__merge_hook_env(prm_env_t *E, const prm_hook_result_t *hr) {
+  for (int i = 0; i < hr->env.n; i++) {
+    prm_env_set(E, hr->env.keys[i], hr->env.vals[i]);
+    setenv(hr->env.keys[i], hr->env.vals[i], 1);
+  }
+}
+
+static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
+  if (getenv("PRIMUS_LAUNCHED")) return prm__run_rank(l, err);
+  double start = prm_time_wall();
+  int run = (l->sub->flags & PRM_SUB_RUN) != 0;
+  int64_t nproc = prm_args_int(l->rt_args, "nproc", 1);
+  if (nproc < 1) return prm_errf(err, PRM_EINVAL, "--nproc %lld: expected at least 1", (long long)nproc);
+  if (nproc > 1 && !(l->sub->flags & PRM_SUB_MULTIRANK))
+    return prm_errf(err, PRM_EINVAL, "%s %s runs as one process; drop --nproc", l->task->name,
+                    l->sub->name);
+  int rank, world, local;
+  prm__rank_from_env(&rank, &world, &local);
+  prm_log_set_rank(rank, world);
+
+  prm_env_t E = {0};
+  prm_platform_t plat;
+  prm_argv_t chain = {0}, task_words = {0}, hooks = {0}, post = {0}, replay = {0};
+  prm_hook_result_t hr = {0};
+  prm_args_t *args = NULL;
+  prm_exp_t *exp = NULL;
+  char *run_dir = NULL;
+  int rc = prm_platform_detect(&plat, err);
+  if (rc) goto done;
+  if (plat.cpu_cores > 0 && !getenv("PRIMUS_CPU_CORES")) {
+    char ncores[16];
+    snprintf(ncores, sizeof ncores, "%d", plat.cpu_cores);
+    setenv("PRIMUS_CPU_CORES", ncores, 1); /* the CPU profile sizes thread pools from it */
+  }
+  if (run) {
+    prm_profile_chain(&plat, &chain);
+    if ((rc = prm_profile_load(&chain, &E, err))) goto done;
+  }
+  char *const *envs;
+  int nenv = prm_args_list(l->rt_args, "env", &envs);
+  for (int i = 0; i < nenv; i++)
+    if ((rc = prm__env_add_arg(&E, envs[i], err))) goto done;
+  if (getenv("SLURM_JOB_ID") && getenv("SLURM_NODEID")) {
+    prm_env_t here = {0};
+    prm_env_from_environ(&here);
+    rc = prm_slurm_node_env(&here, &E, err);
+    prm_env_free(&here);
+    if (rc) goto done;
+  }
+  if ((rc = prm__dist_env(&E, err))) goto done;
+  prm_env_apply(&E);
+  prm_argv_pushv(&task_words, l->task_words.n, l->task_words.v);
+  if ((rc = prm__task_prepare(l, &task_words, &args, &exp, err))) goto done;
+  if (run) prm_hooks_list(l->task->name, l->sub->name, 0, &hooks);
+  char *const *patches;
+  int npatch = prm_args_list(l->rt_args, "patch", &patches);
+
+  if (l->dry_run) {
+    prm_argv_t cmd = {0};
+    if (nproc > 1)
+      prm__mpirun_argv(l, nproc, &E, &task_words, &cmd);
+    else {
+      prm_argv_push(&cmd, l->self);
+      prm_argv_push(&cmd, "direct");
+      prm_argv_push(&cmd, "--");
+      prm_argv_pushv(&cmd, task_words.n, task_words.v);
+    }
+    char *line = prm_argv_join_shell(cmd.n, cmd.v);
+    printf("# primus dry run: nothing was started\ncommand: %s%s\n", line,
+           nproc > 1 ? "" : "   (in-process)");
+    free(line);
+    prm_argv_free(&cmd);
+    printf("platform: %s (%d accelerators, %d CPUs)\nenvironment set by primus:\n", plat.name,
+           plat.n_accel, plat.cpu_cores);
+    prm__print_env(stdout, &E);
+    printf("hooks:%s\n", hooks.n || npatch ? "" : " none");
+    for (int i = 0; i < hooks.n; i++) printf("  %s\n", hooks.v[i]);
+    for (int i = 0; i < npatch; i++) printf("  %s (patch)\n", patches[i]);
+    if (exp) {
+      prm_sb_t cfg = {0};
+      prm_exp_dump(exp, &cfg, 1);
+      printf("config:\n%s", prm_sb_str(&cfg));
+      prm_sb_free(&cfg);
+    }
+    goto done;
+  }
+
+  if (run) {
+    if ((rc = prm__rundir_for_task(l, exp, &run_dir, err))) goto done;
+    setenv("PRIMUS_RUN_DIR", run_dir, 1);
+    prm_env_set(&E, "PRIMUS_RUN_DIR", run_dir);
+    char *lf = prm_xasprintf("%s/logs/%s.log", run_dir, nproc > 1 ? "launcher" : "rank-0");
+    rc = prm_log_set_file(lf, err);
+    free(lf);
+    if (rc) goto done;
+    if (exp && (rc = prm__rundir_snapshot_config(run_dir, exp, err))) goto done;
+    PRM_INFO("run directory: %s", run_dir);
+  }
+  const char *log_file = prm_args_str(l->rt_args, "log_file");
+  if (log_file && (rc = prm_log_set_file(log_file, err))) goto done;
+
+  if (run) {
+    /* The replay command: same runtime options, the task's own options as
+     * given (hooks run again on replay), and the resolved config in place
+     * of --config and the overrides. */
+    prm_argv_push(&replay, "direct");
+    prm_argv_pushv(&replay, l->rt_words.n, l->rt_words.v);
+    prm_argv_push(&replay, "--");
+    prm_argv_pushv(&replay, l->sub_words, task_words.v);
+    prm_args_to_words(args, exp ? "config" : NULL, &replay);
+    if (exp) {
+      prm_argv_push(&replay, "--config");
+      prm_argv_pushf(&replay, "%s/config/resolved.yaml", run_dir);
+    }
+  }
+  if (run && (hooks.n || npatch)) {
+    prm_env_t hook_env = {0};
+    prm_env_set(&hook_env, "PRIMUS_TASK", l->task->name);
+    prm_env_set(&hook_env, "PRIMUS_SUBTASK", l->sub->name);
+    rc = prm_hooks_run(&hooks, 0, &hook_env, &hr, err);
+    prm__merge_hook_env(&E, &hr);
+    if (!rc && npatch) {
+      prm_argv_t pl = {0};
+      prm_argv_pushv(&pl, npatch, patches);
+      rc = prm_hooks_run(&pl, 1, &hook_env, &hr, err);
+      prm__merge_hook_env(&E, &hr);
+      prm_argv_free(&pl);
+    }
+    prm_env_free(&hook_env);
+    if (rc) goto done;
+    if (hr.extra.n) {
+      prm_argv_pushv(&task_words, hr.extra.n, hr.extra.v);
+      prm_args_free(args);
+      prm_exp_free(exp);
+      args = NULL;
+      exp = NULL;
+      if ((rc = prm__task_prepare(l, &task_words, &args, &exp, err))) goto done;
+      if (exp && (rc = prm__rundir_snapshot_config(run_dir, exp, err))) goto done;
+    }
+  }
+
+  if (run) {
+    prm_env_t all = {0};
+    prm_env_from_environ(&all);
+    rc = prm_rundir_snapshot_env(run_dir, &all, &plat, err);
+    prm_env_free(&all);
+    if (rc) goto done;
+    if ((rc = prm__rundir_write_metadata(run_dir, l, &replay, start, 0, -1, err))) goto done;
+  }
+
+  int code;
+  if (nproc > 1) {
+    prm_argv_t cmd = {0};
+    prm__mpirun_argv(l, nproc, &E, &task_words, &cmd);
+    char *line = prm_argv_join_shell(cmd.n, cmd.v);
+    PRM_INFO("launching %lld ranks: %s", (long long)nproc, line);
+    free(line);
+    int st = 0;
+    rc = prm_proc_run(cmd.v, NULL, &st, NULL, err);
+    prm_argv_free(&cmd);
+    if (rc) {
+      if (!prm_which("mpirun"))
+        rc = prm_errf(err, PRM_EDEP, "--nproc %lld needs mpirun (Debian: openmpi-bin)", (long long)nproc);
+      goto done;
+    }
+    code = st;
+    if (st) rc = st;
+  } else {
+    if (prm_args_flag(l->rt_args, "numa") && (rc = prm__numa_bind(local, err))) goto done;
+    rc = prm__task_run_inprocess(l, args, exp, run_dir, rank, world, local, err);
+    code = rc < 0 ? prm_exit_code(rc) : rc;
+  }
+  if (run) {
+    prm_hooks_list(l->task->name, l->sub->name, 1, &post);
+    if (post.n) {
+      prm_env_t pe = {0};
+      char c[16];
+      snprintf(c, sizeof c, "%d", code);
+      prm_env_set(&pe, "PRIMUS_EXIT_CODE", c);
+      prm_env_set(&pe, "PRIMUS_TASK", l->task->name);
+      prm_env_set(&pe, "PRIMUS_SUBTASK", l->sub->name);
+      prm_hook_result_t phr = {0};
+      prm_err_t perr = {0};
+      int prc = prm_hooks_run(&post, 0, &pe, &phr, &perr);
+      if (prc) PRM_ERROR("%s", perr.msg);
+      if (prc && !rc) {
+        rc = prc;
+        *err = perr;
+        code = prm_exit_code(prc);
+      }
+      prm_hook_result_free(&phr);
+      prm_env_free(&pe);
+    }
+    prm_err_t merr = {0};
+    if (prm__rundir_write_metadata(run_dir, l, &replay, start, prm_time_wall(), code, &merr))
+      PRM_WARN("%s", merr.msg);
+  }
+
+done:
+  prm_hook_result_free(&hr);
+  prm_argv_free(&chain);
+  prm_argv_free(&task_words);
+  prm_argv_free(&hooks);
+  prm_argv_free(&post);
+  prm_argv_free(&replay);
+  prm_args_free(args);
+  prm_exp_free(exp);
+  prm_env_free(&E);
+  free(run_dir);
+  return rc;
+}
+
+const prm_runtime_i prm__rt_direct = {
+    "direct", "run on this node: in this process, or N ranks through mpirun",
+    "[--nproc N] [--env K=V|FILE]... [--patch FILE]... [--numa] -- <task> <subtask> [opts]",
+    prm__direct_opts, 0, 0, prm__direct_run,
+};

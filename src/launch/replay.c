@@ -1,0 +1,142 @@
+/* replay.c - `primus replay RUN_DIR`: rerun a recorded run with its
+ * recorded command, resolved config and environment, after checking that
+ * this platform can reproduce it. */
+#define _GNU_SOURCE
+#include "launch-impl.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const prm_opt_t prm__replay_opts[] = {
+    {"force", 0, PRM_OPT_FLAG, NULL, NULL, "replay even when the platform differs"},
+    {NULL},
+};
+
+static int prm__read_json(const char *run_dir, const char *name, cJSON **out, prm_err_t *err) {
+  char *p = prm_path_join(run_dir, name);
+  char *text;
+  int rc = prm_fs_read_all(p, &text, NULL, err);
+  if (rc) {
+    free(p);
+    return prm_errf(err, PRM_ENOENT, "%s: not a primus run directory (no %s)", run_dir, name);
+  }
+  *out = cJSON_Parse(text);
+  free(text);
+  rc = *out ? 0 : prm_errf(err, PRM_EPARSE, "%s: not valid JSON", p);
+  free(p);
+  return rc;
+}
+
+/* env_dump.txt back into an environment; masked values come from ours. */
+static int prm__load_env_dump(const char *run_dir, prm_env_t *env, prm_err_t *err) {
+  char *p = prm_path_join(run_dir, "env/env_dump.txt");
+  char *text;
+  int rc = prm_fs_read_all(p, &text, NULL, err);
+  free(p);
+  if (rc) return rc;
+  for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+       line = strtok_r(NULL, "\n", &save)) {
+    char *eq = strchr(line, '=');
+    if (!eq) continue;
+    *eq = 0;
+    prm_sb_t v = {0};
+    for (const char *s = eq + 1; *s; s++) {
+      if (s[0] == '\\' && s[1] == 'n') prm_sb_putc(&v, '\n'), s++;
+      else if (s[0] == '\\' && s[1] == '\\') prm_sb_putc(&v, '\\'), s++;
+      else prm_sb_putc(&v, *s);
+    }
+    if (prm_env_is_secret(line) && !strcmp(prm_sb_str(&v), "******")) {
+      const char *now = getenv(line);
+      if (now) prm_env_set(env, line, now);
+      else PRM_WARN("replay: %s was masked in the snapshot and is not set now", line);
+    } else {
+      prm_env_set(env, line, prm_sb_str(&v));
+    }
+    prm_sb_free(&v);
+  }
+  free(text);
+  return 0;
+}
+
+static int prm__replay(prm_task_ctx_t *ctx, prm_err_t *err) {
+  if (prm_args_npos(ctx->args) != 1)
+    return prm_errf(err, PRM_EINVAL, "replay: expected one RUN_DIR");
+  char *run_dir = prm_path_abs(prm_args_pos(ctx->args, 0));
+  cJSON *meta = NULL, *plat_json = NULL;
+  prm_env_t env = {0};
+  prm_argv_t argv = {0}, envp = {0};
+  prm_sb_t diff = {0};
+  int rc = prm__read_json(run_dir, "metadata.json", &meta, err);
+  if (rc) goto done;
+  const cJSON *ra = cJSON_GetObjectItemCaseSensitive(meta, "replay_argv");
+  const cJSON *cwd = cJSON_GetObjectItemCaseSensitive(meta, "cwd");
+  if (!cJSON_IsArray(ra) || cJSON_GetArraySize(ra) < 2 || !cJSON_IsString(cwd)) {
+    rc = prm_errf(err, PRM_EPARSE, "%s/metadata.json: no replay_argv or cwd recorded", run_dir);
+    goto done;
+  }
+  /* The platform must match, or the result would not be the same run. */
+  char *pj = NULL;
+  char *pjp = prm_path_join(run_dir, "env/platform.json");
+  rc = prm_fs_read_all(pjp, &pj, NULL, err);
+  free(pjp);
+  if (rc) goto done;
+  prm_platform_t recorded, current;
+  rc = prm_platform_from_json(pj, &recorded, err);
+  free(pj);
+  if (rc) goto done;
+  if ((rc = prm_platform_detect(&current, err))) goto done;
+  if (prm_platform_compare(&recorded, &current, &diff)) {
+    if (!prm_args_flag(ctx->args, "force")) {
+      rc = prm_errf(err, PRM_EPLATFORM,
+                    "replay refused: %s was recorded on another platform:\n%s"
+                    "(use --force to replay anyway)",
+                    run_dir, prm_sb_str(&diff));
+      goto done;
+    }
+    PRM_WARN("replaying on a different platform (--force):\n%s", prm_sb_str(&diff));
+  }
+  if ((rc = prm__load_env_dump(run_dir, &env, err))) goto done;
+  static const char *const drop[] = {"PRIMUS_RUN_DIR", "PRIMUS_LAUNCHED", "PRIMUS_REPLAY_OF"};
+  for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) prm_env_unset(&env, drop[i]);
+  prm_env_set(&env, "PRIMUS_REPLAY_OF", run_dir);
+  prm_argv_push(&argv, prm_fs_is_executable("/proc/self/exe") ? "/proc/self/exe" : "primus");
+  if (ctx->debug) prm_argv_push(&argv, "--debug");
+  const cJSON *w;
+  cJSON_ArrayForEach(w, ra) {
+    if (!cJSON_IsString(w)) {
+      rc = prm_errf(err, PRM_EPARSE, "%s/metadata.json: replay_argv holds a non-string", run_dir);
+      goto done;
+    }
+    prm_argv_push(&argv, w->valuestring);
+  }
+  char *line = prm_argv_join_shell(argv.n - 1, argv.v + 1);
+  PRM_INFO("replaying %s: primus %s", run_dir, line);
+  free(line);
+  prm_env_to_envp(&env, &envp);
+  prm_proc_opts_t o = {.cwd = cwd->valuestring, .envp = envp.v};
+  int st = 0;
+  if ((rc = prm_proc_run(argv.v, &o, &st, NULL, err))) goto done;
+  rc = st; /* the replayed run's exit code is ours */
+done:
+  cJSON_Delete(meta);
+  cJSON_Delete(plat_json);
+  prm_env_free(&env);
+  prm_argv_free(&argv);
+  prm_argv_free(&envp);
+  prm_sb_free(&diff);
+  free(run_dir);
+  return rc;
+}
+
+static const prm_subtask_t prm__replay_subs[] = {
+    {"run", "rerun a recorded run with its command, resolved config and environment", "RUN_DIR",
+     "Reads RUN_DIR/metadata.json, config/resolved.yaml, env/env_dump.txt and\n"
+     "env/platform.json. A platform that differs (accelerator model or count, or a\n"
+     "CPU without an ISA the run had) is refused with the differences unless --force.\n"
+     "Masked secrets are taken from the current environment.",
+     prm__replay_opts, PRM_SUB_POSITIONAL, prm__replay},
+    {NULL},
+};
+
+const prm_task_t prm__task_replay = {"replay", "rerun a recorded run exactly", prm__replay_subs, "run"};

@@ -1,0 +1,229 @@
+/* runtimes.c - the container and slurm runtimes: both run
+ * `primus direct [direct-opts] -- <task> ...` somewhere else, so all they
+ * do is prepare a run directory, build an argv and start it. */
+#define _GNU_SOURCE
+#include "launch-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The inner command both runtimes start. */
+static void prm__inner_argv(const prm_launch_t *l, const char *exe, prm_argv_t *out) {
+  prm_argv_push(out, exe);
+  prm_argv_push(out, "direct");
+  prm_argv_pushv(out, l->direct_words.n, l->direct_words.v);
+  prm_argv_push(out, "--");
+  prm_argv_pushv(out, l->task_words.n, l->task_words.v);
+}
+
+/* Real runs get their run directory here, so the outer launcher and every
+ * node share it (PRIMUS_RUN_DIR). */
+static int prm__outer_rundir(const prm_launch_t *l, int always, char **run_dir, prm_err_t *err) {
+  *run_dir = NULL;
+  if (!always && !(l->sub->flags & PRM_SUB_RUN)) return 0;
+  prm_args_t *args;
+  prm_exp_t *exp;
+  int rc = prm__task_prepare(l, &l->task_words, &args, &exp, err);
+  if (rc) return rc;
+  if (!l->dry_run) rc = prm__rundir_for_task(l, exp, run_dir, err);
+  prm_args_free(args);
+  prm_exp_free(exp);
+  return rc;
+}
+
+static int prm__run_and_report(const prm_argv_t *cmd, const char *what, prm_err_t *err) {
+  int st = 0;
+  int rc = prm_proc_run(cmd->v, NULL, &st, NULL, err);
+  if (rc) return prm_errf(err, PRM_EDEP, "%s: cannot start %s: %s", what, cmd->v[0], err->msg);
+  return st;
+}
+
+/* ---- container ----------------------------------------------------------- */
+
+static const prm_opt_t prm__container_opts[] = {
+    {"engine", 0, PRM_OPT_STR, "NAME", NULL, "podman or docker (default: whichever is installed, podman first)"},
+    {"image", 'i', PRM_OPT_STR, "IMAGE", NULL, "container image (required)"},
+    {"volume", 'v', PRM_OPT_LIST, "HOST[:CTR[:ro]]", NULL, "bind a folder; a host-only path binds at the same path"},
+    {"device", 0, PRM_OPT_LIST, "DEV", NULL, "extra device to pass through"},
+    {"env", 'e', PRM_OPT_LIST, "K=V", NULL, "set a variable inside the container"},
+    {"name", 0, PRM_OPT_STR, "NAME", NULL, "container name"},
+    {"engine_opt", 0, PRM_OPT_LIST, "ARG", NULL, "global engine option before 'run' (e.g. --root=DIR)"},
+    {"run_opt", 0, PRM_OPT_LIST, "ARG", NULL, "extra 'run' option passed as is"},
+    {NULL},
+};
+
+static int prm__container_run(prm_launch_t *l, prm_err_t *err) {
+  prm_container_opts_t o = {0};
+  prm_platform_t plat;
+  prm_env_t host = {0};
+  prm_argv_t inner = {0}, cmd = {0};
+  char *engine = NULL, *run_dir = NULL, *cwd = prm_path_abs(".");
+  char *const *vals;
+  int n, rc;
+  o.engine = prm_args_str(l->rt_args, "engine");
+  o.image = prm_args_str(l->rt_args, "image");
+  o.name = prm_args_str(l->rt_args, "name");
+  if (!o.image) {
+    rc = prm_errf(err, PRM_EINVAL, "primus container: --image is required (or container.image in the launcher config)");
+    goto done;
+  }
+  n = prm_args_list(l->rt_args, "volume", &vals);
+  prm_argv_pushv(&o.volumes, n, vals);
+  prm_argv_push(&o.volumes, cwd); /* relative workspaces resolve the same inside */
+  n = prm_args_list(l->rt_args, "device", &vals);
+  prm_argv_pushv(&o.devices, n, vals);
+  n = prm_args_list(l->rt_args, "env", &vals);
+  for (int i = 0; i < n; i++)
+    if ((rc = prm_env_set_kv(&o.env, vals[i], err))) goto done;
+  n = prm_args_list(l->rt_args, "engine_opt", &vals);
+  prm_argv_pushv(&o.global, n, vals);
+  n = prm_args_list(l->rt_args, "run_opt", &vals);
+  prm_argv_pushv(&o.extra, n, vals);
+  prm_argv_push(&o.extra, "--workdir");
+  prm_argv_push(&o.extra, cwd);
+  o.project_dir = prm_home();
+  if ((rc = prm_platform_detect(&plat, err))) goto done;
+  if ((rc = prm__outer_rundir(l, 0, &run_dir, err))) goto done;
+  if (run_dir) {
+    o.run_dir = run_dir;
+    prm_env_set(&o.env, "PRIMUS_RUN_DIR", run_dir);
+  }
+  if (l->dry_run) {
+    engine = prm_xstrdup(o.engine ? o.engine : "podman");
+  } else if ((rc = prm_container_engine(&o, &engine, err))) {
+    goto done;
+  }
+  /* The binary is visible inside when it lives under the mounted project. */
+  prm_sb_t home = {0};
+  prm_sb_appendf(&home, "%s/", prm_home());
+  const char *exe = prm_startswith(l->self, prm_sb_str(&home)) ? l->self : "primus";
+  prm_sb_free(&home);
+  prm__inner_argv(l, exe, &inner);
+  prm_env_from_environ(&host);
+  if ((rc = prm_container_build(&o, engine, &plat, &host, inner.n, inner.v, &cmd, err))) goto done;
+  char *line = prm_argv_join_shell(cmd.n, cmd.v);
+  if (l->dry_run) {
+    printf("# primus dry run: nothing was started\ncommand: %s\n", line);
+  } else {
+    PRM_INFO("container: %s", line);
+    rc = prm__run_and_report(&cmd, "primus container", err);
+  }
+  free(line);
+done:
+  prm_container_opts_free(&o);
+  prm_env_free(&host);
+  prm_argv_free(&inner);
+  prm_argv_free(&cmd);
+  free(engine);
+  free(run_dir);
+  free(cwd);
+  return rc;
+}
+
+const prm_runtime_i prm__rt_container = {
+    "container", "run inside a podman or docker container (host network and IPC)",
+    "--image IMAGE [--volume V]... [--env K=V]... -- [direct-opts --] <task> <subtask> [opts]",
+    prm__container_opts, 0, 0, prm__container_run,
+};
+
+/* ---- slurm ----------------------------------------------------------------- */
+
+static const prm_opt_t prm__slurm_opts[] = {{NULL}};
+
+static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
+  prm_slurm_mode_t mode = PRM_SLURM_SRUN;
+  prm_argv_t flags = {0}, inner = {0}, cmd = {0};
+  prm_env_t env = {0};
+  char *run_dir = NULL, *script = NULL, *out = NULL;
+  int rc, seen_mode = 0;
+  /* Launcher-config words (--key=value) come first, then the command
+   * line's words, which may start with srun or sbatch. */
+  for (int i = 0; i < l->rt_words.n; i++) {
+    const char *w = l->rt_words.v[i];
+    if (!seen_mode && (!strcmp(w, "srun") || !strcmp(w, "sbatch"))) {
+      mode = !strcmp(w, "sbatch") ? PRM_SLURM_SBATCH : PRM_SLURM_SRUN;
+      seen_mode = 1;
+      continue;
+    }
+    if (!(prm_startswith(w, "--") && strchr(w, '='))) seen_mode = 1;
+    prm_argv_push(&flags, w);
+  }
+  for (int i = 0; i < flags.n; i++)
+    if (!strcmp(flags.v[i], "srun") || !strcmp(flags.v[i], "sbatch")) {
+      rc = prm_errf(err, PRM_EINVAL, "primus slurm: \"%s\" must come first: primus slurm %s [flags] -- ...",
+                    flags.v[i], flags.v[i]);
+      goto done;
+    }
+  if ((rc = prm__outer_rundir(l, mode == PRM_SLURM_SBATCH, &run_dir, err))) goto done;
+  prm__inner_argv(l, l->self, &inner);
+  if (run_dir) prm_env_set(&env, "PRIMUS_RUN_DIR", run_dir);
+  if (mode == PRM_SLURM_SRUN) {
+    if ((rc = prm_slurm_build(mode, flags.n, flags.v, NULL, inner.n, inner.v, &cmd, err))) goto done;
+    char *line = prm_argv_join_shell(cmd.n, cmd.v);
+    if (l->dry_run) printf("# primus dry run: nothing was started\ncommand: %s\n", line);
+    else {
+      if (run_dir) setenv("PRIMUS_RUN_DIR", run_dir, 1);
+      PRM_INFO("slurm: %s", line);
+      rc = prm__run_and_report(&cmd, "primus slurm srun", err);
+    }
+    free(line);
+    goto done;
+  }
+  /* sbatch: the batch script lives in the run directory. */
+  int has_output = 0;
+  for (int i = 0; i < flags.n; i++)
+    if (!strcmp(flags.v[i], "-o") || prm_startswith(flags.v[i], "--output")) has_output = 1;
+  if (!has_output)
+    prm_argv_pushf(&flags, "--output=%s/logs/slurm-%%j.out", run_dir ? run_dir : "<run-dir>");
+  if (l->dry_run) {
+    char tmpl[] = "/tmp/primus-sbatch-XXXXXX";
+    int fd = mkstemp(tmpl);
+    if (fd < 0) {
+      rc = prm_errf(err, PRM_EIO, "cannot create a temporary file");
+      goto done;
+    }
+    close(fd);
+    rc = prm_slurm_write_script(tmpl, flags.n, flags.v, &env, inner.n, inner.v, err);
+    if (!rc) rc = prm_fs_read_all(tmpl, &out, NULL, err);
+    unlink(tmpl);
+    if (rc) goto done;
+    printf("# primus dry run: nothing was submitted\ncommand: sbatch <run-dir>/sbatch.sh\nscript:\n%s", out);
+    goto done;
+  }
+  script = prm_path_join(run_dir, "sbatch.sh");
+  if ((rc = prm_slurm_write_script(script, flags.n, flags.v, &env, inner.n, inner.v, err))) goto done;
+  if ((rc = prm_slurm_build(mode, 0, NULL, script, 0, NULL, &cmd, err))) goto done;
+  int st = 0;
+  prm_proc_opts_t po = {.capture = 1};
+  if ((rc = prm_proc_run(cmd.v, &po, &st, &out, err))) {
+    rc = prm_errf(err, PRM_EDEP, "primus slurm sbatch: cannot run sbatch (Debian: slurm-client): %s", err->msg);
+    goto done;
+  }
+  long job = prm_slurm_parse_jobid(out);
+  if (st != 0 || job < 0) {
+    rc = prm_errf(err, PRM_ERUNTIME, "sbatch failed (exit %d): %s", st, out);
+    goto done;
+  }
+  char *jp = prm_path_join(run_dir, "slurm_job_id");
+  char *jtext = prm_xasprintf("%ld\n", job);
+  rc = prm_fs_write_atomic(jp, jtext, strlen(jtext), err);
+  free(jp);
+  free(jtext);
+  printf("Submitted batch job %ld\nrun directory: %s\n", job, run_dir);
+done:
+  prm_argv_free(&flags);
+  prm_argv_free(&inner);
+  prm_argv_free(&cmd);
+  prm_env_free(&env);
+  free(run_dir);
+  free(script);
+  free(out);
+  return rc;
+}
+
+const prm_runtime_i prm__rt_slurm = {
+    "slurm", "run through Slurm: srun (interactive) or sbatch (batch script in the run directory)",
+    "[srun|sbatch] [slurm flags] -- [direct-opts --] <task> <subtask> [opts]",
+    prm__slurm_opts, 0, 1, prm__slurm_run,
+};

@@ -1,0 +1,419 @@
+/* slurm.c - the Slurm runtime's pure half: expanding node lists, deriving
+ * the per-node distributed variables (NNODES, NODE_RANK, MASTER_ADDR,
+ * MASTER_PORT, GPUS_PER_NODE) from SLURM_*, building srun/sbatch argv, and
+ * writing the sbatch batch script.
+ *
+ * The batch script is the only shell text primus writes: every word in it
+ * is shell-quoted, and values that could escape a `#SBATCH` comment line
+ * (newlines) are refused.
+ */
+#define _GNU_SOURCE
+#include "primus/prm_launch.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* A guard against "n[0-999999999]" eating memory: far above any cluster. */
+#define PRM__MAX_HOSTS 1000000L
+
+/* ---- node list expansion ----------------------------------------------- */
+
+/* Expands the bracket group starting at s[*pos] == '[' into numbers with
+ * their zero padding ("01-03,7" -> "01","02","03","7"). *pos ends after ']'.
+ * The caller owns *items. */
+static int prm__expand_group(const char *list, const char *s, size_t *pos,
+                             prm_argv_t *items, prm_err_t *err) {
+  size_t i = *pos + 1;
+  for (;;) {
+    size_t lo_at = i;
+    while (isdigit((unsigned char)s[i])) i++;
+    size_t lo_len = i - lo_at;
+    size_t hi_at = i, hi_len = 0;
+    if (s[i] == '-') {
+      hi_at = ++i;
+      while (isdigit((unsigned char)s[i])) i++;
+      hi_len = i - hi_at;
+      if (!hi_len) goto bad;
+    }
+    if (!lo_len || lo_len > 18 || hi_len > 18) goto bad;
+    char *lo_s = prm_xstrndup(s + lo_at, lo_len);
+    int64_t lo = 0, hi = 0;
+    prm_parse_i64(lo_s, &lo);
+    free(lo_s);
+    if (hi_len) {
+      char *hi_s = prm_xstrndup(s + hi_at, hi_len);
+      prm_parse_i64(hi_s, &hi);
+      free(hi_s);
+    } else {
+      hi = lo;
+    }
+    if (hi < lo)
+      return prm_errf(err, PRM_EINVAL,
+                      "node list \"%s\": range %.*s-%.*s goes backwards", list,
+                      (int)lo_len, s + lo_at, (int)hi_len, s + hi_at);
+    if (hi - lo + 1 + items->n > PRM__MAX_HOSTS)
+      return prm_errf(err, PRM_ERANGE, "node list \"%s\": more than %ld hosts",
+                      list, PRM__MAX_HOSTS);
+    /* Slurm pads to the width of the lower bound: [08-10] -> 08 09 10. */
+    for (int64_t v = lo; v <= hi; v++)
+      prm_argv_pushf(items, "%0*" PRId64, (int)lo_len, v);
+    if (s[i] == ',') {
+      i++;
+      continue;
+    }
+    if (s[i] == ']') {
+      *pos = i + 1;
+      return 0;
+    }
+    goto bad;
+  }
+bad:
+  return prm_errf(err, PRM_EINVAL,
+                  "node list \"%s\": malformed range at \"%s\" (expected "
+                  "[N], [N-M] or comma lists of them)", list, s + *pos);
+}
+
+/* Expands one host expression (no top-level comma) such as "x[1-2]-ib[3,4]"
+ * and appends its hosts to *hosts. Several bracket groups multiply, the
+ * first varying slowest, as Slurm does. */
+static int prm__expand_one(const char *list, const char *s, prm_argv_t *hosts,
+                           prm_err_t *err) {
+  prm_argv_t acc = {0}; /* the prefixes built so far */
+  prm_argv_push(&acc, "");
+  size_t i = 0;
+  int rc = 0;
+  while (s[i]) {
+    if (s[i] == '[') {
+      prm_argv_t items = {0}, next = {0};
+      if ((rc = prm__expand_group(list, s, &i, &items, err))) {
+        prm_argv_free(&items);
+        goto done;
+      }
+      if ((long)acc.n * items.n > PRM__MAX_HOSTS) {
+        prm_argv_free(&items);
+        rc = prm_errf(err, PRM_ERANGE, "node list \"%s\": more than %ld hosts",
+                      list, PRM__MAX_HOSTS);
+        goto done;
+      }
+      for (int a = 0; a < acc.n; a++)
+        for (int b = 0; b < items.n; b++)
+          prm_argv_pushf(&next, "%s%s", acc.v[a], items.v[b]);
+      prm_argv_free(&items);
+      prm_argv_free(&acc);
+      acc = next;
+      continue;
+    }
+    size_t j = i;
+    while (s[j] && s[j] != '[') {
+      if (s[j] == ']' || isspace((unsigned char)s[j])) {
+        rc = prm_errf(err, PRM_EINVAL, "node list \"%s\": unexpected '%c' in \"%s\"",
+                      list, s[j] == ']' ? ']' : ' ', s);
+        goto done;
+      }
+      j++;
+    }
+    for (int a = 0; a < acc.n; a++) {
+      char *t = prm_xasprintf("%s%.*s", acc.v[a], (int)(j - i), s + i);
+      free(acc.v[a]);
+      acc.v[a] = t;
+    }
+    i = j;
+  }
+  if (hosts->n + acc.n > PRM__MAX_HOSTS) {
+    rc = prm_errf(err, PRM_ERANGE, "node list \"%s\": more than %ld hosts", list,
+                  PRM__MAX_HOSTS);
+    goto done;
+  }
+  prm_argv_pushv(hosts, acc.n, acc.v);
+done:
+  prm_argv_free(&acc);
+  return rc;
+}
+
+/* Appends to *hosts only on success; the caller owns *hosts. */
+int prm_slurm_expand_nodelist(const char *list, prm_argv_t *hosts,
+                              prm_err_t *err) {
+  if (!list || !*list)
+    return prm_errf(err, PRM_EINVAL, "node list \"\": empty");
+  prm_argv_t tmp = {0};
+  int rc = 0;
+  size_t start = 0, depth = 0, n = strlen(list);
+  for (size_t i = 0; i <= n; i++) {
+    char c = list[i];
+    if (c == '[') {
+      if (depth++) {
+        rc = prm_errf(err, PRM_EINVAL, "node list \"%s\": nested '['", list);
+        goto done;
+      }
+    } else if (c == ']') {
+      if (!depth) {
+        rc = prm_errf(err, PRM_EINVAL, "node list \"%s\": ']' without '['", list);
+        goto done;
+      }
+      depth--;
+    } else if ((c == ',' && !depth) || c == '\0') {
+      if (depth) {
+        rc = prm_errf(err, PRM_EINVAL, "node list \"%s\": '[' is never closed", list);
+        goto done;
+      }
+      if (i == start) {
+        rc = prm_errf(err, PRM_EINVAL, "node list \"%s\": empty host name", list);
+        goto done;
+      }
+      char *one = prm_xstrndup(list + start, i - start);
+      if (one[0] == '[') {
+        rc = prm_errf(err, PRM_EINVAL, "node list \"%s\": \"%s\" has no host prefix",
+                      list, one);
+        free(one);
+        goto done;
+      }
+      rc = prm__expand_one(list, one, &tmp, err);
+      free(one);
+      if (rc) goto done;
+      start = i + 1;
+    }
+  }
+  prm_argv_pushv(hosts, tmp.n, tmp.v);
+done:
+  prm_argv_free(&tmp);
+  return rc;
+}
+
+/* ---- per-node environment ---------------------------------------------- */
+
+/* Reads a non-negative integer variable; 1 when present, 0 when absent or
+ * empty, negative PRM_EINVAL when malformed. */
+static int prm__env_num(const prm_env_t *in, const char *key, int64_t *out,
+                        prm_err_t *err) {
+  const char *v = prm_env_get(in, key);
+  if (!v || !*v) return 0;
+  if (prm_parse_i64(v, out) != 0 || *out < 0)
+    return prm_errf(err, PRM_EINVAL, "%s=\"%s\": expected a non-negative integer",
+                    key, v);
+  return 1;
+}
+
+/* Fills *out only when every present variable is well-formed. */
+int prm_slurm_node_env(const prm_env_t *in, prm_env_t *out, prm_err_t *err) {
+  int64_t nnodes = 0, rank = 0, jobid = 0, gpus = 0, port = 0;
+  int has_nn, has_rank, has_job, has_gpus, has_port = 0;
+  const char *nn_key = "SLURM_NNODES";
+  if ((has_nn = prm__env_num(in, nn_key, &nnodes, err)) < 0) return has_nn;
+  if (!has_nn) {
+    nn_key = "SLURM_JOB_NUM_NODES";
+    if ((has_nn = prm__env_num(in, nn_key, &nnodes, err)) < 0) return has_nn;
+  }
+  if (has_nn && nnodes < 1)
+    return prm_errf(err, PRM_EINVAL, "%s=\"%s\": expected at least 1", nn_key,
+                    prm_env_get(in, nn_key));
+  if ((has_rank = prm__env_num(in, "SLURM_NODEID", &rank, err)) < 0) return has_rank;
+  if (has_nn && has_rank && rank >= nnodes)
+    return prm_errf(err, PRM_EINVAL,
+                    "SLURM_NODEID=%" PRId64 " is not below %s=%" PRId64, rank,
+                    nn_key, nnodes);
+  if ((has_job = prm__env_num(in, "SLURM_JOB_ID", &jobid, err)) < 0) return has_job;
+  if ((has_gpus = prm__env_num(in, "SLURM_GPUS_ON_NODE", &gpus, err)) < 0)
+    return has_gpus;
+  const char *mp = prm_env_get(in, "MASTER_PORT");
+  if (mp && *mp) {
+    if (prm_parse_i64(mp, &port) || port < 1 || port > 65535)
+      return prm_errf(err, PRM_EINVAL, "MASTER_PORT=\"%s\": expected a port 1-65535",
+                      mp);
+    has_port = 1;
+  } else if (has_job) {
+    port = 1234 + jobid % 1000;
+    has_port = 1;
+  }
+
+  char *master = NULL;
+  const char *nl_key = "SLURM_JOB_NODELIST";
+  const char *nl = prm_env_get(in, nl_key);
+  if (!nl || !*nl) nl = prm_env_get(in, nl_key = "SLURM_NODELIST");
+  if (nl && *nl) {
+    prm_argv_t hosts = {0};
+    int rc = prm_slurm_expand_nodelist(nl, &hosts, err);
+    if (rc) {
+      prm_argv_free(&hosts);
+      prm_err_prefix(err, "%s", nl_key);
+      return rc;
+    }
+    master = prm_xstrdup(hosts.v[0]);
+    prm_argv_free(&hosts);
+  }
+
+  char buf[32];
+  if (has_nn) {
+    snprintf(buf, sizeof buf, "%" PRId64, nnodes);
+    prm_env_set(out, "NNODES", buf);
+  }
+  if (has_rank) {
+    snprintf(buf, sizeof buf, "%" PRId64, rank);
+    prm_env_set(out, "NODE_RANK", buf);
+  }
+  if (master) prm_env_set(out, "MASTER_ADDR", master);
+  if (has_port) {
+    snprintf(buf, sizeof buf, "%" PRId64, port);
+    prm_env_set(out, "MASTER_PORT", buf);
+  }
+  if (has_gpus) {
+    snprintf(buf, sizeof buf, "%" PRId64, gpus);
+    prm_env_set(out, "GPUS_PER_NODE", buf);
+  }
+  free(master);
+  return 0;
+}
+
+/* ---- srun / sbatch argv ------------------------------------------------- */
+
+/* Appends to *out only on success; the caller owns *out. */
+int prm_slurm_build(prm_slurm_mode_t mode, int nflags, char *const *flags,
+                    const char *script, int inner_argc, char *const *inner,
+                    prm_argv_t *out, prm_err_t *err) {
+  if (mode == PRM_SLURM_SRUN) {
+    if (inner_argc < 1 || !inner[0] || !*inner[0])
+      return prm_errf(err, PRM_EINVAL, "srun: no command to run");
+    if (inner[0][0] == '-')
+      return prm_errf(err, PRM_EINVAL,
+                      "srun: command \"%s\" starts with '-' and would be read as an "
+                      "srun option", inner[0]);
+  } else if (mode == PRM_SLURM_SBATCH) {
+    if (!script || !*script)
+      return prm_errf(err, PRM_EINVAL, "sbatch: no batch script path");
+    if (script[0] == '-')
+      return prm_errf(err, PRM_EINVAL, "sbatch: script path \"%s\" starts with '-'",
+                      script);
+  } else {
+    return prm_errf(err, PRM_EINVAL, "slurm: unknown mode %d", (int)mode);
+  }
+  prm_argv_t a = {0};
+  prm_argv_push(&a, mode == PRM_SLURM_SRUN ? "srun" : "sbatch");
+  for (int i = 0; i < nflags; i++) prm_argv_push(&a, flags[i]);
+  if (mode == PRM_SLURM_SRUN)
+    for (int i = 0; i < inner_argc; i++) prm_argv_push(&a, inner[i]);
+  else
+    prm_argv_push(&a, script);
+  prm_argv_pushv(out, a.n, a.v);
+  prm_argv_free(&a);
+  return 0;
+}
+
+/* ---- sbatch script ------------------------------------------------------ */
+
+static int prm__is_env_name(const char *s) {
+  if (!s || !(*s == '_' || isalpha((unsigned char)*s))) return 0;
+  for (s++; *s; s++)
+    if (!(*s == '_' || isalnum((unsigned char)*s))) return 0;
+  return 1;
+}
+
+/* sbatch reads `#SBATCH` lines with its own tokenizer, which understands
+ * '...' quoting and backslashes like the shell, so the same quoting serves
+ * both. A flag followed by a word that does not start with '-' is its value
+ * ("-p low") and shares the line. */
+int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
+                           const prm_env_t *env, int inner_argc,
+                           char *const *inner, prm_err_t *err) {
+  if (inner_argc < 1 || !inner[0] || !*inner[0])
+    return prm_errf(err, PRM_EINVAL, "%s: sbatch script needs a command", path);
+  prm_sb_t sb = {0};
+  int rc = 0;
+  prm_sb_append(&sb, "#!/bin/bash\n");
+  for (int i = 0; i < nflags; i++) {
+    const char *f = flags[i];
+    if (strpbrk(f, "\n\r")) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: sbatch flag \"%s\" contains a newline",
+                    path, f);
+      goto fail;
+    }
+    if (f[0] != '-') {
+      rc = prm_errf(err, PRM_EINVAL,
+                    "%s: sbatch argument \"%s\" is not a flag and follows no flag",
+                    path, f);
+      goto fail;
+    }
+    prm_sb_append(&sb, "#SBATCH ");
+    prm_sb_append_shquote(&sb, f);
+    if (i + 1 < nflags && flags[i + 1][0] != '-') {
+      const char *v = flags[++i];
+      if (strpbrk(v, "\n\r")) {
+        rc = prm_errf(err, PRM_EINVAL, "%s: value of sbatch flag %s contains a newline",
+                      path, f);
+        goto fail;
+      }
+      prm_sb_putc(&sb, ' ');
+      prm_sb_append_shquote(&sb, v);
+    }
+    prm_sb_putc(&sb, '\n');
+  }
+  prm_sb_append(&sb, "\nset -euo pipefail\n");
+  for (int i = 0; env && i < env->n; i++) {
+    if (!prm__is_env_name(env->keys[i])) {
+      rc = prm_errf(err, PRM_EINVAL,
+                    "%s: env name \"%s\": expected [A-Za-z_][A-Za-z0-9_]*", path,
+                    env->keys[i]);
+      goto fail;
+    }
+    /* Always quote, even plain words, so every value reads the same way. */
+    prm_sb_appendf(&sb, "export %s='", env->keys[i]);
+    for (const char *p = env->vals[i]; *p; p++) {
+      if (*p == '\'')
+        prm_sb_append(&sb, "'\\''");
+      else
+        prm_sb_putc(&sb, *p);
+    }
+    prm_sb_append(&sb, "'\n");
+  }
+  prm_sb_append(&sb, "srun");
+  for (int i = 0; i < inner_argc; i++) {
+    prm_sb_putc(&sb, ' ');
+    /* An empty word must survive as '' rather than vanish. */
+    if (!*inner[i])
+      prm_sb_append(&sb, "''");
+    else
+      prm_sb_append_shquote(&sb, inner[i]);
+  }
+  prm_sb_putc(&sb, '\n');
+  if ((rc = prm_fs_write_atomic(path, prm_sb_str(&sb), sb.len, err))) goto fail;
+  if (chmod(path, 0755) != 0) {
+    rc = prm_errf(err, PRM_EIO, "%s: chmod 0755: %s", path, strerror(errno));
+    goto fail;
+  }
+  prm_sb_free(&sb);
+  return 0;
+
+fail:
+  prm_sb_free(&sb);
+  return rc;
+}
+
+/* ---- sbatch output ------------------------------------------------------ */
+
+long prm_slurm_parse_jobid(const char *out) {
+  if (!out) return -1;
+  static const char key[] = "Submitted batch job ";
+  const char *p = strstr(out, key);
+  if (p) {
+    p += sizeof key - 1;
+  } else {
+    /* `sbatch --parsable` prints "ID" or "ID;cluster". */
+    p = out;
+    while (isspace((unsigned char)*p)) p++;
+    const char *q = p;
+    while (isdigit((unsigned char)*q)) q++;
+    if (q == p) return -1;
+    if (*q != ';') {
+      while (isspace((unsigned char)*q)) q++;
+      if (*q) return -1; /* digits followed by other text: not ours */
+    }
+  }
+  if (!isdigit((unsigned char)*p)) return -1;
+  errno = 0;
+  char *end = NULL;
+  long id = strtol(p, &end, 10);
+  if (errno || id < 0) return -1;
+  return id;
+}

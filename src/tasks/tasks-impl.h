@@ -1,0 +1,11 @@
+/* tasks-impl.h - the built-in task tables, shared inside src/tasks. */
+#ifndef PRM_TASKS_IMPL_H
+#define PRM_TASKS_IMPL_H
+
+#include "primus/prm_task.h"
+
+extern const prm_task_t prm__task_config;
+extern const prm_task_t prm__task_env;
+extern const prm_task_t prm__task_plugins;
+
+#endif

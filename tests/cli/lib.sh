@@ -1,0 +1,51 @@
+# lib.sh - helpers for the black-box CLI tests: a private temp folder removed
+# on exit (even on failure), assertions that count, and the closing line.
+set -uo pipefail
+: "${PRIMUS_BIN:?PRIMUS_BIN must point at the primus binary}"
+PRIMUS_SRC=${PRIMUS_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+T=$(mktemp -d "${TMPDIR:-/tmp}/primus-cli-XXXXXX")
+_pass=0
+_fail=0
+_cleanup() { [[ -n ${PRIMUS_KEEP_TMP:-} ]] || rm -rf "$T"; }
+trap _cleanup EXIT
+export HOME=$T/home
+mkdir -p "$HOME"
+unset PRIMUS_HOOKS_DIR PRIMUS_PLUGIN_PATH PRIMUS_RUN_DIR PRIMUS_LAUNCHED PRIMUS_REPLAY_OF
+export PRIMUS_SYSFS_ROOT=${PRIMUS_FIXTURES:-$PRIMUS_SRC/tests/fixtures}/sysfs/cpu-only
+
+ok() { _pass=$((_pass + 1)); echo "ok - $1"; }
+bad() { _fail=$((_fail + 1)); echo "not ok - $1"; }
+
+# run CMD...: runs primus, keeps stdout in $OUT, stderr in $ERR, status in $RC.
+run() {
+  OUT=$("$PRIMUS_BIN" "$@" 2>"$T/.err")
+  RC=$?
+  ERR=$(cat "$T/.err")
+}
+expect_rc() { # NAME EXPECTED
+  if [[ $RC == "$2" ]]; then ok "$1 (exit $RC)"; else bad "$1: exit $RC, expected $2; stderr: $ERR"; fi
+}
+expect_in() { # NAME NEEDLE HAYSTACK
+  if [[ $3 == *"$2"* ]]; then ok "$1"; else bad "$1: '$2' not found in: $3"; fi
+}
+expect_not_in() {
+  if [[ $3 != *"$2"* ]]; then ok "$1"; else bad "$1: '$2' unexpectedly found in: $3"; fi
+}
+expect_eq() { # NAME A B
+  if [[ $2 == "$3" ]]; then ok "$1"; else bad "$1: '$2' != '$3'"; fi
+}
+expect_file() {
+  if [[ -e $2 ]]; then ok "$1"; else bad "$1: $2 missing"; fi
+}
+
+# build_plugin: compiles the hello test plugin into $T/plugins.
+build_plugin() {
+  mkdir -p "$T/plugins"
+  "${CC:-cc}" -shared -fPIC -Wall -Werror -I"$PRIMUS_SRC/include" \
+    "$PRIMUS_SRC/tests/fixtures/plugins/hello_plugin.c" -o "$T/plugins/hello.so"
+}
+
+finish() {
+  echo "$_pass passed, $_fail failed"
+  [[ $_fail == 0 ]]
+}

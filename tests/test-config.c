@@ -1,0 +1,740 @@
+/* test-config.c - the experiment configuration: YAML parsing with line
+ * numbers, extends chains, ${VAR} expansion, presets and precedence, schema
+ * errors with file:line, the shipped presets, parameter counts and the
+ * dump -> load round trip. */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "primus/prm_config.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static char *tmp_file(const char *name, const char *text) {
+  return prm_test_write(prm_test_tmpdir(), name, text);
+}
+
+/* Loads an experiment that must resolve; fails the test with the message. */
+static prm_exp_t *load_ok(const char *path, const prm_override_t *ov, int nov) {
+  prm_exp_t *e = NULL;
+  prm_err_t err = {0};
+  int rc = prm_exp_load(path, ov, nov, NULL, &e, &err);
+  if (rc) fail_msg("prm_exp_load(%s): %s", path, err.msg);
+  return e;
+}
+
+/* Loads an experiment that must fail with code; returns the message. */
+static void load_fails(const char *path, const prm_override_t *ov, int nov, int code,
+                       const char *want_msg) {
+  prm_exp_t *e = NULL;
+  prm_err_t err = {0};
+  int rc = prm_exp_load(path, ov, nov, NULL, &e, &err);
+  assert_null(e);
+  if (rc != code) fail_msg("expected %s, got %s: %s", prm_errname(code), prm_errname(rc), err.msg);
+  if (!strstr(err.msg, want_msg)) fail_msg("message \"%s\" lacks \"%s\"", err.msg, want_msg);
+}
+
+static double get_f64(const prm_exp_t *e, const char *key) {
+  double d = -1;
+  assert_int_equal(prm_exp_get_f64(e, key, &d), 0);
+  return d;
+}
+
+static int64_t get_int(const prm_exp_t *e, const char *key) {
+  int64_t v = -1;
+  assert_int_equal(prm_exp_get_int(e, key, &v), 0);
+  return v;
+}
+
+static void assert_origin(const prm_exp_t *e, const char *key, const char *want_suffix) {
+  char *o = prm_exp_origin(e, key);
+  assert_non_null(o);
+  if (!prm_endswith(o, want_suffix)) fail_msg("origin of %s is %s, want *%s", key, o, want_suffix);
+  free(o);
+}
+
+/* An experiment around a model preset, with extra overrides lines. */
+static char *write_exp(const char *name, const char *model, const char *overrides) {
+  char *text = prm_xasprintf("work_group: team\n"
+                             "user_name: tester\n"
+                             "modules:\n"
+                             "  pre_trainer:\n"
+                             "    framework: native\n"
+                             "    config: pre_trainer.yaml\n"
+                             "    model: %s\n"
+                             "    overrides:\n"
+                             "      log_interval: 1\n"
+                             "%s",
+                             model, overrides ? overrides : "");
+  char *p = tmp_file(name, text);
+  free(text);
+  return p;
+}
+
+/* ---- YAML --------------------------------------------------------------- */
+
+static void test_yaml_parse(void **state) {
+  (void)state;
+  const char *text = "# comment\n"
+                     "a: 1\n"
+                     "b:\n"
+                     "  c: \"123\"\n"
+                     "  d: [x, 'y z']\n"
+                     "e:\n"
+                     "  - one\n"
+                     "  - two\n"
+                     "f:\n"
+                     "g: ~\n"
+                     "h: null\n"
+                     "i: 'null'\n";
+  prm_node_t *n = NULL;
+  prm_err_t err = {0};
+  assert_int_equal(prm_yaml_parse(text, strlen(text), "t.yaml", &n, &err), 0);
+  assert_int_equal(n->kind, PRM_NODE_MAP);
+  assert_int_equal(n->n, 8);
+  prm_node_t *a = prm_node_get(n, "a");
+  assert_string_equal(a->str, "1");
+  assert_int_equal(a->line, 2);
+  assert_false(a->quoted);
+  assert_string_equal(a->file, "t.yaml");
+  prm_node_t *c = prm_node_path(n, "b.c");
+  assert_string_equal(c->str, "123");
+  assert_true(c->quoted);
+  assert_int_equal(c->line, 4);
+  prm_node_t *d = prm_node_path(n, "b.d");
+  assert_int_equal(d->kind, PRM_NODE_LIST);
+  assert_int_equal(d->n, 2);
+  assert_string_equal(d->items[1]->str, "y z");
+  prm_node_t *e = prm_node_get(n, "e");
+  assert_int_equal(e->items[1]->line, 8);
+  assert_int_equal(prm_node_get(n, "f")->kind, PRM_NODE_NULL);
+  assert_int_equal(prm_node_get(n, "g")->kind, PRM_NODE_NULL);
+  assert_int_equal(prm_node_get(n, "h")->kind, PRM_NODE_NULL);
+  assert_int_equal(prm_node_get(n, "i")->kind, PRM_NODE_SCALAR);
+  assert_null(prm_node_path(n, "b.zz"));
+  prm_node_free(n);
+
+  const char *dup = "a: 1\nb: 2\na: 3\n";
+  assert_int_equal(prm_yaml_parse(dup, strlen(dup), "d.yaml", &n, &err), PRM_EPARSE);
+  assert_null(n);
+  assert_string_equal(err.msg, "d.yaml:3: duplicate key \"a\" (first at line 1)");
+  const char *alias = "a: &x 1\nb: *x\n";
+  assert_int_equal(prm_yaml_parse(alias, strlen(alias), "al.yaml", &n, &err), PRM_EPARSE);
+  assert_non_null(strstr(err.msg, "al.yaml:1: anchors and aliases"));
+}
+
+static void test_yaml_malformed(void **state) {
+  (void)state;
+  prm_node_t *n = NULL;
+  prm_err_t err = {0};
+  const char *bad = "a: 1\nb: 2\nc: d: e\nf: 4\n";
+  assert_int_equal(prm_yaml_parse(bad, strlen(bad), "bad.yaml", &n, &err), PRM_EPARSE);
+  assert_null(n);
+  assert_string_equal(err.msg, "bad.yaml:3: mapping values are not allowed in this context");
+  const char *tab = "a: 1\nb:\n\t- x\n";
+  assert_int_equal(prm_yaml_parse(tab, strlen(tab), "tab.yaml", &n, &err), PRM_EPARSE);
+  assert_true(prm_startswith(err.msg, "tab.yaml:3: "));
+  /* The same through a file and an experiment load. */
+  char *p = tmp_file("malformed.yaml", "work_group: x\nmodules:\n  pre_trainer:\n    model: [a, b\n");
+  load_fails(p, NULL, 0, PRM_EPARSE, "malformed.yaml:");
+  free(p);
+}
+
+static void test_yaml_emit(void **state) {
+  (void)state;
+  prm_node_t *m = prm_node_new(PRM_NODE_MAP, "x.yaml", 1);
+  prm_node_set(m, "plain", prm_node_new_scalar("abc", "x.yaml", 2));
+  prm_node_t *q = prm_node_new_scalar("123", "x.yaml", 3);
+  q->quoted = 1;
+  prm_node_set(m, "quoted_number", q);
+  prm_node_set(m, "number", prm_node_new_scalar("123", "x.yaml", 4));
+  prm_node_set(m, "tricky", prm_node_new_scalar("a: b # \"c\"\n\\", "x.yaml", 5));
+  prm_node_set(m, "empty", prm_node_new_scalar("", "x.yaml", 6));
+  prm_node_set(m, "nothing", prm_node_new(PRM_NODE_NULL, "x.yaml", 7));
+  prm_node_t *l = prm_node_new(PRM_NODE_LIST, "x.yaml", 8);
+  prm_node_push(l, prm_node_new_scalar("-dash", "x.yaml", 8));
+  prm_node_t *inner = prm_node_new(PRM_NODE_MAP, "x.yaml", 9);
+  prm_node_set(inner, "k", prm_node_new_scalar("v", "x.yaml", 9));
+  prm_node_push(l, inner);
+  prm_node_set(m, "list", l);
+  prm_node_set(m, "empty_map", prm_node_new(PRM_NODE_MAP, "x.yaml", 10));
+  prm_sb_t sb = {0};
+  prm_yaml_emit(m, &sb, 0);
+  assert_non_null(strstr(prm_sb_str(&sb), "quoted_number: \"123\"\n"));
+  assert_non_null(strstr(prm_sb_str(&sb), "number: 123\n"));
+  assert_non_null(strstr(prm_sb_str(&sb), "nothing: null\n"));
+  prm_node_t *back = NULL;
+  prm_err_t err = {0};
+  if (prm_yaml_parse(sb.buf, sb.len, "back.yaml", &back, &err)) fail_msg("%s\n%s", err.msg, sb.buf);
+  assert_string_equal(prm_node_get(back, "tricky")->str, "a: b # \"c\"\n\\");
+  assert_true(prm_node_get(back, "quoted_number")->quoted);
+  assert_string_equal(prm_node_get(back, "empty")->str, "");
+  assert_int_equal(prm_node_get(back, "nothing")->kind, PRM_NODE_NULL);
+  assert_string_equal(prm_node_path(back, "list")->items[0]->str, "-dash");
+  assert_string_equal(prm_node_get(prm_node_path(back, "list")->items[1], "k")->str, "v");
+  assert_int_equal(prm_node_get(back, "empty_map")->kind, PRM_NODE_MAP);
+  prm_node_free(back);
+  prm_sb_reset(&sb);
+  prm_yaml_emit(m, &sb, 1);
+  assert_non_null(strstr(prm_sb_str(&sb), "# x.yaml:4\n"));
+  prm_sb_free(&sb);
+  prm_node_free(m);
+}
+
+/* ---- tree operations ---------------------------------------------------- */
+
+static void test_node_ops(void **state) {
+  (void)state;
+  const char *a_text = "x: 1\nm:\n  p: 1\n  q: 2\nl: [1, 2]\n";
+  const char *b_text = "y: 2\nm:\n  q: 20\n  r: 30\nl: [3]\n";
+  prm_node_t *a = NULL, *b = NULL;
+  prm_err_t err = {0};
+  assert_int_equal(prm_yaml_parse(a_text, strlen(a_text), "a", &a, &err), 0);
+  assert_int_equal(prm_yaml_parse(b_text, strlen(b_text), "b", &b, &err), 0);
+  prm_node_merge(a, b);
+  assert_string_equal(prm_node_path(a, "m.p")->str, "1");
+  assert_string_equal(prm_node_path(a, "m.q")->str, "20");
+  assert_string_equal(prm_node_path(a, "m.q")->file, "b");
+  assert_string_equal(prm_node_path(a, "m.r")->str, "30");
+  assert_int_equal(prm_node_path(a, "l")->n, 1); /* lists replace */
+  assert_string_equal(prm_node_path(b, "m.q")->str, "20"); /* src untouched */
+  prm_node_set_path(a, "n.o.p", prm_node_new_scalar("deep", "<cli>", 0));
+  assert_string_equal(prm_node_path(a, "n.o.p")->str, "deep");
+  prm_node_t *c = prm_node_clone(a);
+  assert_int_equal(prm_node_remove(a, "x"), 1);
+  assert_int_equal(prm_node_remove(a, "x"), 0);
+  assert_null(prm_node_get(a, "x"));
+  assert_string_equal(prm_node_get(c, "x")->str, "1");
+  assert_string_equal(prm_node_path(c, "n.o.p")->str, "deep");
+  prm_node_free(a);
+  prm_node_free(b);
+  prm_node_free(c);
+}
+
+static void test_env_expand(void **state) {
+  (void)state;
+  const char *text = "a: ${A}\n"
+                     "b: ${B:fallback}\n"
+                     "c: pre-${A}-${NOPE:${ALSO_NOPE:x}}-post\n"
+                     "d: $${LITERAL}\n"
+                     "e: ${E_EMPTY:default}\n"
+                     "f: ${NOPE:null}\n";
+  prm_node_t *n = NULL;
+  prm_err_t err = {0};
+  prm_env_t env = {0};
+  prm_env_set(&env, "A", "alpha");
+  prm_env_set(&env, "E_EMPTY", "");
+  assert_int_equal(prm_yaml_parse(text, strlen(text), "v.yaml", &n, &err), 0);
+  assert_int_equal(prm_node_expand_env(n, &env, &err), 0);
+  assert_string_equal(prm_node_get(n, "a")->str, "alpha");
+  assert_string_equal(prm_node_get(n, "b")->str, "fallback");
+  assert_string_equal(prm_node_get(n, "c")->str, "pre-alpha-x-post");
+  assert_string_equal(prm_node_get(n, "d")->str, "${LITERAL}");
+  assert_int_equal(prm_node_get(n, "e")->kind, PRM_NODE_NULL); /* set but empty */
+  assert_int_equal(prm_node_get(n, "f")->kind, PRM_NODE_NULL);
+  prm_node_free(n);
+
+  const char *missing = "ok: 1\nneeds: [a, \"${PRM_TEST_SURELY_UNSET}\"]\n";
+  assert_int_equal(prm_yaml_parse(missing, strlen(missing), "m.yaml", &n, &err), 0);
+  assert_int_equal(prm_node_expand_env(n, &env, &err), PRM_ECONFIG);
+  assert_string_equal(err.msg, "m.yaml:2: ${PRM_TEST_SURELY_UNSET} is not set");
+  prm_node_free(n);
+  const char *broken = "x: ${UNCLOSED\n";
+  assert_int_equal(prm_yaml_parse(broken, strlen(broken), "u.yaml", &n, &err), 0);
+  assert_int_equal(prm_node_expand_env(n, &env, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "u.yaml:1: bad variable reference"));
+  prm_node_free(n);
+  prm_env_free(&env);
+}
+
+/* ---- experiments -------------------------------------------------------- */
+
+static void test_extends(void **state) {
+  (void)state;
+  char *p1 = tmp_file("ext/base/common.yaml", "workspace: /base/ws\n"
+                                              "exp_name: from_common\n"
+                                              "modules:\n"
+                                              "  pre_trainer:\n"
+                                              "    model: llama_tiny.yaml\n"
+                                              "    overrides:\n"
+                                              "      train_iters: 5\n"
+                                              "      weight_decay: 0.2\n");
+  char *p2 = tmp_file("ext/base/more.yaml", "extends: common.yaml\n"
+                                            "modules:\n"
+                                            "  pre_trainer:\n"
+                                            "    overrides:\n"
+                                            "      train_iters: 6\n"
+                                            "      seed: 7\n");
+  char *p3 = tmp_file("ext/sub/list.yaml", "extends:\n"
+                                           "  - ../base/common.yaml\n"
+                                           "  - ../base/more.yaml\n"
+                                           "exp_name: listed\n"
+                                           "modules:\n"
+                                           "  pre_trainer:\n"
+                                           "    overrides:\n"
+                                           "      train_iters: 8\n");
+  char *p4 = tmp_file("ext/sub/scalar.yaml", "extends: ../base/common.yaml\n");
+  prm_exp_t *e = load_ok(p3, NULL, 0);
+  assert_int_equal(get_int(e, "train_iters"), 8); /* the file itself wins */
+  assert_int_equal(get_int(e, "seed"), 7);         /* from the later base */
+  assert_true(get_f64(e, "weight_decay") == 0.2);  /* deep-merged from the first */
+  assert_string_equal(prm_exp_top(e, "exp_name"), "listed");
+  assert_string_equal(prm_exp_top(e, "workspace"), "/base/ws");
+  assert_origin(e, "seed", "ext/base/more.yaml:6");
+  /* Inputs: the file, its chain, the presets; absolute; no repeats. */
+  const prm_argv_t *in = prm_exp_inputs(e);
+  assert_true(in->n >= 5);
+  assert_true(prm_endswith(in->v[0], "ext/sub/list.yaml"));
+  assert_true(prm_endswith(in->v[1], "ext/base/common.yaml"));
+  assert_true(prm_endswith(in->v[2], "ext/base/more.yaml"));
+  assert_int_equal(prm_argv_find(in, in->v[1]), 1);
+  for (int i = 0; i < in->n; i++) assert_int_equal(in->v[i][0], '/');
+  assert_true(prm_argv_find(in, in->v[in->n - 1]) == in->n - 1);
+  prm_exp_free(e);
+
+  e = load_ok(p4, NULL, 0);
+  assert_int_equal(get_int(e, "train_iters"), 5);
+  assert_string_equal(prm_exp_top(e, "exp_name"), "from_common");
+  prm_exp_free(e);
+
+  char *c1 = tmp_file("cyc/one.yaml", "extends: two.yaml\n");
+  char *c2 = tmp_file("cyc/two.yaml", "extends: [three.yaml]\n");
+  char *c3 = tmp_file("cyc/three.yaml", "extends: one.yaml\n");
+  load_fails(c1, NULL, 0, PRM_ECONFIG, "three.yaml:1: extends cycle: ");
+  load_fails(c1, NULL, 0, PRM_ECONFIG, "one.yaml -> ");
+  load_fails(c1, NULL, 0, PRM_ECONFIG, "two.yaml -> ");
+  char *self = tmp_file("cyc/self.yaml", "extends: ./self.yaml\n");
+  load_fails(self, NULL, 0, PRM_ECONFIG, "extends cycle");
+  char *gone = tmp_file("cyc/gone.yaml", "x: 1\nextends: nowhere.yaml\n");
+  load_fails(gone, NULL, 0, PRM_ENOENT, "gone.yaml:2: ");
+  load_fails(gone, NULL, 0, PRM_ENOENT, "nowhere.yaml");
+  free(p1), free(p2), free(p3), free(p4), free(c1), free(c2), free(c3), free(self), free(gone);
+}
+
+static void test_vars(void **state) {
+  (void)state;
+  char *p = write_exp("vars.yaml", "${PRM_TEST_MODEL:llama_tiny}.yaml",
+                      "      lr: ${PRM_TEST_LR:3e-4}\n"
+                      "      save: ${PRM_TEST_SAVE:null}\n");
+  unsetenv("PRM_TEST_LR");
+  unsetenv("PRM_TEST_MODEL");
+  prm_exp_t *e = load_ok(p, NULL, 0);
+  assert_true(get_f64(e, "lr") == 3e-4);
+  assert_null(prm_exp_get_str(e, "save"));
+  assert_int_equal(get_int(e, "hidden_size"), 128);
+  prm_exp_free(e);
+  setenv("PRM_TEST_LR", "0.5", 1);
+  setenv("PRM_TEST_MODEL", "llama_124M", 1);
+  setenv("PRM_TEST_SAVE", "/ckpt", 1);
+  e = load_ok(p, NULL, 0);
+  assert_true(get_f64(e, "lr") == 0.5);
+  assert_string_equal(prm_exp_get_str(e, "save"), "/ckpt");
+  assert_int_equal(get_int(e, "hidden_size"), 768);
+  prm_exp_free(e);
+  setenv("PRM_TEST_LR", "fast", 1);
+  load_fails(p, NULL, 0, PRM_ECONFIG, "vars.yaml:10: lr: expected a number, got \"fast\"");
+  unsetenv("PRM_TEST_LR");
+  unsetenv("PRM_TEST_MODEL");
+  unsetenv("PRM_TEST_SAVE");
+  free(p);
+  p = write_exp("vars_req.yaml", "llama_tiny", "      seed: ${PRM_TEST_REQUIRED_SEED}\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "vars_req.yaml:10: ${PRM_TEST_REQUIRED_SEED} is not set");
+  free(p);
+}
+
+static void test_precedence(void **state) {
+  (void)state;
+  char *mb = tmp_file("prec/models/m_base.yaml", "extends: m_root.yaml\n"
+                                                 "rotary_base: 111\n"
+                                                 "norm_epsilon: 1.0e-6\n");
+  char *mr = tmp_file("prec/models/m_root.yaml", "init_method_std: 0.5\nrotary_base: 1\n");
+  char *m = tmp_file("prec/models/m.yaml", "extends: m_base.yaml\n"
+                                           "hidden_size: 64\n"
+                                           "num_layers: 2\n"
+                                           "num_attention_heads: 4\n"
+                                           "vocab_size: 256\n"
+                                           "seq_length: 32\n"
+                                           "rotary_base: 222\n");
+  tmp_file("prec/base.yaml", "modules:\n"
+                             "  pre_trainer:\n"
+                             "    overrides:\n"
+                             "      train_iters: 11\n"
+                             "      seed: 12\n");
+  char *x = tmp_file("prec/exp.yaml", "extends: base.yaml\n"
+                                      "modules:\n"
+                                      "  pre_trainer:\n"
+                                      "    framework: native\n"
+                                      "    model: ./models/m.yaml\n"
+                                      "    overrides:\n"
+                                      "      seq_length: 48\n"
+                                      "      seed: 13\n"
+                                      "      lr: 0.25\n");
+  prm_override_t ov[] = {{"lr", "0.125"}, {"modules.pre_trainer.micro-batch-size", "4"},
+                         {"exp_name", "from_cli"}, {"overrides.fault_tolerance.max_restarts", "9"}};
+  prm_exp_t *e = load_ok(x, ov, 4);
+  assert_true(get_f64(e, "lr") == 0.125);              /* CLI > overrides */
+  assert_origin(e, "lr", "<cli>");
+  assert_int_equal(get_int(e, "micro_batch_size"), 4);
+  assert_int_equal(get_int(e, "fault_tolerance.max_restarts"), 9);
+  assert_int_equal(get_int(e, "seq_length"), 48);      /* overrides > model preset */
+  assert_origin(e, "seq_length", "prec/exp.yaml:7");
+  assert_int_equal(get_int(e, "seed"), 13);            /* file > its extends */
+  assert_int_equal(get_int(e, "train_iters"), 11);     /* extends' overrides > presets */
+  assert_int_equal(get_int(e, "rotary_base"), 222);    /* preset > its extends */
+  assert_true(get_f64(e, "norm_epsilon") == 1e-6);     /* from the preset's extends */
+  assert_true(get_f64(e, "init_method_std") == 0.5);   /* two levels down */
+  assert_true(get_f64(e, "adam_beta2") == 0.95);       /* module preset default */
+  assert_origin(e, "adam_beta2", "configs/modules/native/pre_trainer.yaml:35");
+  assert_int_equal(get_int(e, "hidden_size"), 64);     /* model > module preset */
+  assert_string_equal(prm_exp_top(e, "exp_name"), "from_cli");
+  assert_string_equal(prm_exp_top(e, "work_group"), "default");
+  assert_string_equal(prm_exp_top(e, "workspace"), "./output");
+  assert_string_equal(prm_exp_module(e), "pre_trainer");
+  int b = -1;
+  assert_int_equal(prm_exp_get_bool(e, "bf16", &b), 0);
+  assert_int_equal(b, 0);
+  int64_t i;
+  assert_int_equal(prm_exp_get_int(e, "save", &i), PRM_EUNKNOWN);     /* null */
+  assert_int_equal(prm_exp_get_int(e, "no_such", &i), PRM_EUNKNOWN);
+  assert_int_equal(prm_exp_get_int(e, "lr_decay_style", &i), PRM_EINVAL);
+  assert_int_equal(prm_exp_get_int(e, "fault_tolerance", &i), PRM_EINVAL);
+  assert_string_equal(prm_exp_get_str(e, "lr_decay_style"), "cosine");
+  assert_null(prm_exp_origin(e, "no_such"));
+  prm_exp_free(e);
+  /* Without the CLI the overrides value stands. */
+  e = load_ok(x, NULL, 0);
+  assert_true(get_f64(e, "lr") == 0.25);
+  assert_string_equal(prm_exp_top(e, "exp_name"), "exp"); /* the file stem */
+  prm_exp_free(e);
+  /* CLI can pick another model; the module can be chosen by name. */
+  prm_override_t mo[] = {{"model", "llama_tiny"}};
+  e = load_ok(x, mo, 1);
+  assert_int_equal(get_int(e, "hidden_size"), 128);
+  prm_exp_free(e);
+  prm_err_t err = {0};
+  assert_int_equal(prm_exp_load(x, NULL, 0, "post_trainer", &e, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "no module \"post_trainer\""));
+  free(mb), free(mr), free(m), free(x);
+}
+
+static void test_unknown_keys(void **state) {
+  (void)state;
+  char *p = write_exp("unk.yaml", "llama_tiny", "      hiden_size: 64\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG,
+             "unk.yaml:10: unknown key \"hiden_size\" (did you mean \"hidden_size\"?)");
+  free(p);
+  p = write_exp("unk2.yaml", "llama_tiny", "      fault_tolerance:\n        max_restart: 1\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG,
+             "unk2.yaml:11: unknown key \"fault_tolerance.max_restart\" (did you mean "
+             "\"fault_tolerance.max_restarts\"?)");
+  free(p);
+  p = write_exp("unk3.yaml", "llama_tiny", "      hidden-size: 64\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "did you mean \"hidden_size\"");
+  free(p);
+  p = tmp_file("unk4.yaml", "exp_nam: x\nmodules:\n  pre_trainer:\n    model: llama_tiny\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG,
+             "unk4.yaml:1: unknown top-level key \"exp_nam\" (did you mean \"exp_name\"?)");
+  free(p);
+  p = tmp_file("unk5.yaml", "modules:\n  pre_trainer:\n    modle: llama_tiny\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "unk5.yaml:3: unknown module key \"modle\" (did you mean \"model\"?)");
+  free(p);
+  p = tmp_file("unk6.yaml", "modules:\n  pre_traner:\n    model: llama_tiny\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "did you mean \"pre_trainer\"");
+  free(p);
+  p = write_exp("unk7.yaml", "llama_tiny", NULL);
+  prm_override_t ov[] = {{"hiden-size", "64"}};
+  load_fails(p, ov, 1, PRM_ECONFIG, "<cli>: unknown key \"hiden_size\" (did you mean \"hidden_size\"?)");
+  prm_override_t ov2[] = {{"zzzzzz_qqqq", "1"}};
+  load_fails(p, ov2, 1, PRM_ECONFIG, "<cli>: unknown key \"zzzzzz_qqqq\"");
+  free(p);
+  p = write_exp("unk8.yaml", "megatron_llama", NULL);
+  load_fails(p, NULL, 0, PRM_ENOENT, "unk8.yaml:7: model preset \"megatron_llama\" not found");
+  free(p);
+  p = write_exp("unk9.yaml", "llama_tinny.yaml", NULL);
+  load_fails(p, NULL, 0, PRM_ENOENT, "(did you mean \"llama_tiny\"?)");
+  free(p);
+}
+
+static void test_types_and_ranges(void **state) {
+  (void)state;
+  static const struct {
+    const char *line, *msg;
+  } cases[] = {
+      {"      lr: fast\n", "t.yaml:10: lr: expected a number, got \"fast\""},
+      {"      lr: -1\n", "t.yaml:10: lr: must be >= 0, got -1"},
+      {"      adam_beta1: 1.0\n", "t.yaml:10: adam_beta1: must be in [0, 1), got 1.0"},
+      {"      micro_batch_size: 0\n", "t.yaml:10: micro_batch_size: must be >= 1, got 0"},
+      {"      train_iters: 2.5\n", "t.yaml:10: train_iters: expected an integer, got \"2.5\""},
+      {"      bf16: maybe\n", "t.yaml:10: bf16: expected true or false, got \"maybe\""},
+      {"      lr_decay_style: wavy\n",
+       "t.yaml:10: lr_decay_style: expected one of cosine|linear|constant, got \"wavy\""},
+      {"      recompute_granularity: some\n", "expected one of full|selective or null"},
+      {"      fault_tolerance:\n        nan_policy: ignore\n",
+       "t.yaml:11: fault_tolerance.nan_policy: expected one of stop|skip|rollback"},
+      {"      lr: [1, 2]\n", "t.yaml:10: lr: expected a number, got a list"},
+      {"      seed: null\n", "t.yaml:10: seed: expected an integer, got null"},
+      {"      data_path: {a: 1}\n", "t.yaml:10: data_path: expected a string or a list"},
+      {"      fault_tolerance: 3\n", "t.yaml:10: fault_tolerance: expected a map"},
+      {"      metrics_port: 70000\n", "metrics_port: must be in [0, 65535], got 70000"},
+      {"      num_query_groups: 3\n", "num_query_groups: must divide num_attention_heads (4)"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *p = write_exp("t.yaml", "llama_tiny", cases[i].line);
+    load_fails(p, NULL, 0, PRM_ECONFIG, cases[i].msg);
+    free(p);
+  }
+  char *p = write_exp("t.yaml", "llama_tiny", NULL);
+  prm_override_t bad[] = {{"lr", "x"}};
+  load_fails(p, bad, 1, PRM_ECONFIG, "<cli>: lr: expected a number, got \"x\"");
+  prm_override_t bad2[] = {{"modules.pre_trainer", "x"}};
+  load_fails(p, bad2, 1, PRM_ECONFIG, "<cli>: modules.pre_trainer: set one key");
+  free(p);
+  /* Lenient coercion: quoted numbers, 1e3 integers, yes/no, data_path lists. */
+  p = write_exp("ok.yaml", "llama_tiny",
+                "      micro_batch_size: \"8\"\n"
+                "      train_iters: 1e3\n"
+                "      bf16: yes\n"
+                "      tokenizer_model: 123\n"
+                "      data_path: [\"0.3\", /a/b, 0.7, /c/d]\n"
+                "      recompute_granularity: null\n");
+  prm_override_t good[] = {{"eval-iters", "0"}, {"data_shuffle", "off"}};
+  prm_exp_t *e = load_ok(p, good, 2);
+  assert_int_equal(get_int(e, "micro_batch_size"), 8);
+  assert_int_equal(get_int(e, "train_iters"), 1000);
+  assert_string_equal(prm_exp_get_str(e, "train_iters"), "1000");
+  int b = 0;
+  assert_int_equal(prm_exp_get_bool(e, "bf16", &b), 0);
+  assert_int_equal(b, 1);
+  assert_int_equal(prm_exp_get_bool(e, "data_shuffle", &b), 0);
+  assert_int_equal(b, 0);
+  assert_string_equal(prm_exp_get_str(e, "tokenizer_model"), "123");
+  const prm_node_t *dp = prm_exp_get(e, "data_path");
+  assert_int_equal(dp->kind, PRM_NODE_LIST);
+  assert_int_equal(dp->n, 4);
+  assert_string_equal(dp->items[3]->str, "/c/d");
+  assert_int_equal(get_int(e, "eval_iters"), 0);
+  prm_exp_free(e);
+  free(p);
+}
+
+static void test_missing_file(void **state) {
+  (void)state;
+  load_fails("/nonexistent/primus/exp.yaml", NULL, 0, PRM_ENOENT, "/nonexistent/primus/exp.yaml");
+  prm_node_t *n = (prm_node_t *)1;
+  prm_err_t err = {0};
+  assert_int_equal(prm_yaml_load("/nonexistent/x.yaml", &n, &err), PRM_ENOENT);
+  assert_null(n);
+  assert_non_null(strstr(err.msg, "/nonexistent/x.yaml"));
+  char *p = tmp_file("nomod.yaml", "work_group: x\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "modules");
+  free(p);
+  p = tmp_file("list.yaml", "- a\n- b\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "list.yaml:1: expected a map");
+  free(p);
+  p = tmp_file("fw.yaml", "modules:\n  pre_trainer:\n    framework: megatron\n    model: llama_tiny\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "fw.yaml:3: framework: expected native, got \"megatron\"");
+  free(p);
+}
+
+/* ---- shipped presets and examples ---------------------------------------- */
+
+static void test_shipped_presets(void **state) {
+  (void)state;
+  char *dir = prm_path_join(prm_home(), "configs/models/native");
+  prm_argv_t names = {0};
+  prm_err_t err = {0};
+  assert_int_equal(prm_fs_list_dir(dir, &names, &err), 0);
+  int models = 0;
+  for (int i = 0; i < names.n; i++) {
+    if (!prm_endswith(names.v[i], ".yaml") || !strcmp(names.v[i], "llama_base.yaml")) continue;
+    char *p = write_exp("shipped.yaml", names.v[i], NULL);
+    prm_exp_t *e = load_ok(p, NULL, 0);
+    int64_t params = 0;
+    if (prm_exp_model_params(e, &params, &err)) fail_msg("%s: %s", names.v[i], err.msg);
+    assert_true(params > 100000);
+    prm_exp_free(e);
+    free(p);
+    models++;
+  }
+  assert_true(models >= 5);
+  prm_argv_free(&names);
+  free(dir);
+
+  /* The module preset names every key of the schema, and nothing else. */
+  char *pre = prm_path_join(prm_home(), "configs/modules/native/pre_trainer.yaml");
+  prm_node_t *n = NULL;
+  assert_int_equal(prm_yaml_load(pre, &n, &err), 0);
+  int count = 0;
+  const prm_key_t *keys = prm_schema_keys(&count);
+  assert_true(count >= 60);
+  int native = 0;
+  for (int i = 0; i < count; i++) {
+    if (!prm_node_path(n, keys[i].key)) fail_msg("pre_trainer.yaml lacks %s", keys[i].key);
+    assert_true(keys[i].help && *keys[i].help);
+    assert_ptr_equal(prm_schema_find(keys[i].key), &keys[i]);
+    native += keys[i].native;
+  }
+  assert_int_equal(native, 11);
+  assert_true(prm_schema_find("fault_tolerance.nan_policy")->native);
+  assert_false(prm_schema_find("hidden_size")->native);
+  assert_ptr_equal(prm_schema_find("global-batch-size"), prm_schema_find("global_batch_size"));
+  assert_null(prm_schema_find("hiden_size"));
+  assert_string_equal(prm_type_name(PRM_T_FLOAT), "float");
+  prm_node_free(n);
+  free(pre);
+
+  /* Every example resolves with its defaults. */
+  dir = prm_path_join(prm_home(), "configs/examples");
+  assert_int_equal(prm_fs_list_dir(dir, &names, &err), 0);
+  int examples = 0;
+  for (int i = 0; i < names.n; i++) {
+    if (!prm_endswith(names.v[i], ".yaml")) continue;
+    char *p = prm_path_join(dir, names.v[i]);
+    prm_exp_t *e = load_ok(p, NULL, 0);
+    int64_t params = 0;
+    assert_int_equal(prm_exp_model_params(e, &params, &err), 0);
+    prm_exp_free(e);
+    free(p);
+    examples++;
+  }
+  assert_true(examples >= 3);
+  prm_argv_free(&names);
+  free(dir);
+}
+
+static void test_params(void **state) {
+  (void)state;
+  static const struct {
+    const char *model;
+    int64_t params;
+  } cases[] = {
+      {"llama2_7B", 6738415616LL},
+      {"llama3_8B", 8030261248LL},
+      {"llama3.1_70B", 70553706496LL},
+      {"llama_tiny", 771200LL},
+  };
+  prm_err_t err = {0};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *p = write_exp("params.yaml", cases[i].model, NULL);
+    prm_exp_t *e = load_ok(p, NULL, 0);
+    int64_t n = 0;
+    assert_int_equal(prm_exp_model_params(e, &n, &err), 0);
+    if (n != cases[i].params) fail_msg("%s: %lld params, want %lld", cases[i].model, (long long)n, (long long)cases[i].params);
+    prm_exp_free(e);
+    free(p);
+  }
+  /* Tying the head removes V*H parameters. */
+  char *p = write_exp("params.yaml", "llama2_7B", "      untie_embeddings_and_output_weights: false\n");
+  prm_exp_t *e = load_ok(p, NULL, 0);
+  int64_t n = 0;
+  assert_int_equal(prm_exp_model_params(e, &n, &err), 0);
+  assert_true(n == 6738415616LL - 32000LL * 4096);
+  prm_exp_free(e);
+  free(p);
+}
+
+/* ---- dump and round trip ------------------------------------------------- */
+
+static void assert_same_keys(const prm_exp_t *a, const prm_exp_t *b) {
+  int count = 0;
+  const prm_key_t *keys = prm_schema_keys(&count);
+  for (int i = 0; i < count; i++) {
+    const prm_node_t *x = prm_exp_get(a, keys[i].key), *y = prm_exp_get(b, keys[i].key);
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_int_equal(x->kind, y->kind);
+    if (x->kind == PRM_NODE_SCALAR && strcmp(x->str, y->str))
+      fail_msg("%s: \"%s\" became \"%s\"", keys[i].key, x->str, y->str);
+    assert_int_equal(x->n, y->n);
+    for (int j = 0; j < x->n && x->kind == PRM_NODE_LIST; j++)
+      assert_string_equal(x->items[j]->str, y->items[j]->str);
+  }
+  static const char *const top[] = {"work_group", "user_name", "exp_name", "workspace"};
+  for (int i = 0; i < 4; i++) assert_string_equal(prm_exp_top(a, top[i]), prm_exp_top(b, top[i]));
+}
+
+static void test_round_trip(void **state) {
+  (void)state;
+  char *p = tmp_file("rt/exp.yaml", "work_group: \"007\"\n"
+                                    "exp_name: \"round trip: yes\"\n"
+                                    "env:\n"
+                                    "  NCCL_DEBUG: WARN\n"
+                                    "  LITERAL: \"$${HOME}\"\n"
+                                    "modules:\n"
+                                    "  pre_trainer:\n"
+                                    "    framework: native\n"
+                                    "    config: pre_trainer\n"
+                                    "    model: ../rt_models/mine.yaml\n"
+                                    "    overrides:\n"
+                                    "      save: \"x; rm -rf ~\"\n"
+                                    "      data_path: [\"1\", '/data/a b', \"-x\"]\n"
+                                    "      split: \"98,2,0\"\n"
+                                    "      tokenizer_model: \"true\"\n"
+                                    "      fault_tolerance.hang_timeout_s: 30\n");
+  char *mtext = prm_xasprintf("extends: %s/configs/models/native/llama_tiny.yaml\n"
+                              "num_layers: 2\n", prm_home());
+  char *m = tmp_file("rt_models/mine.yaml", mtext);
+  free(mtext);
+  prm_override_t ov[] = {{"load", "it's \"quoted\"\n"}, {"lr", "2.5e-4"}};
+  prm_exp_t *e = load_ok(p, ov, 2);
+  assert_string_equal(prm_exp_get_str(e, "save"), "x; rm -rf ~");
+  assert_string_equal(prm_exp_get_str(e, "load"), "it's \"quoted\"\n");
+  assert_string_equal(prm_exp_top(e, "exp_name"), "round trip: yes");
+  assert_string_equal(prm_node_get(prm_exp_env(e), "LITERAL")->str, "${HOME}");
+  assert_true(get_f64(e, "fault_tolerance.hang_timeout_s") == 30);
+  assert_int_equal(get_int(e, "num_layers"), 2);
+
+  /* Write, read back, compare every key. Twice, to show it is a fixpoint. */
+  prm_err_t err = {0};
+  char *out = prm_path_join(prm_test_tmpdir(), "elsewhere/resolved.yaml");
+  char *outdir = prm_path_dirname(out);
+  assert_int_equal(prm_fs_mkdir_p(outdir, 0755, &err), 0);
+  assert_int_equal(prm_exp_write(e, out, &err), 0);
+  prm_exp_t *back = load_ok(out, NULL, 0);
+  assert_same_keys(e, back);
+  assert_string_equal(prm_exp_get_str(back, "save"), "x; rm -rf ~");
+  assert_string_equal(prm_node_get(prm_exp_env(back), "LITERAL")->str, "${HOME}");
+  assert_string_equal(prm_node_get(prm_exp_env(back), "NCCL_DEBUG")->str, "WARN");
+  assert_string_equal(prm_exp_module(back), "pre_trainer");
+  prm_sb_t a = {0}, b = {0};
+  prm_exp_dump(e, &a, 0);
+  prm_exp_dump(back, &b, 0);
+  assert_string_equal(prm_sb_str(&a), prm_sb_str(&b));
+  prm_exp_free(back);
+
+  /* With origins: real file:line for preset values, <cli> for the CLI. */
+  prm_sb_reset(&a);
+  prm_exp_dump(e, &a, 1);
+  const char *s = prm_sb_str(&a);
+  assert_non_null(strstr(s, "# <cli>"));
+  assert_non_null(strstr(s, "configs/modules/native/pre_trainer.yaml:35\n")); /* adam_beta2 */
+  assert_non_null(strstr(s, "configs/models/native/llama_tiny.yaml:7\n"));    /* hidden_size */
+  assert_non_null(strstr(s, "rt/exp.yaml:12\n"));                             /* save */
+  assert_null(strstr(s, "preset default"));
+  const char *line = strstr(s, "    adam_beta2: 0.95");
+  assert_non_null(line);
+  assert_true(strchr(line, '\n') > strstr(line, "pre_trainer.yaml:35"));
+
+  prm_sb_free(&a);
+  prm_sb_free(&b);
+  prm_exp_free(e);
+  free(out);
+  free(outdir);
+  free(p);
+  free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_yaml_parse),       cmocka_unit_test(test_yaml_malformed),
+      cmocka_unit_test(test_yaml_emit),        cmocka_unit_test(test_node_ops),
+      cmocka_unit_test(test_env_expand),       cmocka_unit_test(test_extends),
+      cmocka_unit_test(test_vars),             cmocka_unit_test(test_precedence),
+      cmocka_unit_test(test_unknown_keys),     cmocka_unit_test(test_types_and_ranges),
+      cmocka_unit_test(test_missing_file),     cmocka_unit_test(test_shipped_presets),
+      cmocka_unit_test(test_params),           cmocka_unit_test(test_round_trip),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

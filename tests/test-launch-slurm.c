@@ -1,0 +1,321 @@
+/* test-launch-slurm.c - the Slurm runtime: node list expansion, the
+ * per-node env, srun/sbatch argv, the batch script (checked with bash -n
+ * and run against a stand-in srun), and sbatch's job id. */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include "primus/prm_launch.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static void assert_argv(const prm_argv_t *a, const char *const *want) {
+  int n = 0;
+  while (want[n]) n++;
+  int same = a->n == n;
+  for (int i = 0; same && i < n; i++) same = !strcmp(a->v[i], want[i]);
+  if (!same) {
+    char *got = prm_argv_join_shell(a->n, a->v);
+    char *exp = prm_argv_join_shell(n, (char *const *)want);
+    fail_msg("argv mismatch\n got:  %s\n want: %s", got, exp);
+  }
+}
+
+static void expect_hosts(const char *list, const char *const *want) {
+  prm_argv_t h = {0};
+  prm_err_t err = {0};
+  if (prm_slurm_expand_nodelist(list, &h, &err)) fail_msg("%s: %s", list, err.msg);
+  assert_argv(&h, want);
+  prm_argv_free(&h);
+}
+
+static void expect_bad_list(const char *list) {
+  prm_argv_t h = {0};
+  prm_argv_push(&h, "keep");
+  prm_err_t err = {0};
+  int rc = prm_slurm_expand_nodelist(list, &h, &err);
+  if (rc != PRM_EINVAL) fail_msg("%s: expected PRM_EINVAL, got %d", list, rc);
+  char *quoted = prm_xasprintf("\"%s\"", list);
+  if (!strstr(err.msg, quoted)) fail_msg("%s: message does not name it: %s", list, err.msg);
+  free(quoted);
+  assert_int_equal(h.n, 1); /* untouched on error */
+  prm_argv_free(&h);
+}
+
+/* ---- node lists --------------------------------------------------------- */
+
+static void test_nodelist(void **state) {
+  (void)state;
+  expect_hosts("node1", (const char *[]){"node1", NULL});
+  expect_hosts("node[01-03,07]",
+               (const char *[]){"node01", "node02", "node03", "node07", NULL});
+  expect_hosts("gpu[01-03,07],cpu5,x[1-2]-ib",
+               (const char *[]){"gpu01", "gpu02", "gpu03", "gpu07", "cpu5", "x1-ib",
+                                "x2-ib", NULL});
+  expect_hosts("n[8-11]", (const char *[]){"n8", "n9", "n10", "n11", NULL});
+  expect_hosts("n[098-101]", (const char *[]){"n098", "n099", "n100", "n101", NULL});
+  expect_hosts("a,b", (const char *[]){"a", "b", NULL});
+  expect_hosts("r[1-2]n[3,5]", (const char *[]){"r1n3", "r1n5", "r2n3", "r2n5", NULL});
+  expect_hosts("h[5]", (const char *[]){"h5", NULL});
+  expect_hosts("h[3-3]x", (const char *[]){"h3x", NULL});
+
+  expect_bad_list("a[1-");
+  expect_bad_list("a[3-1]");
+  expect_bad_list("a]");
+  expect_bad_list("a[]");
+  expect_bad_list("a[1,]");
+  expect_bad_list("a[x]");
+  expect_bad_list("a[1-2");
+  expect_bad_list("a[[1]]");
+  expect_bad_list("a,,b");
+  expect_bad_list("a,");
+  expect_bad_list("[1-2]");
+  expect_bad_list("a b");
+  expect_bad_list("a[-2]");
+  expect_bad_list("a[1-2-3]");
+
+  prm_argv_t h = {0};
+  prm_err_t err = {0};
+  assert_int_equal(prm_slurm_expand_nodelist("", &h, &err), PRM_EINVAL);
+  assert_int_equal(prm_slurm_expand_nodelist(NULL, &h, &err), PRM_EINVAL);
+  /* Absurd sizes are refused instead of exhausting memory. */
+  assert_int_equal(prm_slurm_expand_nodelist("n[0-999999999]", &h, &err), PRM_ERANGE);
+  assert_int_equal(prm_slurm_expand_nodelist("a[0-999]b[0-9999]", &h, &err),
+                   PRM_ERANGE);
+  assert_int_equal(h.n, 0);
+}
+
+/* ---- per-node env ------------------------------------------------------- */
+
+static void test_node_env(void **state) {
+  (void)state;
+  prm_env_t in = {0}, out = {0};
+  prm_err_t err = {0};
+  prm_env_set(&in, "SLURM_NNODES", "4");
+  prm_env_set(&in, "SLURM_JOB_NUM_NODES", "9"); /* SLURM_NNODES wins */
+  prm_env_set(&in, "SLURM_NODEID", "2");
+  prm_env_set(&in, "SLURM_JOB_NODELIST", "gpu[07-09],cpu1");
+  prm_env_set(&in, "SLURM_NODELIST", "other1");
+  prm_env_set(&in, "SLURM_JOB_ID", "123456");
+  prm_env_set(&in, "SLURM_GPUS_ON_NODE", "8");
+  assert_int_equal(prm_slurm_node_env(&in, &out, &err), 0);
+  assert_string_equal(prm_env_get(&out, "NNODES"), "4");
+  assert_string_equal(prm_env_get(&out, "NODE_RANK"), "2");
+  assert_string_equal(prm_env_get(&out, "MASTER_ADDR"), "gpu07");
+  assert_string_equal(prm_env_get(&out, "MASTER_PORT"), "1690"); /* 1234 + 456 */
+  assert_string_equal(prm_env_get(&out, "GPUS_PER_NODE"), "8");
+  assert_int_equal(out.n, 5);
+  prm_env_free(&out);
+
+  /* Fallbacks, a kept MASTER_PORT, and missing variables left alone. */
+  prm_env_t in2 = {0};
+  prm_env_set(&in2, "SLURM_JOB_NUM_NODES", "2");
+  prm_env_set(&in2, "SLURM_NODELIST", "n[3-4]");
+  prm_env_set(&in2, "SLURM_JOB_ID", "77");
+  prm_env_set(&in2, "MASTER_PORT", "29500");
+  prm_env_set(&out, "GPUS_PER_NODE", "1"); /* a default the caller set */
+  assert_int_equal(prm_slurm_node_env(&in2, &out, &err), 0);
+  assert_string_equal(prm_env_get(&out, "NNODES"), "2");
+  assert_null(prm_env_get(&out, "NODE_RANK"));
+  assert_string_equal(prm_env_get(&out, "MASTER_ADDR"), "n3");
+  assert_string_equal(prm_env_get(&out, "MASTER_PORT"), "29500");
+  assert_string_equal(prm_env_get(&out, "GPUS_PER_NODE"), "1");
+  prm_env_free(&out);
+  prm_env_free(&in2);
+
+  /* Nothing Slurm at all: nothing set. */
+  prm_env_t empty = {0};
+  assert_int_equal(prm_slurm_node_env(&empty, &out, &err), 0);
+  assert_int_equal(out.n, 0);
+
+  /* Malformed values name the variable; out stays untouched. */
+  static const char *const bad[][2] = {
+      {"SLURM_NNODES", "four"},  {"SLURM_NNODES", "0"},
+      {"SLURM_NODEID", "-1"},    {"SLURM_NODEID", "4"}, /* not below NNODES=4 */
+      {"SLURM_JOB_ID", "12x"},   {"SLURM_GPUS_ON_NODE", "8(x2)"},
+      {"MASTER_PORT", "http"},   {"MASTER_PORT", "70000"},
+      {"SLURM_JOB_NODELIST", "gpu[1-"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    prm_env_t b = {0};
+    for (int k = 0; k < in.n; k++) prm_env_set(&b, in.keys[k], in.vals[k]);
+    prm_env_set(&b, bad[i][0], bad[i][1]);
+    int rc = prm_slurm_node_env(&b, &out, &err);
+    if (rc != PRM_EINVAL) fail_msg("%s=%s: expected PRM_EINVAL, got %d", bad[i][0], bad[i][1], rc);
+    if (!strstr(err.msg, bad[i][0])) fail_msg("%s: message lacks the name: %s", bad[i][0], err.msg);
+    assert_int_equal(out.n, 0);
+    prm_env_free(&b);
+  }
+  prm_env_free(&in);
+}
+
+/* ---- srun / sbatch argv ------------------------------------------------- */
+
+static void test_build(void **state) {
+  (void)state;
+  char *flags[] = {"-N", "2", "--gpus-per-node=8", NULL};
+  char *inner[] = {"primus", "--", "train", "x; rm -rf ~", NULL};
+  prm_argv_t a = {0};
+  prm_err_t err = {0};
+  assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 3, flags, NULL, 4, inner, &a, &err), 0);
+  assert_argv(&a, (const char *[]){"srun", "-N", "2", "--gpus-per-node=8", "primus", "--",
+                                   "train", "x; rm -rf ~", NULL});
+  prm_argv_free(&a);
+  assert_int_equal(
+      prm_slurm_build(PRM_SLURM_SBATCH, 3, flags, "/r/job.sh", 4, inner, &a, &err), 0);
+  assert_argv(&a, (const char *[]){"sbatch", "-N", "2", "--gpus-per-node=8", "/r/job.sh",
+                                   NULL});
+  prm_argv_free(&a);
+  assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 0, NULL, NULL, 1, inner, &a, &err), 0);
+  assert_argv(&a, (const char *[]){"srun", "primus", NULL});
+  prm_argv_free(&a);
+
+  assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 0, NULL, NULL, 0, NULL, &a, &err),
+                   PRM_EINVAL);
+  char *dash[] = {"--oops", NULL};
+  assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 0, NULL, NULL, 1, dash, &a, &err),
+                   PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "--oops"));
+  assert_int_equal(prm_slurm_build(PRM_SLURM_SBATCH, 0, NULL, NULL, 1, inner, &a, &err),
+                   PRM_EINVAL);
+  assert_int_equal(prm_slurm_build((prm_slurm_mode_t)7, 0, NULL, "s", 1, inner, &a, &err),
+                   PRM_EINVAL);
+  assert_int_equal(a.n, 0);
+}
+
+/* ---- the batch script --------------------------------------------------- */
+
+static void test_script(void **state) {
+  (void)state;
+  const char *tmp = prm_test_tmpdir();
+  char *path = prm_path_join(tmp, "job.sh");
+  char *marker = prm_path_join(tmp, "pwned");
+  char *inject = prm_xasprintf("$(touch %s)", marker);
+  char *inject2 = prm_xasprintf("`touch %s`", marker);
+  char *flags[] = {"-p", "low", "--job-name=it's x", "-N", "2", "--exclusive",
+                   "--signal=B:USR1@30", NULL};
+  prm_env_t env = {0};
+  prm_env_set(&env, "PRIMUS_A", "it's $HOME");
+  prm_env_set(&env, "PLAIN", "v");
+  char *inner[] = {"primus", "train", "x; rm -rf ~", "", inject, inject2, "a\nb", NULL};
+  prm_err_t err = {0};
+  assert_int_equal(prm_slurm_write_script(path, 7, flags, &env, 7, inner, &err), 0);
+
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0755);
+  char *text = prm_test_read(path);
+  char *want = prm_xasprintf(
+      "#!/bin/bash\n"
+      "#SBATCH -p low\n"
+      "#SBATCH '--job-name=it'\\''s x'\n"
+      "#SBATCH -N 2\n"
+      "#SBATCH --exclusive\n"
+      "#SBATCH --signal=B:USR1@30\n"
+      "\n"
+      "set -euo pipefail\n"
+      "export PRIMUS_A='it'\\''s $HOME'\n"
+      "export PLAIN='v'\n"
+      "srun primus train 'x; rm -rf ~' '' '$(touch %s)' '`touch %s`' 'a\nb'\n",
+      marker, marker);
+  assert_string_equal(text, want);
+  free(want);
+  free(text);
+
+  /* Syntax check, then run it with a stand-in srun that prints its argv
+   * one per line (NUL-free, so "a\nb" shows as two lines) and the env. */
+  char *bash_n[] = {"bash", "-n", path, NULL};
+  int status = -1;
+  assert_int_equal(prm_proc_run(bash_n, NULL, &status, NULL, &err), 0);
+  assert_int_equal(status, 0);
+
+  char *bin = prm_path_join(tmp, "fakebin");
+  char *srun = prm_test_write(bin, "srun",
+                              "#!/bin/sh\n"
+                              "for a in \"$@\"; do printf '<%s>\\n' \"$a\"; done\n"
+                              "printf 'A=%s PLAIN=%s\\n' \"$PRIMUS_A\" \"$PLAIN\"\n");
+  assert_int_equal(chmod(srun, 0755), 0);
+  char *pathvar = prm_xasprintf("PATH=%s:%s", bin, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+  prm_env_t runenv = {0};
+  prm_env_from_environ(&runenv);
+  prm_env_set_kv(&runenv, pathvar, &err);
+  prm_argv_t envp = {0};
+  prm_env_to_envp(&runenv, &envp);
+  char *bash[] = {"bash", path, NULL};
+  prm_proc_opts_t po = {.capture = 1, .envp = envp.v, .stdin_path = "/dev/null"};
+  char *out = NULL;
+  assert_int_equal(prm_proc_run(bash, &po, &status, &out, &err), 0);
+  assert_int_equal(status, 0);
+  char *want_out = prm_xasprintf("<primus>\n<train>\n<x; rm -rf ~>\n<>\n<%s>\n<%s>\n<a\nb>\n"
+                                 "A=it's $HOME PLAIN=v\n",
+                                 inject, inject2);
+  assert_string_equal(out, want_out);
+  assert_false(prm_fs_exists(marker));
+  free(want_out);
+  free(out);
+  prm_argv_free(&envp);
+  prm_env_free(&runenv);
+  free(pathvar);
+  free(srun);
+  free(bin);
+
+  /* Refusals: a newline would end the #SBATCH comment and turn the rest of
+   * the flag into shell code; a stray word; a bad env name; no command. */
+  char *nl_flag[] = {"--comment=a\ntouch /tmp/x", NULL};
+  assert_int_equal(prm_slurm_write_script(path, 1, nl_flag, NULL, 1, inner, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "newline"));
+  char *nl_val[] = {"--comment", "a\rb", NULL};
+  assert_int_equal(prm_slurm_write_script(path, 2, nl_val, NULL, 1, inner, &err), PRM_EINVAL);
+  char *stray[] = {"low", NULL};
+  assert_int_equal(prm_slurm_write_script(path, 1, stray, NULL, 1, inner, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "\"low\""));
+  prm_env_t badenv = {0};
+  prm_env_set(&badenv, "A;B", "1");
+  assert_int_equal(prm_slurm_write_script(path, 0, NULL, &badenv, 1, inner, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "A;B"));
+  prm_env_free(&badenv);
+  assert_int_equal(prm_slurm_write_script(path, 0, NULL, NULL, 0, NULL, &err), PRM_EINVAL);
+  /* A refused script leaves the previous one in place. */
+  char *again = prm_test_read(path);
+  assert_non_null(strstr(again, "#SBATCH -p low\n"));
+  free(again);
+  /* An unwritable place is an I/O error naming the path. */
+  assert_int_equal(prm_slurm_write_script("/nonexistent/dir/job.sh", 0, NULL, NULL, 1, inner,
+                                          &err),
+                   PRM_EIO);
+  assert_non_null(strstr(err.msg, "/nonexistent/dir/job.sh"));
+
+  prm_env_free(&env);
+  free(inject);
+  free(inject2);
+  free(marker);
+  free(path);
+}
+
+/* ---- sbatch output ------------------------------------------------------ */
+
+static void test_jobid(void **state) {
+  (void)state;
+  assert_int_equal(prm_slurm_parse_jobid("Submitted batch job 1234\n"), 1234);
+  assert_int_equal(prm_slurm_parse_jobid("sbatch: warn\nSubmitted batch job 7 on cluster c\n"), 7);
+  assert_int_equal(prm_slurm_parse_jobid("  42\n"), 42);      /* --parsable */
+  assert_int_equal(prm_slurm_parse_jobid("42;cluster\n"), 42); /* --parsable, federated */
+  assert_int_equal(prm_slurm_parse_jobid("Submitted batch job \n"), -1);
+  assert_int_equal(prm_slurm_parse_jobid("sbatch: error: Batch job submission failed\n"), -1);
+  assert_int_equal(prm_slurm_parse_jobid("42 jobs\n"), -1);
+  assert_int_equal(prm_slurm_parse_jobid(""), -1);
+  assert_int_equal(prm_slurm_parse_jobid(NULL), -1);
+  assert_int_equal(prm_slurm_parse_jobid("Submitted batch job 99999999999999999999999"), -1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_nodelist), cmocka_unit_test(test_node_env),
+      cmocka_unit_test(test_build),    cmocka_unit_test(test_script),
+      cmocka_unit_test(test_jobid),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
