@@ -93,7 +93,7 @@ static void test_yaml_parse(void **state) {
   prm_err_t err = {0};
   assert_int_equal(prm_yaml_parse(text, strlen(text), "t.yaml", &n, &err), 0);
   assert_int_equal(n->kind, PRM_NODE_MAP);
-  assert_int_equal(n->n, 8);
+  assert_int_equal(n->n, 7);
   prm_node_t *a = prm_node_get(n, "a");
   assert_string_equal(a->str, "1");
   assert_int_equal(a->line, 2);
@@ -357,11 +357,11 @@ static void test_precedence(void **state) {
                                            "vocab_size: 256\n"
                                            "seq_length: 32\n"
                                            "rotary_base: 222\n");
-  tmp_file("prec/base.yaml", "modules:\n"
-                             "  pre_trainer:\n"
-                             "    overrides:\n"
-                             "      train_iters: 11\n"
-                             "      seed: 12\n");
+  char *pb = tmp_file("prec/base.yaml", "modules:\n"
+                                        "  pre_trainer:\n"
+                                        "    overrides:\n"
+                                        "      train_iters: 11\n"
+                                        "      seed: 12\n");
   char *x = tmp_file("prec/exp.yaml", "extends: base.yaml\n"
                                       "modules:\n"
                                       "  pre_trainer:\n"
@@ -386,7 +386,7 @@ static void test_precedence(void **state) {
   assert_true(get_f64(e, "norm_epsilon") == 1e-6);     /* from the preset's extends */
   assert_true(get_f64(e, "init_method_std") == 0.5);   /* two levels down */
   assert_true(get_f64(e, "adam_beta2") == 0.95);       /* module preset default */
-  assert_origin(e, "adam_beta2", "configs/modules/native/pre_trainer.yaml:35");
+  assert_origin(e, "adam_beta2", "configs/modules/native/pre_trainer.yaml:39");
   assert_int_equal(get_int(e, "hidden_size"), 64);     /* model > module preset */
   assert_string_equal(prm_exp_top(e, "exp_name"), "from_cli");
   assert_string_equal(prm_exp_top(e, "work_group"), "default");
@@ -416,7 +416,7 @@ static void test_precedence(void **state) {
   prm_err_t err = {0};
   assert_int_equal(prm_exp_load(x, NULL, 0, "post_trainer", &e, &err), PRM_ECONFIG);
   assert_non_null(strstr(err.msg, "no module \"post_trainer\""));
-  free(mb), free(mr), free(m), free(x);
+  free(mb), free(mr), free(m), free(x), free(pb);
 }
 
 static void test_unknown_keys(void **state) {
@@ -519,6 +519,23 @@ static void test_types_and_ranges(void **state) {
   free(p);
 }
 
+static void test_fixtures(void **state) {
+  (void)state;
+  char *p = prm_path_join(PRM_TEST_FIXTURES, "config/tiny.yaml");
+  prm_exp_t *e = load_ok(p, NULL, 0);
+  assert_int_equal(get_int(e, "train_iters"), 4);
+  assert_origin(e, "train_iters", "config/tiny.yaml:16");
+  assert_string_equal(prm_exp_top(e, "exp_name"), "tiny");
+  prm_exp_free(e);
+  free(p);
+  p = prm_path_join(PRM_TEST_FIXTURES, "config/bad-lr.yaml");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "config/bad-lr.yaml:12: lr: expected a number, got \"fast\"");
+  free(p);
+  p = prm_path_join(PRM_TEST_FIXTURES, "config/malformed.yaml");
+  load_fails(p, NULL, 0, PRM_EPARSE, "config/malformed.yaml:4: mapping values are not allowed");
+  free(p);
+}
+
 static void test_missing_file(void **state) {
   (void)state;
   load_fails("/nonexistent/primus/exp.yaml", NULL, 0, PRM_ENOENT, "/nonexistent/primus/exp.yaml");
@@ -586,6 +603,9 @@ static void test_shipped_presets(void **state) {
   free(pre);
 
   /* Every example resolves with its defaults. */
+  static const char *const vars[] = {"DATA", "DATA_PATH", "LR", "TRAIN_ITERS", "MOCK", "LOAD",
+                                     "PRIMUS_WORKSPACE", "OMP_NUM_THREADS"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
   dir = prm_path_join(prm_home(), "configs/examples");
   assert_int_equal(prm_fs_list_dir(dir, &names, &err), 0);
   int examples = 0;
@@ -709,13 +729,13 @@ static void test_round_trip(void **state) {
   prm_exp_dump(e, &a, 1);
   const char *s = prm_sb_str(&a);
   assert_non_null(strstr(s, "# <cli>"));
-  assert_non_null(strstr(s, "configs/modules/native/pre_trainer.yaml:35\n")); /* adam_beta2 */
-  assert_non_null(strstr(s, "configs/models/native/llama_tiny.yaml:7\n"));    /* hidden_size */
+  assert_non_null(strstr(s, "configs/modules/native/pre_trainer.yaml:39\n")); /* adam_beta2 */
+  assert_non_null(strstr(s, "configs/models/native/llama_tiny.yaml:5\n"));    /* hidden_size */
   assert_non_null(strstr(s, "rt/exp.yaml:12\n"));                             /* save */
   assert_null(strstr(s, "preset default"));
   const char *line = strstr(s, "    adam_beta2: 0.95");
   assert_non_null(line);
-  assert_true(strchr(line, '\n') > strstr(line, "pre_trainer.yaml:35"));
+  assert_true(strchr(line, '\n') > strstr(line, "pre_trainer.yaml:39"));
 
   prm_sb_free(&a);
   prm_sb_free(&b);
@@ -733,7 +753,7 @@ int main(void) {
       cmocka_unit_test(test_env_expand),       cmocka_unit_test(test_extends),
       cmocka_unit_test(test_vars),             cmocka_unit_test(test_precedence),
       cmocka_unit_test(test_unknown_keys),     cmocka_unit_test(test_types_and_ranges),
-      cmocka_unit_test(test_missing_file),     cmocka_unit_test(test_shipped_presets),
+      cmocka_unit_test(test_missing_file),     cmocka_unit_test(test_fixtures),     cmocka_unit_test(test_shipped_presets),
       cmocka_unit_test(test_params),           cmocka_unit_test(test_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

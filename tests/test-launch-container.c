@@ -206,6 +206,24 @@ static void test_vendor_flags(void **state) {
   prm_argv_free(&a);
 }
 
+/* Forwarded secrets go by name only, so their values never reach argv. */
+static void test_secret_forwarding(void **state) {
+  (void)state;
+  prm_container_opts_t o = {.image = "img"};
+  prm_env_t host = {0};
+  prm_env_set(&host, "PRIMUS_API_TOKEN", "s3cr3t");
+  prm_env_set(&host, "NCCL_DEBUG", "INFO");
+  char *inner[] = {"true", NULL};
+  prm_argv_t a = {0};
+  prm_err_t err = {0};
+  assert_int_equal(prm_container_build(&o, "podman", NULL, &host, 1, inner, &a, &err), 0);
+  assert_true(find_pair(&a, "-e", "PRIMUS_API_TOKEN") > 0);
+  assert_true(find_pair(&a, "-e", "NCCL_DEBUG=INFO") > 0);
+  for (int i = 0; i < a.n; i++) assert_null(strstr(a.v[i], "s3cr3t"));
+  prm_argv_free(&a);
+  prm_env_free(&host);
+}
+
 /* ---- volumes, mounts and validation ------------------------------------- */
 
 static void expect_bad_volume(const char *spec, const char *needle) {
@@ -475,7 +493,7 @@ int main(void) {
       cmocka_unit_test(test_engine_detect),  cmocka_unit_test(test_build_full),
       cmocka_unit_test(test_vendor_flags),   cmocka_unit_test(test_volumes_invalid),
       cmocka_unit_test(test_self_mounts),    cmocka_unit_test(test_other_invalid),
-      cmocka_unit_test(test_podman_real),
+      cmocka_unit_test(test_podman_real), cmocka_unit_test(test_secret_forwarding),
   };
   /* The podman script runs only the real test (PRIMUS_TEST_FILTER). */
   const char *filter = getenv("PRIMUS_TEST_FILTER");

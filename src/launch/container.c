@@ -282,7 +282,12 @@ int prm_container_build(const prm_container_opts_t *o, const char *engine,
     if (!prm__forwarded(k) || !prm__is_env_name(k)) continue;
     if (prm_env_get(&o->env, k)) continue;
     prm_argv_push(&a, "-e");
-    prm_argv_pushf(&a, "%s=%s", k, host_env->vals[i]);
+    /* A secret is passed by name only: the engine copies the value from
+     * its own environment, so it never shows in ps or --dry-run. */
+    if (prm_env_is_secret(k))
+      prm_argv_push(&a, k);
+    else
+      prm_argv_pushf(&a, "%s=%s", k, host_env->vals[i]);
   }
   for (int i = 0; i < o->env.n; i++) {
     if (!prm__is_env_name(o->env.keys[i])) {

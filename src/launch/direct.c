@@ -81,6 +81,35 @@ static int prm__dist_env(prm_env_t *E, prm_err_t *err) {
   return 0;
 }
 
+/* The experiment's env: map sits between the profile and --env: it wins
+ * over the profile and the inherited environment, --env wins over it. */
+static int prm__apply_exp_env(const prm_exp_t *exp, prm_env_t *E, int nenv, char *const *envs,
+                              prm_err_t *err) {
+  const prm_node_t *m = prm_exp_env(exp);
+  if (!m) return 0;
+  prm_env_t user = {0};
+  for (int i = 0; i < nenv; i++) prm__env_add_arg(&user, envs[i], NULL);
+  int rc = 0;
+  for (int i = 0; i < m->n && !rc; i++) {
+    const prm_node_t *v = m->items[i];
+    if (v->kind != PRM_NODE_SCALAR) {
+      rc = prm_errf(err, PRM_ECONFIG, "%s:%d: env.%s: expected a value", v->file, v->line, m->keys[i]);
+      break;
+    }
+    char *kv = prm_xasprintf("%s=%s", m->keys[i], v->str);
+    prm_env_t one = {0};
+    rc = prm_env_set_kv(&one, kv, err);
+    if (rc) prm_err_prefix(err, "%s:%d: env", v->file, v->line);
+    prm_env_free(&one);
+    free(kv);
+    if (rc || prm_env_get(&user, m->keys[i])) continue;
+    prm_env_set(E, m->keys[i], v->str);
+    setenv(m->keys[i], v->str, 1);
+  }
+  prm_env_free(&user);
+  return rc;
+}
+
 /* The mpirun command for --nproc N: this binary again, in rank mode. */
 static void prm__mpirun_argv(const prm_launch_t *l, int64_t nproc, const prm_env_t *E,
                              const prm_argv_t *task_words, prm_argv_t *out) {
@@ -187,6 +216,7 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
   prm_env_apply(&E);
   prm_argv_pushv(&task_words, l->task_words.n, l->task_words.v);
   if ((rc = prm__task_prepare(l, &task_words, &args, &exp, err))) goto done;
+  if (exp && (rc = prm__apply_exp_env(exp, &E, nenv, envs, err))) goto done;
   if (run) prm_hooks_list(l->task->name, l->sub->name, 0, &hooks);
   char *const *patches;
   int npatch = prm_args_list(l->rt_args, "patch", &patches);

@@ -11,6 +11,9 @@ work_group: team
 user_name: tester
 exp_name: hello-exp
 workspace: $T/ws
+env:
+  EXP_VAR: from-experiment
+  USER_VAR: loses-to-env-file
 modules:
   pre_trainer:
     framework: native
@@ -41,7 +44,8 @@ H1=$(cat "$RD/hello-rank-0.txt" 2>/dev/null)
 expect_in "hook exported env" "HOOK_VAR=from-hook" "$H1"
 expect_in "hook appended an option" "greeting=hi-from-hook" "$H1"
 expect_in "patch exported env" "PATCH_VAR=patched" "$H1"
-expect_in "--env FILE" "USER_VAR=from-file" "$H1"
+expect_in "--env FILE wins over the experiment env" "USER_VAR=from-file" "$H1"
+expect_in "experiment env applied" "EXP_VAR=from-experiment" "$(cat "$RD/env/env_dump.txt")"
 expect_in "CLI override reached the task" "lr=0.25" "$H1"
 expect_in "distributed defaults" "NNODES=1" "$H1"
 expect_in "hook log line shown" "just a log line" "$ERR"

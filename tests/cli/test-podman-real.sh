@@ -55,6 +55,46 @@ if ! grep -q '^\[       OK \] test_podman_real' <<<"$out" ||
   exit 1
 fi
 
+# Part 2: `primus container` end to end. The host's /usr and /lib are
+# mounted read-only so the primus binary (under the mounted project) finds
+# its shared libraries inside the busybox image.
+EX=$PRIMUS_SRC/configs/examples/llama_tiny-pretrain.yaml
+pc() {
+  "$PRIMUS_BIN" container --image "$image" --volume "$PRM_PODMAN_DIR" --engine_opt "--root=$PRM_PODMAN_ROOT" \
+    --engine_opt "--runroot=$PRM_PODMAN_RUNROOT" --volume /usr:/usr:ro --volume /lib:/lib:ro \
+    --volume /lib64:/lib64:ro -- "$@"
+}
+out=$(pc config show --config "$EX" --no-origins 'data_path=x; rm -rf ~')
+if ! grep -q 'data_path: "x; rm -rf ~"' <<<"$out"; then
+  echo "FAIL: primus container config show did not print the value verbatim:" >&2
+  printf '%s\n' "$out" | tail -20 >&2
+  exit 1
+fi
+# A real run inside: the hello test plugin writes its run directory on the
+# host through the mounts, and the snapshot shows podman's container=podman.
+W=$PRM_PODMAN_DIR/work
+mkdir -p "$W/plugins"
+"${CC:-cc}" -shared -fPIC -I"$PRIMUS_SRC/include" "$PRIMUS_SRC/tests/fixtures/plugins/hello_plugin.c" \
+  -o "$W/plugins/hello.so"
+cat >"$W/exp.yaml" <<Y
+exp_name: in-container
+workspace: $W/ws
+modules:
+  pre_trainer:
+    framework: native
+    config: pre_trainer.yaml
+    model: llama_tiny.yaml
+Y
+PRIMUS_PLUGIN_PATH=$W/plugins pc hello run --config "$W/exp.yaml" >/dev/null
+RD=$(ls -d "$W"/ws/*/*/in-container/run-* 2>/dev/null | head -1)
+if [ -z "$RD" ] || ! grep -q '^container=podman$' "$RD/env/env_dump.txt" ||
+  ! grep -q '^rank=0/1$' "$RD/hello-rank-0.txt"; then
+  echo "FAIL: the hello run did not happen inside the container (run dir: ${RD:-none})" >&2
+  exit 1
+fi
+inside="run dir $RD"
+echo "primus container: ok ($inside)"
+
 # The image must still be there (the run used the private store) and the
 # container must be gone (--rm).
 prm_podman image exists "$image"
