@@ -3,7 +3,8 @@
  * and ISA (cpuid), NUMA layout (hwloc); and the env profiles that follow
  * from it (platforms/base.sh, then platforms/<MODEL>.sh).
  *
- * PRIMUS_SYSFS_ROOT points detection at a fixture tree instead of /sys.
+ * PRIMUS_SYSFS_ROOT points detection at a fixture tree instead of /sys;
+ * PRIMUS_PLATFORM_NO_SMI=1 skips the SMI tools. See docs/platforms.md.
  */
 #ifndef PRM_PLATFORM_H
 #define PRM_PLATFORM_H

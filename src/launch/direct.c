@@ -192,11 +192,16 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
   char *run_dir = NULL;
   int rc = prm_platform_detect(&plat, err);
   if (rc) goto done;
-  if (plat.cpu_cores > 0 && !getenv("PRIMUS_CPU_CORES")) {
-    char ncores[16];
-    snprintf(ncores, sizeof ncores, "%d", plat.cpu_cores);
-    setenv("PRIMUS_CPU_CORES", ncores, 1); /* the CPU profile sizes thread pools from it */
-  }
+  /* The facts profiles read (PRIMUS_PLATFORM, PRIMUS_ACCEL_COUNT,
+   * PRIMUS_CPU_CORES ...) go to the task too; a value the user set wins. */
+  prm_env_t facts = {0};
+  prm_platform_profile_inputs(&plat, &facts);
+  for (int i = 0; i < facts.n; i++)
+    if (!getenv(facts.keys[i])) {
+      setenv(facts.keys[i], facts.vals[i], 1);
+      prm_env_set(&E, facts.keys[i], facts.vals[i]);
+    }
+  prm_env_free(&facts);
   if (run) {
     prm_profile_chain(&plat, &chain);
     if ((rc = prm_profile_load(&chain, &E, err))) goto done;

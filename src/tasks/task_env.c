@@ -28,15 +28,13 @@ static int prm__env_show(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_profile_chain(&p, &chain);
   prm_sb_append(&out, "\nProfile chain:\n");
   for (int i = 0; i < chain.n; i++) prm_sb_appendf(&out, "  %d. %s\n", i + 1, chain.v[i]);
-  prm_env_t vars = {0};
-  rc = prm_profile_load(&chain, &vars, err);
+  prm_env_t vars = {0}, facts = {0};
+  prm_platform_profile_inputs(&p, &facts);
+  rc = prm_profile_load_env(&chain, &facts, &vars, err);
+  prm_env_free(&facts);
   if (rc == 0) {
-    prm_sb_append(&out, "\nVariables (profile value; '*' marks a value set by you or --env):\n");
-    for (int i = 0; i < vars.n; i++) {
-      const char *now = getenv(vars.keys[i]);
-      int user = now && strcmp(now, vars.vals[i]);
-      prm_sb_appendf(&out, "  %s%s=%s\n", user ? "*" : " ", vars.keys[i], user ? now : vars.vals[i]);
-    }
+    prm_sb_append(&out, "\nVariables the profiles set (a variable you set yourself is left alone):\n");
+    for (int i = 0; i < vars.n; i++) prm_sb_appendf(&out, "  %s=%s\n", vars.keys[i], vars.vals[i]);
   }
   fputs(prm_sb_str(&out), ctx->out);
   prm_sb_free(&out);

@@ -130,6 +130,15 @@ expect_in "NNODES from slurm" "NNODES=3" "$H4"
 expect_in "NODE_RANK from slurm" "NODE_RANK=1" "$H4"
 expect_in "MASTER_ADDR from the node list" "MASTER_ADDR=gpu07" "$H4"
 
+# On an 8×MI300X node (fixture) the ROCm profile reaches the task.
+PRIMUS_SYSFS_ROOT=$PRIMUS_SRC/tests/fixtures/sysfs/mi300x-8 run hello run --config "$T/exp.yaml"
+expect_rc "run on the MI300X fixture" 0
+RD6=$(ls -td "$T"/ws/team/tester/hello-exp/run-* | head -1)
+D6=$(cat "$RD6/env/env_dump.txt")
+expect_in "ROCm profile applied" "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" "$D6"
+expect_in "platform fact exported" "PRIMUS_PLATFORM=MI300X" "$D6"
+expect_in "platform.json records the GPUs" '"MI300X"' "$(cat "$RD6/env/platform.json")"
+
 # N ranks through mpirun.
 if command -v mpirun >/dev/null; then
   run direct --nproc 2 -- hello run --config "$T/exp.yaml"
