@@ -19,20 +19,6 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* Asserts that a equals the NULL-terminated list want, printing both on a
- * mismatch so a failure shows the whole command. */
-static void assert_argv(const prm_argv_t *a, const char *const *want) {
-  int n = 0;
-  while (want[n]) n++;
-  int same = a->n == n;
-  for (int i = 0; same && i < n; i++) same = !strcmp(a->v[i], want[i]);
-  if (!same) {
-    char *got = prm_argv_join_shell(a->n, a->v);
-    char *exp = prm_argv_join_shell(n, (char *const *)want);
-    fail_msg("argv mismatch\n got:  %s\n want: %s", got, exp);
-  }
-  assert_null(a->v[a->n]);
-}
 
 /* Index of the first occurrence of the pair (flag, value), or -1. */
 static int find_pair(const prm_argv_t *a, const char *flag, const char *value) {
@@ -145,7 +131,7 @@ static void test_build_full(void **state) {
       "-e", "PRIMUS_X=explicit", "-e", "FOO=x; rm -rf ~",
       "--name", "job-1.a", "--shm-size=16g", "localhost/img:1",
       "sh", "-c", "echo \"$1\"", "sh", "x; rm -rf ~", "--rm", NULL};
-  assert_argv(&a, want);
+  prm_test_assert_argv(&a, want);
   prm_argv_free(&a);
 
   /* NULL host env and no optional fields: the minimal command. */
@@ -154,7 +140,7 @@ static void test_build_full(void **state) {
   assert_int_equal(prm_container_build(&m, "docker", NULL, NULL, 1, one, &a, &err), 0);
   const char *want_min[] = {"docker", "run", "--rm", "--network=host",
                             "--ipc=host", "img", "true", NULL};
-  assert_argv(&a, want_min);
+  prm_test_assert_argv(&a, want_min);
   prm_argv_free(&a);
   prm_container_opts_free(&m);
 

@@ -12,23 +12,12 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static void assert_argv(const prm_argv_t *a, const char *const *want) {
-  int n = 0;
-  while (want[n]) n++;
-  int same = a->n == n;
-  for (int i = 0; same && i < n; i++) same = !strcmp(a->v[i], want[i]);
-  if (!same) {
-    char *got = prm_argv_join_shell(a->n, a->v);
-    char *exp = prm_argv_join_shell(n, (char *const *)want);
-    fail_msg("argv mismatch\n got:  %s\n want: %s", got, exp);
-  }
-}
 
 static void expect_hosts(const char *list, const char *const *want) {
   prm_argv_t h = {0};
   prm_err_t err = {0};
   if (prm_slurm_expand_nodelist(list, &h, &err)) fail_msg("%s: %s", list, err.msg);
-  assert_argv(&h, want);
+  prm_test_assert_argv(&h, want);
   prm_argv_free(&h);
 }
 
@@ -161,16 +150,16 @@ static void test_build(void **state) {
   prm_argv_t a = {0};
   prm_err_t err = {0};
   assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 3, flags, NULL, 4, inner, &a, &err), 0);
-  assert_argv(&a, (const char *[]){"srun", "-N", "2", "--gpus-per-node=8", "primus", "--",
+  prm_test_assert_argv(&a, (const char *[]){"srun", "-N", "2", "--gpus-per-node=8", "primus", "--",
                                    "train", "x; rm -rf ~", NULL});
   prm_argv_free(&a);
   assert_int_equal(
       prm_slurm_build(PRM_SLURM_SBATCH, 3, flags, "/r/job.sh", 4, inner, &a, &err), 0);
-  assert_argv(&a, (const char *[]){"sbatch", "-N", "2", "--gpus-per-node=8", "/r/job.sh",
+  prm_test_assert_argv(&a, (const char *[]){"sbatch", "-N", "2", "--gpus-per-node=8", "/r/job.sh",
                                    NULL});
   prm_argv_free(&a);
   assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 0, NULL, NULL, 1, inner, &a, &err), 0);
-  assert_argv(&a, (const char *[]){"srun", "primus", NULL});
+  prm_test_assert_argv(&a, (const char *[]){"srun", "primus", NULL});
   prm_argv_free(&a);
 
   assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 0, NULL, NULL, 0, NULL, &a, &err),

@@ -39,3 +39,16 @@ char *prm_test_read(const char *path) {
   if (prm_fs_read_all(path, &s, NULL, &err)) fail_msg("%s", err.msg);
   return s;
 }
+
+void prm_test_assert_argv(const prm_argv_t *a, const char *const *want) {
+  int n = 0;
+  while (want[n]) n++;
+  int same = a->n == n;
+  for (int i = 0; same && i < n; i++) same = !strcmp(a->v[i], want[i]);
+  if (!same) {
+    char *got = prm_argv_join_shell(a->n, a->v);
+    char *exp = prm_argv_join_shell(n, (char *const *)want);
+    fail_msg("argv mismatch\n got:  %s\n want: %s", got, exp);
+  }
+  assert_null(a->v[a->n]);
+}

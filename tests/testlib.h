@@ -20,4 +20,9 @@ char *prm_test_write(const char *dir, const char *name, const char *text);
 /* Reads a whole file into a NUL-terminated string (caller frees). */
 char *prm_test_read(const char *path);
 
+/* Asserts that a equals the NULL-terminated list want and is itself
+ * NULL-terminated, printing both on a mismatch so a failure shows the whole
+ * command. */
+void prm_test_assert_argv(const prm_argv_t *a, const char *const *want);
+
 #endif

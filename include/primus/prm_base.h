@@ -114,7 +114,9 @@ prm_log_level_t prm_log_get_level(void);
 int prm_log_parse_level(const char *s, prm_log_level_t *out);
 void prm_log_set_rank(int rank, int world);
 int prm_log_set_file(const char *path, prm_err_t *err); /* appends */
-void prm_log_close_file(void);
+/* A second file that also gets every line (the user's --log-file). */
+int prm_log_tee_file(const char *path, prm_err_t *err);
+void prm_log_close_file(void); /* closes both */
 void prm_log(prm_log_level_t level, const char *fmt, ...) PRM_PRINTF(2, 3);
 void prm_vlog(prm_log_level_t level, const char *fmt, va_list ap);
 
@@ -239,6 +241,7 @@ typedef struct {
   int merge_stderr;          /* with capture: stderr into out too */
   int quiet;                 /* 1: child's stdout/stderr to /dev/null */
   const char *stdin_path;    /* NULL: inherit; "/dev/null" for none */
+  size_t *out_len;           /* with capture: receives the length (output may hold NULs) */
 } prm_proc_opts_t;
 
 /* Runs argv[0] (searched in PATH) and waits. *status receives the exit code,

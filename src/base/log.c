@@ -12,8 +12,9 @@ static struct {
   prm_log_level_t level;
   int rank, world;
   int color;
-  FILE *file;
-} prm__log = {PRM_LOG_INFO, 0, 1, -1, NULL};
+  FILE *file; /* this rank's log file */
+  FILE *tee;  /* a second file the user asked for (--log-file) */
+} prm__log = {PRM_LOG_INFO, 0, 1, -1, NULL, NULL};
 
 static const char *const prm__level_names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 _Static_assert(sizeof(prm__level_names) / sizeof(prm__level_names[0]) ==
@@ -47,14 +48,24 @@ int prm_log_set_file(const char *path, prm_err_t *err) {
   FILE *f = fopen(path, "a");
   if (!f) return prm_errf(err, PRM_EIO, "%s: cannot open log file: %m", path);
   setvbuf(f, NULL, _IOLBF, 0);
-  prm_log_close_file();
+  if (prm__log.file) fclose(prm__log.file);
   prm__log.file = f;
+  return 0;
+}
+
+int prm_log_tee_file(const char *path, prm_err_t *err) {
+  FILE *f = fopen(path, "a");
+  if (!f) return prm_errf(err, PRM_EIO, "%s: cannot open log file: %m", path);
+  setvbuf(f, NULL, _IOLBF, 0);
+  if (prm__log.tee) fclose(prm__log.tee);
+  prm__log.tee = f;
   return 0;
 }
 
 void prm_log_close_file(void) {
   if (prm__log.file) fclose(prm__log.file);
-  prm__log.file = NULL;
+  if (prm__log.tee) fclose(prm__log.tee);
+  prm__log.file = prm__log.tee = NULL;
 }
 
 static int prm__log_color(void) {
@@ -64,14 +75,16 @@ static int prm__log_color(void) {
 }
 
 void prm_vlog(prm_log_level_t level, const char *fmt, va_list ap) {
-  if (level < prm__log.level && !prm__log.file) return;
+  if (level < prm__log.level && !prm__log.file && !prm__log.tee) return;
   char ts[32], msg[4096];
   prm_time_format(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", prm_time_wall());
   vsnprintf(msg, sizeof msg, fmt, ap);
   const char *name = prm__level_names[level];
-  if (prm__log.file)
-    fprintf(prm__log.file, "[%s] [rank %d/%d %s] [%s] %s\n", ts, prm__log.rank,
-            prm__log.world, prm_hostname(), name, msg);
+  FILE *files[2] = {prm__log.file, prm__log.tee};
+  for (int i = 0; i < 2; i++)
+    if (files[i])
+      fprintf(files[i], "[%s] [rank %d/%d %s] [%s] %s\n", ts, prm__log.rank, prm__log.world,
+              prm_hostname(), name, msg);
   if (level < prm__log.level) return;
   /* Console: rank 0 and the last rank only, like Primus' rank filter;
    * errors always pass. */

@@ -86,6 +86,7 @@ int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
   }
   int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
   if (status) *status = code;
+  if (opts->out_len) *opts->out_len = sb.len;
   if (out)
     *out = prm_sb_steal(&sb);
   else

@@ -256,6 +256,8 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
     goto done;
   }
 
+  const char *log_file = prm_args_str(l->rt_args, "log_file");
+  if (log_file && (rc = prm_log_tee_file(log_file, err))) goto done;
   if (run) {
     if ((rc = prm__rundir_for_task(l, exp, &run_dir, err))) goto done;
     setenv("PRIMUS_RUN_DIR", run_dir, 1);
@@ -267,8 +269,6 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
     if (exp && (rc = prm__rundir_snapshot_config(run_dir, exp, err))) goto done;
     PRM_INFO("run directory: %s", run_dir);
   }
-  const char *log_file = prm_args_str(l->rt_args, "log_file");
-  if (log_file && (rc = prm_log_set_file(log_file, err))) goto done;
 
   if (run) {
     /* The replay command: same runtime options, the task's own options as

@@ -88,49 +88,6 @@ static char *prm__chatter(const char *s, size_t n) {
   return out;
 }
 
-/* Runs argv with envp, stdout and stderr into one pipe, and returns what
- * it printed with its length: env -0 output holds NULs, so a C string is
- * not enough (prm_proc_run's capture has no length). */
-static int prm__run_capture(char *const *argv, char *const *envp, char **out,
-                            size_t *len, int *status, prm_err_t *err) {
-  int fd[2];
-  if (pipe2(fd, O_CLOEXEC) != 0)
-    return prm_errf(err, PRM_ECHILD, "pipe: %s", strerror(errno));
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    int e = errno;
-    close(fd[0]), close(fd[1]);
-    return prm_errf(err, PRM_ECHILD, "fork: %s", strerror(e));
-  }
-  if (pid == 0) {
-    int in = open("/dev/null", O_RDONLY);
-    if (in >= 0) dup2(in, 0);
-    dup2(fd[1], 1);
-    dup2(fd[1], 2);
-    execve(argv[0], argv, envp);
-    _exit(127);
-  }
-  close(fd[1]);
-  prm_sb_t sb = {0};
-  char buf[16384];
-  for (;;) {
-    ssize_t r = read(fd[0], buf, sizeof buf);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    prm_sb_appendn(&sb, buf, (size_t)r);
-  }
-  close(fd[0]);
-  int ws = 0;
-  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-  }
-  *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-  *len = sb.len;
-  *out = sb.buf ? prm_sb_steal(&sb) : prm_xstrdup("");
-  return 0;
-}
-
 /* The record (NUL-terminated string) that starts at *pos, advancing *pos;
  * NULL at the end of the buffer. */
 static const char *prm__next_record(const char *buf, size_t len, size_t *pos,
@@ -177,7 +134,11 @@ int prm_profile_load_env(const prm_argv_t *files, const prm_env_t *extra,
   char *text = NULL;
   size_t len = 0;
   prm_env_t before = {0}, after = {0};
-  if ((rc = prm__run_capture(argv.v, envp.v, &text, &len, &status, err)) != 0)
+  /* stdout and stderr in one stream: env -0 records hold NULs, hence
+   * out_len; what a failing profile printed is kept for the message. */
+  prm_proc_opts_t po = {.capture = 1, .merge_stderr = 1, .envp = envp.v,
+                        .stdin_path = "/dev/null", .out_len = &len};
+  if ((rc = prm_proc_run(argv.v, &po, &status, &text, err)) != 0)
     goto done;
 
   /* Layout: env records, BEGIN, what the profiles printed, \0END\0 (or

@@ -139,6 +139,20 @@ expect_in "ROCm profile applied" "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" "$D6"
 expect_in "platform fact exported" "PRIMUS_PLATFORM=MI300X" "$D6"
 expect_in "platform.json records the GPUs" '"MI300X"' "$(cat "$RD6/env/platform.json")"
 
+# Log lines: one format, PRIMUS_LOG_LEVEL, --log-file, and --numa binding.
+PRIMUS_LOG_LEVEL=debug run direct --numa --log-file "$T/launcher.log" -- hello run --config "$T/exp.yaml"
+expect_rc "--numa and --log-file" 0
+if grep -Eq '^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8}\] \[rank 0/1 [^]]+\] \[INFO\] run directory: ' <<<"$ERR"; then
+  ok "log line format"
+else
+  bad "log line format: $ERR"
+fi
+expect_in "PRIMUS_LOG_LEVEL=debug" "[DEBUG]" "$ERR"
+expect_in "--numa bound the rank" "NUMA node" "$ERR"
+expect_in "--log-file written" "[INFO] run directory:" "$(cat "$T/launcher.log" 2>/dev/null)"
+run hello run --config "$T/exp.yaml"
+expect_not_in "debug lines hidden by default" "[DEBUG]" "$ERR"
+
 # N ranks through mpirun.
 if command -v mpirun >/dev/null; then
   run direct --nproc 2 -- hello run --config "$T/exp.yaml"
