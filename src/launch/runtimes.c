@@ -70,7 +70,16 @@ static int prm__container_run(prm_launch_t *l, prm_err_t *err) {
   }
   n = prm_args_list(l->rt_args, "volume", &vals);
   prm_argv_pushv(&o.volumes, n, vals);
-  prm_argv_push(&o.volumes, cwd); /* relative workspaces resolve the same inside */
+  /* Relative workspaces resolve the same inside: mount the current folder
+   * too, unless it is the project or already a volume. */
+  char *home_abs = prm_path_abs(prm_home());
+  int have_cwd = !strcmp(home_abs, cwd);
+  for (int i = 0; i < o.volumes.n && !have_cwd; i++) {
+    size_t hl = strcspn(o.volumes.v[i], ":");
+    have_cwd = strlen(cwd) == hl && !strncmp(o.volumes.v[i], cwd, hl);
+  }
+  free(home_abs);
+  if (!have_cwd) prm_argv_push(&o.volumes, cwd);
   n = prm_args_list(l->rt_args, "device", &vals);
   prm_argv_pushv(&o.devices, n, vals);
   n = prm_args_list(l->rt_args, "env", &vals);

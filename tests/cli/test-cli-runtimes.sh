@@ -28,6 +28,10 @@ expect_in "inner primus direct" "direct -- hello run" "$OUT"
 expect_in "image" "my/img:1" "$OUT"
 run container -- config presets
 expect_rc "container without --image" 2
+(cd "$PRIMUS_SRC" && "$PRIMUS_BIN" --dry-run container --image i -- config presets >/dev/null 2>&1)
+RC=$?; ERR=""; expect_rc "container from inside the project folder" 0
+run --dry-run container --image i --volume "$T" -- config presets
+expect_rc "current folder already a volume" 0
 
 # Platform-specific device flags from fixture trees.
 PRIMUS_SYSFS_ROOT=$PRIMUS_SRC/tests/fixtures/sysfs/mi300x-8 run --dry-run container --image i -- config presets
