@@ -161,6 +161,14 @@ if command -v mpirun >/dev/null; then
   expect_in "rank 0 ran" "rank=0/2" "$(cat "$RD5/hello-rank-0.txt" 2>/dev/null)"
   expect_in "rank 1 ran" "rank=1/2" "$(cat "$RD5/hello-rank-1.txt" 2>/dev/null)"
   expect_file "rank 1 log" "$RD5/logs/rank-1.log"
+  # The console shows rank 0 and the last rank; every rank has its file.
+  run direct --nproc 3 -- hello run --config "$T/exp.yaml"
+  expect_rc "--nproc 3 (oversubscribed)" 0
+  RD7=$(ls -td "$T"/ws/team/tester/hello-exp/run-* | head -1)
+  expect_in "console shows rank 0" "hello log line from rank 0" "$ERR"
+  expect_in "console shows the last rank" "hello log line from rank 2" "$ERR"
+  expect_not_in "console hides middle ranks" "hello log line from rank 1" "$ERR"
+  expect_in "middle rank logs to its file" "hello log line from rank 1" "$(cat "$RD7/logs/rank-1.log" 2>/dev/null)"
 else
   bad "mpirun missing (scripts/deps.sh installs openmpi-bin)"
 fi

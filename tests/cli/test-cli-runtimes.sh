@@ -28,6 +28,9 @@ expect_in "inner primus direct" "direct -- hello run" "$OUT"
 expect_in "image" "my/img:1" "$OUT"
 run container -- config presets
 expect_rc "container without --image" 2
+run container --engine no-such-engine --image i -- config presets
+expect_rc "missing container engine is a missing dependency" 1
+expect_in "engine named" "no-such-engine" "$ERR"
 (cd "$PRIMUS_SRC" && "$PRIMUS_BIN" --dry-run container --image i -- config presets >/dev/null 2>&1)
 RC=$?; ERR=""; expect_rc "container from inside the project folder" 0
 run --dry-run container --image i --volume "$T" -- config presets
