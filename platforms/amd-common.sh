@@ -6,14 +6,7 @@
 # restricted them through any of the visibility variables.
 if [ -z "${HIP_VISIBLE_DEVICES:-}${ROCR_VISIBLE_DEVICES:-}${CUDA_VISIBLE_DEVICES:-}" ] &&
    [ "${PRIMUS_ACCEL_COUNT:-0}" -gt 0 ] 2>/dev/null; then
-  _prm_ids=0
-  _prm_i=1
-  while [ "$_prm_i" -lt "$PRIMUS_ACCEL_COUNT" ]; do
-    _prm_ids="$_prm_ids,$_prm_i"
-    _prm_i=$(( _prm_i + 1 ))
-  done
-  HIP_VISIBLE_DEVICES=$_prm_ids; export HIP_VISIBLE_DEVICES
-  unset _prm_ids _prm_i
+  HIP_VISIBLE_DEVICES=$(prm_device_list "$PRIMUS_ACCEL_COUNT"); export HIP_VISIBLE_DEVICES
 fi
 
 # HSA runtime

@@ -28,3 +28,17 @@ fi
 # glibc: a training process has few long-lived threads; capping malloc
 # arenas keeps resident memory from growing with every helper thread.
 : "${MALLOC_ARENA_MAX:=8}"; export MALLOC_ARENA_MAX
+
+# prm_device_list N: prints "0,1,...,N-1" (the vendor profiles use it to make
+# every accelerator of the node visible). A shell function, not a variable,
+# so it never reaches the task's environment.
+prm_device_list() {
+  _prm_ids=0
+  _prm_i=1
+  while [ "$_prm_i" -lt "$1" ]; do
+    _prm_ids="$_prm_ids,$_prm_i"
+    _prm_i=$(( _prm_i + 1 ))
+  done
+  printf '%s' "$_prm_ids"
+  unset _prm_ids _prm_i
+}

@@ -7,14 +7,7 @@
 
 # Devices: all accelerators of the node unless already restricted.
 if [ -z "${CUDA_VISIBLE_DEVICES:-}" ] && [ "${PRIMUS_ACCEL_COUNT:-0}" -gt 0 ] 2>/dev/null; then
-  _prm_ids=0
-  _prm_i=1
-  while [ "$_prm_i" -lt "$PRIMUS_ACCEL_COUNT" ]; do
-    _prm_ids="$_prm_ids,$_prm_i"
-    _prm_i=$(( _prm_i + 1 ))
-  done
-  CUDA_VISIBLE_DEVICES=$_prm_ids; export CUDA_VISIBLE_DEVICES
-  unset _prm_ids _prm_i
+  CUDA_VISIBLE_DEVICES=$(prm_device_list "$PRIMUS_ACCEL_COUNT"); export CUDA_VISIBLE_DEVICES
 fi
 
 : "${CUDA_DEVICE_MAX_CONNECTIONS:=1}"; export CUDA_DEVICE_MAX_CONNECTIONS # ordered compute/comm overlap
