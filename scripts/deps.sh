@@ -5,9 +5,11 @@
 set -euo pipefail
 
 # Build and run: compiler, CMake, libraries primus links.
-PKGS_BUILD=(build-essential cmake pkg-config libyaml-dev libcjson-dev libhwloc-dev)
+PKGS_BUILD=(build-essential cmake pkg-config libyaml-dev libcjson-dev libhwloc-dev
+            libdnnl-dev libopenblas-dev)
 # Tests: cmocka; OpenMPI for --nproc; podman/runc/busybox for a real container run.
-PKGS_TEST=(libcmocka-dev openmpi-bin libopenmpi-dev podman runc busybox-static)
+PKGS_TEST=(libcmocka-dev openmpi-bin libopenmpi-dev podman runc busybox-static
+           python3-torch python3-numpy)
 
 missing=()
 for p in "${PKGS_BUILD[@]}" "${PKGS_TEST[@]}"; do

@@ -280,6 +280,51 @@ double prm_time_wall(void);      /* seconds since the epoch */
 void prm_time_format(char *buf, size_t n, const char *fmt, double wall);
 const char *prm_hostname(void);  /* cached */
 
+/* ------------------------------------------------------------------------ */
+/* Accounting allocator: large buffers by category, so memory is reportable */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+  PRM_MEM_PARAMS,
+  PRM_MEM_GRADS,
+  PRM_MEM_OPTIM,
+  PRM_MEM_ACTS,
+  PRM_MEM_SCRATCH,
+  PRM_MEM_DATA,
+  PRM_MEM_OTHER,
+  PRM_MEM__COUNT
+} prm_mem_cat_t;
+
+/* 64-byte aligned, zero-filled. Returns NULL when the system refuses (the
+ * caller turns that into PRM_ENOMEM naming what it wanted). Counters are
+ * process-wide and thread-safe; free with prm_mem_free and the same size. */
+void *prm_mem_alloc(prm_mem_cat_t cat, size_t bytes);
+void prm_mem_free(prm_mem_cat_t cat, void *p, size_t bytes);
+size_t prm_mem_in_use(prm_mem_cat_t cat);   /* bytes live now */
+size_t prm_mem_peak(prm_mem_cat_t cat);     /* high-water mark */
+const char *prm_mem_cat_name(prm_mem_cat_t cat); /* "params" ... */
+/* One line: "params 3.1 MiB, grads 3.1 MiB, ..., total 12.4 MiB". */
+void prm_mem_describe(prm_sb_t *out);
+/* Resident set size of this process in bytes (from /proc), 0 if unknown. */
+size_t prm_mem_rss(void);
+/* "12.4 MiB" */
+void prm_fmt_bytes(char *buf, size_t n, double bytes);
+
+/* ------------------------------------------------------------------------ */
+/* Random numbers: deterministic from a seed, the same on every machine     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  uint64_t s[4]; /* xoshiro256** state */
+  int has_spare;
+  double spare;  /* second Box-Muller value */
+} prm_rng_t;
+
+void prm_rng_seed(prm_rng_t *r, uint64_t seed); /* splitmix64 expansion */
+uint64_t prm_rng_u64(prm_rng_t *r);
+double prm_rng_uniform(prm_rng_t *r);           /* [0, 1), 53 bits */
+double prm_rng_normal(prm_rng_t *r);            /* mean 0, std 1 */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,189 @@
+/* prm_kernels.h - the "turbo" layer: the numerical operators of a Llama
+ * model, each a forward/backward pair, and the GEMM backend table they
+ * multiply through.
+ *
+ * Conventions (llm.c style):
+ *  - outputs first, then inputs, then dimensions;
+ *  - every pointer carries its shape, row-major, e.g. (N,C) = N rows of C;
+ *  - N is the number of token rows (B*T), C the hidden size, V the
+ *    vocabulary, H query heads, G key/value groups, D the head size,
+ *    F the MLP inner size;
+ *  - "accumulated" outputs are added to (gradients summed over micro-batches
+ *    and over the several consumers of one activation); all other outputs
+ *    are overwritten;
+ *  - kernels are deterministic: for a given thread count the result does not
+ *    depend on timing (fixed work split, fixed reduction order).
+ *
+ * Every kernel here is fp32. The plain reference versions are also compiled
+ * in double precision (src/kernels/ref64.h, for finite-difference tests);
+ * faster variants must agree with the reference within a stated tolerance.
+ */
+#ifndef PRM_KERNELS_H
+#define PRM_KERNELS_H
+
+#include "primus/prm_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* GEMM backends                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* C(M,N) = alpha * op(A) * op(B) + beta * C, all row-major; op(X) is X or
+ * its transpose when the matching trans flag is 1. op(A) is (M,K), op(B) is
+ * (K,N); lda/ldb/ldc are the row strides of A, B and C as stored. */
+typedef void (*prm_sgemm_fn)(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N,
+                             int64_t K, float alpha, const float *A, int64_t lda,
+                             const float *B, int64_t ldb, float beta, float *C,
+                             int64_t ldc);
+
+typedef struct prm_gemm_i {
+  const char *name;       /* "reference", "openblas", "onednn" */
+  int (*available)(void); /* 1 when usable in this build/process */
+  prm_sgemm_fn sgemm;
+} prm_gemm_i;
+
+/* A chosen backend. Small and copyable; ctx is owned by the backend. */
+typedef struct {
+  const prm_gemm_i *i;
+  void *ctx;
+} prm_gemm_t;
+
+/* Backends compiled in, in order of preference; returns the count. */
+int prm_gemm_backends(const prm_gemm_i *const **out);
+/* name NULL or "auto": the first available backend in preference order.
+ * An unknown or unavailable name is PRM_EINVAL listing the choices. */
+int prm_gemm_init(prm_gemm_t *g, const char *name, prm_err_t *err);
+void prm_sgemm(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+               float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+               float beta, float *C, int64_t ldc);
+
+/* Threads the kernels use (OpenMP); 1 when built without it. */
+int prm_kernels_threads(void);
+
+/* ------------------------------------------------------------------------ */
+/* Linear layer without bias: y = x W^T, W stored (out,in) as in PyTorch     */
+/* ------------------------------------------------------------------------ */
+
+void prm_linear_forward(const prm_gemm_t *g, float *y /* (N,out) */,
+                        const float *x /* (N,in) */, const float *w /* (out,in) */,
+                        int64_t N, int64_t in, int64_t out);
+/* dx = dy W (overwritten, or added when dx_accum); dw += dy^T x. Either
+ * output may be NULL to skip it. */
+void prm_linear_backward(const prm_gemm_t *g, float *dx /* (N,in) */, float *dw /* (out,in) */,
+                         const float *dy /* (N,out) */, const float *x /* (N,in) */,
+                         const float *w /* (out,in) */, int64_t N, int64_t in, int64_t out,
+                         int dx_accum);
+
+/* ------------------------------------------------------------------------ */
+/* Element-wise and row-wise operators                                       */
+/* ------------------------------------------------------------------------ */
+
+/* out[n] = wte[tok[n]]. Token ids are checked by the caller. */
+void prm_embedding_forward(float *out /* (N,C) */, const int32_t *tok /* (N) */,
+                           const float *wte /* (V,C) */, int64_t N, int64_t C);
+/* dwte[tok[n]] += dout[n] (accumulated, in row order: deterministic). */
+void prm_embedding_backward(float *dwte /* (V,C) */, const float *dout /* (N,C) */,
+                            const int32_t *tok /* (N) */, int64_t N, int64_t C);
+
+/* out = x * rsqrt(mean(x^2) + eps) * w; rstd keeps rsqrt(...) per row. */
+void prm_rmsnorm_forward(float *out /* (N,C) */, float *rstd /* (N) */,
+                         const float *x /* (N,C) */, const float *w /* (C) */, int64_t N,
+                         int64_t C, float eps);
+/* dx accumulated, dw accumulated. */
+void prm_rmsnorm_backward(float *dx /* (N,C) */, float *dw /* (C) */,
+                          const float *dout /* (N,C) */, const float *x /* (N,C) */,
+                          const float *w /* (C) */, const float *rstd /* (N) */, int64_t N,
+                          int64_t C);
+
+/* RoPE tables for positions [0, T): inv_freq[i] = base^(-2i/D), angle =
+ * pos * inv_freq[i] (computed in double, stored as float). */
+void prm_rope_tables(float *cos_t /* (T,D/2) */, float *sin_t /* (T,D/2) */, int64_t T,
+                     int64_t D, double base);
+/* In place, Hugging Face rotate-half convention: for i < D/2 the pair is
+ * (x[i], x[i + D/2]); x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin. Row t of
+ * each sequence has position pos0 + t. */
+void prm_rope_forward(float *x /* (B,T,nh,D) */, const float *cos_t, const float *sin_t,
+                      int64_t B, int64_t T, int64_t nh, int64_t D, int64_t pos0);
+/* In place: dx = R^T dy. */
+void prm_rope_backward(float *dx /* (B,T,nh,D) */, const float *cos_t, const float *sin_t,
+                       int64_t B, int64_t T, int64_t nh, int64_t D, int64_t pos0);
+
+/* h = silu(gate) * up, element-wise over n values. */
+void prm_swiglu_forward(float *h, const float *gate, const float *up, int64_t n);
+/* dgate, dup overwritten. */
+void prm_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
+                         const float *up, int64_t n);
+
+/* y = a + b (y may alias a or b). */
+void prm_add(float *y, const float *a, const float *b, int64_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Attention: causal, grouped-query, flash style (no T x T matrix)          */
+/* ------------------------------------------------------------------------ */
+
+/* out = softmax(q k^T / sqrt(D), causal) v per sequence and head; query
+ * head h reads key/value group h / (H/G). lse keeps the log-sum-exp of each
+ * query row's scaled scores, all backward needs besides q, k, v, out.
+ * Memory beyond the outputs: O(D) per thread. */
+void prm_attention_forward(float *out /* (B,T,H,D) */, float *lse /* (B,H,T) */,
+                           const float *q /* (B,T,H,D) */, const float *k /* (B,T,G,D) */,
+                           const float *v /* (B,T,G,D) */, int64_t B, int64_t T, int64_t H,
+                           int64_t G, int64_t D);
+/* dq, dk, dv overwritten. */
+void prm_attention_backward(float *dq /* (B,T,H,D) */, float *dk /* (B,T,G,D) */,
+                            float *dv /* (B,T,G,D) */, const float *dout /* (B,T,H,D) */,
+                            const float *q, const float *k, const float *v,
+                            const float *out /* (B,T,H,D) */, const float *lse /* (B,H,T) */,
+                            int64_t B, int64_t T, int64_t H, int64_t G, int64_t D);
+/* Inference with a KV cache: Tq new queries at positions Tk-Tq .. Tk-1
+ * attend to the Tk cached keys/values (causal within the new ones). */
+void prm_attention_decode(float *out /* (Tq,H,D) */, const float *q /* (Tq,H,D) */,
+                          const float *kc /* (Tk,G,D) */, const float *vc /* (Tk,G,D) */,
+                          int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D);
+
+/* ------------------------------------------------------------------------ */
+/* Cross-entropy                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Per-row loss -log softmax(logits)[target]; rows whose target is negative
+ * get loss 0 (masked). Returns the sum of the losses in double. */
+double prm_xent_forward(float *losses /* (N) or NULL */, const float *logits /* (N,V) */,
+                        const int32_t *targets /* (N) */, int64_t N, int64_t V);
+/* dlogits = scale * (softmax(logits) - onehot(target)); rows with a negative
+ * target get 0. dlogits may alias logits (in-place). */
+void prm_xent_backward(float *dlogits /* (N,V) */, const float *logits /* (N,V) */,
+                       const int32_t *targets /* (N) */, int64_t N, int64_t V, float scale);
+
+/* The LM head and its loss fused, over chunks of `chunk` rows so that only
+ * a (chunk,V) logit buffer ever exists: for each chunk, logits = x W^T,
+ * loss, then (when dx/dw are given) dlogits in place, dx = dlogits W and
+ * dw += dlogits^T x. grad_scale is d(loss)/d(per-token loss), normally
+ * 1/(target tokens in the global batch). Returns the summed loss (double)
+ * and, in *count, the number of unmasked targets. `scratch` holds
+ * chunk*V floats. */
+double prm_lmhead_xent(const prm_gemm_t *g, float *dx /* (N,C) or NULL */,
+                       float *dw /* (V,C) or NULL */, int64_t *count,
+                       const float *x /* (N,C) */, const float *w /* (V,C) */,
+                       const int32_t *targets /* (N) */, int64_t N, int64_t C, int64_t V,
+                       float grad_scale, float *scratch /* (chunk,V) */, int64_t chunk);
+
+/* ------------------------------------------------------------------------ */
+/* Optimizer helpers                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* torch.optim.AdamW (1.13, single-tensor path) for one tensor, step >= 1:
+ *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ *   p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps). */
+void prm_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                      float beta1, float beta2, float eps, float wd, int64_t step);
+/* Sum of squares in double, in a fixed order. */
+double prm_sumsq(const float *x, int64_t n);
+void prm_scale(float *x, int64_t n, float s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PRM_KERNELS_H */
