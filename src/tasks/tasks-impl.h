@@ -7,5 +7,8 @@
 extern const prm_task_t prm__task_config;
 extern const prm_task_t prm__task_env;
 extern const prm_task_t prm__task_plugins;
+extern const prm_task_t prm__task_train;
+extern const prm_task_t prm__task_eval;
+extern const prm_task_t prm__task_generate;
 
 #endif

@@ -1,0 +1,140 @@
+/* prm_model.h - the Llama-family model: the same function as Hugging Face's
+ * LlamaForCausalLM (RMSNorm, rotate-half RoPE, grouped-query attention,
+ * SwiGLU, optional tied head, no biases), its parameter layout, forward,
+ * backward and KV-cache inference.
+ *
+ * Memory: parameters, gradients and activations each live in one
+ * allocation (accounting categories params, grads, activations, scratch),
+ * carved into named tensors. Parameters are laid out in Hugging Face's
+ * order (embedding, then each layer, then the final norm and head), so a
+ * layer's tensors are contiguous.
+ */
+#ifndef PRM_MODEL_H
+#define PRM_MODEL_H
+
+#include "primus/prm_base.h"
+#include "primus/prm_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  int64_t vocab;   /* V */
+  int64_t hidden;  /* C */
+  int64_t layers;  /* L */
+  int64_t heads;   /* H query heads */
+  int64_t groups;  /* G key/value heads */
+  int64_t ffn;     /* F */
+  int64_t max_pos; /* longest position RoPE is tabled for */
+  double norm_eps;
+  double rope_base;
+  double init_std;
+  int tied;        /* LM head shares the embedding */
+} prm_llama_config_t;
+
+/* Shape rules: every size >= 1, heads divisible into hidden, the head size
+ * even, groups dividing heads. Errors name the keys (Megatron's names). */
+int prm_llama_config_check(const prm_llama_config_t *c, prm_err_t *err);
+static inline int64_t prm_llama_head_dim(const prm_llama_config_t *c) {
+  return c->hidden / c->heads;
+}
+/* Parameters of the model the configuration describes. */
+int64_t prm_llama_param_count(const prm_llama_config_t *c);
+/* Model FLOPs per token of one forward+backward pass: 6 x parameters in
+ * the matrix multiplications plus 12 x L x H x D x T for attention (the
+ * PaLM convention, causal masking not discounted, recomputation not
+ * counted). */
+double prm_llama_flops_per_token(const prm_llama_config_t *c, int64_t T);
+
+/* One named parameter tensor, a view into the model's parameter block. */
+typedef struct {
+  char name[96];   /* Hugging Face name */
+  int64_t offset;  /* in floats from the start of the block */
+  int64_t numel;
+  int ndim;
+  int64_t shape[2];
+  int decay;       /* weight decay applies (tensors of two or more dims) */
+} prm_tensor_t;
+
+/* Pointers of one layer's tensors inside a block (params or grads). */
+typedef struct {
+  float *ln1, *wq, *wk, *wv, *wo, *ln2, *wgate, *wup, *wdown;
+} prm_llama_layer_t;
+
+typedef struct prm_llama_acts prm_llama_acts_t;
+
+enum {
+  PRM_LLAMA_TRAIN = 1 << 0,     /* gradients and the activations backward needs */
+  PRM_LLAMA_RECOMPUTE = 1 << 1, /* keep only each layer's input; recompute in backward */
+};
+
+typedef struct prm_llama {
+  prm_llama_config_t cfg;
+  unsigned flags;
+  int64_t B, T;          /* micro-batch rows and sequence length the buffers fit */
+  prm_gemm_t gemm;
+
+  int64_t nparams;
+  float *params;         /* (nparams) */
+  float *grads;          /* (nparams), NULL unless PRM_LLAMA_TRAIN */
+  int ntensors;
+  prm_tensor_t *tensors; /* in Hugging Face order */
+
+  float *embed, *norm, *head;        /* head == embed when tied */
+  prm_llama_layer_t *layer;          /* (L) into params */
+  float *dembed, *dnorm, *dhead;     /* into grads (NULL without grads) */
+  prm_llama_layer_t *dlayer;
+
+  float *rope_cos, *rope_sin;        /* (max_pos, D/2) */
+  prm_llama_acts_t *acts;
+  size_t acts_bytes, scratch_bytes;
+} prm_llama_t;
+
+/* Builds a model for micro-batches of B sequences of T tokens (T <=
+ * max_pos), parameters zeroed (call prm_llama_init or load them). The
+ * caller frees with prm_llama_free. PRM_ENOMEM names the category. */
+int prm_llama_new(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
+                  const prm_gemm_t *gemm, prm_llama_t **out, prm_err_t *err);
+void prm_llama_free(prm_llama_t *m);
+
+/* normal(0, init_std) for matrices, output projections (o_proj, down_proj)
+ * scaled by 1/sqrt(2 L), norms at 1; tensor by tensor in layout order from
+ * one stream seeded by `seed`. */
+void prm_llama_init(prm_llama_t *m, uint64_t seed);
+const prm_tensor_t *prm_llama_find(const prm_llama_t *m, const char *name);
+void prm_llama_zero_grad(prm_llama_t *m);
+
+/* Forward over B x T tokens (B <= the B the model was built for). Returns
+ * the summed cross-entropy over unmasked targets (target < 0 is masked) and
+ * the count in *count. */
+double prm_llama_forward(prm_llama_t *m, const int32_t *tokens /* (B,T) */,
+                         const int32_t *targets /* (B,T) */, int64_t B, int64_t *count);
+/* Forward and backward: gradients of grad_scale * (summed loss) are ADDED
+ * to m->grads (so micro-batches accumulate). Needs PRM_LLAMA_TRAIN. */
+double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const int32_t *targets,
+                                  int64_t B, float grad_scale, int64_t *count);
+
+/* Memory the model holds, by category, as one line. */
+void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Inference with a KV cache                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct prm_llama_kv prm_llama_kv_t;
+
+/* A cache for one sequence of up to max_pos tokens. */
+int prm_llama_kv_new(const prm_llama_t *m, prm_llama_kv_t **out, prm_err_t *err);
+void prm_llama_kv_free(prm_llama_kv_t *kv);
+int64_t prm_llama_kv_len(const prm_llama_kv_t *kv);
+/* Appends n tokens (the prompt, then one at a time) and writes the logits
+ * of the last one into logits (V). PRM_ERANGE when the cache would exceed
+ * max_pos. */
+int prm_llama_kv_step(const prm_llama_t *m, prm_llama_kv_t *kv, const int32_t *tokens, int64_t n,
+                      float *logits /* (V) */, prm_err_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PRM_MODEL_H */

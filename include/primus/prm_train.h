@@ -1,0 +1,110 @@
+/* prm_train.h - the native trainer: options taken from a resolved
+ * experiment, the learning-rate schedule, the step loop (gradient
+ * accumulation, clipping, AdamW), checkpoints in the Hugging Face layout,
+ * evaluation and generation.
+ */
+#ifndef PRM_TRAIN_H
+#define PRM_TRAIN_H
+
+#include "primus/prm_base.h"
+#include "primus/prm_config.h"
+#include "primus/prm_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { PRM_LR_COSINE, PRM_LR_LINEAR, PRM_LR_CONSTANT } prm_lr_style_t;
+
+/* Everything the trainer reads from the experiment, already defaulted
+ * (strings point into the experiment and live as long as it). */
+typedef struct {
+  prm_llama_config_t model;
+  int64_t seq_length, micro_batch, global_batch, train_iters, seed;
+  double lr, min_lr, weight_decay, beta1, beta2, eps, clip_grad;
+  int64_t warmup, decay_iters;
+  prm_lr_style_t decay_style;
+  int recompute;
+  const char *data_path, *split, *tokenizer_type, *tokenizer_model;
+  int data_shuffle, mock_data, finetune;
+  const char *save, *load;
+  int64_t save_interval, eval_interval, eval_iters, log_interval;
+  const char *gemm; /* backend name from $PRIMUS_GEMM, or NULL: best */
+} prm_train_opts_t;
+
+/* Reads and checks the module keys: model shape (vocab_size from the
+ * tokenizer when null, padded to make_vocab_size_divisible_by), batch
+ * arithmetic (global_batch_size a multiple of micro_batch_size), schedule.
+ * Errors name the key. */
+int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *err);
+
+/* Learning rate at optimizer step s (1-based): linear warm-up to lr over
+ * `warmup` steps, then the decay style down to min_lr at decay_iters, then
+ * min_lr. */
+double prm_lr_at(const prm_train_opts_t *o, int64_t s);
+
+/* `train pretrain`: trains for train_iters steps. run_dir (may be NULL)
+ * receives events.jsonl. Progress and results are logged. */
+int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err);
+
+/* Writes the gradient of the first global batch's mean loss (before
+ * clipping) for every parameter, under Hugging Face names, as f32
+ * safetensors. A tool for checking the engine against a reference. */
+int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Checkpoints (Hugging Face layout)                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Writes DIR/model.safetensors and DIR/config.json (f32, HF names). The
+ * folder is built under a temporary name, fsynced and renamed into place,
+ * so DIR either does not exist or is complete. */
+int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
+                      prm_err_t *err);
+/* Megatron's layout: SAVE/iter_NNNNNNN/ (as above), then
+ * SAVE/latest_checkpointed_iteration.txt replaced atomically. */
+int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
+                  const char *tokenizer_type, prm_err_t *err);
+/* A `load` path is either a Hugging Face folder or a SAVE folder holding
+ * latest_checkpointed_iteration.txt; *dir (caller frees) gets the folder
+ * with the weights and *iter the iteration (0 for a plain HF folder). */
+int prm_ckpt_resolve(const char *load, char **dir, int64_t *iter, prm_err_t *err);
+/* Reads DIR/config.json into a model configuration (init_std 0). */
+int prm_ckpt_read_config(const char *dir, prm_llama_config_t *c, char *tokenizer_type,
+                         size_t tokenizer_len, prm_err_t *err);
+/* Fills the model's parameters from DIR; the folder's config.json must
+ * describe the same shape. Names the file, key or tensor on a mismatch. */
+int prm_ckpt_load_hf(prm_llama_t *m, const char *dir, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Evaluation and generation                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  double loss, perplexity;
+  int64_t tokens, iters;
+} prm_eval_result_t;
+
+/* Mean loss over `iters` global batches of the validation split, with the
+ * weights from `load` (or the experiment's `load`). */
+int prm_eval_run(const prm_train_opts_t *o, const char *load, int64_t iters,
+                 prm_eval_result_t *res, prm_err_t *err);
+
+typedef struct {
+  const char *load, *prompt, *tokenizer_type;
+  int64_t max_new_tokens, top_k;
+  double temperature, top_p;
+  uint64_t seed;
+  FILE *out; /* the text is streamed here as it is generated */
+} prm_generate_opts_t;
+
+int prm_generate(const prm_generate_opts_t *g, prm_err_t *err);
+
+/* The measured fp32 FMA peak of one core in GFLOP/s (a short probe, cached
+ * per CPU model in the primus cache folder). */
+double prm_peak_gflops_per_core(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PRM_TRAIN_H */

@@ -1,0 +1,412 @@
+/* hf.c - Hugging Face model folders: the weights (one model.safetensors or
+ * shards listed by model.safetensors.index.json) and the Llama config.json,
+ * read with the defaults transformers' LlamaConfig uses and written so that
+ * transformers can load what primus trained. */
+#define _GNU_SOURCE
+#include "io-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PRM__HF_SINGLE "model.safetensors"
+#define PRM__HF_INDEX "model.safetensors.index.json"
+
+/* ------------------------------------------------------------------------ */
+/* Weights                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  char *name;
+  const prm_st_tensor_t *t;
+  int file;
+} prm__hf_entry_t;
+
+struct prm_hf_weights {
+  int nfiles;
+  prm_st_file_t **files;
+  /* Sharded folders: the weight_map, sorted by name. A single file is
+   * served from files[0] directly and leaves this empty. */
+  int n;
+  prm__hf_entry_t *ents;
+};
+
+static int prm__cmp_cstr(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int prm__cmp_entry(const void *a, const void *b) {
+  return strcmp(((const prm__hf_entry_t *)a)->name, ((const prm__hf_entry_t *)b)->name);
+}
+
+/* A shard must be a file inside the folder: relative, no "..". */
+static int prm__hf_shard_name_ok(const char *s) {
+  if (!*s || s[0] == '/') return 0;
+  for (const char *p = s; *p;) {
+    const char *q = strchr(p, '/');
+    size_t len = q ? (size_t)(q - p) : strlen(p);
+    if (len == 0 || (len == 2 && p[0] == '.' && p[1] == '.')) return 0;
+    if (!q) break;
+    p = q + 1;
+  }
+  return 1;
+}
+
+static int prm__hf_open_sharded(const char *dir, const char *index, prm_hf_weights_t *w,
+                                prm_err_t *err) {
+  char *text = NULL;
+  size_t len = 0, pos;
+  cJSON *root = NULL;
+  const char **shards = NULL, **uniq = NULL;
+  int rc = prm_fs_read_all(index, &text, &len, err);
+  if (rc) return rc;
+  if (prm__io_json_parse(text, len, &root, &pos)) {
+    int line, col;
+    prm__io_line_col(text, len, pos, &line, &col);
+    rc = prm_errf(err, PRM_EPARSE, "%s:%d:%d: invalid JSON", index, line, col);
+    goto done;
+  }
+  const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+  if (!cJSON_IsObject(map)) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: %s key \"weight_map\"", index,
+                  map ? "expected an object for" : "missing");
+    goto done;
+  }
+
+  /* Collect the entries and the distinct shard names. */
+  int n = cJSON_GetArraySize(map);
+  w->ents = prm_xcalloc((size_t)(n ? n : 1), sizeof *w->ents);
+  shards = prm_xcalloc((size_t)(n ? n : 1), sizeof *shards);
+  for (const cJSON *e = map->child; e; e = e->next) {
+    if (!cJSON_IsString(e) || !prm__hf_shard_name_ok(e->valuestring)) {
+      rc = prm_errf(err, PRM_EPARSE,
+                    "%s: weight_map: tensor '%s': expected a file name in the folder", index,
+                    e->string);
+      goto done;
+    }
+    w->ents[w->n].name = prm_xstrdup(e->string);
+    shards[w->n] = e->valuestring;
+    w->n++;
+  }
+  uniq = prm_xmalloc(sizeof *uniq * (size_t)(n ? n : 1));
+  memcpy(uniq, shards, sizeof *uniq * (size_t)n);
+  qsort(uniq, (size_t)n, sizeof *uniq, prm__cmp_cstr);
+  int nu = 0;
+  for (int i = 0; i < n; i++)
+    if (!nu || strcmp(uniq[nu - 1], uniq[i])) uniq[nu++] = uniq[i];
+
+  /* Each shard is opened once, however many tensors it holds. */
+  w->files = prm_xcalloc((size_t)(nu ? nu : 1), sizeof *w->files);
+  for (int i = 0; i < nu; i++) {
+    char *p = prm_path_join(dir, uniq[i]);
+    rc = prm_st_open(p, &w->files[i], err);
+    free(p);
+    if (rc) {
+      prm_err_prefix(err, "%s: weight_map", index);
+      goto done;
+    }
+    w->nfiles++;
+  }
+
+  for (int i = 0; i < w->n; i++) {
+    const char **hit = bsearch(&shards[i], uniq, (size_t)nu, sizeof *uniq, prm__cmp_cstr);
+    PRM_ASSERT(hit);
+    w->ents[i].file = (int)(hit - uniq);
+    w->ents[i].t = prm_st_find(w->files[w->ents[i].file], w->ents[i].name);
+    if (!w->ents[i].t) {
+      rc = prm_errf(err, PRM_EPARSE, "%s: weight_map: tensor '%s' is mapped to %s, which lacks it",
+                    index, w->ents[i].name, prm_st_path(w->files[w->ents[i].file]));
+      goto done;
+    }
+  }
+  qsort(w->ents, (size_t)w->n, sizeof *w->ents, prm__cmp_entry);
+  for (int i = 1; i < w->n; i++)
+    if (!strcmp(w->ents[i].name, w->ents[i - 1].name)) {
+      rc = prm_errf(err, PRM_EPARSE, "%s: weight_map: tensor '%s' appears twice", index,
+                    w->ents[i].name);
+      goto done;
+    }
+  rc = 0;
+
+done:
+  free(uniq);
+  free(shards);
+  cJSON_Delete(root);
+  free(text);
+  return rc;
+}
+
+int prm_hf_weights_open(const char *dir, prm_hf_weights_t **out, prm_err_t *err) {
+  *out = NULL;
+  int rc;
+  prm_hf_weights_t *w = prm_xcalloc(1, sizeof *w);
+  char *single = prm_path_join(dir, PRM__HF_SINGLE);
+  char *index = prm_path_join(dir, PRM__HF_INDEX);
+  if (prm_fs_exists(single)) {
+    w->files = prm_xcalloc(1, sizeof *w->files);
+    rc = prm_st_open(single, &w->files[0], err);
+    if (rc) goto fail;
+    w->nfiles = 1;
+  } else if (prm_fs_exists(index)) {
+    rc = prm__hf_open_sharded(dir, index, w, err);
+    if (rc) goto fail;
+  } else {
+    rc = prm_errf(err, PRM_ENOENT, "%s: no %s or %s in this folder", dir, PRM__HF_SINGLE,
+                  PRM__HF_INDEX);
+    goto fail;
+  }
+  free(single);
+  free(index);
+  *out = w;
+  return 0;
+
+fail:
+  free(single);
+  free(index);
+  prm_hf_weights_close(w);
+  return rc;
+}
+
+void prm_hf_weights_close(prm_hf_weights_t *w) {
+  if (!w) return;
+  for (int i = 0; i < w->nfiles; i++) prm_st_close(w->files[i]);
+  free(w->files);
+  if (w->ents)
+    for (int i = 0; i < w->n; i++) free(w->ents[i].name);
+  free(w->ents);
+  free(w);
+}
+
+const prm_st_tensor_t *prm_hf_weights_find(const prm_hf_weights_t *w, const char *name,
+                                           const char **file) {
+  if (file) *file = NULL;
+  if (!w->ents) {
+    const prm_st_tensor_t *t = prm_st_find(w->files[0], name);
+    if (t && file) *file = prm_st_path(w->files[0]);
+    return t;
+  }
+  prm__hf_entry_t key = {.name = (char *)name};
+  const prm__hf_entry_t *e = bsearch(&key, w->ents, (size_t)w->n, sizeof *w->ents, prm__cmp_entry);
+  if (!e) return NULL;
+  if (file) *file = prm_st_path(w->files[e->file]);
+  return e->t;
+}
+
+int prm_hf_weights_count(const prm_hf_weights_t *w) {
+  return w->ents ? w->n : prm_st_count(w->files[0]);
+}
+
+const prm_st_tensor_t *prm_hf_weights_at(const prm_hf_weights_t *w, int i, const char **file) {
+  if (file) *file = NULL;
+  if (i < 0 || i >= prm_hf_weights_count(w)) return NULL;
+  int k = w->ents ? w->ents[i].file : 0;
+  if (file) *file = prm_st_path(w->files[k]);
+  return w->ents ? w->ents[i].t : prm_st_at(w->files[0], i);
+}
+
+/* ------------------------------------------------------------------------ */
+/* config.json, read                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* An integer key in [lo, hi]. A missing (or, when optional, null) key takes
+ * def; required keys have no default. Integral doubles such as 4096.0 are
+ * accepted, as Python's json would write them for a float-typed field. */
+static int prm__cfg_int(const char *path, const cJSON *root, const char *key, int required,
+                        int64_t def, int64_t lo, int64_t *out, prm_err_t *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (!v || (!required && cJSON_IsNull(v))) {
+    if (required) return prm_errf(err, PRM_EPARSE, "%s: missing key \"%s\"", path, key);
+    *out = def;
+    return 0;
+  }
+  if (prm__io_json_int(v, lo, PRM__IO_JSON_INT_MAX, out)) {
+    char got[64];
+    prm__io_json_describe(v, got, sizeof got);
+    return prm_errf(err, PRM_EPARSE, "%s: key \"%s\": expected an integer >= %lld, got %s",
+                    path, key, (long long)lo, got);
+  }
+  return 0;
+}
+
+/* A positive finite number; missing or null takes def. */
+static int prm__cfg_pos(const char *path, const cJSON *root, const char *key, double def,
+                        double *out, prm_err_t *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (!v || cJSON_IsNull(v)) {
+    *out = def;
+    return 0;
+  }
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0) {
+    char got[64];
+    prm__io_json_describe(v, got, sizeof got);
+    return prm_errf(err, PRM_EPARSE, "%s: key \"%s\": expected a positive number, got %s", path,
+                    key, got);
+  }
+  *out = v->valuedouble;
+  return 0;
+}
+
+/* A token id: missing or null is -1. Newer configs list several end tokens
+ * ("eos_token_id": [128001, 128009]); the first is the one used here. */
+static int prm__cfg_token(const char *path, const cJSON *root, const char *key, int64_t *out,
+                          prm_err_t *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (cJSON_IsArray(v)) {
+    v = v->child;
+    if (!v) {
+      *out = -1;
+      return 0;
+    }
+  }
+  if (!v || cJSON_IsNull(v)) {
+    *out = -1;
+    return 0;
+  }
+  if (prm__io_json_int(v, 0, PRM__IO_JSON_INT_MAX, out)) {
+    char got[64];
+    prm__io_json_describe(v, got, sizeof got);
+    return prm_errf(err, PRM_EPARSE,
+                    "%s: key \"%s\": expected a non-negative integer or null, got %s", path, key,
+                    got);
+  }
+  return 0;
+}
+
+int prm_hf_config_read(const char *path, prm_hf_config_t *c, prm_err_t *err) {
+  char *text = NULL;
+  size_t len = 0, pos;
+  cJSON *root = NULL;
+  char got[64];
+  prm_hf_config_t r;
+  memset(&r, 0, sizeof r);
+  int rc = prm_fs_read_all(path, &text, &len, err);
+  if (rc) return rc;
+  if (prm__io_json_parse(text, len, &root, &pos)) {
+    int line, col;
+    prm__io_line_col(text, len, pos, &line, &col);
+    rc = prm_errf(err, PRM_EPARSE, "%s:%d:%d: invalid JSON", path, line, col);
+    goto fail;
+  }
+  if (!cJSON_IsObject(root)) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: expected a JSON object", path);
+    goto fail;
+  }
+
+  const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+  if (mt && !(cJSON_IsString(mt) && !strcmp(mt->valuestring, "llama"))) {
+    if (cJSON_IsString(mt))
+      rc = prm_errf(err, PRM_EPARSE, "%s: key \"model_type\": expected \"llama\", got \"%.64s\"",
+                    path, mt->valuestring);
+    else {
+      prm__io_json_describe(mt, got, sizeof got);
+      rc = prm_errf(err, PRM_EPARSE, "%s: key \"model_type\": expected \"llama\", got %s", path,
+                    got);
+    }
+    goto fail;
+  }
+
+  if ((rc = prm__cfg_int(path, root, "hidden_size", 1, 0, 1, &r.hidden_size, err)) ||
+      (rc = prm__cfg_int(path, root, "intermediate_size", 1, 0, 1, &r.intermediate_size, err)) ||
+      (rc = prm__cfg_int(path, root, "num_attention_heads", 1, 0, 1, &r.num_attention_heads,
+                         err)) ||
+      (rc = prm__cfg_int(path, root, "num_hidden_layers", 1, 0, 1, &r.num_hidden_layers, err)) ||
+      (rc = prm__cfg_int(path, root, "vocab_size", 1, 0, 1, &r.vocab_size, err)) ||
+      (rc = prm__cfg_int(path, root, "num_key_value_heads", 0, r.num_attention_heads, 1,
+                         &r.num_key_value_heads, err)) ||
+      (rc = prm__cfg_int(path, root, "max_position_embeddings", 0, 2048, 1,
+                         &r.max_position_embeddings, err)) ||
+      (rc = prm__cfg_pos(path, root, "rms_norm_eps", 1e-6, &r.rms_norm_eps, err)) ||
+      (rc = prm__cfg_pos(path, root, "rope_theta", 10000.0, &r.rope_theta, err)) ||
+      (rc = prm__cfg_token(path, root, "bos_token_id", &r.bos_token_id, err)) ||
+      (rc = prm__cfg_token(path, root, "eos_token_id", &r.eos_token_id, err)))
+    goto fail;
+
+  const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+  if (tie && !cJSON_IsNull(tie) && !cJSON_IsBool(tie)) {
+    prm__io_json_describe(tie, got, sizeof got);
+    rc = prm_errf(err, PRM_EPARSE, "%s: key \"tie_word_embeddings\": expected true or false, got %s",
+                  path, got);
+    goto fail;
+  }
+  r.tie_word_embeddings = cJSON_IsTrue(tie);
+
+  const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "primus_tokenizer_type");
+  if (tok && !cJSON_IsNull(tok)) {
+    if (!cJSON_IsString(tok) || strlen(tok->valuestring) >= sizeof r.tokenizer_type) {
+      rc = prm_errf(err, PRM_EPARSE,
+                    "%s: key \"primus_tokenizer_type\": expected a string of at most %zu "
+                    "characters",
+                    path, sizeof r.tokenizer_type - 1);
+      goto fail;
+    }
+    snprintf(r.tokenizer_type, sizeof r.tokenizer_type, "%s", tok->valuestring);
+  }
+  *c = r;
+  rc = 0;
+
+fail:
+  cJSON_Delete(root);
+  free(text);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* config.json, write                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void prm__cfg_add_int(cJSON *o, const char *key, int64_t v) {
+  /* Raw text keeps every int64 exact (cJSON numbers are doubles). */
+  char buf[32];
+  snprintf(buf, sizeof buf, "%lld", (long long)v);
+  cJSON_AddRawToObject(o, key, buf);
+}
+
+int prm_hf_config_write(const char *path, const prm_hf_config_t *c, prm_err_t *err) {
+  const struct {
+    const char *key;
+    int64_t v;
+  } ints[] = {
+      {"hidden_size", c->hidden_size},
+      {"intermediate_size", c->intermediate_size},
+      {"num_attention_heads", c->num_attention_heads},
+      {"num_key_value_heads", c->num_key_value_heads},
+      {"num_hidden_layers", c->num_hidden_layers},
+      {"vocab_size", c->vocab_size},
+      {"max_position_embeddings", c->max_position_embeddings},
+  };
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    if (ints[i].v <= 0)
+      return prm_errf(err, PRM_EINVAL, "%s: %s must be positive, got %lld", path, ints[i].key,
+                      (long long)ints[i].v);
+  if (!isfinite(c->rms_norm_eps) || c->rms_norm_eps <= 0 || !isfinite(c->rope_theta) ||
+      c->rope_theta <= 0)
+    return prm_errf(err, PRM_EINVAL, "%s: rms_norm_eps and rope_theta must be positive", path);
+  if (!memchr(c->tokenizer_type, 0, sizeof c->tokenizer_type))
+    return prm_errf(err, PRM_EINVAL, "%s: tokenizer_type is not terminated", path);
+
+  cJSON *root = cJSON_CreateObject();
+  cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
+  cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+  cJSON_AddStringToObject(root, "model_type", "llama");
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    prm__cfg_add_int(root, ints[i].key, ints[i].v);
+  cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
+  cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
+  cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings != 0);
+  if (c->bos_token_id >= 0) prm__cfg_add_int(root, "bos_token_id", c->bos_token_id);
+  if (c->eos_token_id >= 0) prm__cfg_add_int(root, "eos_token_id", c->eos_token_id);
+  cJSON_AddStringToObject(root, "hidden_act", "silu");
+  cJSON_AddStringToObject(root, "torch_dtype", "float32");
+  if (c->tokenizer_type[0])
+    cJSON_AddStringToObject(root, "primus_tokenizer_type", c->tokenizer_type);
+
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  prm_sb_t sb = {0};
+  prm_sb_append(&sb, text);
+  prm_sb_putc(&sb, '\n');
+  free(text);
+  int rc = prm_fs_write_atomic(path, sb.buf, sb.len, err);
+  prm_sb_free(&sb);
+  return rc;
+}

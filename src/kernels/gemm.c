@@ -1,0 +1,133 @@
+/* gemm.c - the GEMM backend table (reference, OpenBLAS, oneDNN), backend
+ * selection, the prm_sgemm wrapper and the linear layer built on it. */
+#include "kernels/kernels-impl.h"
+
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef PRM_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+#ifdef PRM_HAVE_DNNL
+#include <dnnl.h>
+#endif
+
+int prm_kernels_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Backends                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static int gemm_always(void) { return 1; }
+
+static void gemm_reference(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                           float alpha, const float *A, int64_t lda, const float *B,
+                           int64_t ldb, float beta, float *C, int64_t ldc) {
+  prm__ref32_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static const prm_gemm_i gemm_reference_i = {"reference", gemm_always, gemm_reference};
+
+#ifdef PRM_HAVE_OPENBLAS
+/* OpenBLAS keeps its own thread pool; it follows the OpenMP thread count
+ * so that every backend uses prm_kernels_threads() threads. */
+static void gemm_openblas(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                          float beta, float *C, int64_t ldc) {
+  PRM_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX &&
+             ldb <= INT32_MAX && ldc <= INT32_MAX);
+  int threads = prm_kernels_threads();
+  if (openblas_get_num_threads() != threads) openblas_set_num_threads(threads);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda, B,
+              (int)ldb, beta, C, (int)ldc);
+}
+
+static const prm_gemm_i gemm_openblas_i = {"openblas", gemm_always, gemm_openblas};
+#endif
+
+#ifdef PRM_HAVE_DNNL
+static void gemm_onednn(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                        float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                        float beta, float *C, int64_t ldc) {
+  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda,
+                                B, ldb, beta, C, ldc);
+  PRM_ASSERT(st == dnnl_success);
+}
+
+static const prm_gemm_i gemm_onednn_i = {"onednn", gemm_always, gemm_onednn};
+#endif
+
+static const prm_gemm_i *const gemm_list[] = {
+#ifdef PRM_HAVE_DNNL
+    &gemm_onednn_i,
+#endif
+#ifdef PRM_HAVE_OPENBLAS
+    &gemm_openblas_i,
+#endif
+    &gemm_reference_i,
+};
+#define GEMM_COUNT ((int)(sizeof gemm_list / sizeof gemm_list[0]))
+
+int prm_gemm_backends(const prm_gemm_i *const **out) {
+  if (out) *out = gemm_list;
+  return GEMM_COUNT;
+}
+
+int prm_gemm_init(prm_gemm_t *g, const char *name, prm_err_t *err) {
+  int automatic = !name || !strcmp(name, "auto");
+  for (int i = 0; i < GEMM_COUNT; i++) {
+    if (!automatic && strcmp(gemm_list[i]->name, name)) continue;
+    if (!gemm_list[i]->available()) break;
+    g->i = gemm_list[i];
+    g->ctx = NULL;
+    return 0;
+  }
+  prm_sb_t sb = {0};
+  for (int i = 0; i < GEMM_COUNT; i++)
+    if (gemm_list[i]->available()) prm_sb_appendf(&sb, "%s%s", sb.len ? ", " : "", gemm_list[i]->name);
+  int rc = prm_errf(err, PRM_EINVAL, "gemm backend \"%s\": unknown or not available in this build; choices: auto, %s",
+                    name ? name : "auto", prm_sb_str(&sb));
+  prm_sb_free(&sb);
+  return rc;
+}
+
+void prm_sgemm(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+               float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+               float beta, float *C, int64_t ldc) {
+  PRM_ASSERT(g && g->i && M >= 0 && N >= 0 && K >= 0);
+  if (M == 0 || N == 0) return;
+  PRM_ASSERT(ldc >= N);
+  if (K == 0) {
+    /* Nothing to multiply (BLAS libraries disagree on lda checks here). */
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
+    return;
+  }
+  PRM_ASSERT(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N));
+  g->i->sgemm(g->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Linear                                                                    */
+/* ------------------------------------------------------------------------ */
+
+void prm_linear_forward(const prm_gemm_t *g, float *y, const float *x, const float *w, int64_t N,
+                        int64_t in, int64_t out) {
+  prm_sgemm(g, 0, 1, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+}
+
+void prm_linear_backward(const prm_gemm_t *g, float *dx, float *dw, const float *dy,
+                         const float *x, const float *w, int64_t N, int64_t in, int64_t out,
+                         int dx_accum) {
+  if (dx) prm_sgemm(g, 0, 0, N, in, out, 1.0f, dy, out, w, in, dx_accum ? 1.0f : 0.0f, dx, in);
+  if (dw) prm_sgemm(g, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dw, in);
+}

@@ -1,0 +1,330 @@
+/* llama.c - the model's configuration rules, its parameter layout (one
+ * block carved into Hugging Face-named tensors), the activation buffers,
+ * and the initialisation. The passes live in pass.c and infer.c. */
+#define _GNU_SOURCE
+#include "model-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Configuration                                                             */
+/* ------------------------------------------------------------------------ */
+
+int prm_llama_config_check(const prm_llama_config_t *c, prm_err_t *err) {
+  struct {
+    const char *key;
+    int64_t v;
+  } sizes[] = {{"vocab_size", c->vocab},          {"hidden_size", c->hidden},
+               {"num_layers", c->layers},         {"num_attention_heads", c->heads},
+               {"num_query_groups", c->groups},   {"ffn_hidden_size", c->ffn},
+               {"max_position_embeddings", c->max_pos}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    if (sizes[i].v < 1)
+      return prm_errf(err, PRM_ECONFIG, "%s: must be at least 1, got %lld", sizes[i].key,
+                      (long long)sizes[i].v);
+  if (c->hidden % c->heads)
+    return prm_errf(err, PRM_ECONFIG,
+                    "num_attention_heads (%lld) must divide hidden_size (%lld)",
+                    (long long)c->heads, (long long)c->hidden);
+  if ((c->hidden / c->heads) % 2)
+    return prm_errf(err, PRM_ECONFIG,
+                    "head size hidden_size/num_attention_heads = %lld must be even for RoPE",
+                    (long long)(c->hidden / c->heads));
+  if (c->heads % c->groups)
+    return prm_errf(err, PRM_ECONFIG,
+                    "num_query_groups (%lld) must divide num_attention_heads (%lld)",
+                    (long long)c->groups, (long long)c->heads);
+  if (!(c->norm_eps > 0) || !(c->rope_base > 0) || !(c->init_std >= 0))
+    return prm_errf(err, PRM_ECONFIG,
+                    "norm_epsilon and rotary_base must be positive, init_method_std >= 0");
+  return 0;
+}
+
+static int64_t prm__layer_params(const prm_llama_config_t *c) {
+  int64_t C = c->hidden, D = prm_llama_head_dim(c);
+  int64_t HD = c->heads * D, GD = c->groups * D, F = c->ffn;
+  return 2 * C + HD * C + 2 * GD * C + C * HD + 3 * F * C;
+}
+
+int64_t prm_llama_param_count(const prm_llama_config_t *c) {
+  int64_t n = c->vocab * c->hidden + c->layers * prm__layer_params(c) + c->hidden;
+  if (!c->tied) n += c->vocab * c->hidden;
+  return n;
+}
+
+double prm_llama_flops_per_token(const prm_llama_config_t *c, int64_t T) {
+  /* Matrix parameters: everything but the norms; the embedding lookup is
+   * not a matmul, but a tied or untied head is. */
+  double matmul = (double)c->layers * (double)(prm__layer_params(c) - 2 * c->hidden) +
+                  (double)c->vocab * (double)c->hidden;
+  double attn = 12.0 * (double)c->layers * (double)c->hidden * (double)T;
+  return 6.0 * matmul + attn;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parameter layout                                                          */
+/* ------------------------------------------------------------------------ */
+
+static void prm__add_tensor(prm_llama_t *m, int64_t *off, const char *name, int64_t rows,
+                            int64_t cols) {
+  prm_tensor_t *t = &m->tensors[m->ntensors++];
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->offset = *off;
+  t->ndim = cols ? 2 : 1;
+  t->shape[0] = rows;
+  t->shape[1] = cols;
+  t->numel = cols ? rows * cols : rows;
+  t->decay = t->ndim >= 2;
+  *off += t->numel;
+}
+
+/* Lays out the tensors (names, offsets) in Hugging Face order. */
+static void prm__layout(prm_llama_t *m) {
+  const prm_llama_config_t *c = &m->cfg;
+  int64_t C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
+  int64_t HD = c->heads * D, GD = c->groups * D;
+  int64_t off = 0;
+  char name[96];
+  prm__add_tensor(m, &off, "model.embed_tokens.weight", c->vocab, C);
+  for (int64_t l = 0; l < c->layers; l++) {
+#define PRM__T(suffix, r, k)                                                   \
+  snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, suffix);   \
+  prm__add_tensor(m, &off, name, r, k)
+    PRM__T("input_layernorm.weight", C, 0);
+    PRM__T("self_attn.q_proj.weight", HD, C);
+    PRM__T("self_attn.k_proj.weight", GD, C);
+    PRM__T("self_attn.v_proj.weight", GD, C);
+    PRM__T("self_attn.o_proj.weight", C, HD);
+    PRM__T("post_attention_layernorm.weight", C, 0);
+    PRM__T("mlp.gate_proj.weight", F, C);
+    PRM__T("mlp.up_proj.weight", F, C);
+    PRM__T("mlp.down_proj.weight", C, F);
+#undef PRM__T
+  }
+  prm__add_tensor(m, &off, "model.norm.weight", C, 0);
+  if (!c->tied) prm__add_tensor(m, &off, "lm_head.weight", c->vocab, C);
+  PRM_ASSERT(off == m->nparams);
+}
+
+/* Points embed/layer/norm/head (or their gradient twins) into a block. */
+static void prm__point(const prm_llama_t *m, float *base, float **embed, prm_llama_layer_t *layer,
+                       float **norm, float **head) {
+  const prm_tensor_t *t = m->tensors;
+  int i = 0;
+  *embed = base + t[i++].offset;
+  for (int64_t l = 0; l < m->cfg.layers; l++) {
+    prm_llama_layer_t *y = &layer[l];
+    float **slots[] = {&y->ln1, &y->wq, &y->wk, &y->wv, &y->wo,
+                       &y->ln2, &y->wgate, &y->wup, &y->wdown};
+    for (size_t s = 0; s < sizeof slots / sizeof slots[0]; s++) *slots[s] = base + t[i++].offset;
+  }
+  *norm = base + t[i++].offset;
+  *head = m->cfg.tied ? *embed : base + t[i++].offset;
+  PRM_ASSERT(i == m->ntensors);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Activations                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Carves `n` floats at offset *cur of base (64-byte aligned pieces); with
+ * base == NULL it only counts. */
+static float *prm__carve(float *base, int64_t *cur, int64_t n) {
+  float *p = base ? base + *cur : NULL;
+  *cur += (n + 15) & ~(int64_t)15;
+  return p;
+}
+
+/* Lays out the activation block (base NULL: returns the size only). */
+static size_t prm__layout_acts(prm_llama_t *m, prm_llama_acts_t *a, float *base) {
+  const prm_llama_config_t *c = &m->cfg;
+  int64_t N = m->B * m->T, C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
+  int64_t HD = c->heads * D, GD = c->groups * D;
+  int64_t cur = 0;
+  a->resid = prm__carve(base, &cur, (c->layers + 1) * N * C);
+  for (int s = 0; s < a->nsets; s++) {
+    prm__layer_acts_t *x = &a->set[s];
+    x->ln1 = prm__carve(base, &cur, N * C);
+    x->rstd1 = prm__carve(base, &cur, N);
+    x->q = prm__carve(base, &cur, N * HD);
+    x->k = prm__carve(base, &cur, N * GD);
+    x->v = prm__carve(base, &cur, N * GD);
+    x->att = prm__carve(base, &cur, N * HD);
+    x->lse = prm__carve(base, &cur, N * c->heads);
+    x->mid = prm__carve(base, &cur, N * C);
+    x->ln2 = prm__carve(base, &cur, N * C);
+    x->rstd2 = prm__carve(base, &cur, N);
+    x->gate = prm__carve(base, &cur, N * F);
+    x->up = prm__carve(base, &cur, N * F);
+    x->h = prm__carve(base, &cur, N * F);
+  }
+  a->lnf = prm__carve(base, &cur, N * C);
+  a->rstdf = prm__carve(base, &cur, N);
+  return (size_t)cur * sizeof(float);
+}
+
+/* The scratch block: backward buffers and the LM-head chunk. */
+static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *base) {
+  const prm_llama_config_t *c = &m->cfg;
+  int64_t N = m->B * m->T, C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
+  int64_t HD = c->heads * D, GD = c->groups * D;
+  int64_t cur = 0;
+  if (m->flags & PRM_LLAMA_TRAIN) {
+    a->dres = prm__carve(base, &cur, N * C);
+    a->dln = prm__carve(base, &cur, N * C);
+    a->dlnf = prm__carve(base, &cur, N * C);
+    a->dq = prm__carve(base, &cur, N * HD);
+    a->datt = prm__carve(base, &cur, N * HD);
+    a->dk = prm__carve(base, &cur, N * GD);
+    a->dv = prm__carve(base, &cur, N * GD);
+    a->dh = prm__carve(base, &cur, N * F);
+    a->dgate = prm__carve(base, &cur, N * F);
+    a->dup = prm__carve(base, &cur, N * F);
+  }
+  a->logits = prm__carve(base, &cur, a->chunk * c->vocab);
+  return (size_t)cur * sizeof(float);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Life cycle                                                                */
+/* ------------------------------------------------------------------------ */
+
+int prm_llama_new(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
+                  const prm_gemm_t *gemm, prm_llama_t **out, prm_err_t *err) {
+  *out = NULL;
+  int rc = prm_llama_config_check(c, err);
+  if (rc) return rc;
+  if (B < 1 || T < 1 || T > c->max_pos)
+    return prm_errf(err, PRM_ECONFIG,
+                    "seq_length %lld must be between 1 and max_position_embeddings %lld",
+                    (long long)T, (long long)c->max_pos);
+  prm_llama_t *m = prm_xcalloc(1, sizeof *m);
+  char what[64];
+  m->cfg = *c;
+  m->flags = flags;
+  m->B = B;
+  m->T = T;
+  m->gemm = *gemm;
+  m->nparams = prm_llama_param_count(c);
+  m->tensors = prm_xcalloc((size_t)(c->layers * 9 + 3), sizeof *m->tensors);
+  m->layer = prm_xcalloc((size_t)c->layers, sizeof *m->layer);
+  prm__layout(m);
+
+  size_t pbytes = (size_t)m->nparams * sizeof(float);
+  if (!(m->params = prm_mem_alloc(PRM_MEM_PARAMS, pbytes))) {
+    snprintf(what, sizeof what, "parameters");
+    goto fail_nomem;
+  }
+  prm__point(m, m->params, &m->embed, m->layer, &m->norm, &m->head);
+  if (flags & PRM_LLAMA_TRAIN) {
+    m->dlayer = prm_xcalloc((size_t)c->layers, sizeof *m->dlayer);
+    if (!(m->grads = prm_mem_alloc(PRM_MEM_GRADS, pbytes))) {
+      snprintf(what, sizeof what, "gradients");
+      goto fail_nomem;
+    }
+    prm__point(m, m->grads, &m->dembed, m->dlayer, &m->dnorm, &m->dhead);
+  }
+
+  int64_t D = prm_llama_head_dim(c);
+  size_t rope_bytes = (size_t)(c->max_pos * (D / 2)) * sizeof(float);
+  m->rope_cos = prm_mem_alloc(PRM_MEM_SCRATCH, rope_bytes);
+  m->rope_sin = prm_mem_alloc(PRM_MEM_SCRATCH, rope_bytes);
+  if (!m->rope_cos || !m->rope_sin) {
+    snprintf(what, sizeof what, "RoPE tables");
+    goto fail_nomem;
+  }
+  prm_rope_tables(m->rope_cos, m->rope_sin, c->max_pos, D, c->rope_base);
+
+  prm_llama_acts_t *a = m->acts = prm_xcalloc(1, sizeof *a);
+  a->nsets = ((flags & PRM_LLAMA_TRAIN) && !(flags & PRM_LLAMA_RECOMPUTE)) ? (int)c->layers : 1;
+  a->set = prm_xcalloc((size_t)a->nsets, sizeof *a->set);
+  /* LM-head chunk: at most ~4M logits (16 MiB) at a time. */
+  int64_t N = B * T;
+  a->chunk = (4 << 20) / c->vocab;
+  if (a->chunk < 1) a->chunk = 1;
+  if (a->chunk > N) a->chunk = N;
+  m->acts_bytes = prm__layout_acts(m, a, NULL);
+  m->scratch_bytes = prm__layout_scratch(m, a, NULL);
+  if (!(a->block = prm_mem_alloc(PRM_MEM_ACTS, m->acts_bytes))) {
+    snprintf(what, sizeof what, "activations");
+    goto fail_nomem;
+  }
+  if (!(a->sblock = prm_mem_alloc(PRM_MEM_SCRATCH, m->scratch_bytes))) {
+    snprintf(what, sizeof what, "scratch buffers");
+    goto fail_nomem;
+  }
+  prm__layout_acts(m, a, a->block);
+  prm__layout_scratch(m, a, a->sblock);
+  *out = m;
+  return 0;
+
+fail_nomem: {
+  char b[32];
+  prm_fmt_bytes(b, sizeof b, (double)pbytes);
+  prm_llama_free(m);
+  return prm_errf(err, PRM_ENOMEM, "cannot allocate the model's %s (parameters alone take %s)",
+                  what, b);
+}
+}
+
+void prm_llama_free(prm_llama_t *m) {
+  if (!m) return;
+  size_t pbytes = (size_t)m->nparams * sizeof(float);
+  prm_mem_free(PRM_MEM_PARAMS, m->params, pbytes);
+  prm_mem_free(PRM_MEM_GRADS, m->grads, pbytes);
+  int64_t D = prm_llama_head_dim(&m->cfg);
+  size_t rope_bytes = (size_t)(m->cfg.max_pos * (D / 2)) * sizeof(float);
+  prm_mem_free(PRM_MEM_SCRATCH, m->rope_cos, rope_bytes);
+  prm_mem_free(PRM_MEM_SCRATCH, m->rope_sin, rope_bytes);
+  if (m->acts) {
+    prm_mem_free(PRM_MEM_ACTS, m->acts->block, m->acts_bytes);
+    prm_mem_free(PRM_MEM_SCRATCH, m->acts->sblock, m->scratch_bytes);
+    free(m->acts->set);
+    free(m->acts);
+  }
+  free(m->tensors);
+  free(m->layer);
+  free(m->dlayer);
+  free(m);
+}
+
+void prm_llama_zero_grad(prm_llama_t *m) {
+  if (m->grads) memset(m->grads, 0, (size_t)m->nparams * sizeof(float));
+}
+
+const prm_tensor_t *prm_llama_find(const prm_llama_t *m, const char *name) {
+  for (int i = 0; i < m->ntensors; i++)
+    if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+  return NULL;
+}
+
+void prm_llama_init(prm_llama_t *m, uint64_t seed) {
+  prm_rng_t rng;
+  prm_rng_seed(&rng, seed);
+  double std = m->cfg.init_std;
+  double out_std = std / sqrt(2.0 * (double)m->cfg.layers);
+  for (int i = 0; i < m->ntensors; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    float *p = m->params + t->offset;
+    if (t->ndim == 1) {
+      for (int64_t j = 0; j < t->numel; j++) p[j] = 1.0f;
+      continue;
+    }
+    int out_proj = prm_endswith(t->name, "o_proj.weight") || prm_endswith(t->name, "down_proj.weight");
+    double s = out_proj ? out_std : std;
+    for (int64_t j = 0; j < t->numel; j++) p[j] = (float)(s * prm_rng_normal(&rng));
+  }
+}
+
+void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
+  char p[32], g[32], a[32], s[32];
+  size_t pbytes = (size_t)m->nparams * sizeof(float);
+  prm_fmt_bytes(p, sizeof p, (double)pbytes);
+  prm_fmt_bytes(g, sizeof g, m->grads ? (double)pbytes : 0.0);
+  prm_fmt_bytes(a, sizeof a, (double)m->acts_bytes);
+  prm_fmt_bytes(s, sizeof s, (double)m->scratch_bytes);
+  prm_sb_appendf(out, "params %s, grads %s, activations %s%s, scratch %s", p, g, a,
+                 (m->flags & PRM_LLAMA_RECOMPUTE) ? " (full recompute)" : "", s);
+}

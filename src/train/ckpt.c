@@ -1,0 +1,245 @@
+/* ckpt.c - model checkpoints in the Hugging Face layout (config.json +
+ * model.safetensors, f32, HF tensor names) inside Megatron's folder scheme
+ * (SAVE/iter_NNNNNNN/, SAVE/latest_checkpointed_iteration.txt). A folder
+ * is built under a temporary name and renamed into place, so a reader never
+ * sees half a checkpoint. */
+#define _GNU_SOURCE
+#include "primus/prm_train.h"
+#include "primus/prm_io.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* Configuration <-> config.json                                             */
+/* ------------------------------------------------------------------------ */
+
+static void prm__to_hf(const prm_llama_config_t *c, const char *tokenizer_type,
+                       prm_hf_config_t *h) {
+  memset(h, 0, sizeof *h);
+  h->hidden_size = c->hidden;
+  h->intermediate_size = c->ffn;
+  h->num_attention_heads = c->heads;
+  h->num_key_value_heads = c->groups;
+  h->num_hidden_layers = c->layers;
+  h->vocab_size = c->vocab;
+  h->max_position_embeddings = c->max_pos;
+  h->rms_norm_eps = c->norm_eps;
+  h->rope_theta = c->rope_base;
+  h->tie_word_embeddings = c->tied;
+  h->bos_token_id = h->eos_token_id = -1;
+  snprintf(h->tokenizer_type, sizeof h->tokenizer_type, "%s", tokenizer_type ? tokenizer_type : "");
+}
+
+int prm_ckpt_read_config(const char *dir, prm_llama_config_t *c, char *tokenizer_type,
+                         size_t tokenizer_len, prm_err_t *err) {
+  char *path = prm_path_join(dir, "config.json");
+  prm_hf_config_t h;
+  int rc = prm_hf_config_read(path, &h, err);
+  free(path);
+  if (rc) return rc;
+  memset(c, 0, sizeof *c);
+  c->hidden = h.hidden_size;
+  c->ffn = h.intermediate_size;
+  c->heads = h.num_attention_heads;
+  c->groups = h.num_key_value_heads;
+  c->layers = h.num_hidden_layers;
+  c->vocab = h.vocab_size;
+  c->max_pos = h.max_position_embeddings;
+  c->norm_eps = h.rms_norm_eps;
+  c->rope_base = h.rope_theta;
+  c->tied = h.tie_word_embeddings;
+  if (tokenizer_type && tokenizer_len) snprintf(tokenizer_type, tokenizer_len, "%s", h.tokenizer_type);
+  if ((rc = prm_llama_config_check(c, err))) {
+    prm_err_prefix(err, "%s/config.json", dir);
+    return rc;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Writes the two files into an existing folder. */
+static int prm__write_files(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
+                            prm_err_t *err) {
+  prm_st_entry_t *ent = prm_xcalloc((size_t)m->ntensors, sizeof *ent);
+  for (int i = 0; i < m->ntensors; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    ent[i].name = t->name;
+    ent[i].data = m->params + t->offset;
+    ent[i].ndim = t->ndim;
+    ent[i].shape[0] = t->shape[0];
+    ent[i].shape[1] = t->shape[1];
+  }
+  const char *meta[] = {"format", "pt", "producer", "primus " PRM_VERSION, NULL};
+  char *st = prm_path_join(dir, "model.safetensors");
+  int rc = prm_st_write_f32(st, ent, m->ntensors, meta, err);
+  free(st);
+  free(ent);
+  if (rc) return rc;
+  prm_hf_config_t h;
+  prm__to_hf(&m->cfg, tokenizer_type, &h);
+  char *cj = prm_path_join(dir, "config.json");
+  rc = prm_hf_config_write(cj, &h, err);
+  free(cj);
+  return rc;
+}
+
+int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
+                      prm_err_t *err) {
+  char *parent = prm_path_dirname(dir);
+  char *tmp = prm_xasprintf("%s.tmp.%d", dir, (int)getpid());
+  int rc = prm_fs_mkdir_p(parent, 0755, err);
+  if (rc) goto done;
+  prm_fs_rm_rf(tmp);
+  if ((rc = prm_fs_mkdir_p(tmp, 0755, err))) goto done;
+  if ((rc = prm__write_files(m, tmp, tokenizer_type, err))) goto fail_tmp;
+  if ((rc = prm_fs_fsync_dir(tmp, err))) goto fail_tmp;
+  if (prm_fs_exists(dir)) {
+    /* Replacing a folder: move the old one aside first, drop it after. */
+    char *old = prm_xasprintf("%s.old.%d", dir, (int)getpid());
+    if (rename(dir, old)) {
+      rc = prm_errf(err, PRM_EIO, "%s: cannot replace: %s", dir, strerror(errno));
+      free(old);
+      goto fail_tmp;
+    }
+    if (rename(tmp, dir)) {
+      rc = prm_errf(err, PRM_EIO, "%s: rename: %s", dir, strerror(errno));
+      if (rename(old, dir)) PRM_WARN("%s: old checkpoint left at %s", dir, old);
+      free(old);
+      goto fail_tmp;
+    }
+    prm_fs_rm_rf(old);
+    free(old);
+  } else if (rename(tmp, dir)) {
+    rc = prm_errf(err, PRM_EIO, "%s: rename: %s", dir, strerror(errno));
+    goto fail_tmp;
+  }
+  rc = prm_fs_fsync_dir(parent, err);
+  goto done;
+fail_tmp:
+  prm_fs_rm_rf(tmp);
+done:
+  free(tmp);
+  free(parent);
+  return rc;
+}
+
+int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
+                  const char *tokenizer_type, prm_err_t *err) {
+  char name[32];
+  snprintf(name, sizeof name, "iter_%07lld", (long long)iter);
+  char *dir = prm_path_join(save, name);
+  int rc = prm_ckpt_write_hf(m, dir, tokenizer_type, err);
+  free(dir);
+  if (rc) return rc;
+  char text[32];
+  int n = snprintf(text, sizeof text, "%lld\n", (long long)iter);
+  char *latest = prm_path_join(save, "latest_checkpointed_iteration.txt");
+  rc = prm_fs_write_atomic(latest, text, (size_t)n, err);
+  free(latest);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading                                                                   */
+/* ------------------------------------------------------------------------ */
+
+int prm_ckpt_resolve(const char *load, char **dir, int64_t *iter, prm_err_t *err) {
+  *dir = NULL;
+  *iter = 0;
+  if (!prm_fs_is_dir(load))
+    return prm_errf(err, PRM_ENOENT, "load: %s: no such folder", load);
+  char *latest = prm_path_join(load, "latest_checkpointed_iteration.txt");
+  if (!prm_fs_exists(latest)) {
+    free(latest);
+    *dir = prm_xstrdup(load);
+    return 0;
+  }
+  char *text = NULL;
+  int rc = prm_fs_read_all(latest, &text, NULL, err);
+  if (rc) {
+    free(latest);
+    return rc;
+  }
+  int64_t it;
+  if (prm_parse_i64(prm_strtrim(text), &it) || it < 0) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: expected an iteration number, got \"%s\"", latest, text);
+  } else {
+    char name[32];
+    snprintf(name, sizeof name, "iter_%07lld", (long long)it);
+    *dir = prm_path_join(load, name);
+    *iter = it;
+    if (!prm_fs_is_dir(*dir)) {
+      rc = prm_errf(err, PRM_ENOENT, "%s names iteration %lld but %s does not exist", latest,
+                    (long long)it, *dir);
+      free(*dir);
+      *dir = NULL;
+    }
+  }
+  free(text);
+  free(latest);
+  return rc;
+}
+
+static void prm__shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+  size_t len = (size_t)snprintf(buf, n, "[");
+  for (int d = 0; d < ndim && len < n; d++)
+    len += (size_t)snprintf(buf + len, n - len, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (len < n) snprintf(buf + len, n - len, "]");
+}
+
+int prm_ckpt_load_hf(prm_llama_t *m, const char *dir, prm_err_t *err) {
+  prm_llama_config_t c;
+  int rc = prm_ckpt_read_config(dir, &c, NULL, 0, err);
+  if (rc) return rc;
+  struct {
+    const char *key;
+    int64_t have, want;
+  } keys[] = {{"hidden_size", c.hidden, m->cfg.hidden},
+              {"intermediate_size (ffn_hidden_size)", c.ffn, m->cfg.ffn},
+              {"num_attention_heads", c.heads, m->cfg.heads},
+              {"num_key_value_heads (num_query_groups)", c.groups, m->cfg.groups},
+              {"num_hidden_layers (num_layers)", c.layers, m->cfg.layers},
+              {"vocab_size", c.vocab, m->cfg.vocab},
+              {"tie_word_embeddings (!untie_embeddings_and_output_weights)", c.tied, m->cfg.tied}};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (keys[i].have != keys[i].want)
+      return prm_errf(err, PRM_ECONFIG, "%s/config.json: %s is %lld but the experiment has %lld",
+                      dir, keys[i].key, (long long)keys[i].have, (long long)keys[i].want);
+
+  prm_hf_weights_t *w = NULL;
+  if ((rc = prm_hf_weights_open(dir, &w, err))) return rc;
+  for (int i = 0; i < m->ntensors && !rc; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    const char *file = NULL;
+    const prm_st_tensor_t *s = prm_hf_weights_find(w, t->name, &file);
+    char want[64], got[64];
+    prm__shape_str(want, sizeof want, t->ndim, t->shape);
+    if (!s) {
+      rc = prm_errf(err, PRM_EPARSE, "%s: missing tensor \"%s\" (shape %s)", dir, t->name, want);
+      break;
+    }
+    int same = s->ndim == t->ndim && s->shape[0] == t->shape[0] &&
+               (t->ndim == 1 || s->shape[1] == t->shape[1]);
+    if (!same) {
+      prm__shape_str(got, sizeof got, s->ndim, s->shape);
+      rc = prm_errf(err, PRM_EPARSE, "%s: tensor \"%s\" has shape %s, the model needs %s", file,
+                    t->name, got, want);
+      break;
+    }
+    if ((rc = prm_st_read_f32(s, m->params + t->offset, t->numel, err))) {
+      prm_err_prefix(err, "%s", file);
+      break;
+    }
+  }
+  if (!rc && m->cfg.tied && prm_hf_weights_find(w, "lm_head.weight", NULL))
+    PRM_WARN("%s: lm_head.weight ignored: the model ties the head to the embedding", dir);
+  prm_hf_weights_close(w);
+  return rc;
+}

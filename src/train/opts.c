@@ -1,0 +1,188 @@
+/* opts.c - the trainer's options, read from a resolved experiment with the
+ * defaults Megatron-LM applies (ffn 4 x hidden, one key/value group per
+ * head, the vocabulary padded from the tokenizer's), and the learning-rate
+ * schedule. */
+#define _GNU_SOURCE
+#include "primus/prm_train.h"
+#include "primus/prm_data.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads an integer key; when null/unset, *out = fallback (or the key is
+ * required when fallback < 0). */
+static int prm__int(const prm_exp_t *e, const char *key, int64_t fallback, int64_t *out,
+                    prm_err_t *err) {
+  int rc = prm_exp_get_int(e, key, out);
+  if (rc == PRM_EUNKNOWN) {
+    if (fallback < 0)
+      return prm_errf(err, PRM_ECONFIG, "%s: required by the native trainer but not set", key);
+    *out = fallback;
+    return 0;
+  }
+  if (rc) return prm_errf(err, PRM_ECONFIG, "%s: expected an integer", key);
+  return 0;
+}
+
+static int prm__f64(const prm_exp_t *e, const char *key, double fallback, double *out,
+                    prm_err_t *err) {
+  int rc = prm_exp_get_f64(e, key, out);
+  if (rc == PRM_EUNKNOWN) {
+    *out = fallback;
+    return 0;
+  }
+  return rc ? prm_errf(err, PRM_ECONFIG, "%s: expected a number", key) : 0;
+}
+
+static int prm__bool(const prm_exp_t *e, const char *key, int fallback, int *out) {
+  if (prm_exp_get_bool(e, key, out)) *out = fallback;
+  return 0;
+}
+
+/* "configs/x.yaml:12: " for a key, so shape errors point at a line. */
+static int prm__prefix_origin(const prm_exp_t *e, const char *key, prm_err_t *err) {
+  char *o = prm_exp_origin(e, key);
+  if (o) {
+    prm_err_prefix(err, "%s", o);
+    free(o);
+  }
+  return err ? err->code : PRM_ECONFIG;
+}
+
+int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *err) {
+  memset(o, 0, sizeof *o);
+  prm_llama_config_t *c = &o->model;
+  int rc;
+#define PRM__I(key, fb, dst)                                                   \
+  if ((rc = prm__int(e, key, fb, dst, err))) return prm__prefix_origin(e, key, err)
+#define PRM__F(key, fb, dst)                                                   \
+  if ((rc = prm__f64(e, key, fb, dst, err))) return prm__prefix_origin(e, key, err)
+
+  /* Data and tokenizer first: the vocabulary may come from the tokenizer. */
+  o->data_path = prm_exp_get_str(e, "data_path");
+  o->split = prm_exp_get_str(e, "split");
+  o->tokenizer_type = prm_exp_get_str(e, "tokenizer_type");
+  o->tokenizer_model = prm_exp_get_str(e, "tokenizer_model");
+  prm__bool(e, "data_shuffle", 0, &o->data_shuffle);
+  prm__bool(e, "mock_data", 0, &o->mock_data);
+  if (!o->tokenizer_type) o->tokenizer_type = "ByteTokenizer";
+  const prm_node_t *dp = prm_exp_get(e, "data_path");
+  if (dp && dp->kind == PRM_NODE_LIST)
+    return prm__prefix_origin(
+        e, "data_path",
+        (prm_errf(err, PRM_ECONFIG,
+                  "data_path: blended [weight, prefix, ...] lists arrive with the data "
+                  "pipeline; give one prefix or text file"),
+         err));
+  if (!o->data_path && !o->mock_data)
+    return prm_errf(err, PRM_ECONFIG, "data_path: not set (give a dataset prefix or a text file, "
+                                      "or mock_data: true)");
+
+  PRM__I("hidden_size", -1, &c->hidden);
+  PRM__I("num_layers", -1, &c->layers);
+  PRM__I("num_attention_heads", -1, &c->heads);
+  PRM__I("num_query_groups", c->heads, &c->groups);
+  PRM__I("ffn_hidden_size", 4 * c->hidden, &c->ffn);
+  PRM__I("seq_length", -1, &o->seq_length);
+  PRM__I("max_position_embeddings", o->seq_length, &c->max_pos);
+  PRM__F("norm_epsilon", 1e-5, &c->norm_eps);
+  PRM__F("rotary_base", 10000, &c->rope_base);
+  PRM__F("init_method_std", 0.02, &c->init_std);
+  int untie = 0;
+  prm__bool(e, "untie_embeddings_and_output_weights", 0, &untie);
+  c->tied = !untie;
+
+  int64_t vocab = 0, divisible = 128;
+  PRM__I("vocab_size", 0, &vocab);
+  PRM__I("make_vocab_size_divisible_by", 128, &divisible);
+  if (vocab == 0) {
+    prm_tokenizer_t *tok = NULL;
+    if ((rc = prm_tokenizer_open(o->tokenizer_type, o->tokenizer_model, &tok, err)))
+      return prm__prefix_origin(e, "tokenizer_type", err);
+    vocab = prm_tokenizer_vocab(tok);
+    prm_tokenizer_free(tok);
+    if (divisible > 1) vocab = (vocab + divisible - 1) / divisible * divisible;
+  }
+  c->vocab = vocab;
+  const char *shape_key = c->hidden % c->heads ? "num_attention_heads" : "num_query_groups";
+  if ((rc = prm_llama_config_check(c, err))) return prm__prefix_origin(e, shape_key, err);
+  if (o->seq_length > c->max_pos)
+    return prm__prefix_origin(e, "seq_length",
+                              (prm_errf(err, PRM_ECONFIG,
+                                        "seq_length %lld exceeds max_position_embeddings %lld",
+                                        (long long)o->seq_length, (long long)c->max_pos),
+                               err));
+
+  PRM__I("micro_batch_size", 1, &o->micro_batch);
+  PRM__I("global_batch_size", o->micro_batch, &o->global_batch);
+  if (o->global_batch % o->micro_batch)
+    return prm__prefix_origin(
+        e, "global_batch_size",
+        (prm_errf(err, PRM_ECONFIG,
+                  "global_batch_size %lld is not a multiple of micro_batch_size %lld (x "
+                  "data-parallel size 1)",
+                  (long long)o->global_batch, (long long)o->micro_batch),
+         err));
+  PRM__I("train_iters", -1, &o->train_iters);
+  PRM__I("seed", 1234, &o->seed);
+  PRM__F("lr", 3e-4, &o->lr);
+  PRM__F("min_lr", 0.0, &o->min_lr);
+  PRM__I("lr_warmup_iters", 0, &o->warmup);
+  PRM__I("lr_decay_iters", o->train_iters, &o->decay_iters);
+  const char *style = prm_exp_get_str(e, "lr_decay_style");
+  o->decay_style = prm_streq(style, "linear")     ? PRM_LR_LINEAR
+                   : prm_streq(style, "constant") ? PRM_LR_CONSTANT
+                                                  : PRM_LR_COSINE;
+  PRM__F("weight_decay", 0.01, &o->weight_decay);
+  PRM__F("adam_beta1", 0.9, &o->beta1);
+  PRM__F("adam_beta2", 0.999, &o->beta2);
+  PRM__F("adam_eps", 1e-8, &o->eps);
+  PRM__F("clip_grad", 1.0, &o->clip_grad);
+  const char *rec = prm_exp_get_str(e, "recompute_granularity");
+  if (prm_streq(rec, "selective"))
+    PRM_WARN("recompute_granularity: selective is treated as full recomputation");
+  o->recompute = rec != NULL;
+  int bf16 = 0;
+  prm__bool(e, "bf16", 0, &bf16);
+  if (bf16) PRM_WARN("bf16: mixed precision arrives with the Turbo kernels; training in fp32");
+  prm__bool(e, "finetune", 0, &o->finetune);
+
+  o->save = prm_exp_get_str(e, "save");
+  o->load = prm_exp_get_str(e, "load");
+  PRM__I("save_interval", 1000, &o->save_interval);
+  PRM__I("eval_interval", 1000, &o->eval_interval);
+  PRM__I("eval_iters", 0, &o->eval_iters);
+  PRM__I("log_interval", 10, &o->log_interval);
+  int64_t tp = 1, pp = 1, ep = 1;
+  PRM__I("tensor_model_parallel_size", 1, &tp);
+  PRM__I("pipeline_model_parallel_size", 1, &pp);
+  PRM__I("expert_model_parallel_size", 1, &ep);
+  if (tp != 1 || pp != 1 || ep != 1)
+    return prm_errf(err, PRM_ECONFIG,
+                    "tensor/pipeline/expert parallel sizes other than 1 are not supported yet "
+                    "(got %lld/%lld/%lld)",
+                    (long long)tp, (long long)pp, (long long)ep);
+  int64_t experts = 0;
+  PRM__I("num_experts", 0, &experts);
+  if (experts)
+    return prm__prefix_origin(e, "num_experts",
+                              (prm_errf(err, PRM_ECONFIG,
+                                        "num_experts: mixture-of-experts models are not "
+                                        "supported by the native engine yet"),
+                               err));
+  const char *gemm = getenv("PRIMUS_GEMM");
+  o->gemm = gemm && *gemm ? gemm : NULL;
+#undef PRM__I
+#undef PRM__F
+  return 0;
+}
+
+double prm_lr_at(const prm_train_opts_t *o, int64_t s) {
+  if (o->warmup > 0 && s <= o->warmup) return o->lr * (double)s / (double)o->warmup;
+  if (o->decay_style == PRM_LR_CONSTANT) return o->lr;
+  if (s > o->decay_iters || o->decay_iters <= o->warmup) return o->min_lr;
+  double p = (double)(s - o->warmup) / (double)(o->decay_iters - o->warmup);
+  if (o->decay_style == PRM_LR_LINEAR) return o->lr - (o->lr - o->min_lr) * p;
+  return o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(M_PI * p));
+}

@@ -1,0 +1,31 @@
+/* train-impl.h - what the trainer's files share: a session (GEMM backend,
+ * dataset, model and batch buffers) and the helpers that use it. */
+#ifndef PRM_TRAIN_IMPL_H
+#define PRM_TRAIN_IMPL_H
+
+#include "primus/prm_data.h"
+#include "primus/prm_io.h"
+#include "primus/prm_train.h"
+
+typedef struct {
+  prm_gemm_t gemm;
+  prm_dataset_t *data;    /* NULL with mock_data */
+  prm_llama_t *model;
+  int64_t loaded_iter;    /* iteration of the checkpoint loaded, 0 otherwise */
+  int32_t *seq;           /* (S+1) */
+  int32_t *tokens, *targets; /* (B,S) */
+} prm__session_t;
+
+/* Opens the data, builds the model with `flags`, and loads it from `load`
+ * (a HF folder or a save folder) or initialises it from the seed. */
+int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
+                      prm__session_t *s, prm_err_t *err);
+void prm__session_close(prm__session_t *s);
+void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_t split,
+                        int64_t first, int64_t B);
+/* Mean loss over `iters` global batches of the validation split; PRM_ENOENT
+ * when that split is empty. */
+int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, int64_t iters,
+                  prm_eval_result_t *res);
+
+#endif

@@ -1,0 +1,302 @@
+/* trainer.c - the step loop of `train pretrain`: micro-batches with
+ * gradient accumulation, the global gradient norm and clipping as
+ * torch.nn.utils.clip_grad_norm_, AdamW as torch.optim.AdamW, the
+ * learning-rate schedule, periodic logs, evaluation and checkpoints, and one
+ * events.jsonl line per step. Nothing in the step loop allocates. */
+#define _GNU_SOURCE
+#include "train-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* Set-up shared by training, gradients and evaluation                       */
+/* ------------------------------------------------------------------------ */
+
+int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
+                      prm__session_t *s, prm_err_t *err) {
+  memset(s, 0, sizeof *s);
+  int rc = prm_gemm_init(&s->gemm, o->gemm, err);
+  if (rc) return rc;
+  if (!o->mock_data) {
+    prm_dataset_opts_t d = {.path = o->data_path, .tokenizer_type = o->tokenizer_type,
+                            .split = o->split, .vocab_size = o->model.vocab};
+    if ((rc = prm_dataset_open(&d, &s->data, err))) return rc;
+  }
+  if ((rc = prm_llama_new(&o->model, o->micro_batch, o->seq_length, flags, &s->gemm, &s->model,
+                          err)))
+    goto fail;
+  if (load) {
+    char *dir = NULL;
+    if ((rc = prm_ckpt_resolve(load, &dir, &s->loaded_iter, err))) goto fail;
+    rc = prm_ckpt_load_hf(s->model, dir, err);
+    if (!rc) PRM_INFO("loaded weights from %s", dir);
+    free(dir);
+    if (rc) goto fail;
+  } else {
+    prm_llama_init(s->model, (uint64_t)o->seed);
+  }
+  int64_t n = o->micro_batch * (o->seq_length + 1);
+  s->seq = prm_xmalloc((size_t)(o->seq_length + 1) * sizeof(int32_t));
+  s->tokens = prm_xmalloc((size_t)n * sizeof(int32_t));
+  s->targets = prm_xmalloc((size_t)n * sizeof(int32_t));
+  return 0;
+fail:
+  prm__session_close(s);
+  return rc;
+}
+
+void prm__session_close(prm__session_t *s) {
+  prm_llama_free(s->model);
+  prm_dataset_close(s->data);
+  free(s->seq);
+  free(s->tokens);
+  free(s->targets);
+  memset(s, 0, sizeof *s);
+}
+
+/* Fills tokens/targets (B,S) with sequences first .. first+B-1 of a split. */
+void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_t split,
+                        int64_t first, int64_t B) {
+  int64_t S = o->seq_length;
+  for (int64_t b = 0; b < B; b++) {
+    int64_t k = first + b;
+    if (s->data) {
+      prm_dataset_sequence(s->data, split, k, S, s->seq);
+    } else {
+      /* mock_data: tokens from a stream seeded by (seed, split, sequence). */
+      prm_rng_t r;
+      prm_rng_seed(&r, (uint64_t)o->seed * 1000003u + (uint64_t)split * 7919u + (uint64_t)k);
+      for (int64_t j = 0; j <= S; j++) s->seq[j] = (int32_t)(prm_rng_u64(&r) % (uint64_t)o->model.vocab);
+    }
+    memcpy(s->tokens + b * S, s->seq, (size_t)S * sizeof(int32_t));
+    memcpy(s->targets + b * S, s->seq + 1, (size_t)S * sizeof(int32_t));
+  }
+}
+
+/* Forward+backward over one global batch (optimizer step `step0`, 0-based)
+ * into zeroed gradients; returns the batch's mean loss. */
+static double prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, int64_t step0) {
+  int64_t G = o->global_batch, B = o->micro_batch, S = o->seq_length;
+  float scale = (float)(1.0 / ((double)G * (double)S));
+  double loss = 0;
+  prm_llama_zero_grad(s->model);
+  for (int64_t first = step0 * G; first < (step0 + 1) * G; first += B) {
+    int64_t count = 0;
+    prm__session_batch(s, o, PRM_SPLIT_TRAIN, first, B);
+    loss += prm_llama_forward_backward(s->model, s->tokens, s->targets, B, scale, &count);
+  }
+  return loss / ((double)G * (double)S);
+}
+
+static double prm__grad_norm(const prm_llama_t *m) {
+  double ss = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    ss += prm_sumsq(m->grads + t->offset, t->numel);
+  }
+  return sqrt(ss);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Evaluation inside training                                                */
+/* ------------------------------------------------------------------------ */
+
+int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, int64_t iters,
+                  prm_eval_result_t *res) {
+  memset(res, 0, sizeof *res);
+  if (s->data && prm_dataset_tokens(s->data, PRM_SPLIT_VALID) == 0) return PRM_ENOENT;
+  int64_t G = o->global_batch, B = o->micro_batch;
+  double sum = 0;
+  int64_t count = 0;
+  for (int64_t it = 0; it < iters; it++)
+    for (int64_t first = it * G; first < (it + 1) * G; first += B) {
+      int64_t c = 0;
+      prm__session_batch(s, o, PRM_SPLIT_VALID, first, B);
+      sum += prm_llama_forward(s->model, s->tokens, s->targets, B, &c);
+      count += c;
+    }
+  res->iters = iters;
+  res->tokens = count;
+  res->loss = count ? sum / (double)count : 0;
+  res->perplexity = exp(res->loss);
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* train grads                                                               */
+/* ------------------------------------------------------------------------ */
+
+int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *err) {
+  prm__session_t s;
+  int rc = prm__session_open(o, PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0),
+                             o->load, &s, err);
+  if (rc) return rc;
+  double loss = prm__accumulate(&s, o, 0);
+  double norm = prm__grad_norm(s.model);
+  prm_llama_t *m = s.model;
+  prm_st_entry_t *ent = prm_xcalloc((size_t)m->ntensors, sizeof *ent);
+  for (int i = 0; i < m->ntensors; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    ent[i] = (prm_st_entry_t){.name = t->name, .data = m->grads + t->offset, .ndim = t->ndim};
+    ent[i].shape[0] = t->shape[0];
+    ent[i].shape[1] = t->shape[1];
+  }
+  char lb[32], nb[32];
+  snprintf(lb, sizeof lb, "%.9g", loss);
+  snprintf(nb, sizeof nb, "%.9g", norm);
+  const char *meta[] = {"loss", lb, "grad_norm", nb, NULL};
+  rc = prm_st_write_f32(out_path, ent, m->ntensors, meta, err);
+  free(ent);
+  if (!rc) PRM_INFO("step-1 loss %.6f, gradient norm %.6f: gradients written to %s", loss, norm, out_path);
+  prm__session_close(&s);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* train pretrain                                                            */
+/* ------------------------------------------------------------------------ */
+
+static void prm__progress(int64_t step, int64_t total, double loss) {
+  if (!isatty(STDERR_FILENO)) return;
+  int width = 30, done = (int)((double)width * (double)step / (double)total);
+  char bar[64];
+  for (int i = 0; i < width; i++) bar[i] = i < done ? '#' : '.';
+  bar[width] = 0;
+  fprintf(stderr, "\r[%s] %lld/%lld loss %.4f ", bar, (long long)step, (long long)total, loss);
+  if (step == total) fputc('\n', stderr);
+  fflush(stderr);
+}
+
+static void prm__clear_progress(void) {
+  if (isatty(STDERR_FILENO)) fputs("\r\033[K", stderr);
+}
+
+int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err) {
+  prm__session_t s;
+  unsigned flags = PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0);
+  int rc = prm__session_open(o, flags, o->load, &s, err);
+  if (rc) return rc;
+  prm_llama_t *m = s.model;
+  FILE *events = NULL;
+  size_t obytes = (size_t)m->nparams * sizeof(float);
+  float *adam_m = prm_mem_alloc(PRM_MEM_OPTIM, obytes);
+  float *adam_v = prm_mem_alloc(PRM_MEM_OPTIM, obytes);
+  if (!adam_m || !adam_v) {
+    rc = prm_errf(err, PRM_ENOMEM, "cannot allocate the AdamW state (2 x %zu bytes)", obytes);
+    goto done;
+  }
+  if (run_dir) {
+    char *path = prm_path_join(run_dir, "events.jsonl");
+    events = fopen(path, "a");
+    if (!events) rc = prm_errf(err, PRM_EIO, "%s: cannot open for writing", path);
+    free(path);
+    if (rc) goto done;
+  }
+  if (s.loaded_iter > 0)
+    PRM_INFO("starting from the weights of iteration %lld with a fresh optimizer (exact resume "
+             "of optimizer and data state is not implemented yet)",
+             (long long)s.loaded_iter);
+  if (o->data_shuffle && !o->mock_data)
+    PRM_WARN("data_shuffle: shuffling is not implemented yet; sequences are read in order");
+
+  /* What this run is, and what it costs. */
+  const prm_llama_config_t *c = &m->cfg;
+  prm_sb_t line = {0};
+  prm_sb_appendf(&line, "model: %lld parameters (hidden %lld, layers %lld, heads %lld/%lld kv, ffn %lld, vocab %lld, %s head)",
+                 (long long)m->nparams, (long long)c->hidden, (long long)c->layers,
+                 (long long)c->heads, (long long)c->groups, (long long)c->ffn,
+                 (long long)c->vocab, c->tied ? "tied" : "untied");
+  PRM_INFO("%s", prm_sb_str(&line));
+  prm_sb_reset(&line);
+  if (s.data) PRM_INFO("data: %s", prm_dataset_describe(s.data));
+  else PRM_INFO("data: mock tokens (mock_data: true)");
+  PRM_INFO("batch: global %lld x seq %lld = %lld tokens/step, micro-batch %lld, %lld accumulation steps; GEMM %s, %d threads",
+           (long long)o->global_batch, (long long)o->seq_length,
+           (long long)(o->global_batch * o->seq_length), (long long)o->micro_batch,
+           (long long)(o->global_batch / o->micro_batch), s.gemm.i->name, prm_kernels_threads());
+  prm_llama_describe_memory(m, &line);
+  char ob[32];
+  prm_fmt_bytes(ob, sizeof ob, 2.0 * (double)obytes);
+  prm_sb_appendf(&line, ", optimizer %s", ob);
+  PRM_INFO("memory: %s", prm_sb_str(&line));
+  prm_sb_free(&line);
+
+  double peak = prm_peak_gflops_per_core() * prm_kernels_threads();
+  double flops_step = prm_llama_flops_per_token(c, o->seq_length) * (double)o->global_batch *
+                      (double)o->seq_length;
+  int64_t tokens_step = o->global_batch * o->seq_length;
+  double t_train = prm_time_now();
+  for (int64_t step = 1; step <= o->train_iters; step++) {
+    double t0 = prm_time_now();
+    double loss = prm__accumulate(&s, o, step - 1);
+    double norm = prm__grad_norm(m);
+    if (!isfinite(loss) || !isfinite(norm)) {
+      rc = prm_errf(err, PRM_ERUNTIME, "step %lld: loss %g, gradient norm %g: not finite; stopping",
+                    (long long)step, loss, norm);
+      goto done;
+    }
+    if (o->clip_grad > 0) {
+      double coef = o->clip_grad / (norm + 1e-6);
+      if (coef < 1.0) prm_scale(m->grads, m->nparams, (float)coef);
+    }
+    double lr = prm_lr_at(o, step);
+    for (int i = 0; i < m->ntensors; i++) {
+      const prm_tensor_t *t = &m->tensors[i];
+      prm_adamw_update(m->params + t->offset, m->grads + t->offset, adam_m + t->offset,
+                       adam_v + t->offset, t->numel, (float)lr, (float)o->beta1, (float)o->beta2,
+                       (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f, step);
+    }
+    double ms = (prm_time_now() - t0) * 1e3;
+    if (events) {
+      fprintf(events,
+              "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
+              "\"step_ms\":%.3f}\n",
+              (long long)step, loss, lr, norm, (long long)tokens_step, ms);
+      fflush(events);
+    }
+    if (step % o->log_interval == 0 || step == 1 || step == o->train_iters) {
+      double tps = (double)tokens_step / (ms / 1e3);
+      double tflops = flops_step / (ms / 1e3) / 1e12;
+      char rss[32];
+      prm_fmt_bytes(rss, sizeof rss, (double)prm_mem_rss());
+      prm__clear_progress();
+      PRM_INFO("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.1f ms | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | rss %s",
+               (long long)step, (long long)o->train_iters, loss, lr, norm, ms, tps, tflops,
+               peak > 0 ? 100.0 * tflops * 1e3 / peak : 0.0, rss);
+    } else {
+      prm__progress(step, o->train_iters, loss);
+    }
+    if (o->eval_iters > 0 && step % o->eval_interval == 0) {
+      prm_eval_result_t ev;
+      if (prm__evaluate(&s, o, o->eval_iters, &ev) == 0) {
+        PRM_INFO("eval at step %lld | valid loss %.4f | perplexity %.3f | %lld tokens", (long long)step,
+                 ev.loss, ev.perplexity, (long long)ev.tokens);
+        if (events) {
+          fprintf(events, "{\"event\":\"eval\",\"step\":%lld,\"loss\":%.9g,\"perplexity\":%.9g,\"tokens\":%lld}\n",
+                  (long long)step, ev.loss, ev.perplexity, (long long)ev.tokens);
+          fflush(events);
+        }
+      }
+    }
+    if (o->save && (step % o->save_interval == 0 || step == o->train_iters)) {
+      double ts = prm_time_now();
+      if ((rc = prm_ckpt_save(m, o->save, step, o->tokenizer_type, err))) goto done;
+      PRM_INFO("saved checkpoint %s/iter_%07lld in %.2f s", o->save, (long long)step, prm_time_now() - ts);
+      if (events) {
+        fprintf(events, "{\"event\":\"checkpoint\",\"step\":%lld,\"seconds\":%.3f}\n", (long long)step,
+                prm_time_now() - ts);
+        fflush(events);
+      }
+    }
+  }
+  PRM_INFO("trained %lld steps in %.1f s", (long long)o->train_iters, prm_time_now() - t_train);
+done:
+  if (events) fclose(events);
+  prm_mem_free(PRM_MEM_OPTIM, adam_m, obytes);
+  prm_mem_free(PRM_MEM_OPTIM, adam_v, obytes);
+  prm__session_close(&s);
+  return rc;
+}

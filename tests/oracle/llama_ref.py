@@ -1,0 +1,526 @@
+#!/usr/bin/python3
+"""llama_ref.py - float64 PyTorch oracle for primus' native Llama trainer.
+
+An independent reference of HF LlamaForCausalLM (no transformers, no
+safetensors packages), the data sampling, AdamW schedule and gradient clipping
+of primus' contract, plus its own safetensors / config.json / Megatron
+MMIDIDX readers and writers. Subcommands:
+  make-case  random HF checkpoint + indexed dataset + primus exp.yaml
+  reference  float64 step-1 loss/grads, then N AdamW steps -> ref.json, ref_*.safetensors
+  compare    check a primus run against the reference (non-zero exit on failure)
+  selftest   reference vs a naive loop implementation, autograd gradcheck, file round trips
+"""
+import argparse, json, math, os, struct, sys
+import numpy as np
+import torch
+
+torch.set_num_threads(1)
+DT = torch.float64
+
+# ---------------------------------------------------------------- file formats
+ST_NP = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I32": np.int32, "I64": np.int64}
+
+
+def st_write(path, tensors, dtype="F32", meta=None):
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name].detach().cpu().numpy().astype(ST_NP[dtype]).newbyteorder("<"))
+        b = a.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    if meta:
+        header["__metadata__"] = meta
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def st_read(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header, base, out = json.loads(raw[8:8 + n]), 8 + n, {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        a = np.frombuffer(raw[base + b:base + end], dtype=np.dtype(ST_NP[e["dtype"]]).newbyteorder("<"))
+        out[name] = torch.from_numpy(a.astype(np.float64).reshape(e["shape"]))
+    return out
+
+
+def idx_write(prefix, docs):
+    dt, code = (np.uint16, 8) if max(max(d) for d in docs) < 65500 else (np.int32, 4)
+    sizes = np.array([len(d) for d in docs], np.int32)
+    ptrs = np.concatenate([[0], np.cumsum(sizes[:-1].astype(np.int64) * np.dtype(dt).itemsize)]).astype(np.int64)
+    with open(prefix + ".bin", "wb") as f:
+        f.write(np.concatenate([np.asarray(d, dt) for d in docs]).astype(np.dtype(dt).newbyteorder("<")).tobytes())
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, code, len(docs), len(docs) + 1))
+        f.write(sizes.astype("<i4").tobytes() + ptrs.astype("<i8").tobytes() + np.arange(len(docs) + 1, dtype="<i8").tobytes())
+
+
+def idx_read(prefix):
+    raw = open(prefix + ".idx", "rb").read()
+    assert raw[:9] == b"MMIDIDX\x00\x00"
+    ver, code, n, nd = struct.unpack("<QBQQ", raw[9:34])
+    assert ver == 1 and nd == n + 1
+    dt = {8: np.uint16, 4: np.int32}[code]
+    sizes = np.frombuffer(raw, "<i4", n, 34)
+    ptrs = np.frombuffer(raw, "<i8", n, 34 + 4 * n)
+    data = np.fromfile(prefix + ".bin", np.dtype(dt).newbyteorder("<"))
+    isz = np.dtype(dt).itemsize
+    return [data[p // isz:p // isz + s].astype(np.int64) for p, s in zip(ptrs, sizes)]
+
+
+def load_config(hf_dir):
+    c = json.load(open(os.path.join(hf_dir, "config.json")))
+    return dict(C=c["hidden_size"], F=c["intermediate_size"], H=c["num_attention_heads"],
+                G=c.get("num_key_value_heads") or c["num_attention_heads"], L=c["num_hidden_layers"],
+                V=c["vocab_size"], eps=c["rms_norm_eps"], theta=c.get("rope_theta", 10000.0),
+                tied=c.get("tie_word_embeddings", True))
+
+
+# ---------------------------------------------------------------- the model
+def rmsnorm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope(x, theta):  # x: (B, heads, T, D), HF rotate-half: pairs (i, i + D/2)
+    T, D = x.shape[-2], x.shape[-1]
+    inv = theta ** (-torch.arange(0, D, 2, dtype=DT) / D)
+    ang = torch.arange(T, dtype=DT)[:, None] * inv[None, :]
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    rot = torch.cat([-x[..., D // 2:], x[..., :D // 2]], -1)
+    return x * cos + rot * sin
+
+
+def forward(P, cfg, tok):  # tok: (B, T) -> logits (B, T, V)
+    C, H, G, eps = cfg["C"], cfg["H"], cfg["G"], cfg["eps"]
+    D, (B, T) = C // H, tok.shape
+    x = P["model.embed_tokens.weight"][tok]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for i in range(cfg["L"]):
+        p = "model.layers.%d." % i
+        h = rmsnorm(x, P[p + "input_layernorm.weight"], eps)
+        q = (h @ P[p + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
+        k = (h @ P[p + "self_attn.k_proj.weight"].T).view(B, T, G, D).transpose(1, 2)
+        v = (h @ P[p + "self_attn.v_proj.weight"].T).view(B, T, G, D).transpose(1, 2)
+        q, k = rope(q, cfg["theta"]), rope(k, cfg["theta"])
+        k, v = k.repeat_interleave(H // G, 1), v.repeat_interleave(H // G, 1)  # head h -> group h // (H/G)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+        a = torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v
+        x = x + a.transpose(1, 2).reshape(B, T, C) @ P[p + "self_attn.o_proj.weight"].T
+        h = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
+        g = torch.nn.functional.silu(h @ P[p + "mlp.gate_proj.weight"].T) * (h @ P[p + "mlp.up_proj.weight"].T)
+        x = x + g @ P[p + "mlp.down_proj.weight"].T
+    x = rmsnorm(x, P["model.norm.weight"], eps)
+    return x @ P.get("lm_head.weight", P["model.embed_tokens.weight"]).T
+
+
+def loss_fn(P, cfg, inp, tgt, fwd=forward):
+    lg = fwd(P, cfg, inp)
+    return torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1))
+
+
+# ---------------------------------------------------------------- data, schedule
+def batches(docs, S, G, steps):
+    stream = np.concatenate(docs)
+    N = len(stream)
+    for s in range(steps):
+        seq = np.stack([stream[(k * S + np.arange(S + 1)) % N] for k in range(s * G, s * G + G)])
+        yield torch.from_numpy(seq[:, :S]), torch.from_numpy(seq[:, 1:])
+
+
+def lr_at(s, e):  # s: 1-based optimizer step
+    lr, mn, wu, di = e["lr"], e["min_lr"], e["lr_warmup_iters"], e.get("lr_decay_iters") or e["train_iters"]
+    if s <= wu:
+        return lr * s / wu
+    return mn + 0.5 * (lr - mn) * (1 + math.cos(math.pi * min(1.0, (s - wu) / (di - wu))))
+
+
+def read_exp(case):  # the overrides of the flat exp.yaml written by make-case
+    e = {}
+    for line in open(os.path.join(case, "exp.yaml")):
+        if line.startswith("      ") and ":" in line:
+            k, v = (t.strip() for t in line.split(":", 1))
+            try:
+                e[k] = int(v)
+            except ValueError:
+                try:
+                    e[k] = float(v)
+                except ValueError:
+                    e[k] = v.strip('"')
+    return e
+
+
+def train(P0, cfg, docs, e, steps, clip):
+    """float64 AdamW run; returns (history, step-1 grads, final weights)."""
+    P = {k: v.clone().to(DT).requires_grad_(True) for k, v in P0.items()}
+    names = sorted(P)
+    groups = [{"params": [P[k] for k in names if P[k].dim() >= 2], "weight_decay": e["weight_decay"]},
+              {"params": [P[k] for k in names if P[k].dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=e["lr"], betas=(e["adam_beta1"], e["adam_beta2"]), eps=e["adam_eps"])
+    hist, g1 = [], None
+    for s, (inp, tgt) in enumerate(batches(docs, e["seq_length"], e["global_batch_size"], steps), 1):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(P, cfg, inp, tgt)
+        loss.backward()
+        if s == 1:
+            g1 = {k: P[k].grad.detach().clone() for k in names}
+        params = [P[k] for k in names]
+        if clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, max_norm=clip)
+        else:
+            norm = torch.sqrt(sum((p.grad ** 2).sum() for p in params))
+        lr = lr_at(s, e)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        hist.append({"step": s, "loss": loss.item(), "grad_norm": norm.item(), "lr": lr,
+                     "clipped": bool(clip > 0 and norm.item() > clip)})
+    return hist, g1, {k: v.detach() for k, v in P.items()}
+
+
+def hf_names(L, tied):
+    n = ["model.embed_tokens.weight", "model.norm.weight"] + ([] if tied else ["lm_head.weight"])
+    for i in range(L):
+        p = "model.layers.%d." % i
+        n += [p + "self_attn.%s_proj.weight" % t for t in "qkvo"] + [p + "mlp.%s_proj.weight" % t for t in ("gate", "up", "down")]
+        n += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
+    return n
+
+
+def random_model(cfg, gen):
+    C, F, H, G, V = cfg["C"], cfg["F"], cfg["H"], cfg["G"], cfg["V"]
+    D = C // H
+    shapes = {"q": (H * D, C), "k": (G * D, C), "v": (G * D, C), "o": (C, H * D), "gate": (F, C), "up": (F, C), "down": (C, F)}
+    # q/k large enough that attention is far from uniform (RoPE and the mask matter); norms ~1 +- noise
+    std = {"q": C ** -0.5, "k": C ** -0.5, "v": 0.05, "o": 0.05, "gate": 0.05, "up": 0.05, "down": 0.05}
+    P = {}
+    for n in hf_names(cfg["L"], cfg["tied"]):
+        t = n.split(".")[-2].replace("_proj", "")
+        if n.endswith("norm.weight") or "layernorm" in n:
+            P[n] = 1 + 0.2 * torch.randn(C, generator=gen, dtype=DT)
+        elif n in ("model.embed_tokens.weight", "lm_head.weight"):
+            P[n] = 0.1 * torch.randn(V, C, generator=gen, dtype=DT)
+        else:
+            P[n] = std[t] * torch.randn(*shapes[t], generator=gen, dtype=DT)
+    return {k: v.float().double() for k, v in P.items()}  # exactly representable in f32
+
+
+EXP = """work_group: oracle
+user_name: test
+exp_name: {name}
+workspace: {d}/out
+modules:
+  pre_trainer:
+    framework: native
+    config: pre_trainer.yaml
+    model: llama_tiny.yaml
+    overrides:
+      hidden_size: {C}
+      num_layers: {L}
+      num_attention_heads: {H}
+      num_query_groups: {G}
+      ffn_hidden_size: {F}
+      vocab_size: {V}
+      make_vocab_size_divisible_by: 1
+      seq_length: {S}
+      max_position_embeddings: {S}
+      untie_embeddings_and_output_weights: {untied}
+      norm_epsilon: {eps}
+      rotary_base: {theta}
+      tokenizer_type: {tok}
+      data_path: {d}/data
+      split: "1,0,0"
+      data_shuffle: false
+      micro_batch_size: {mbs}
+      global_batch_size: {gbs}
+      train_iters: {steps}
+      lr: {lr}
+      min_lr: {min_lr}
+      lr_warmup_iters: {warmup}
+      lr_decay_style: cosine
+      weight_decay: 0.1
+      adam_beta1: 0.9
+      adam_beta2: 0.95
+      adam_eps: 1.0e-8
+      clip_grad: {clip}
+      load: {d}/hf
+      save: {d}/ckpt
+      save_interval: {steps}
+      eval_iters: 0
+      log_interval: 1
+"""
+
+
+def cmd_make_case(a):
+    d = os.path.abspath(a.out)
+    os.makedirs(os.path.join(d, "hf"), exist_ok=True)
+    cfg = dict(C=a.hidden, F=a.ffn, H=a.heads, G=a.groups or a.heads, L=a.layers, V=a.vocab, eps=1e-5,
+               theta=10000.0, tied=a.tied)
+    assert cfg["C"] % cfg["H"] == 0 and cfg["H"] % cfg["G"] == 0 and (cfg["C"] // cfg["H"]) % 2 == 0
+    gen = torch.Generator().manual_seed(a.seed)
+    P = random_model(cfg, gen)
+    hf = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": cfg["C"],
+          "intermediate_size": cfg["F"], "num_attention_heads": cfg["H"], "num_key_value_heads": cfg["G"],
+          "num_hidden_layers": cfg["L"], "vocab_size": cfg["V"], "rms_norm_eps": cfg["eps"],
+          "rope_theta": cfg["theta"], "max_position_embeddings": a.seq, "tie_word_embeddings": cfg["tied"],
+          "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32"}
+    json.dump(hf, open(os.path.join(d, "hf", "config.json"), "w"), indent=2)
+    st_write(os.path.join(d, "hf", "model.safetensors"), P, "F32", {"format": "pt"})
+    lens = torch.randint(1, 2 * a.seq + 1, (a.docs,), generator=gen).tolist()
+    docs = [torch.randint(0, a.vocab, (n,), generator=gen).numpy() for n in lens]
+    idx_write(os.path.join(d, "data"), docs)
+    e = dict(name=a.name or os.path.basename(d), d=d, C=cfg["C"], L=cfg["L"], H=cfg["H"], G=cfg["G"], F=cfg["F"],
+             V=cfg["V"], S=a.seq, untied=str(not a.tied).lower(), eps="1.0e-5", theta=10000, tok=a.tokenizer,
+             mbs=a.micro_batch, gbs=a.global_batch, steps=a.steps, lr=a.lr, min_lr=a.min_lr, warmup=a.warmup, clip=0)
+    ev = dict(lr=a.lr, min_lr=a.min_lr, lr_warmup_iters=a.warmup, train_iters=a.steps, weight_decay=0.1,
+              adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, seq_length=a.seq, global_batch_size=a.global_batch)
+    clip = a.clip
+    if clip is None:  # auto: the median grad norm of an unclipped run, so some steps clip and some do not
+        hist, _, _ = train(P, cfg, docs, ev, a.steps, 0.0)
+        clip = float("%.4g" % sorted(h["grad_norm"] for h in hist)[a.steps // 2])
+    e["clip"] = clip
+    open(os.path.join(d, "exp.yaml"), "w").write(EXP.format(**e))
+    n, need = sum(lens), a.steps * a.global_batch * a.seq + 1
+    print("case %s: %d params, %d docs / %d tokens (%d needed: %s), clip_grad %g" % (
+        d, sum(v.numel() for v in P.values()), a.docs, n, need, "wraps" if need > n else "no wrap", clip))
+
+
+def cmd_reference(a):
+    d = os.path.abspath(a.case)
+    cfg, e = load_config(os.path.join(d, "hf")), read_exp(d)
+    P0 = st_read(os.path.join(d, "hf", "model.safetensors"))
+    docs = idx_read(os.path.join(d, "data"))
+    steps = a.steps or e["train_iters"]
+    hist, g1, fin = train(P0, cfg, docs, e, steps, e["clip_grad"])
+    st_write(os.path.join(d, "ref_grads.safetensors"), g1, "F64")
+    st_write(os.path.join(d, "ref_final.safetensors"), fin, "F64")
+    json.dump({"clip_grad": e["clip_grad"], "steps": hist}, open(a.out or os.path.join(d, "ref.json"), "w"), indent=1)
+    for h in hist:
+        print("ref step %2d loss %.10f grad_norm %.8f lr %.6g%s" % (
+            h["step"], h["loss"], h["grad_norm"], h["lr"], "  (clipped)" if h["clipped"] else ""))
+
+
+def rel(x, y):  # ||x - y|| / ||y||
+    x, y = torch.as_tensor(x, dtype=DT), torch.as_tensor(y, dtype=DT)
+    den = y.norm().item()
+    return (x - y).norm().item() / (den if den > 0 else 1.0)
+
+
+def cmd_compare(a):
+    d = os.path.abspath(a.case)
+    e, ref = read_exp(d), json.load(open(os.path.join(d, "ref.json")))
+    cfg = load_config(os.path.join(d, "hf"))
+    rows, fails = [], []
+
+    def check(what, err, tol, note=""):
+        ok = err <= tol  # NaN fails
+        rows.append("%-52s %10.3e %8.0e %s %s" % (what, err, tol, "ok  " if ok else "FAIL", note))
+        if not ok:
+            fails.append(what)
+
+    def fail(what):
+        rows.append("%-52s %10s %8s FAIL" % (what, "-", "-"))
+        fails.append(what)
+
+    names = set(hf_names(cfg["L"], cfg["tied"]))
+    clipped = [h["step"] for h in ref["steps"] if h["clipped"]]
+    rows.append("clip_grad %g; reference clipped on steps %s of %d" % (ref["clip_grad"], clipped, len(ref["steps"])))
+    if not clipped:
+        fail("clipping active on at least one reference step")
+    if any(abs(h["grad_norm"] - ref["clip_grad"]) < 1e-4 * ref["clip_grad"] for h in ref["steps"]):
+        rows.append("warning: a grad norm is within 1e-4 of clip_grad; the clip decision is fragile")
+    # events.jsonl: per-step loss, grad norm, lr
+    ev = {}
+    try:
+        for line in open(os.path.join(a.primus_run, "events.jsonl")):
+            if line.strip():
+                j = json.loads(line)
+                if "step" in j and "loss" in j:
+                    ev[int(j["step"])] = j
+    except OSError as x:
+        fail("events.jsonl readable (%s)" % x)
+    missing = [h["step"] for h in ref["steps"] if h["step"] not in ev]
+    if missing:
+        fail("events.jsonl steps %s present" % missing)
+    for h in ref["steps"]:
+        s, j = h["step"], ev.get(h["step"])
+        if j is None:
+            continue
+        check("step %2d loss (ref %.8f)" % (s, h["loss"]), abs(j["loss"] - h["loss"]) / abs(h["loss"]), a.tol_loss)
+        tn = a.tol_norm if s == 1 else a.tol_norm_later
+        check("step %2d grad_norm (ref %.6f%s)" % (s, h["grad_norm"], ", clipped" if h["clipped"] else ""),
+              abs(j["grad_norm"] - h["grad_norm"]) / h["grad_norm"], tn)
+        if "lr" in j:
+            check("step %2d lr (ref %.6g)" % (s, h["lr"]), abs(j["lr"] - h["lr"]) / max(h["lr"], 1e-30), 1e-6)
+    # step-1 gradients
+    rg = st_read(os.path.join(d, "ref_grads.safetensors"))
+    try:
+        pg = st_read(a.grads)
+    except OSError as x:
+        pg = {}
+        fail("primus grads readable (%s)" % x)
+    if pg and set(pg) != names:
+        fail("grad names: missing %s extra %s" % (sorted(names - set(pg)), sorted(set(pg) - names)))
+    for n in sorted(names):
+        if n in pg:
+            if tuple(pg[n].shape) != tuple(rg[n].shape):
+                fail("grad %s shape %s != %s" % (n, tuple(pg[n].shape), tuple(rg[n].shape)))
+            else:
+                check("grad %s" % n, rel(pg[n], rg[n]), a.tol_grad, "|g|=%.3e" % rg[n].norm().item())
+    # final weights: total update W_final - W_init
+    ck = os.path.join(a.ckpt, "iter_%07d" % len(ref["steps"]), "model.safetensors")
+    try:
+        it = open(os.path.join(a.ckpt, "latest_checkpointed_iteration.txt")).read().strip()
+        if it != str(len(ref["steps"])):
+            fail("latest_checkpointed_iteration.txt is %r" % it)
+    except OSError:
+        fail("latest_checkpointed_iteration.txt present")
+    w0, rf = st_read(os.path.join(d, "hf", "model.safetensors")), st_read(os.path.join(d, "ref_final.safetensors"))
+    try:
+        pf = st_read(ck)
+    except OSError as x:
+        pf = {}
+        fail("final checkpoint readable (%s)" % x)
+    if pf and set(pf) != names:
+        fail("checkpoint names: missing %s extra %s" % (sorted(names - set(pf)), sorted(set(pf) - names)))
+    for n in sorted(names):
+        if n in pf and tuple(pf[n].shape) == tuple(rf[n].shape):
+            check("update %s" % n, rel(pf[n] - w0[n], rf[n] - w0[n]), a.tol_update,
+                  "|dW|=%.3e" % (rf[n] - w0[n]).norm().item())
+        elif n in pf:
+            fail("final %s shape %s" % (n, tuple(pf[n].shape)))
+    print("%-52s %10s %8s" % ("quantity", "rel.err", "tol"))
+    print("\n".join(rows))
+    print("%s: %d checks failed%s" % (os.path.basename(d), len(fails), (": " + ", ".join(fails[:8])) if fails else ""))
+    return 1 if fails else 0
+
+
+def naive_loss(P, cfg, inp, tgt):
+    """The same model written differently: numpy, loops over heads and positions,
+    RoPE as complex multiplication of (x_i + i x_{i+D/2}), GQA by index arithmetic."""
+    C, H, G, L, eps, th = cfg["C"], cfg["H"], cfg["G"], cfg["L"], cfg["eps"], cfg["theta"]
+    D, W = C // H, {k: v.detach().numpy() for k, v in P.items()}
+    B, T = inp.shape
+    norm = lambda v, w: v / np.sqrt((v * v).sum(-1, keepdims=True) / C + eps) * w
+    rot = lambda v, t: (lambda z: np.concatenate([z.real, z.imag]))(
+        (v[:D // 2] + 1j * v[D // 2:]) * np.exp(1j * t * th ** (-2.0 * np.arange(D // 2) / D)))
+    total = 0.0
+    for b in range(B):
+        x = np.stack([W["model.embed_tokens.weight"][t] for t in inp[b].tolist()])
+        for i in range(L):
+            w = lambda n: W["model.layers.%d.%s.weight" % (i, n)]
+            h, out = norm(x, w("input_layernorm")), np.zeros((T, C))
+            for hd in range(H):
+                g = hd * G // H
+                qs = [rot(w("self_attn.q_proj")[hd * D:(hd + 1) * D] @ h[t], t) for t in range(T)]
+                ks = [rot(w("self_attn.k_proj")[g * D:(g + 1) * D] @ h[t], t) for t in range(T)]
+                vs = [w("self_attn.v_proj")[g * D:(g + 1) * D] @ h[t] for t in range(T)]
+                for t in range(T):
+                    sc = np.array([qs[t] @ ks[u] for u in range(t + 1)]) / math.sqrt(D)
+                    p = np.exp(sc - sc.max())
+                    o = sum(p[u] * vs[u] for u in range(t + 1)) / p.sum()
+                    out[t] += w("self_attn.o_proj")[:, hd * D:(hd + 1) * D] @ o
+            x = x + out
+            h = norm(x, w("post_attention_layernorm"))
+            a = h @ w("mlp.gate_proj").T
+            x = x + (a / (1 + np.exp(-a)) * (h @ w("mlp.up_proj").T)) @ w("mlp.down_proj").T
+        lg = norm(x, W["model.norm.weight"]) @ W.get("lm_head.weight", W["model.embed_tokens.weight"]).T
+        for t in range(T):
+            m = lg[t].max()
+            total += m + math.log(np.exp(lg[t] - m).sum()) - lg[t, int(tgt[b, t])]
+    return total / (B * T)
+
+
+def cmd_selftest(a):
+    bad = []
+
+    def expect(what, err, tol):
+        print("selftest %-48s %.2e (tol %.0e) %s" % (what, err, tol, "ok" if err <= tol else "FAIL"))
+        if not err <= tol:
+            bad.append(what)
+
+    gen = torch.Generator().manual_seed(7)
+    for tag, cfg in (("gqa untied", dict(C=16, F=24, H=4, G=2, L=2, V=11, eps=1e-5, theta=10000.0, tied=False)),
+                     ("mha tied", dict(C=12, F=20, H=3, G=3, L=1, V=9, eps=1e-5, theta=500.0, tied=True)),
+                     ("mqa tied", dict(C=16, F=8, H=4, G=1, L=1, V=7, eps=1e-3, theta=10000.0, tied=True))):
+        P = random_model(cfg, gen)
+        tok = torch.randint(0, cfg["V"], (2, 9), generator=gen)
+        inp, tgt = tok[:, :8], tok[:, 1:]
+        Pg = {k: v.clone().requires_grad_(True) for k, v in P.items()}
+        ref = loss_fn(Pg, cfg, inp, tgt)
+        ref.backward()
+        expect("%s: loss vs naive loops" % tag, abs(ref.item() - naive_loss(P, cfg, inp, tgt)) / ref.item(), 1e-12)
+        worst, hstep = 0.0, 1e-5
+        for n in sorted(P):  # autograd vs central differences of the naive model along a random direction
+            V = torch.randn(P[n].shape, generator=gen, dtype=DT)
+            fd = [naive_loss({**P, n: P[n] + sgn * hstep * V}, cfg, inp, tgt) for sgn in (1, -1)]
+            fd = (fd[0] - fd[1]) / (2 * hstep)
+            an = (Pg[n].grad * V).sum().item()
+            worst = max(worst, abs(fd - an) / max(abs(an), 1e-8))
+        expect("%s: grads vs naive finite differences" % tag, worst, 1e-6)
+    # files: safetensors, MMIDIDX (uint16 and int32) round trips
+    import tempfile
+    with tempfile.TemporaryDirectory() as td:
+        t = {"a.weight": torch.randn(3, 5, dtype=DT), "b": torch.randn(7, dtype=DT)}
+        for dt, tol in (("F64", 0.0), ("F32", 1e-7)):
+            st_write(os.path.join(td, "x.safetensors"), t, dt, {"format": "pt"})
+            r = st_read(os.path.join(td, "x.safetensors"))
+            expect("safetensors %s round trip" % dt, max(rel(r[k], t[k]) for k in t) + (set(r) != set(t)), tol)
+        for hi in (301, 70000):
+            docs = [np.random.RandomState(hi).randint(0, hi, n) for n in (5, 1, 17, 3)]
+            idx_write(os.path.join(td, "d"), docs)
+            r = idx_read(os.path.join(td, "d"))
+            expect("MMIDIDX round trip (vocab %d)" % hi, float(len(r) != 4 or any((x != y).any() for x, y in zip(r, docs))), 0)
+    e = dict(lr=1e-2, min_lr=1e-3, lr_warmup_iters=3, train_iters=10)
+    expect("lr schedule end points", abs(lr_at(1, e) - 1e-2 / 3) + abs(lr_at(3, e) - 1e-2) + abs(lr_at(10, e) - 1e-3)
+           + abs(lr_at(6, e) - (1e-3 + 0.5 * 9e-3 * (1 + math.cos(math.pi * 3 / 7)))), 1e-15)
+    print("selftest: %s" % ("FAIL: " + ", ".join(bad) if bad else "all ok"))
+    return 1 if bad else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make-case", help="random HF checkpoint, dataset and exp.yaml")
+    m.add_argument("--out", required=True)
+    m.add_argument("--name", help="exp_name (default: the folder name)")
+    for k, v in (("hidden", 96), ("heads", 6), ("groups", 0), ("ffn", 260), ("layers", 2), ("vocab", 301),
+                 ("seq", 37), ("seed", 1), ("docs", 20), ("micro-batch", 2), ("global-batch", 2), ("steps", 10),
+                 ("warmup", 3)):
+        m.add_argument("--" + k, type=int, default=v)
+    m.add_argument("--tied", dest="tied", action="store_true", default=False)
+    m.add_argument("--untied", dest="tied", action="store_false")
+    m.add_argument("--lr", type=float, default=1e-2)
+    m.add_argument("--min-lr", type=float, default=1e-3)
+    m.add_argument("--clip", type=float, default=None, help="clip_grad (default: the median unclipped grad norm)")
+    m.add_argument("--tokenizer", default="NullTokenizer")
+    r = sub.add_parser("reference", help="float64 reference run of a case")
+    r.add_argument("--case", required=True)
+    r.add_argument("--steps", type=int, default=0, help="default: train_iters of exp.yaml")
+    r.add_argument("--out", help="default: CASE/ref.json")
+    c = sub.add_parser("compare", help="check a primus run against the reference")
+    c.add_argument("--case", required=True)
+    c.add_argument("--primus-run", required=True, help="the run directory holding events.jsonl")
+    c.add_argument("--grads", help="primus' step-1 gradients (default: CASE/primus_grads.safetensors)")
+    c.add_argument("--ckpt", help="checkpoint folder (default: CASE/ckpt)")
+    c.add_argument("--tol-loss", type=float, default=1e-5)
+    c.add_argument("--tol-norm", type=float, default=1e-5, help="step-1 grad norm")
+    c.add_argument("--tol-norm-later", type=float, default=1e-4, help="grad norms of steps 2..N")
+    c.add_argument("--tol-grad", type=float, default=1e-4)
+    c.add_argument("--tol-update", type=float, default=1e-3)
+    sub.add_parser("selftest", help="check the reference against a naive implementation")
+    a = ap.parse_args()
+    if a.cmd == "compare":
+        a.grads = a.grads or os.path.join(a.case, "primus_grads.safetensors")
+        a.ckpt = a.ckpt or os.path.join(a.case, "ckpt")
+    return {"make-case": cmd_make_case, "reference": cmd_reference, "compare": cmd_compare,
+            "selftest": cmd_selftest}[a.cmd](a) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
