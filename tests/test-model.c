@@ -1,0 +1,315 @@
+/* test-model.c - the Llama model as a whole: parameter layout and count,
+ * initialisation, the full gradient against finite differences, full
+ * recomputation giving the same gradients, micro-batches summing to the
+ * batch, and KV-cache inference agreeing with the training forward. */
+#include "testlib.h"
+#include "primus/prm_model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static prm_llama_config_t tiny_cfg(int tied) {
+  prm_llama_config_t c = {.vocab = 23, .hidden = 16, .layers = 2, .heads = 4, .groups = 2,
+                          .ffn = 24, .max_pos = 16, .norm_eps = 1e-5, .rope_base = 10000,
+                          .init_std = 0.3, .tied = tied};
+  return c;
+}
+
+static prm_gemm_t gemm_ref(void) {
+  prm_gemm_t g;
+  prm_err_t err = {0};
+  assert_int_equal(prm_gemm_init(&g, "reference", &err), 0);
+  return g;
+}
+
+static prm_llama_t *build(prm_llama_config_t c, int64_t B, int64_t T, unsigned flags) {
+  prm_gemm_t g = gemm_ref();
+  prm_llama_t *m = NULL;
+  prm_err_t err = {0};
+  assert_int_equal(prm_llama_new(&c, B, T, flags, &g, &m, &err), 0);
+  prm_llama_init(m, 42);
+  return m;
+}
+
+static void random_tokens(int32_t *t, int64_t n, int64_t V, uint64_t seed) {
+  prm_rng_t r;
+  prm_rng_seed(&r, seed);
+  for (int64_t i = 0; i < n; i++) t[i] = (int32_t)(prm_rng_u64(&r) % (uint64_t)V);
+}
+
+static void test_config_check(void **state) {
+  (void)state;
+  prm_err_t err = {0};
+  prm_llama_config_t c = tiny_cfg(1);
+  assert_int_equal(prm_llama_config_check(&c, &err), 0);
+  c.heads = 5;
+  assert_int_equal(prm_llama_config_check(&c, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "num_attention_heads (5) must divide hidden_size (16)"));
+  c = tiny_cfg(1);
+  c.groups = 3;
+  assert_int_equal(prm_llama_config_check(&c, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "num_query_groups"));
+  c = tiny_cfg(1);
+  c.heads = 16; /* head size 1: odd */
+  c.groups = 16;
+  assert_int_equal(prm_llama_config_check(&c, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "even"));
+}
+
+static void test_layout(void **state) {
+  (void)state;
+  for (int tied = 0; tied <= 1; tied++) {
+    prm_llama_t *m = build(tiny_cfg(tied), 1, 4, PRM_LLAMA_TRAIN);
+    int64_t sum = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+      assert_int_equal(m->tensors[i].offset, sum);
+      sum += m->tensors[i].numel;
+    }
+    assert_int_equal(sum, m->nparams);
+    assert_int_equal(m->nparams, prm_llama_param_count(&m->cfg));
+    /* 23*16 embed + 2 x (16+16 + q 16*16 + k,v 2*8*16 + o 16*16 + 3*24*16) + 16 [+ head] */
+    int64_t want = 23 * 16 + 2 * (32 + 256 + 256 + 256 + 3 * 24 * 16) + 16 + (tied ? 0 : 23 * 16);
+    assert_int_equal(m->nparams, want);
+    assert_int_equal(m->ntensors, 1 + 2 * 9 + 1 + !tied);
+    assert_string_equal(m->tensors[0].name, "model.embed_tokens.weight");
+    assert_string_equal(m->tensors[3].name, "model.layers.0.self_attn.k_proj.weight");
+    assert_int_equal(m->tensors[3].shape[0], 8);
+    assert_int_equal(m->tensors[3].shape[1], 16);
+    assert_non_null(prm_llama_find(m, "model.norm.weight"));
+    assert_int_equal(prm_llama_find(m, "lm_head.weight") != NULL, !tied);
+    assert_true(tied ? m->head == m->embed : m->head != m->embed);
+    assert_false(prm_llama_find(m, "model.norm.weight")->decay);
+    assert_true(prm_llama_find(m, "model.layers.1.mlp.up_proj.weight")->decay);
+    prm_llama_free(m);
+  }
+}
+
+static double tensor_std(const prm_llama_t *m, const char *name) {
+  const prm_tensor_t *t = prm_llama_find(m, name);
+  const float *p = m->params + t->offset;
+  double s = 0;
+  for (int64_t i = 0; i < t->numel; i++) s += (double)p[i] * p[i];
+  return sqrt(s / (double)t->numel);
+}
+
+static void test_init(void **state) {
+  (void)state;
+  prm_llama_config_t c = tiny_cfg(0);
+  c.hidden = 64;
+  c.ffn = 128;
+  c.init_std = 0.02;
+  prm_llama_t *a = build(c, 1, 4, 0), *b = build(c, 1, 4, 0);
+  assert_memory_equal(a->params, b->params, (size_t)a->nparams * sizeof(float));
+  prm_llama_init(b, 43);
+  assert_memory_not_equal(a->params, b->params, (size_t)a->nparams * sizeof(float));
+  const prm_tensor_t *n = prm_llama_find(a, "model.layers.1.input_layernorm.weight");
+  for (int64_t i = 0; i < n->numel; i++) assert_true(a->params[n->offset + i] == 1.0f);
+  double q = tensor_std(a, "model.layers.0.self_attn.q_proj.weight");
+  double o = tensor_std(a, "model.layers.0.self_attn.o_proj.weight");
+  double d = tensor_std(a, "model.layers.1.mlp.down_proj.weight");
+  assert_true(fabs(q - 0.02) < 0.002);
+  assert_true(fabs(o - 0.02 / 2.0) < 0.0015); /* 1/sqrt(2 x 2 layers) */
+  assert_true(fabs(d - 0.02 / 2.0) < 0.0015);
+  prm_llama_free(a);
+  prm_llama_free(b);
+}
+
+/* Loss of the whole batch (mean over tokens) in double. */
+static double mean_loss(prm_llama_t *m, const int32_t *tok, const int32_t *tgt, int64_t B) {
+  int64_t count = 0;
+  double s = prm_llama_forward(m, tok, tgt, B, &count);
+  return s / (double)count;
+}
+
+/* Finite differences of the whole model along each tensor's gradient
+ * direction (so every tensor is checked, and a wrong gradient of any
+ * component shows) and along random directions. fp32 forward, so eps is
+ * chosen where rounding and curvature errors are both ~1e-4. */
+static void check_model_grad(prm_llama_config_t c, unsigned flags) {
+  int64_t B = 2, T = 7, N = B * T;
+  prm_llama_t *m = build(c, B, T, PRM_LLAMA_TRAIN | flags);
+  int32_t tok[14], tgt[14];
+  random_tokens(tok, N, c.vocab, 1);
+  random_tokens(tgt, N, c.vocab, 2);
+  tgt[3] = -1; /* a masked target */
+  int64_t count = 0;
+  prm_llama_zero_grad(m);
+  prm_llama_forward_backward(m, tok, tgt, B, 1.0f / 13.0f, &count);
+  assert_int_equal(count, 13);
+  float *p0 = malloc((size_t)m->nparams * sizeof(float));
+  memcpy(p0, m->params, (size_t)m->nparams * sizeof(float));
+  const double eps = 1e-2;
+  for (int i = 0; i < m->ntensors; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    const float *g = m->grads + t->offset;
+    double gn = sqrt(prm_sumsq(g, t->numel));
+    assert_true(gn > 0);
+    /* Central differences at h and h/2, combined by Richardson
+     * extrapolation so the h^2 curvature term cancels. */
+    double fdh[2];
+    for (int k = 0; k < 2; k++) {
+      double h = k ? eps / 2 : eps, l[2];
+      for (int side = 0; side < 2; side++) {
+        double step = side ? -h : h;
+        for (int64_t j = 0; j < t->numel; j++)
+          m->params[t->offset + j] = p0[t->offset + j] + (float)(step * g[j] / gn);
+        l[side] = mean_loss(m, tok, tgt, B);
+      }
+      fdh[k] = (l[0] - l[1]) / (2 * h);
+    }
+    memcpy(m->params + t->offset, p0 + t->offset, (size_t)t->numel * sizeof(float));
+    /* Along u = g/|g| the derivative is |g| when the gradient is right. */
+    double fd = (4 * fdh[1] - fdh[0]) / 3, rel = fabs(fd - gn) / gn;
+    if (rel > 2e-3)
+      fail_msg("%s: directional derivative %.6g, gradient norm %.6g (rel %.2e)", t->name, fd, gn,
+               rel);
+  }
+  free(p0);
+  prm_llama_free(m);
+}
+
+static void test_grad_fd_untied(void **state) {
+  (void)state;
+  check_model_grad(tiny_cfg(0), 0);
+}
+
+static void test_grad_fd_tied_recompute(void **state) {
+  (void)state;
+  prm_llama_config_t c = tiny_cfg(1);
+  c.groups = 4; /* plain multi-head attention */
+  check_model_grad(c, PRM_LLAMA_RECOMPUTE);
+}
+
+static void test_recompute_identical(void **state) {
+  (void)state;
+  prm_llama_config_t c = tiny_cfg(0);
+  c.layers = 3;
+  int64_t B = 2, T = 9;
+  prm_llama_t *a = build(c, B, T, PRM_LLAMA_TRAIN);
+  prm_llama_t *b = build(c, B, T, PRM_LLAMA_TRAIN | PRM_LLAMA_RECOMPUTE);
+  assert_true(b->acts_bytes < a->acts_bytes);
+  int32_t tok[18], tgt[18];
+  random_tokens(tok, B * T, c.vocab, 5);
+  random_tokens(tgt, B * T, c.vocab, 6);
+  int64_t ca, cb;
+  double la = prm_llama_forward_backward(a, tok, tgt, B, 0.1f, &ca);
+  double lb = prm_llama_forward_backward(b, tok, tgt, B, 0.1f, &cb);
+  assert_true(la == lb);
+  assert_memory_equal(a->grads, b->grads, (size_t)a->nparams * sizeof(float));
+  /* A second pass accumulates: gradients double (to rounding). */
+  prm_llama_forward_backward(b, tok, tgt, B, 0.1f, &cb);
+  for (int64_t i = 0; i < a->nparams; i++)
+    assert_true(fabsf(b->grads[i] - 2 * a->grads[i]) <= 1e-6f * fabsf(a->grads[i]) + 1e-9f);
+  prm_llama_free(a);
+  prm_llama_free(b);
+}
+
+static void test_microbatches_sum(void **state) {
+  (void)state;
+  prm_llama_config_t c = tiny_cfg(0);
+  int64_t B = 2, T = 8;
+  prm_llama_t *m = build(c, B, T, PRM_LLAMA_TRAIN);
+  int32_t tok[16], tgt[16];
+  random_tokens(tok, B * T, c.vocab, 7);
+  random_tokens(tgt, B * T, c.vocab, 8);
+  int64_t n;
+  prm_llama_forward_backward(m, tok, tgt, B, 1.0f / 16, &n);
+  float *whole = malloc((size_t)m->nparams * sizeof(float));
+  memcpy(whole, m->grads, (size_t)m->nparams * sizeof(float));
+  prm_llama_zero_grad(m);
+  double l1 = prm_llama_forward_backward(m, tok, tgt, 1, 1.0f / 16, &n);
+  double l2 = prm_llama_forward_backward(m, tok + T, tgt + T, 1, 1.0f / 16, &n);
+  double lw = prm_llama_forward(m, tok, tgt, B, &n);
+  assert_true(fabs((l1 + l2) - lw) < 1e-9 * fabs(lw) + 1e-6);
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < m->nparams; i++) {
+    num += ((double)whole[i] - m->grads[i]) * ((double)whole[i] - m->grads[i]);
+    den += (double)whole[i] * whole[i];
+  }
+  assert_true(sqrt(num / den) < 1e-6);
+  free(whole);
+  prm_llama_free(m);
+}
+
+/* log softmax(logits)[t] */
+static double logprob(const float *logits, int64_t V, int32_t t) {
+  double mx = logits[0];
+  for (int64_t i = 1; i < V; i++) mx = fmax(mx, logits[i]);
+  double s = 0;
+  for (int64_t i = 0; i < V; i++) s += exp(logits[i] - mx);
+  return logits[t] - mx - log(s);
+}
+
+static void test_kv_cache_matches_forward(void **state) {
+  (void)state;
+  prm_llama_config_t c = tiny_cfg(0);
+  int64_t T = 11;
+  prm_llama_t *m = build(c, 1, T, 0);
+  int32_t seq[12];
+  random_tokens(seq, T + 1, c.vocab, 9);
+  int64_t n;
+  double want = prm_llama_forward(m, seq, seq + 1, 1, &n);
+  assert_int_equal(n, T);
+
+  prm_err_t err = {0};
+  prm_llama_kv_t *kv = NULL;
+  float logits[23];
+  assert_int_equal(prm_llama_kv_new(m, &kv, &err), 0);
+  /* A 4-token prompt in one call, then one token at a time. */
+  double got = 0;
+  for (int64_t i = 0; i < 4; i++) {
+    prm_llama_kv_t *kv1 = NULL;
+    assert_int_equal(prm_llama_kv_new(m, &kv1, &err), 0);
+    assert_int_equal(prm_llama_kv_step(m, kv1, seq, i + 1, logits, &err), 0);
+    got -= logprob(logits, c.vocab, seq[i + 1]);
+    prm_llama_kv_free(kv1);
+  }
+  assert_int_equal(prm_llama_kv_step(m, kv, seq, 4, logits, &err), 0);
+  for (int64_t i = 4; i < T; i++) {
+    assert_int_equal(prm_llama_kv_step(m, kv, &seq[i], 1, logits, &err), 0);
+    got -= logprob(logits, c.vocab, seq[i + 1]);
+  }
+  assert_int_equal(prm_llama_kv_len(kv), T);
+  assert_true(fabs(got - want) < 1e-4 * fabs(want));
+  /* Past max_pos is a clear error, not a write out of bounds. */
+  int32_t more[16] = {0};
+  assert_int_equal(prm_llama_kv_step(m, kv, more, 6, logits, &err), PRM_ERANGE);
+  assert_non_null(strstr(err.msg, "max_position_embeddings"));
+  int32_t bad = 99;
+  assert_int_equal(prm_llama_kv_step(m, kv, &bad, 1, logits, &err), PRM_EINVAL);
+  prm_llama_kv_free(kv);
+  prm_llama_free(m);
+}
+
+static void test_memory_accounting(void **state) {
+  (void)state;
+  size_t before = prm_mem_in_use(PRM_MEM_PARAMS) + prm_mem_in_use(PRM_MEM_GRADS) +
+                  prm_mem_in_use(PRM_MEM_ACTS);
+  prm_llama_t *m = build(tiny_cfg(0), 2, 8, PRM_LLAMA_TRAIN);
+  assert_true(prm_mem_in_use(PRM_MEM_PARAMS) >= (size_t)m->nparams * 4);
+  assert_true(prm_mem_in_use(PRM_MEM_GRADS) >= (size_t)m->nparams * 4);
+  prm_sb_t sb = {0};
+  prm_llama_describe_memory(m, &sb);
+  assert_non_null(strstr(prm_sb_str(&sb), "activations"));
+  prm_sb_free(&sb);
+  prm_llama_free(m);
+  assert_int_equal(prm_mem_in_use(PRM_MEM_PARAMS) + prm_mem_in_use(PRM_MEM_GRADS) +
+                       prm_mem_in_use(PRM_MEM_ACTS),
+                   before);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_config_check),
+      cmocka_unit_test(test_layout),
+      cmocka_unit_test(test_init),
+      cmocka_unit_test(test_grad_fd_untied),
+      cmocka_unit_test(test_grad_fd_tied_recompute),
+      cmocka_unit_test(test_recompute_identical),
+      cmocka_unit_test(test_microbatches_sum),
+      cmocka_unit_test(test_kv_cache_matches_forward),
+      cmocka_unit_test(test_memory_accounting),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
