@@ -1,0 +1,222 @@
+/* test-train.c - the trainer's pieces that need no data: the learning-rate
+ * schedule, checkpoints that load back to identical bytes, and the errors a
+ * bad checkpoint folder gives (missing tensor, wrong shape, truncated
+ * file, mismatched config). */
+#define _GNU_SOURCE
+#include "testlib.h"
+#include "primus/prm_io.h"
+#include "primus/prm_train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void test_lr_schedule(void **state) {
+  (void)state;
+  prm_train_opts_t o = {.lr = 1e-3, .min_lr = 1e-4, .warmup = 10, .decay_iters = 110,
+                        .decay_style = PRM_LR_COSINE};
+  assert_true(fabs(prm_lr_at(&o, 1) - 1e-4) < 1e-15);
+  assert_true(fabs(prm_lr_at(&o, 5) - 5e-4) < 1e-15);
+  assert_true(fabs(prm_lr_at(&o, 10) - 1e-3) < 1e-15);
+  /* Half-way through the decay: exactly the middle of lr and min_lr. */
+  assert_true(fabs(prm_lr_at(&o, 60) - 5.5e-4) < 1e-12);
+  assert_true(fabs(prm_lr_at(&o, 35) - (1e-4 + 0.5 * 9e-4 * (1 + cos(M_PI * 0.25)))) < 1e-15);
+  assert_true(fabs(prm_lr_at(&o, 110) - 1e-4) < 1e-15);
+  assert_true(prm_lr_at(&o, 500) == 1e-4);
+  o.decay_style = PRM_LR_LINEAR;
+  assert_true(fabs(prm_lr_at(&o, 35) - (1e-3 - 9e-4 * 0.25)) < 1e-15);
+  o.decay_style = PRM_LR_CONSTANT;
+  assert_true(prm_lr_at(&o, 35) == 1e-3);
+  assert_true(fabs(prm_lr_at(&o, 3) - 3e-4) < 1e-15);
+  o.warmup = 0;
+  o.decay_style = PRM_LR_COSINE;
+  assert_true(fabs(prm_lr_at(&o, 1) - (1e-4 + 0.5 * 9e-4 * (1 + cos(M_PI / 110)))) < 1e-15);
+}
+
+static prm_llama_t *tiny(int tied, uint64_t seed) {
+  prm_llama_config_t c = {.vocab = 19, .hidden = 12, .layers = 2, .heads = 3, .groups = 1,
+                          .ffn = 20, .max_pos = 8, .norm_eps = 1e-5, .rope_base = 10000,
+                          .init_std = 0.02, .tied = tied};
+  prm_gemm_t g;
+  prm_err_t err = {0};
+  assert_int_equal(prm_gemm_init(&g, NULL, &err), 0);
+  prm_llama_t *m = NULL;
+  assert_int_equal(prm_llama_new(&c, 1, 8, 0, &g, &m, &err), 0);
+  prm_llama_init(m, seed);
+  return m;
+}
+
+static void test_ckpt_roundtrip_bytes(void **state) {
+  (void)state;
+  const char *tmp = prm_test_tmpdir();
+  prm_err_t err = {0};
+  for (int tied = 0; tied <= 1; tied++) {
+    char *save = prm_xasprintf("%s/save%d", tmp, tied), *again = prm_xasprintf("%s/again%d", tmp, tied);
+    prm_llama_t *a = tiny(tied, 7), *b = tiny(tied, 8);
+    assert_int_equal(prm_ckpt_save(a, save, 20, "ByteTokenizer", &err), 0);
+    char *latest = prm_xasprintf("%s/latest_checkpointed_iteration.txt", save);
+    char *text = prm_test_read(latest);
+    assert_string_equal(text, "20\n");
+    free(text);
+    char *dir = NULL;
+    int64_t iter = 0;
+    assert_int_equal(prm_ckpt_resolve(save, &dir, &iter, &err), 0);
+    assert_int_equal(iter, 20);
+    assert_true(prm_endswith(dir, "/iter_0000020"));
+    assert_int_equal(prm_ckpt_load_hf(b, dir, &err), 0);
+    assert_memory_equal(a->params, b->params, (size_t)a->nparams * sizeof(float));
+    assert_int_equal(prm_ckpt_save(b, again, 20, "ByteTokenizer", &err), 0);
+    const char *files[] = {"model.safetensors", "config.json"};
+    for (int f = 0; f < 2; f++) {
+      char *p1 = prm_xasprintf("%s/%s", dir, files[f]);
+      char *p2 = prm_xasprintf("%s/iter_0000020/%s", again, files[f]);
+      char *d1, *d2;
+      size_t n1, n2;
+      assert_int_equal(prm_fs_read_all(p1, &d1, &n1, &err), 0);
+      assert_int_equal(prm_fs_read_all(p2, &d2, &n2, &err), 0);
+      assert_int_equal(n1, n2);
+      assert_memory_equal(d1, d2, n1);
+      free(d1), free(d2), free(p1), free(p2);
+    }
+    /* The HF config names what other tools need, and the tokenizer. */
+    char *cj = prm_xasprintf("%s/config.json", dir);
+    prm_hf_config_t h;
+    assert_int_equal(prm_hf_config_read(cj, &h, &err), 0);
+    assert_int_equal(h.hidden_size, 12);
+    assert_int_equal(h.num_key_value_heads, 1);
+    assert_int_equal(h.tie_word_embeddings, tied);
+    assert_string_equal(h.tokenizer_type, "ByteTokenizer");
+    char *cjt = prm_test_read(cj);
+    assert_non_null(strstr(cjt, "LlamaForCausalLM"));
+    free(cjt);
+    /* No temporary folders are left next to the checkpoint. */
+    prm_argv_t names = {0};
+    assert_int_equal(prm_fs_list_dir(save, &names, &err), 0);
+    assert_int_equal(names.n, 2);
+    prm_argv_free(&names);
+    free(cj), free(dir), free(latest), free(save), free(again);
+    prm_llama_free(a);
+    prm_llama_free(b);
+  }
+}
+
+/* Saves a model, then lets `mutate` damage the folder; loading must fail
+ * with `code` and a message containing `want`. */
+static void expect_load_error(void (*mutate)(const char *dir), int code, const char *want) {
+  static int n;
+  char *dir = prm_xasprintf("%s/bad%d", prm_test_tmpdir(), n++);
+  prm_err_t err = {0};
+  prm_llama_t *a = tiny(0, 1);
+  assert_int_equal(prm_ckpt_write_hf(a, dir, NULL, &err), 0);
+  mutate(dir);
+  prm_llama_t *b = tiny(0, 2);
+  int rc = prm_ckpt_load_hf(b, dir, &err);
+  if (rc != code || !strstr(err.msg, want))
+    fail_msg("expected %s containing \"%s\", got %s: %s", prm_errname(code), want,
+             prm_errname(rc), err.msg);
+  assert_int_equal(prm_exit_code(rc), 2);
+  prm_llama_free(a);
+  prm_llama_free(b);
+  free(dir);
+}
+
+/* Renames a tensor in place in the header (same length, so offsets stay). */
+static void rename_norm(const char *dir) {
+  char *p = prm_xasprintf("%s/model.safetensors", dir), *d;
+  size_t n;
+  assert_int_equal(prm_fs_read_all(p, &d, &n, NULL), 0);
+  char *hit = memmem(d, n, "model.norm.weight", 17);
+  assert_non_null(hit);
+  memcpy(hit, "model.nrom.weight", 17);
+  assert_int_equal(prm_fs_write_atomic(p, d, n, NULL), 0);
+  free(d), free(p);
+}
+
+static void truncate_weights(const char *dir) {
+  char *p = prm_xasprintf("%s/model.safetensors", dir);
+  size_t n;
+  char *d;
+  assert_int_equal(prm_fs_read_all(p, &d, &n, NULL), 0);
+  assert_int_equal(truncate(p, (off_t)(n - 100)), 0);
+  free(d), free(p);
+}
+
+static void shrink_config(const char *dir) {
+  char *p = prm_xasprintf("%s/config.json", dir);
+  prm_hf_config_t h;
+  assert_int_equal(prm_hf_config_read(p, &h, NULL), 0);
+  h.intermediate_size = 24;
+  assert_int_equal(prm_hf_config_write(p, &h, NULL), 0);
+  free(p);
+}
+
+/* A tensor with the right name but another shape: rewrite the file from a
+ * model with a different ffn and keep the original config. */
+static void wrong_shape(const char *dir) {
+  prm_llama_config_t c = {.vocab = 19, .hidden = 12, .layers = 2, .heads = 3, .groups = 1,
+                          .ffn = 24, .max_pos = 8, .norm_eps = 1e-5, .rope_base = 10000,
+                          .init_std = 0.02, .tied = 0};
+  prm_gemm_t g;
+  prm_llama_t *m = NULL;
+  assert_int_equal(prm_gemm_init(&g, NULL, NULL), 0);
+  assert_int_equal(prm_llama_new(&c, 1, 8, 0, &g, &m, NULL), 0);
+  char *other = prm_xasprintf("%s.other", dir);
+  assert_int_equal(prm_ckpt_write_hf(m, other, NULL, NULL), 0);
+  char *src = prm_xasprintf("%s/model.safetensors", other), *dst = prm_xasprintf("%s/model.safetensors", dir);
+  assert_int_equal(rename(src, dst), 0);
+  free(src), free(dst), free(other);
+  prm_llama_free(m);
+}
+
+static void remove_weights(const char *dir) {
+  char *p = prm_xasprintf("%s/model.safetensors", dir);
+  assert_int_equal(unlink(p), 0);
+  free(p);
+}
+
+static void test_ckpt_errors(void **state) {
+  (void)state;
+  expect_load_error(rename_norm, PRM_EPARSE, "missing tensor \"model.norm.weight\" (shape [12])");
+  expect_load_error(truncate_weights, PRM_EPARSE, "model.safetensors");
+  expect_load_error(shrink_config, PRM_ECONFIG, "intermediate_size (ffn_hidden_size) is 24 but the experiment has 20");
+  expect_load_error(wrong_shape, PRM_EPARSE, "has shape [24, 12], the model needs [20, 12]");
+  expect_load_error(remove_weights, PRM_ENOENT, "model.safetensors");
+}
+
+static void test_resolve_errors(void **state) {
+  (void)state;
+  const char *tmp = prm_test_tmpdir();
+  prm_err_t err = {0};
+  char *dir = NULL;
+  int64_t iter;
+  assert_int_equal(prm_ckpt_resolve("/nonexistent/ckpt", &dir, &iter, &err), PRM_ENOENT);
+  char *save = prm_xasprintf("%s/dangling", tmp);
+  free(prm_test_write(save, "latest_checkpointed_iteration.txt", "40\n"));
+  assert_int_equal(prm_ckpt_resolve(save, &dir, &iter, &err), PRM_ENOENT);
+  assert_non_null(strstr(err.msg, "iter_0000040"));
+  free(prm_test_write(save, "latest_checkpointed_iteration.txt", "forty\n"));
+  assert_int_equal(prm_ckpt_resolve(save, &dir, &iter, &err), PRM_EPARSE);
+  assert_null(dir);
+  free(save);
+}
+
+static void test_flops(void **state) {
+  (void)state;
+  prm_llama_config_t c = {.vocab = 100, .hidden = 8, .layers = 1, .heads = 2, .groups = 2,
+                          .ffn = 16, .max_pos = 4, .tied = 1};
+  /* matmuls: q,k,v,o 4*64 + mlp 3*128 + head 800 = 1440; attention 12*1*8*4 */
+  assert_true(prm_llama_flops_per_token(&c, 4) == 6.0 * 1440 + 12.0 * 8 * 4);
+  assert_true(prm_peak_gflops_per_core() >= 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_lr_schedule),
+      cmocka_unit_test(test_ckpt_roundtrip_bytes),
+      cmocka_unit_test(test_ckpt_errors),
+      cmocka_unit_test(test_resolve_errors),
+      cmocka_unit_test(test_flops),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
