@@ -409,6 +409,15 @@ static void test_text_dataset(void **state) {
   o.split = "0,1,1";
   assert_int_equal(prm_dataset_open(&o, &d, &err), PRM_EINVAL);
   assert_non_null(strstr(err.msg, "train split has no tokens"));
+  /* Evaluation needs the validation split instead. */
+  o.need = PRM_SPLIT_VALID;
+  assert_int_equal(prm_dataset_open(&o, &d, &err), 0);
+  assert_int_equal(prm_dataset_tokens(d, PRM_SPLIT_TRAIN), 0);
+  prm_dataset_close(d);
+  o.split = "1,0,0";
+  assert_int_equal(prm_dataset_open(&o, &d, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "validation split has no tokens"));
+  o.need = PRM_SPLIT_TRAIN;
   o.split = "x";
   assert_int_equal(prm_dataset_open(&o, &d, &err), PRM_EINVAL);
   assert_non_null(strstr(err.msg, "para.txt"));

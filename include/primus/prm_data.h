@@ -63,6 +63,8 @@ typedef struct {
   const char *tokenizer_type; /* a text file needs "ByteTokenizer" */
   const char *split;          /* "969,30,1"; NULL: everything is train */
   int64_t vocab_size;         /* every token must be < this */
+  prm_split_t need;           /* the split that must have tokens (TRAIN, the
+                               * zero value; VALID for evaluation) */
 } prm_dataset_opts_t;
 
 typedef struct prm_dataset prm_dataset_t;
@@ -75,7 +77,7 @@ typedef struct prm_dataset prm_dataset_t;
  * `split` weights divide the documents in order as Megatron does
  * (boundaries at the rounded cumulative fractions of the document count).
  * Every token is checked against vocab_size at open: a token >= vocab_size
- * is PRM_EINVAL naming the file, sequence and token. An empty train split
+ * is PRM_EINVAL naming the file, sequence and token. An empty `need` split
  * is PRM_EINVAL. */
 int prm_dataset_open(const prm_dataset_opts_t *o, prm_dataset_t **out, prm_err_t *err);
 void prm_dataset_close(prm_dataset_t *d);

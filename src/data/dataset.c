@@ -261,11 +261,12 @@ int prm_dataset_open(const prm_dataset_opts_t *o, prm_dataset_t **out, prm_err_t
     d->lo[s] = prm__doc_token(d, d->bound[s]);
     d->hi[s] = prm__doc_token(d, d->bound[s + 1]);
   }
-  if (d->hi[PRM_SPLIT_TRAIN] == d->lo[PRM_SPLIT_TRAIN]) {
-    rc = prm_errf(err, PRM_EINVAL, "%s: the train split has no tokens (%lld of %lld documents, "
+  if ((unsigned)o->need < PRM_SPLIT__COUNT && d->hi[o->need] == d->lo[o->need]) {
+    static const char *const names[] = {"train", "validation", "test"};
+    rc = prm_errf(err, PRM_EINVAL, "%s: the %s split has no tokens (%lld of %lld documents, "
                   "split \"%s\")",
-                  d->path, (long long)(d->bound[1] - d->bound[0]), (long long)d->ndocs,
-                  o->split ? o->split : "1,0,0");
+                  d->path, names[o->need], (long long)(d->bound[o->need + 1] - d->bound[o->need]),
+                  (long long)d->ndocs, o->split ? o->split : "1,0,0");
     goto fail;
   }
   prm__describe(d, o->split);

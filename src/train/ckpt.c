@@ -213,6 +213,18 @@ int prm_ckpt_load_hf(prm_llama_t *m, const char *dir, prm_err_t *err) {
       return prm_errf(err, PRM_ECONFIG, "%s/config.json: %s is %lld but the experiment has %lld",
                       dir, keys[i].key, (long long)keys[i].have, (long long)keys[i].want);
 
+  /* Scalars that change the function but not the shapes: the experiment
+   * wins, but a difference is worth a line. */
+  if (c.rope_base != m->cfg.rope_base)
+    PRM_WARN("%s/config.json: rope_theta %g differs from the experiment's rotary_base %g; using %g",
+             dir, c.rope_base, m->cfg.rope_base, m->cfg.rope_base);
+  if (c.norm_eps != m->cfg.norm_eps)
+    PRM_WARN("%s/config.json: rms_norm_eps %g differs from the experiment's norm_epsilon %g; using %g",
+             dir, c.norm_eps, m->cfg.norm_eps, m->cfg.norm_eps);
+  if (c.max_pos < m->cfg.max_pos)
+    PRM_WARN("%s/config.json: max_position_embeddings %lld is below the experiment's %lld",
+             dir, (long long)c.max_pos, (long long)m->cfg.max_pos);
+
   prm_hf_weights_t *w = NULL;
   if ((rc = prm_hf_weights_open(dir, &w, err))) return rc;
   for (int i = 0; i < m->ntensors && !rc; i++) {

@@ -16,10 +16,11 @@ typedef struct {
   int32_t *tokens, *targets; /* (B,S) */
 } prm__session_t;
 
-/* Opens the data, builds the model with `flags`, and loads it from `load`
- * (a HF folder or a save folder) or initialises it from the seed. */
+/* Opens the data (the `need` split must have tokens), builds the model with
+ * `flags`, and loads it from `load` (a HF folder or a save folder) or
+ * initialises it from the seed. */
 int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
-                      prm__session_t *s, prm_err_t *err);
+                      prm_split_t need, prm__session_t *s, prm_err_t *err);
 void prm__session_close(prm__session_t *s);
 void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_t split,
                         int64_t first, int64_t B);

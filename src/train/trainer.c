@@ -16,13 +16,13 @@
 /* ------------------------------------------------------------------------ */
 
 int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
-                      prm__session_t *s, prm_err_t *err) {
+                      prm_split_t need, prm__session_t *s, prm_err_t *err) {
   memset(s, 0, sizeof *s);
   int rc = prm_gemm_init(&s->gemm, o->gemm, err);
   if (rc) return rc;
   if (!o->mock_data) {
     prm_dataset_opts_t d = {.path = o->data_path, .tokenizer_type = o->tokenizer_type,
-                            .split = o->split, .vocab_size = o->model.vocab};
+                            .split = o->split, .vocab_size = o->model.vocab, .need = need};
     if ((rc = prm_dataset_open(&d, &s->data, err))) return rc;
   }
   if ((rc = prm_llama_new(&o->model, o->micro_batch, o->seq_length, flags, &s->gemm, &s->model,
@@ -132,7 +132,7 @@ int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, int64_t iters,
 int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *err) {
   prm__session_t s;
   int rc = prm__session_open(o, PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0),
-                             o->load, &s, err);
+                             o->load, PRM_SPLIT_TRAIN, &s, err);
   if (rc) return rc;
   double loss = prm__accumulate(&s, o, 0);
   double norm = prm__grad_norm(s.model);
@@ -177,7 +177,7 @@ static void prm__clear_progress(void) {
 int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err) {
   prm__session_t s;
   unsigned flags = PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0);
-  int rc = prm__session_open(o, flags, o->load, &s, err);
+  int rc = prm__session_open(o, flags, o->load, PRM_SPLIT_TRAIN, &s, err);
   if (rc) return rc;
   prm_llama_t *m = s.model;
   FILE *events = NULL;
