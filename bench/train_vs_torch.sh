@@ -1,0 +1,151 @@
+#!/bin/bash
+# bench/train_vs_torch.sh - training throughput and memory: primus' native
+# engine vs a PyTorch fp32 Llama (bench/torch_llama.py), same shapes, same
+# hyper-parameters (AdamW 0.9/0.95, clip 1.0, lr 1e-3 warm-up 100, weight
+# decay 0.1, tied head), random tokens, on this machine, in one run.
+# A benchmark, not a test: it never fails on a figure.
+#
+#   bench/train_vs_torch.sh                       # everything (~10 min on 2 cores)
+#   MODELS="tiny small" THREADS=2 bench/train_vs_torch.sh
+#   VARIANTS="torch primus:onednn:passive" bench/train_vs_torch.sh
+#
+# Environment knobs:
+#   MODELS    tiny small medium           (see model_args below)
+#   THREADS   "2 1"                       OMP_NUM_THREADS values
+#   VARIANTS  torch primus:GEMM:WAIT ...  GEMM onednn|openblas, WAIT passive|active
+#   VARIANTS_1THREAD  variants for THREADS=1 (default: torch and both onednn)
+#   OUT       results folder (default /tmp/primus-bench-<pid>)
+#   PRIMUS    the binary (default build/primus); PY: /usr/bin/python3 (Debian torch 1.13)
+#
+# primus: `train pretrain` with mock_data=true save=null eval_iters=0; ms/step
+# is the mean step_ms of the run directory's events.jsonl after the first 2
+# steps; peak RSS is /usr/bin/time -v's "Maximum resident set size".
+# torch: OMP_WAIT_POLICY=passive and, in that command only, OPENBLAS_CORETYPE
+# and OPENBLAS_L2_SIZE unset (docs: /work/shared/INFRA.md); its mean excludes
+# the first 2 steps too; peak RSS the same way (it includes ~300 MiB of
+# PyTorch itself).
+# TFLOP/s use primus' formula (prm_llama_flops_per_token): per token
+# 6 * matmul params + 12 * layers * hidden * seq; "% peak" divides by the
+# measured fp32 FMA peak per core (~/.cache/primus/peak-fp32.txt) x threads.
+# "bg%" is the CPU time other processes used during the run, as a share of
+# all cores (from /proc/stat minus the run's own user+sys): above ~10% the
+# figure was disturbed; re-run it.
+set -u
+cd "$(dirname "$0")/.."
+PRIMUS=${PRIMUS:-build/primus}
+PY=${PY:-/usr/bin/python3}
+OUT=${OUT:-/tmp/primus-bench-$$}
+MODELS=${MODELS:-tiny small medium}
+THREADS=${THREADS:-2 1}
+VARIANTS=${VARIANTS:-torch primus:onednn:passive primus:onednn:active primus:openblas:passive primus:openblas:active}
+VARIANTS_1THREAD=${VARIANTS_1THREAD:-torch primus:onednn:passive primus:onednn:active}
+CONFIG=configs/examples/llama_tiny-pretrain.yaml
+NCPU=$(nproc)
+PEAK=$(awk 'NR==1{print $1}' "$HOME/.cache/primus/peak-fp32.txt" 2>/dev/null)
+PEAK=${PEAK:-0}
+mkdir -p "$OUT"
+RES=$OUT/results.tsv
+: >"$RES"
+
+# name: hidden layers heads kv_heads ffn vocab seq batch steps
+model_args() {
+  case $1 in
+    tiny)   echo 128 4 4 2 352 256 128 16 20 ;;
+    small)  echo 512 8 8 4 1376 4096 256 8 10 ;;
+    medium) echo 768 12 12 4 2048 32000 256 4 8 ;;
+    *) echo "unknown model $1" >&2; return 1 ;;
+  esac
+}
+
+busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9; exit}' /proc/stat; }
+hz=$(getconf CLK_TCK)
+
+# run_timed TAG CMD...: runs under /usr/bin/time -v, sets WALL, USER_SYS, RSS_KIB, BG
+run_timed() {
+  local tag=$1; shift
+  local b0 b1 t0 t1
+  b0=$(busy_jiffies); t0=$(date +%s.%N)
+  /usr/bin/time -v -o "$OUT/$tag.time" "$@" >"$OUT/$tag.log" 2>&1
+  local rc=$?
+  t1=$(date +%s.%N); b1=$(busy_jiffies)
+  WALL=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')
+  USER_SYS=$(awk -F': ' '/User time|System time/{s+=$2} END{printf "%.2f", s}' "$OUT/$tag.time")
+  RSS_KIB=$(awk -F': ' '/Maximum resident set size/{print $2}' "$OUT/$tag.time")
+  BG=$(awk -v b="$((b1 - b0))" -v hz="$hz" -v own="$USER_SYS" -v w="$WALL" -v n="$NCPU" \
+    'BEGIN{x=(b/hz-own)/(w*n)*100; if (x<0) x=0; printf "%.0f", x}')
+  return $rc
+}
+
+echo "# primus vs PyTorch training throughput - $(date -u +%FT%TZ)"
+echo "# CPU: $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), $NCPU cores; fp32 peak ${PEAK} GFLOP/s/core (~/.cache/primus/peak-fp32.txt)"
+echo "# primus: $PRIMUS ($(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ', dirty tree')); torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null) via $PY"
+echo "# env: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-<unset>} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-<unset>}; torch runs with OMP_WAIT_POLICY=passive and both unset (env -u) in that command only"
+echo "# primus runs get OMP_PROC_BIND=close OMP_PLACES=cores OPENBLAS_NUM_THREADS=\$OMP_NUM_THREADS from platforms/cpu.sh; OMP_WAIT_POLICY and PRIMUS_GEMM as in the impl column"
+echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg); logs in $OUT"
+
+for model in $MODELS; do
+  read -r C L H G F V S B N <<<"$(model_args "$model")" || exit 2
+  for t in $THREADS; do
+    vlist=$VARIANTS
+    [ "$t" = 1 ] && vlist=$VARIANTS_1THREAD
+    for v in $vlist; do
+      tag="$model-t$t-${v//:/-}"
+      load=$(cut -d' ' -f1 /proc/loadavg)
+      if [ "$v" = torch ]; then
+        impl="torch (openblas, passive)"
+        run_timed "$tag" env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
+          OMP_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OMP_WAIT_POLICY=passive \
+          "$PY" bench/torch_llama.py --hidden "$C" --layers "$L" --heads "$H" --kv-heads "$G" --ffn "$F" \
+          --vocab "$V" --seq "$S" --batch "$B" --steps "$N" --warmup 2 --threads "$t"
+        rc=$?
+        ms=$(sed -n 's/^RESULT ms_per_step=\([0-9.]*\).*/\1/p' "$OUT/$tag.log")
+      else
+        IFS=: read -r _ gemm wait <<<"$v"
+        impl="primus $gemm $wait"
+        run_timed "$tag" env OMP_NUM_THREADS="$t" OMP_WAIT_POLICY="$wait" PRIMUS_GEMM="$gemm" \
+          "$PRIMUS" train pretrain --config "$CONFIG" \
+          hidden_size="$C" num_layers="$L" num_attention_heads="$H" num_query_groups="$G" \
+          ffn_hidden_size="$F" vocab_size="$V" seq_length="$S" max_position_embeddings="$S" \
+          micro_batch_size="$B" global_batch_size="$B" train_iters="$N" log_interval="$N" \
+          mock_data=true save=null eval_iters=0 workspace="$OUT/ws" exp_name="$tag"
+        rc=$?
+        rundir=$(sed -n 's/.*run directory: //p' "$OUT/$tag.log" | head -1)
+        ms=$(awk -F'"step_ms":' '/"step_ms"/{split($0,a,"\"step\":"); split(a[2],b,","); if (b[1]>2) {split($2,c,"}"); s+=c[1]; n++}} END{if (n) printf "%.3f", s/n}' "$rundir/events.jsonl" 2>/dev/null)
+        grep -q "GEMM $gemm" "$OUT/$tag.log" || echo "warning: $tag: log does not say GEMM $gemm" >&2
+      fi
+      if [ "$rc" != 0 ] || [ -z "$ms" ]; then
+        echo "warning: $tag failed (rc $rc); see $OUT/$tag.log" >&2
+        continue
+      fi
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$model" "$t" "$impl" "$ms" "$RSS_KIB" "$load" "$BG" "$C" "$L" "$H" "$G" "$F" "$V" "$S" "$B" "$N" >>"$RES"
+      echo "# done $tag: $ms ms/step, peak RSS $((RSS_KIB / 1024)) MiB, load $load, bg ${BG}%, wall ${WALL}s" >&2
+    done
+  done
+done
+
+# The table: flops per token as prm_llama_flops_per_token; ratio = primus
+# tokens/s over the torch run's of the same model and threads (>1: primus
+# faster).
+awk -F'\t' -v peak="$PEAK" '
+  function fpt(C, L, H, G, F, V, S,   D) {
+    D = C / H
+    return 6 * (L * (2 * C * H * D + 2 * C * G * D + 3 * C * F) + V * C) + 12 * L * C * S
+  }
+  { r[NR] = $0; if ($3 ~ /^torch/) tms[$1 "/" $2] = $4 }
+  END {
+    print "| model | threads | impl | ms/step | tokens/s | primus/torch (tok/s) | TFLOP/s | % of peak | peak RSS | load / bg% |"
+    print "|---|---|---|---|---|---|---|---|---|---|"
+    for (i = 1; i <= NR; i++) {
+      split(r[i], f, "\t")
+      tok = f[14] * f[15]; tps = tok / (f[4] / 1000)
+      tf = fpt(f[8], f[9], f[10], f[11], f[12], f[13], f[14]) * tps / 1e12
+      k = f[1] "/" f[2]
+      ratio = (f[3] ~ /^torch/) ? "1 (ref)" : ((k in tms) ? sprintf("%.2f", tms[k] / f[4]) : "-")
+      pct = peak > 0 ? sprintf("%.1f%%", 100 * tf * 1000 / (peak * f[2])) : "-"
+      printf "| %s | %s | %s | %.1f | %.0f | %s | %.3f | %s | %.0f MiB | %s / %s%% |\n", f[1], f[2], f[3], f[4], tps, ratio, tf, pct, f[5] / 1024, f[6], f[7]
+    }
+  }' "$RES" | tee "$OUT/table.md"
+echo
+echo "models: $(for m in $MODELS; do read -r C L H G F V S B N <<<"$(model_args "$m")"; printf '%s = hidden %s, layers %s, heads %s/%s kv, ffn %s, vocab %s, seq %s, batch %s, %s steps; ' "$m" "$C" "$L" "$H" "$G" "$F" "$V" "$S" "$B" "$N"; done)"
+echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
