@@ -10,10 +10,16 @@
 #   VARIANTS="torch primus:onednn:passive" bench/train_vs_torch.sh
 #
 # Environment knobs:
-#   MODELS    tiny small medium           (see model_args below)
+#   MODELS    tiny small wide             (see model_args below): tiny is
+#             overhead-bound, small (seq 256) attention-bound, wide (hidden
+#             1024, seq 64, vocab 32000) GEMM-bound
 #   THREADS   "2 1"                       OMP_NUM_THREADS values
-#   VARIANTS  torch primus:GEMM:WAIT ...  GEMM onednn|openblas, WAIT passive|active
-#   VARIANTS_1THREAD  variants for THREADS=1 (default: torch and both onednn)
+#   VARIANTS  torch primus:GEMM:WAIT ...  GEMM onednn|openblas, WAIT passive|active|unset
+#             (unset: OMP_WAIT_POLICY removed from the environment, what a
+#             user who exports nothing gets: platforms/cpu.sh's passive is
+#             setenv()ed inside the primus process, after libgomp has read
+#             its environment, so libgomp's default spin-then-sleep applies)
+#   VARIANTS_1THREAD  variants for THREADS=1 (default: torch, primus onednn passive)
 #   OUT       results folder (default /tmp/primus-bench-<pid>)
 #   PRIMUS    the binary (default build/primus); PY: /usr/bin/python3 (Debian torch 1.13)
 #
@@ -35,10 +41,10 @@ cd "$(dirname "$0")/.."
 PRIMUS=${PRIMUS:-build/primus}
 PY=${PY:-/usr/bin/python3}
 OUT=${OUT:-/tmp/primus-bench-$$}
-MODELS=${MODELS:-tiny small medium}
+MODELS=${MODELS:-tiny small wide}
 THREADS=${THREADS:-2 1}
-VARIANTS=${VARIANTS:-torch primus:onednn:passive primus:onednn:active primus:openblas:passive primus:openblas:active}
-VARIANTS_1THREAD=${VARIANTS_1THREAD:-torch primus:onednn:passive primus:onednn:active}
+VARIANTS=${VARIANTS:-torch primus:onednn:passive primus:onednn:active primus:onednn:unset primus:openblas:passive primus:openblas:active}
+VARIANTS_1THREAD=${VARIANTS_1THREAD:-torch primus:onednn:passive}
 CONFIG=configs/examples/llama_tiny-pretrain.yaml
 NCPU=$(nproc)
 PEAK=$(awk 'NR==1{print $1}' "$HOME/.cache/primus/peak-fp32.txt" 2>/dev/null)
@@ -51,8 +57,8 @@ RES=$OUT/results.tsv
 model_args() {
   case $1 in
     tiny)   echo 128 4 4 2 352 256 128 16 20 ;;
-    small)  echo 512 8 8 4 1376 4096 256 8 10 ;;
-    medium) echo 768 12 12 4 2048 32000 256 4 8 ;;
+    small)  echo 512 8 8 4 1376 4096 256 4 8 ;;
+    wide)   echo 1024 4 16 4 2816 32000 64 16 6 ;;
     *) echo "unknown model $1" >&2; return 1 ;;
   esac
 }
@@ -102,7 +108,8 @@ for model in $MODELS; do
       else
         IFS=: read -r _ gemm wait <<<"$v"
         impl="primus $gemm $wait"
-        run_timed "$tag" env OMP_NUM_THREADS="$t" OMP_WAIT_POLICY="$wait" PRIMUS_GEMM="$gemm" \
+        if [ "$wait" = unset ]; then wenv=(-u OMP_WAIT_POLICY); else wenv=(OMP_WAIT_POLICY="$wait"); fi
+        run_timed "$tag" env "${wenv[@]}" OMP_NUM_THREADS="$t" PRIMUS_GEMM="$gemm" \
           "$PRIMUS" train pretrain --config "$CONFIG" \
           hidden_size="$C" num_layers="$L" num_attention_heads="$H" num_query_groups="$G" \
           ffn_hidden_size="$F" vocab_size="$V" seq_length="$S" max_position_embeddings="$S" \

@@ -28,7 +28,7 @@ typedef struct {
   const char *data_path, *split, *tokenizer_type, *tokenizer_model;
   int data_shuffle, mock_data, finetune;
   const char *save, *load;
-  int64_t save_interval, eval_interval, eval_iters, log_interval;
+  int64_t save_interval, eval_interval, eval_iters, log_interval, ckpt_keep;
   const char *gemm; /* backend name from $PRIMUS_GEMM, or NULL: best */
 } prm_train_opts_t;
 

@@ -151,10 +151,7 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   o->save = prm_exp_get_str(e, "save");
   o->load = prm_exp_get_str(e, "load");
   PRM__I("save_interval", 1000, &o->save_interval);
-  int64_t keep = 0;
-  PRM__I("ckpt_keep", 0, &keep);
-  if (keep > 0 && o->save)
-    PRM_WARN("ckpt_keep: %lld is not implemented yet; every checkpoint is kept", (long long)keep);
+  PRM__I("ckpt_keep", 0, &o->ckpt_keep);
   PRM__I("eval_interval", 1000, &o->eval_interval);
   PRM__I("eval_iters", 0, &o->eval_iters);
   PRM__I("log_interval", 10, &o->log_interval);

@@ -199,6 +199,9 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     PRM_INFO("starting from the weights of iteration %lld with a fresh optimizer (exact resume "
              "of optimizer and data state is not implemented yet)",
              (long long)s.loaded_iter);
+  if (o->ckpt_keep > 0 && o->save)
+    PRM_WARN("ckpt_keep: %lld is not implemented yet; every checkpoint is kept",
+             (long long)o->ckpt_keep);
   if (o->data_shuffle && !o->mock_data)
     PRM_WARN("data_shuffle: shuffling is not implemented yet; sequences are read in order");
 
