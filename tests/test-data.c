@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/data-impl.h"
 #include "primus/prm_data.h"
@@ -96,7 +97,7 @@ static void roundtrip(int dtype, const char *name, int32_t big) {
   assert_int_equal(prm_idx_writer_open(prefix, dtype, &w, &err), 0);
   for (int i = 0; i < 4; i++) assert_int_equal(prm_idx_writer_add(w, docs[i], lens[i], &err), 0);
   char *bin = prm_xasprintf("%s.bin", prefix), *idxp = prm_xasprintf("%s.idx", prefix);
-  char *bin_tmp = prm_xasprintf("%s.tmp", bin);
+  char *bin_tmp = prm_xasprintf("%s.tmp.%d", bin, (int)getpid());
   assert_false(prm_fs_exists(bin));
   assert_int_equal(prm_idx_writer_finish(w, &err), 0);
   assert_true(prm_fs_exists(bin) && prm_fs_exists(idxp));
@@ -157,7 +158,7 @@ static void test_idx_writer_errors(void **state) {
   assert_non_null(strstr(err.msg, "uint8"));
   const int32_t ok[] = {1, 2};
   assert_int_equal(prm_idx_writer_add(w, ok, 2, &err), 0); /* still usable */
-  char *tmp = prm_xasprintf("%s.bin.tmp", prefix), *bin = prm_xasprintf("%s.bin", prefix);
+  char *tmp = prm_xasprintf("%s.bin.tmp.%d", prefix, (int)getpid()), *bin = prm_xasprintf("%s.bin", prefix);
   assert_true(prm_fs_exists(tmp));
   prm_idx_writer_abort(w);
   assert_false(prm_fs_exists(tmp));

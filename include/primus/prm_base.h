@@ -204,6 +204,21 @@ int prm_fs_read_all(const char *path, char **out, size_t *len, prm_err_t *err);
  * On failure the old file (if any) is untouched and no temporary remains. */
 int prm_fs_write_atomic(const char *path, const void *data, size_t len,
                         prm_err_t *err);
+/* A file written in pieces and published atomically, for writers that
+ * stream (checkpoints, datasets): data goes to "path.tmp.<pid>"; commit
+ * fsyncs, renames over path and fsyncs the folder. A failed commit, or
+ * abort, removes the temporary; either way the strings are freed. sync
+ * (fsync and close, no rename) lets a writer of several files make all of
+ * them durable before publishing any. */
+typedef struct {
+  char *path, *tmp;
+  int fd;
+} prm_afile_t;
+int prm_afile_open(prm_afile_t *f, const char *path, prm_err_t *err);
+int prm_afile_write(prm_afile_t *f, const void *data, size_t len, prm_err_t *err);
+int prm_afile_sync(prm_afile_t *f, prm_err_t *err);
+int prm_afile_commit(prm_afile_t *f, prm_err_t *err);
+void prm_afile_abort(prm_afile_t *f);
 int prm_fs_mkdir_p(const char *path, int mode, prm_err_t *err);
 int prm_fs_fsync_dir(const char *dir, prm_err_t *err);
 int prm_fs_copy(const char *src, const char *dst, prm_err_t *err);

@@ -53,43 +53,80 @@ int prm_fs_fsync_dir(const char *dir, prm_err_t *err) {
   return 0;
 }
 
-int prm_fs_write_atomic(const char *path, const void *data, size_t len,
-                        prm_err_t *err) {
-  char *tmp = prm_xasprintf("%s.tmp.%d", path, (int)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    int rc = prm_errf(err, PRM_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    free(tmp);
+/* ------------------------------------------------------------------------ */
+/* Files published atomically                                                */
+/* ------------------------------------------------------------------------ */
+
+int prm_afile_open(prm_afile_t *f, const char *path, prm_err_t *err) {
+  f->path = prm_xstrdup(path);
+  f->tmp = prm_xasprintf("%s.tmp.%d", path, (int)getpid());
+  f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f->fd >= 0) return 0;
+  int rc = prm_errf(err, PRM_EIO, "%s: cannot create: %s", f->tmp, strerror(errno));
+  free(f->path);
+  free(f->tmp);
+  f->path = f->tmp = NULL;
+  return rc;
+}
+
+int prm_afile_write(prm_afile_t *f, const void *data, size_t len, prm_err_t *err) {
+  const char *p = data;
+  while (len) {
+    ssize_t w = write(f->fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return prm_errf(err, PRM_EIO, "%s: write failed: %s", f->path, strerror(errno));
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+int prm_afile_sync(prm_afile_t *f, prm_err_t *err) {
+  if (f->fd < 0) return 0;
+  int rc = 0;
+  if (fsync(f->fd) != 0) rc = prm_errf(err, PRM_EIO, "%s: fsync: %s", f->path, strerror(errno));
+  if (close(f->fd) != 0 && !rc)
+    rc = prm_errf(err, PRM_EIO, "%s: close: %s", f->path, strerror(errno));
+  f->fd = -1;
+  return rc;
+}
+
+int prm_afile_commit(prm_afile_t *f, prm_err_t *err) {
+  int rc = prm_afile_sync(f, err);
+  if (!rc && rename(f->tmp, f->path) != 0)
+    rc = prm_errf(err, PRM_EIO, "%s: rename: %s", f->path, strerror(errno));
+  if (rc) {
+    prm_afile_abort(f);
     return rc;
   }
-  const char *p = data;
-  size_t left = len;
-  while (left) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) goto fail_write;
-    p += w;
-    left -= (size_t)w;
-  }
-  if (fsync(fd) != 0) goto fail_write;
-  if (close(fd) != 0) {
-    fd = -1;
-    goto fail_write;
-  }
-  fd = -1;
-  if (rename(tmp, path) != 0) goto fail_write;
-  free(tmp);
-  char *dir = prm_path_dirname(path);
-  int rc = prm_fs_fsync_dir(dir, err);
+  char *dir = prm_path_dirname(f->path);
+  rc = prm_fs_fsync_dir(dir, err);
   free(dir);
+  free(f->path);
+  free(f->tmp);
+  f->path = f->tmp = NULL;
   return rc;
+}
 
-fail_write:;
-  int e = errno;
-  if (fd >= 0) close(fd);
-  unlink(tmp);
-  free(tmp);
-  return prm_errf(err, PRM_EIO, "%s: write failed: %s", path, strerror(e));
+void prm_afile_abort(prm_afile_t *f) {
+  if (f->fd >= 0) close(f->fd);
+  f->fd = -1;
+  if (f->tmp) unlink(f->tmp);
+  free(f->path);
+  free(f->tmp);
+  f->path = f->tmp = NULL;
+}
+
+int prm_fs_write_atomic(const char *path, const void *data, size_t len,
+                        prm_err_t *err) {
+  prm_afile_t f;
+  int rc = prm_afile_open(&f, path, err);
+  if (rc) return rc;
+  if ((rc = prm_afile_write(&f, data, len, err))) {
+    prm_afile_abort(&f);
+    return rc;
+  }
+  return prm_afile_commit(&f, err);
 }
 
 int prm_fs_mkdir_p(const char *path, int mode, prm_err_t *err) {

@@ -278,44 +278,27 @@ int prm__idx_find_bad_token(const prm_idx_t *d, int64_t vocab, int64_t *seq, int
 /* ------------------------------------------------------------------------ */
 
 struct prm_idx_writer {
-  char *bin_path, *idx_path, *bin_tmp, *idx_tmp;
-  int bin_fd;
+  prm_afile_t bin, idx;  /* published together by finish */
+  char *prefix;
   int dtype, elem;
   int32_t *sizes;
   int64_t *ptrs;
   int64_t n, cap;
   int64_t bin_bytes;
-  uint8_t *buf; /* .bin write buffer */
+  uint8_t *buf; /* write buffer, little-endian bytes */
   size_t buf_len;
 };
 
 enum { PRM__WBUF = 1 << 20 };
 
-static int prm__write_all(int fd, const void *data, size_t len, const char *path,
-                          prm_err_t *err) {
-  const uint8_t *p = data;
-  while (len) {
-    ssize_t w = write(fd, p, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return prm_errf(err, PRM_EIO, "%s: write failed: %s", path, strerror(errno));
-    p += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
-
-static int prm__writer_flush(prm_idx_writer_t *w, prm_err_t *err) {
-  int rc = prm__write_all(w->bin_fd, w->buf, w->buf_len, w->bin_tmp, err);
+static int prm__writer_flush(prm_idx_writer_t *w, prm_afile_t *f, prm_err_t *err) {
+  int rc = prm_afile_write(f, w->buf, w->buf_len, err);
   w->buf_len = 0;
   return rc;
 }
 
 static void prm__writer_free(prm_idx_writer_t *w) {
-  if (w->bin_fd >= 0) close(w->bin_fd);
-  free(w->bin_path);
-  free(w->idx_path);
-  free(w->bin_tmp);
-  free(w->idx_tmp);
+  free(w->prefix);
   free(w->sizes);
   free(w->ptrs);
   free(w->buf);
@@ -330,13 +313,13 @@ int prm_idx_writer_open(const char *prefix, int dtype, prm_idx_writer_t **out, p
   prm_idx_writer_t *w = prm_xcalloc(1, sizeof *w);
   w->dtype = dtype;
   w->elem = prm__idx_dtype_size(dtype);
-  w->bin_path = prm_xasprintf("%s.bin", prefix);
-  w->idx_path = prm_xasprintf("%s.idx", prefix);
-  w->bin_tmp = prm_xasprintf("%s.bin.tmp", prefix);
-  w->idx_tmp = prm_xasprintf("%s.idx.tmp", prefix);
-  w->bin_fd = open(w->bin_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->bin_fd < 0) {
-    int rc = prm_errf(err, PRM_EIO, "%s: cannot create: %s", w->bin_tmp, strerror(errno));
+  w->prefix = prm_xstrdup(prefix);
+  char *bin = prm_xasprintf("%s.bin", prefix), *idx = prm_xasprintf("%s.idx", prefix);
+  int rc = prm_afile_open(&w->bin, bin, err);
+  if (!rc && (rc = prm_afile_open(&w->idx, idx, err))) prm_afile_abort(&w->bin);
+  free(bin);
+  free(idx);
+  if (rc) {
     prm__writer_free(w);
     return rc;
   }
@@ -358,14 +341,14 @@ static int prm__dtype_range(int dtype, int64_t *lo, int64_t *hi) {
 int prm_idx_writer_add(prm_idx_writer_t *w, const int32_t *tok, int64_t n, prm_err_t *err) {
   if (n < 0 || n > INT32_MAX)
     return prm_errf(err, PRM_EINVAL, "%s: document %lld: %lld tokens (0 to %d allowed)",
-                    w->bin_path, (long long)w->n, (long long)n, INT32_MAX);
+                    w->bin.path, (long long)w->n, (long long)n, INT32_MAX);
   int64_t lo, hi;
   if (prm__dtype_range(w->dtype, &lo, &hi))
     for (int64_t j = 0; j < n; j++)
       if (tok[j] < lo || tok[j] > hi)
         return prm_errf(err, PRM_EINVAL,
                         "%s: document %lld token %lld: %d does not fit %s (range %lld..%lld)",
-                        w->bin_path, (long long)w->n, (long long)j, tok[j],
+                        w->bin.path, (long long)w->n, (long long)j, tok[j],
                         prm__idx_dtype_name(w->dtype), (long long)lo, (long long)hi);
   if (w->n == w->cap) {
     int64_t cap = w->cap ? w->cap * 2 : 1024;
@@ -374,7 +357,7 @@ int prm_idx_writer_add(prm_idx_writer_t *w, const int32_t *tok, int64_t n, prm_e
     int64_t *p = s ? realloc(w->ptrs, (size_t)cap * sizeof *p) : NULL;
     if (p) w->ptrs = p;
     if (!s || !p)
-      return prm_errf(err, PRM_ENOMEM, "%s: no memory for %lld index entries", w->idx_path,
+      return prm_errf(err, PRM_ENOMEM, "%s: no memory for %lld index entries", w->idx.path,
                       (long long)cap);
     w->cap = cap;
   }
@@ -382,7 +365,7 @@ int prm_idx_writer_add(prm_idx_writer_t *w, const int32_t *tok, int64_t n, prm_e
   w->ptrs[w->n] = w->bin_bytes;
   for (int64_t j = 0; j < n; j++) {
     if (w->buf_len + 8 > PRM__WBUF) {
-      int rc = prm__writer_flush(w, err);
+      int rc = prm__writer_flush(w, &w->bin, err);
       if (rc) return rc;
     }
     uint8_t *p = w->buf + w->buf_len;
@@ -400,24 +383,19 @@ int prm_idx_writer_add(prm_idx_writer_t *w, const int32_t *tok, int64_t n, prm_e
 }
 
 static int prm__write_idx(prm_idx_writer_t *w, prm_err_t *err) {
-  int fd = open(w->idx_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return prm_errf(err, PRM_EIO, "%s: cannot create: %s", w->idx_tmp, strerror(errno));
   uint8_t hdr[PRM__IDX_HDR];
   memcpy(hdr, prm__idx_magic, 9);
   prm__st_u64(hdr + 9, 1);
   hdr[17] = (uint8_t)w->dtype;
   prm__st_u64(hdr + 18, (uint64_t)w->n);
   prm__st_u64(hdr + 26, (uint64_t)w->n + 1);
-  int rc = prm__write_all(fd, hdr, sizeof hdr, w->idx_tmp, err);
+  int rc = prm_afile_write(&w->idx, hdr, sizeof hdr, err);
   /* The arrays go through the write buffer, converted to little-endian. */
   w->buf_len = 0;
   for (int part = 0; part < 3 && !rc; part++) {
     int64_t count = part == 2 ? w->n + 1 : w->n;
     for (int64_t i = 0; i < count && !rc; i++) {
-      if (w->buf_len + 8 > PRM__WBUF) {
-        rc = prm__write_all(fd, w->buf, w->buf_len, w->idx_tmp, err);
-        w->buf_len = 0;
-      }
+      if (w->buf_len + 8 > PRM__WBUF) rc = prm__writer_flush(w, &w->idx, err);
       uint8_t *p = w->buf + w->buf_len;
       if (part == 0) {
         prm__st_u32(p, (uint32_t)w->sizes[i]);
@@ -428,52 +406,34 @@ static int prm__write_idx(prm_idx_writer_t *w, prm_err_t *err) {
       }
     }
   }
-  if (!rc) rc = prm__write_all(fd, w->buf, w->buf_len, w->idx_tmp, err);
-  w->buf_len = 0;
-  if (!rc && fsync(fd) != 0)
-    rc = prm_errf(err, PRM_EIO, "%s: fsync: %s", w->idx_tmp, strerror(errno));
-  if (close(fd) != 0 && !rc)
-    rc = prm_errf(err, PRM_EIO, "%s: close: %s", w->idx_tmp, strerror(errno));
+  if (!rc) rc = prm__writer_flush(w, &w->idx, err);
   return rc;
 }
 
 int prm_idx_writer_finish(prm_idx_writer_t *w, prm_err_t *err) {
-  int rc = prm__writer_flush(w, err);
-  if (rc) goto fail;
-  if (fsync(w->bin_fd) != 0) {
-    rc = prm_errf(err, PRM_EIO, "%s: fsync: %s", w->bin_tmp, strerror(errno));
-    goto fail;
+  /* Both files durable first, then the .bin published before the .idx: an
+   * .idx in place always describes a complete .bin. */
+  int rc = prm__writer_flush(w, &w->bin, err);
+  if (!rc) rc = prm_afile_sync(&w->bin, err);
+  if (!rc) rc = prm__write_idx(w, err);
+  if (!rc) rc = prm_afile_sync(&w->idx, err);
+  if (!rc && (rc = prm_afile_commit(&w->bin, err))) {
+    prm_afile_abort(&w->idx);
+    prm__writer_free(w);
+    return rc;
   }
-  int cr = close(w->bin_fd);
-  w->bin_fd = -1;
-  if (cr != 0) {
-    rc = prm_errf(err, PRM_EIO, "%s: close: %s", w->bin_tmp, strerror(errno));
-    goto fail;
+  if (rc) {
+    prm_idx_writer_abort(w);
+    return rc;
   }
-  rc = prm__write_idx(w, err);
-  if (rc) goto fail;
-  /* The .bin first: an .idx in place always describes a complete .bin. */
-  if (rename(w->bin_tmp, w->bin_path) != 0) {
-    rc = prm_errf(err, PRM_EIO, "%s: rename: %s", w->bin_path, strerror(errno));
-    goto fail;
-  }
-  if (rename(w->idx_tmp, w->idx_path) != 0) {
-    rc = prm_errf(err, PRM_EIO, "%s: rename: %s", w->idx_path, strerror(errno));
-    goto fail;
-  }
-  char *dir = prm_path_dirname(w->idx_path);
-  rc = prm_fs_fsync_dir(dir, err);
-  free(dir);
+  rc = prm_afile_commit(&w->idx, err);
   prm__writer_free(w);
-  return rc;
-fail:
-  prm_idx_writer_abort(w);
   return rc;
 }
 
 void prm_idx_writer_abort(prm_idx_writer_t *w) {
   if (!w) return;
-  unlink(w->bin_tmp);
-  unlink(w->idx_tmp);
+  prm_afile_abort(&w->bin);
+  prm_afile_abort(&w->idx);
   prm__writer_free(w);
 }

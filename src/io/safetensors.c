@@ -398,18 +398,6 @@ int prm_st_read_f32(const prm_st_tensor_t *t, float *dst, int64_t n, prm_err_t *
 /* Writing                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static int prm__write_all(int fd, const void *buf, size_t len) {
-  const char *p = buf;
-  while (len) {
-    ssize_t w = write(fd, p, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return -1;
-    p += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
-
 static cJSON *prm__json_i64(int64_t v) {
   /* Raw text: cJSON would print a double, in exponent form past 1e15. */
   char buf[32];
@@ -513,36 +501,18 @@ int prm_st_write_f32(const char *path, const prm_st_entry_t *t, int n,
   for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
   static const char spaces[] = "       "; /* the most padding needed: 7 */
 
-  char *tmp = prm_xasprintf("%s.tmp.%d", path, (int)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    rc = prm_errf(err, PRM_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    goto fail_create;
-  }
-  if (prm__write_all(fd, prefix, sizeof prefix) || prm__write_all(fd, json, jlen) ||
-      prm__write_all(fd, spaces, hlen - jlen))
-    goto fail_write;
-  for (int i = 0; i < n; i++)
-    if (sizes[i] && prm__write_all(fd, t[i].data, (size_t)sizes[i])) goto fail_write;
-  if (fsync(fd) != 0) goto fail_write;
-  if (close(fd) != 0) {
-    fd = -1;
-    goto fail_write;
-  }
-  fd = -1;
-  if (rename(tmp, path) != 0) goto fail_write;
-  char *dir = prm_path_dirname(path);
-  rc = prm_fs_fsync_dir(dir, err);
-  free(dir);
-  goto done;
-
-fail_write:
-  rc = prm_errf(err, PRM_EIO, "%s: write failed: %s", path, strerror(errno));
-  if (fd >= 0) close(fd);
-  unlink(tmp);
-fail_create:
+  prm_afile_t f;
+  if ((rc = prm_afile_open(&f, path, err))) goto done;
+  if (!(rc = prm_afile_write(&f, prefix, sizeof prefix, err)) &&
+      !(rc = prm_afile_write(&f, json, jlen, err)))
+    rc = prm_afile_write(&f, spaces, hlen - jlen, err);
+  for (int i = 0; i < n && !rc; i++)
+    if (sizes[i]) rc = prm_afile_write(&f, t[i].data, (size_t)sizes[i], err);
+  if (rc)
+    prm_afile_abort(&f);
+  else
+    rc = prm_afile_commit(&f, err);
 done:
-  free(tmp);
   free(json);
   free(sizes);
   return rc;
