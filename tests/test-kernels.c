@@ -576,6 +576,51 @@ static void test_attention_grad(void **state) {
   free(c.q), free(c.k), free(c.v), free(c.out), free(c.lse), free(c.r), free(dq), free(dk), free(dv);
 }
 
+/* The fp32 attention is blocked (32 queries x 64 keys) and vectorised in
+ * 32-, 16- and 1-lane pieces of the head size; these shapes cross every
+ * block boundary and take every piece (D = 64, 50 = 32+16+2, 128), plus a
+ * head size above the fast path's limit (the reference then runs). */
+static void test_attention_fast_shapes(void **state) {
+  (void)state;
+  const int64_t shapes[][5] = {/* B, T, H, G, D */
+                               {1, 70, 4, 2, 64},
+                               {2, 33, 2, 1, 50},
+                               {1, 130, 2, 2, 128},
+                               {1, 5, 2, 1, 300}};
+  prm_rng_t r;
+  prm_rng_seed(&r, 21);
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    int64_t B = shapes[si][0], T = shapes[si][1], H = shapes[si][2], G = shapes[si][3],
+            D = shapes[si][4];
+    int64_t nq = B * T * H * D, nk = B * T * G * D, nl = B * H * T;
+    float *q = falloc(nq), *k = falloc(nk), *v = falloc(nk), *o = falloc(nq), *l = falloc(nl),
+          *dout = falloc(nq), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
+    double *qd = dalloc(nq), *kd = dalloc(nk), *vd = dalloc(nk), *od = dalloc(nq),
+           *ld = dalloc(nl), *doutd = dalloc(nq), *dqd = dalloc(nq), *dkd = dalloc(nk),
+           *dvd = dalloc(nk);
+    randn_pair(q, qd, nq, &r, 1);
+    randn_pair(k, kd, nk, &r, 1);
+    randn_pair(v, vd, nk, &r, 1);
+    randn_pair(dout, doutd, nq, &r, 1);
+    prm_attention_forward(o, l, q, k, v, B, T, H, G, D);
+    prm_ref64_attention_forward(od, ld, qd, kd, vd, B, T, H, G, D);
+    assert_close("fast attention out", o, od, nq, 1e-5);
+    assert_close("fast attention lse", l, ld, nl, 1e-5);
+    prm_attention_backward(dq, dk, dv, dout, q, k, v, o, l, B, T, H, G, D);
+    prm_ref64_attention_backward(dqd, dkd, dvd, doutd, qd, kd, vd, od, ld, B, T, H, G, D);
+    assert_close("fast attention dq", dq, dqd, nq, 1e-5);
+    assert_close("fast attention dk", dk, dkd, nk, 1e-5);
+    assert_close("fast attention dv", dv, dvd, nk, 1e-5);
+    /* A prefill through the decode path equals the forward. */
+    float *dec = falloc(T * H * D);
+    prm_attention_decode(dec, q, k, v, T, T, H, G, D);
+    assert_close_ff("fast attention decode", dec, o, T * H * D, 1e-6);
+    free(dec);
+    free(q), free(k), free(v), free(o), free(l), free(dout), free(dq), free(dk), free(dv);
+    free(qd), free(kd), free(vd), free(od), free(ld), free(doutd), free(dqd), free(dkd), free(dvd);
+  }
+}
+
 static void test_attention_fp32(void **state) {
   (void)state;
   prm_rng_t r;
@@ -824,6 +869,7 @@ int main(void) {
       cmocka_unit_test(test_embedding),      cmocka_unit_test(test_rmsnorm),
       cmocka_unit_test(test_rope),           cmocka_unit_test(test_swiglu),
       cmocka_unit_test(test_attention_grad), cmocka_unit_test(test_attention_fp32),
+      cmocka_unit_test(test_attention_fast_shapes),
       cmocka_unit_test(test_xent),           cmocka_unit_test(test_lmhead_xent),
       cmocka_unit_test(test_adamw),          cmocka_unit_test(test_sumsq_scale),
       cmocka_unit_test(test_gemm_speed),
