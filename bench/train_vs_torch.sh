@@ -22,6 +22,8 @@
 #   VARIANTS_1THREAD  variants for THREADS=1 (default: torch, primus onednn passive)
 #   OUT       results folder (default /tmp/primus-bench-<pid>)
 #   PRIMUS    the binary (default build/primus); PY: /usr/bin/python3 (Debian torch 1.13)
+#   TABLE_FROM=results.tsv  run nothing, print the table of an earlier run's
+#             results.tsv (e.g. merged with a re-run of disturbed rows)
 #
 # primus: `train pretrain` with mock_data=true save=null eval_iters=0; ms/step
 # is the mean step_ms of the run directory's events.jsonl after the first 2
@@ -51,7 +53,12 @@ PEAK=$(awk 'NR==1{print $1}' "$HOME/.cache/primus/peak-fp32.txt" 2>/dev/null)
 PEAK=${PEAK:-0}
 mkdir -p "$OUT"
 RES=$OUT/results.tsv
-: >"$RES"
+if [ -n "${TABLE_FROM:-}" ]; then
+  [ "$TABLE_FROM" -ef "$RES" ] || cp "$TABLE_FROM" "$RES"
+  MODELS=""
+else
+  : >"$RES"
+fi
 
 # name: hidden layers heads kv_heads ffn vocab seq batch steps
 model_args() {
@@ -82,12 +89,14 @@ run_timed() {
   return $rc
 }
 
+[ -n "${TABLE_FROM:-}" ] || {
 echo "# primus vs PyTorch training throughput - $(date -u +%FT%TZ)"
 echo "# CPU: $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), $NCPU cores; fp32 peak ${PEAK} GFLOP/s/core (~/.cache/primus/peak-fp32.txt)"
 echo "# primus: $PRIMUS ($(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ', dirty tree')); torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null) via $PY"
 echo "# env: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-<unset>} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-<unset>}; torch runs with OMP_WAIT_POLICY=passive and both unset (env -u) in that command only"
-echo "# primus runs get OMP_PROC_BIND=close OMP_PLACES=cores OPENBLAS_NUM_THREADS=\$OMP_NUM_THREADS from platforms/cpu.sh; OMP_WAIT_POLICY and PRIMUS_GEMM as in the impl column"
+echo "# primus: OMP_WAIT_POLICY (exported, or removed for 'unset') and PRIMUS_GEMM as in the impl column; platforms/cpu.sh's OMP_* are setenv()ed after libgomp started, so only exported values count"
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg); logs in $OUT"
+}
 
 for model in $MODELS; do
   read -r C L H G F V S B N <<<"$(model_args "$model")" || exit 2
@@ -153,6 +162,7 @@ awk -F'\t' -v peak="$PEAK" '
       printf "| %s | %s | %s | %.1f | %.0f | %s | %.3f | %s | %.0f MiB | %s / %s%% |\n", f[1], f[2], f[3], f[4], tps, ratio, tf, pct, f[5] / 1024, f[6], f[7]
     }
   }' "$RES" | tee "$OUT/table.md"
+[ -n "${TABLE_FROM:-}" ] && exit 0
 echo
 echo "models: $(for m in $MODELS; do read -r C L H G F V S B N <<<"$(model_args "$m")"; printf '%s = hidden %s, layers %s, heads %s/%s kv, ffn %s, vocab %s, seq %s, batch %s, %s steps; ' "$m" "$C" "$L" "$H" "$G" "$F" "$V" "$S" "$B" "$N"; done)"
 echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
