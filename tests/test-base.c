@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "testlib.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -150,6 +151,15 @@ static void test_proc(void **state) {
   char *killed[] = {"sh", "-c", "kill -9 $$", NULL};
   assert_int_equal(prm_proc_run(killed, NULL, &st, NULL, &err), 0);
   assert_int_equal(st, 128 + 9);
+  /* A SIGTERM sent to us while we wait goes to the child, and our own
+   * disposition is back to the default afterwards. */
+  char *term[] = {"sh", "-c", "kill -TERM $PPID; exec sleep 10", NULL};
+  prm_proc_opts_t fwd = {.forward_signals = 1};
+  assert_int_equal(prm_proc_run(term, &fwd, &st, NULL, &err), 0);
+  assert_int_equal(st, 128 + 15);
+  struct sigaction sa;
+  sigaction(SIGTERM, NULL, &sa);
+  assert_true(sa.sa_handler == SIG_DFL);
   char *w = prm_which("sh");
   assert_non_null(w);
   free(w);

@@ -257,12 +257,16 @@ typedef struct {
   int quiet;                 /* 1: child's stdout/stderr to /dev/null */
   const char *stdin_path;    /* NULL: inherit; "/dev/null" for none */
   size_t *out_len;           /* with capture: receives the length (output may hold NULs) */
+  int forward_signals;       /* 1: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this process
+                                while it waits go to the child instead of ending it */
 } prm_proc_opts_t;
 
 /* Runs argv[0] (searched in PATH) and waits. *status receives the exit code,
  * or 128+signal when the child was killed. Returns PRM_ECHILD with a message
  * when the program could not be started (exit code 127 by convention).
- * With capture, *out (caller frees) holds what the child printed. */
+ * With capture, *out (caller frees) holds what the child printed.
+ * With forward_signals, a signal typed at the terminal is not sent again:
+ * the child, in the same foreground process group, already received it. */
 int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
                  char **out, prm_err_t *err);
 

@@ -14,6 +14,44 @@
 
 extern char **environ;
 
+/* ---- signal forwarding ---------------------------------------------------- */
+
+/* The child that prm_proc_run with forward_signals waits for: the one piece
+ * of mutable global state here, because a signal handler has no context. */
+static volatile sig_atomic_t prm__fwd_child;
+
+static const int prm__fwd_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+#define PRM__NFWD ((int)(sizeof prm__fwd_signals / sizeof prm__fwd_signals[0]))
+
+static void prm__fwd_handler(int sig, siginfo_t *info, void *uctx) {
+  (void)uctx;
+  /* SI_KERNEL: typed at the terminal, so the child has it already. */
+  if (info && info->si_code == SI_KERNEL) return;
+  pid_t pid = (pid_t)prm__fwd_child;
+  if (pid > 0) kill(pid, sig);
+}
+
+static void prm__fwd_install(pid_t child, struct sigaction *saved) {
+  prm__fwd_child = (sig_atomic_t)child;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = prm__fwd_handler;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < PRM__NFWD; i++) {
+    sigaction(prm__fwd_signals[i], NULL, &saved[i]);
+    /* An ignored signal stays ignored (the child inherited that too). */
+    if (saved[i].sa_handler != SIG_IGN) sigaction(prm__fwd_signals[i], &sa, NULL);
+  }
+}
+
+static void prm__fwd_restore(const struct sigaction *saved) {
+  for (int i = 0; i < PRM__NFWD; i++) sigaction(prm__fwd_signals[i], &saved[i], NULL);
+  prm__fwd_child = 0;
+}
+
+/* ---- running and replacing ------------------------------------------------ */
+
 int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
                  char **out, prm_err_t *err) {
   static const prm_proc_opts_t none = {0};
@@ -59,6 +97,8 @@ int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
     (void)!write(errpipe[1], &e, sizeof e);
     _exit(127);
   }
+  struct sigaction saved[PRM__NFWD];
+  if (opts->forward_signals) prm__fwd_install(pid, saved);
   close(errpipe[1]);
   prm_sb_t sb = {0};
   if (opts->capture) {
@@ -78,6 +118,7 @@ int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
   int ws = 0;
   while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
   }
+  if (opts->forward_signals) prm__fwd_restore(saved);
   if (got == (ssize_t)sizeof child_errno) {
     prm_sb_free(&sb);
     if (status) *status = 127;

@@ -110,6 +110,94 @@ static int prm__apply_exp_env(const prm_exp_t *exp, prm_env_t *E, int nenv, char
   return rc;
 }
 
+/* ---- putting the environment in force ----------------------------------- */
+
+/* Variables that a runtime library reads once, when it is loaded or first
+ * initialised - before main(), or before primus could call setenv(). For a
+ * task run in this process, setting them now would change nothing but
+ * env/env_dump.txt, so when the computed environment changes one of them
+ * the launcher starts the task as a fresh process instead (prm__rank_child).
+ * prefix: 1 for a family of variables (OMP_*), 0 for one exact name. */
+static const struct {
+  const char *name;
+  int prefix;
+  const char *reader;
+} prm__load_time_vars[] = {
+    {"OMP_", 1, "the OpenMP runtime"},
+    {"GOMP_", 1, "libgomp"},
+    {"KMP_", 1, "the Intel/LLVM OpenMP runtime"},
+    {"OPENBLAS_", 1, "OpenBLAS"},
+    {"GOTO", 1, "OpenBLAS"},
+    {"MKL_", 1, "MKL"},
+    {"BLIS_", 1, "BLIS"},
+    {"DNNL_", 1, "oneDNN"},
+    {"ONEDNN_", 1, "oneDNN"},
+    {"MALLOC_", 1, "glibc malloc"},
+    {"GLIBC_TUNABLES", 0, "glibc"},
+    {"LD_PRELOAD", 0, "the dynamic loader"},
+    {"LD_LIBRARY_PATH", 0, "the dynamic loader"},
+    {"LD_BIND_NOW", 0, "the dynamic loader"},
+};
+
+static const char *prm__load_time_reader(const char *key) {
+  for (size_t i = 0; i < sizeof prm__load_time_vars / sizeof prm__load_time_vars[0]; i++) {
+    const char *n = prm__load_time_vars[i].name;
+    if (prm__load_time_vars[i].prefix ? prm_startswith(key, n) : !strcmp(key, n))
+      return prm__load_time_vars[i].reader;
+  }
+  return NULL;
+}
+
+/* Lists in *why ("OMP_WAIT_POLICY (the OpenMP runtime), ...") the load-time
+ * variables whose value in `now` differs from `start` (set, changed or
+ * unset); returns how many. */
+static int prm__load_time_changes(const prm_env_t *start, const prm_env_t *now, prm_sb_t *why) {
+  int n = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    const prm_env_t *a = pass ? start : now, *b = pass ? now : start;
+    for (int i = 0; i < a->n; i++) {
+      const char *reader = prm__load_time_reader(a->keys[i]);
+      if (!reader) continue;
+      const char *other = prm_env_get(b, a->keys[i]);
+      if (pass ? other != NULL : prm_streq(other, a->vals[i])) continue;
+      prm_sb_appendf(why, "%s%s%s (%s)", n ? ", " : "", a->keys[i], pass ? " unset" : "", reader);
+      n++;
+    }
+  }
+  return n;
+}
+
+/* Runs the task as the only rank of a fresh process of this binary, the
+ * way mpirun starts ranks (PRIMUS_LAUNCHED=1, so it skips the set-up done
+ * here), with this process's environment as computed, and waits so that
+ * the post-hooks and metadata.json still see the end. *code receives its
+ * exit code (128+N when killed by signal N). */
+static int prm__rank_child(const prm_launch_t *l, const prm_argv_t *task_words, const prm_env_t *env,
+                           int *code, prm_err_t *err) {
+  prm_argv_t cmd = {0}, envp = {0};
+  prm_env_t e = {0};
+  prm_argv_push(&cmd, l->self);
+  if (l->debug) prm_argv_push(&cmd, "--debug");
+  prm_argv_push(&cmd, "direct");
+  if (prm_args_flag(l->rt_args, "numa")) prm_argv_push(&cmd, "--numa");
+  const char *log_file = prm_args_str(l->rt_args, "log_file");
+  if (log_file) {
+    prm_argv_push(&cmd, "--log_file");
+    prm_argv_push(&cmd, log_file);
+  }
+  prm_argv_push(&cmd, "--");
+  prm_argv_pushv(&cmd, task_words->n, task_words->v);
+  for (int i = 0; i < env->n; i++) prm_env_set(&e, env->keys[i], env->vals[i]);
+  prm_env_set(&e, "PRIMUS_LAUNCHED", "1");
+  prm_env_to_envp(&e, &envp);
+  prm_proc_opts_t o = {.envp = envp.v, .forward_signals = 1};
+  int rc = prm_proc_run(cmd.v, &o, code, NULL, err);
+  prm_argv_free(&cmd);
+  prm_argv_free(&envp);
+  prm_env_free(&e);
+  return rc;
+}
+
 /* The mpirun command for --nproc N: this binary again, in rank mode. */
 static void prm__mpirun_argv(const prm_launch_t *l, int64_t nproc, const prm_env_t *E,
                              const prm_argv_t *task_words, prm_argv_t *out) {
@@ -138,6 +226,8 @@ static void prm__mpirun_argv(const prm_launch_t *l, int64_t nproc, const prm_env
 /* A rank started by mpirun or srun under a direct launcher that already did
  * the set-up: just run the task. */
 static int prm__run_rank(prm_launch_t *l, prm_err_t *err) {
+  /* Only this process is a rank: a primus the task starts is a new launch. */
+  unsetenv("PRIMUS_LAUNCHED");
   int rank, world, local;
   prm__rank_from_env(&rank, &world, &local);
   prm_log_set_rank(rank, world);
@@ -146,6 +236,13 @@ static int prm__run_rank(prm_launch_t *l, prm_err_t *err) {
     char *lf = prm_xasprintf("%s/logs/rank-%d.log", run_dir, rank);
     int rc = prm_log_set_file(lf, err);
     free(lf);
+    if (rc) return rc;
+  }
+  /* The only rank (started by prm__rank_child) goes on with the launcher's
+   * --log-file; mpirun's ranks keep to their own files. */
+  const char *log_file = prm_args_str(l->rt_args, "log_file");
+  if (world == 1 && log_file) {
+    int rc = prm_log_tee_file(log_file, err);
     if (rc) return rc;
   }
   if (prm_args_flag(l->rt_args, "numa")) {
@@ -183,7 +280,7 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
   prm__rank_from_env(&rank, &world, &local);
   prm_log_set_rank(rank, world);
 
-  prm_env_t E = {0};
+  prm_env_t E = {0}, all = {0};
   prm_platform_t plat;
   prm_argv_t chain = {0}, task_words = {0}, hooks = {0}, post = {0}, replay = {0};
   prm_hook_result_t hr = {0};
@@ -310,12 +407,11 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
     }
   }
 
+  /* Everything the task will see: env_dump.txt records it, and a fresh
+   * process gets it when some of it only counts at load time. */
+  prm_env_from_environ(&all);
   if (run) {
-    prm_env_t all = {0};
-    prm_env_from_environ(&all);
-    rc = prm_rundir_snapshot_env(run_dir, &all, &plat, err);
-    prm_env_free(&all);
-    if (rc) goto done;
+    if ((rc = prm_rundir_snapshot_env(run_dir, &all, &plat, err))) goto done;
     if ((rc = prm__rundir_write_metadata(run_dir, l, &replay, start, 0, -1, err))) goto done;
   }
 
@@ -337,9 +433,28 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
     code = st;
     if (st) rc = st;
   } else {
-    if (prm_args_flag(l->rt_args, "numa") && (rc = prm__numa_bind(local, err))) goto done;
-    rc = prm__task_run_inprocess(l, args, exp, run_dir, rank, world, local, err);
-    code = rc < 0 ? prm_exit_code(rc) : rc;
+    prm_sb_t why = {0};
+    int fresh = prm__load_time_changes(&l->env0, &all, &why) > 0;
+    if (fresh) {
+      PRM_DEBUG("starting the task in a new process (%s direct -- ...): these variables are read "
+                "when the libraries load, so setting them here would not take effect: %s",
+                l->self, prm_sb_str(&why));
+      int st = 0;
+      prm_err_t xerr = {0};
+      if (prm__rank_child(l, &task_words, &all, &st, &xerr) == 0) {
+        code = st;
+        rc = st;
+      } else {
+        PRM_WARN("%s; running the task in this process, without %s", xerr.msg, prm_sb_str(&why));
+        fresh = 0;
+      }
+    }
+    prm_sb_free(&why);
+    if (!fresh) {
+      if (prm_args_flag(l->rt_args, "numa") && (rc = prm__numa_bind(local, err))) goto done;
+      rc = prm__task_run_inprocess(l, args, exp, run_dir, rank, world, local, err);
+      code = rc < 0 ? prm_exit_code(rc) : rc;
+    }
   }
   if (run) {
     prm_hooks_list(l->task->name, l->sub->name, 1, &post);
@@ -377,6 +492,7 @@ done:
   prm_args_free(args);
   prm_exp_free(exp);
   prm_env_free(&E);
+  prm_env_free(&all);
   free(run_dir);
   return rc;
 }

@@ -28,6 +28,7 @@ struct prm_launch {
   int argc;
   char **argv;              /* the command line as typed */
   char *self;               /* absolute path of this binary */
+  prm_env_t env0;           /* the environment this process was started with */
   int debug, dry_run;
   char *lcfg_path;          /* launcher config in use, or NULL */
   prm_node_t *lcfg;         /* its tree, or NULL */

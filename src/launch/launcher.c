@@ -325,6 +325,7 @@ static void prm__launch_free(prm_launch_t *l) {
   prm_node_free(l->lcfg);
   free(l->lcfg_path);
   free(l->self);
+  prm_env_free(&l->env0);
   prm_argv_free(&l->rt_words);
   prm_args_free(l->rt_args);
   prm_argv_free(&l->direct_words);
@@ -482,6 +483,9 @@ int prm_launch_main(int argc, char **argv) {
   prm_launch_t l = {0};
   l.argc = argc;
   l.argv = argv;
+  /* Before anything calls setenv: what the runtime libraries saw at load
+   * time (the direct runtime re-executes when it changes some of it). */
+  prm_env_from_environ(&l.env0);
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   l.self = n > 0 ? prm_xstrndup(exe, (size_t)n) : prm_xstrdup(argv[0]);
