@@ -15,11 +15,17 @@ if [ "${PRIMUS_CPU_CORES:-0}" -gt 0 ] 2>/dev/null; then
   unset _prm_threads
 fi
 
-# Keep each thread on one core, threads of a rank close together (cache
-# and NUMA locality), and let idle threads sleep instead of spinning so
-# ranks sharing a node do not steal each other's cores.
-: "${OMP_PROC_BIND:=close}"; export OMP_PROC_BIND
-: "${OMP_PLACES:=cores}"; export OMP_PLACES
+# With several ranks on a node, keep each thread on one core and a rank's
+# threads together (cache and NUMA locality), so ranks do not steal each
+# other's cores. A single rank is left unpinned: on a 2-vCPU KVM guest,
+# binding made training 1.6-1.75x slower (docs/benchmarks.md), because a
+# pinned thread cannot move off a vCPU the host has descheduled.
+if [ "${PRIMUS_RANKS_PER_NODE:-0}" -gt 1 ] 2>/dev/null; then
+  : "${OMP_PROC_BIND:=close}"; export OMP_PROC_BIND
+  : "${OMP_PLACES:=cores}"; export OMP_PLACES
+fi
+# Idle threads sleep instead of spinning, so nothing else on the node
+# (another rank, a data loader) waits behind a spinning thread.
 : "${OMP_WAIT_POLICY:=passive}"; export OMP_WAIT_POLICY
 : "${OMP_DYNAMIC:=false}"; export OMP_DYNAMIC
 

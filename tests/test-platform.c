@@ -706,7 +706,7 @@ static void test_profile_load_real(void **state) {
   prm_err_t err = {0};
   assert_int_equal(prm_profile_load(&files, &out, &err), 0);
   assert_string_equal(prm_env_get(&out, "OMP_NUM_THREADS"), "6");
-  assert_string_equal(prm_env_get(&out, "OMP_PLACES"), "cores");
+  assert_null(prm_env_get(&out, "OMP_PLACES")); /* one rank: not pinned */
   assert_string_equal(prm_env_get(&out, "OMP_WAIT_POLICY"), "passive");
   assert_null(prm_env_get(&out, "OMP_PROC_BIND")); /* user said spread */
   assert_null(prm_env_get(&out, "GPUS_PER_NODE"));
@@ -717,6 +717,8 @@ static void test_profile_load_real(void **state) {
   assert_int_equal(prm_profile_load(&files, &out, &err), 0);
   assert_string_equal(prm_env_get(&out, "OMP_NUM_THREADS"), "4");
   assert_string_equal(prm_env_get(&out, "OPENBLAS_NUM_THREADS"), "4");
+  assert_string_equal(prm_env_get(&out, "OMP_PLACES"), "cores"); /* ranks share: pinned */
+  assert_null(prm_env_get(&out, "OMP_PROC_BIND")); /* user said spread */
   prm_env_free(&out);
   prm_argv_free(&files);
   env_restore(&s);
