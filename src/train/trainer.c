@@ -216,6 +216,9 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm_sb_reset(&line);
   if (s.data) PRM_INFO("data: %s", prm_dataset_describe(s.data));
   else PRM_INFO("data: mock tokens (mock_data: true)");
+  if (o->eval_iters > 0 && s.data && prm_dataset_tokens(s.data, PRM_SPLIT_VALID) == 0)
+    PRM_WARN("eval_iters is %lld but the validation split is empty (split \"%s\"); no evaluation",
+             (long long)o->eval_iters, o->split ? o->split : "");
   PRM_INFO("batch: global %lld x seq %lld = %lld tokens/step, micro-batch %lld, %lld accumulation steps; GEMM %s, %d threads",
            (long long)o->global_batch, (long long)o->seq_length,
            (long long)(o->global_batch * o->seq_length), (long long)o->micro_batch,
