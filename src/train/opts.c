@@ -68,13 +68,39 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   prm__bool(e, "mock_data", 0, &o->mock_data);
   if (!o->tokenizer_type) o->tokenizer_type = "ByteTokenizer";
   const prm_node_t *dp = prm_exp_get(e, "data_path");
-  if (dp && dp->kind == PRM_NODE_LIST)
-    return prm__prefix_origin(
-        e, "data_path",
-        (prm_errf(err, PRM_ECONFIG,
-                  "data_path: blended [weight, prefix, ...] lists arrive with the data "
-                  "pipeline; give one prefix or text file"),
-         err));
+  if (dp && dp->kind == PRM_NODE_LIST) {
+    /* Megatron's blend: [w1, prefix1, w2, prefix2, ...]; one item is a
+     * plain path. */
+    if (dp->n == 1) {
+      o->data_path = dp->items[0]->str;
+    } else {
+      if (dp->n == 0 || dp->n % 2)
+        return prm__prefix_origin(
+            e, "data_path",
+            (prm_errf(err, PRM_ECONFIG,
+                      "data_path: expected [weight, prefix, weight, prefix, ...] (pairs), got "
+                      "%d items",
+                      dp->n),
+             err));
+      for (int i = 0; i < dp->n; i += 2) {
+        double w;
+        if (prm_parse_f64(dp->items[i]->str, &w) || !(w > 0) || isinf(w))
+          return prm__prefix_origin(
+              e, "data_path",
+              (prm_errf(err, PRM_ECONFIG,
+                        "data_path: item %d: expected a positive weight, got \"%s\" (the list "
+                        "is [weight, prefix, ...])",
+                        i + 1, dp->items[i]->str),
+               err));
+        if (!*dp->items[i + 1]->str)
+          return prm__prefix_origin(
+              e, "data_path",
+              (prm_errf(err, PRM_ECONFIG, "data_path: item %d: empty prefix", i + 2), err));
+      }
+      o->data_blend = dp;
+      o->data_path = dp->items[1]->str;
+    }
+  }
   if (!o->data_path && !o->mock_data)
     return prm_errf(err, PRM_ECONFIG, "data_path: not set (give a dataset prefix or a text file, "
                                       "or mock_data: true)");

@@ -9,7 +9,9 @@
 
 typedef struct {
   prm_gemm_t gemm;
-  prm_dataset_t *data;    /* NULL with mock_data */
+  prm_dataset_t *data;    /* one dataset read in order; NULL otherwise */
+  prm_blend_t *blend;     /* shuffled and/or blended samples; NULL otherwise
+                           * (both NULL with mock_data) */
   prm_llama_t *model;
   int64_t loaded_iter;    /* iteration of the checkpoint loaded, 0 otherwise */
   int32_t *seq;           /* (S+1) */
@@ -22,6 +24,12 @@ typedef struct {
 int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
                       prm_split_t need, prm__session_t *s, prm_err_t *err);
 void prm__session_close(prm__session_t *s);
+/* Tokens of a split over the session's data (0 with mock_data). */
+int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split);
+/* Fills tokens/targets (B,S) with global samples first .. first+B-1 of a
+ * split: sample k of the train split is the k-th one a run consumes (step
+ * t, 0-based, reads k = t*G .. t*G+G-1), so a run resumed after c consumed
+ * samples continues exactly from k = c. */
 void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_t split,
                         int64_t first, int64_t B);
 /* Mean loss over `iters` global batches of the validation split; PRM_ENOENT

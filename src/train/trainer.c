@@ -20,7 +20,34 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
   memset(s, 0, sizeof *s);
   int rc = prm_gemm_init(&s->gemm, o->gemm, err);
   if (rc) return rc;
-  if (!o->mock_data) {
+  if (!o->mock_data && (o->data_shuffle || o->data_blend)) {
+    /* Shuffled and/or blended: the samplers, sized for what this run reads
+     * (evaluation always reads the first eval_iters global batches). */
+    int n = o->data_blend ? o->data_blend->n / 2 : 1;
+    const char **paths = prm_xcalloc((size_t)n, sizeof *paths);
+    double *weights = prm_xcalloc((size_t)n, sizeof *weights);
+    for (int i = 0; i < n; i++) {
+      if (o->data_blend) {
+        if (prm_parse_f64(o->data_blend->items[2 * i]->str, &weights[i]))
+          weights[i] = 0; /* checked by the options; refused by prm_blend_open */
+        paths[i] = o->data_blend->items[2 * i + 1]->str;
+      } else {
+        weights[i] = 1;
+        paths[i] = o->data_path;
+      }
+    }
+    prm_blend_opts_t b = {.n = n, .paths = paths, .weights = weights,
+                          .tokenizer_type = o->tokenizer_type, .split = o->split,
+                          .vocab_size = o->model.vocab, .need = need,
+                          .seq_length = o->seq_length, .seed = (uint64_t)o->seed,
+                          .shuffle = o->data_shuffle};
+    b.samples[PRM_SPLIT_TRAIN] = need == PRM_SPLIT_TRAIN ? o->train_iters * o->global_batch : 0;
+    b.samples[PRM_SPLIT_VALID] = o->eval_iters * o->global_batch;
+    rc = prm_blend_open(&b, &s->blend, err);
+    free(paths);
+    free(weights);
+    if (rc) return rc;
+  } else if (!o->mock_data) {
     prm_dataset_opts_t d = {.path = o->data_path, .tokenizer_type = o->tokenizer_type,
                             .split = o->split, .vocab_size = o->model.vocab, .need = need};
     if ((rc = prm_dataset_open(&d, &s->data, err))) return rc;
@@ -51,10 +78,16 @@ fail:
 void prm__session_close(prm__session_t *s) {
   prm_llama_free(s->model);
   prm_dataset_close(s->data);
+  prm_blend_close(s->blend);
   free(s->seq);
   free(s->tokens);
   free(s->targets);
   memset(s, 0, sizeof *s);
+}
+
+int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split) {
+  if (s->blend) return prm_blend_tokens(s->blend, split);
+  return s->data ? prm_dataset_tokens(s->data, split) : 0;
 }
 
 /* Fills tokens/targets (B,S) with sequences first .. first+B-1 of a split. */
@@ -63,7 +96,9 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
   int64_t S = o->seq_length;
   for (int64_t b = 0; b < B; b++) {
     int64_t k = first + b;
-    if (s->data) {
+    if (s->blend) {
+      prm_blend_sample(s->blend, split, k, s->seq);
+    } else if (s->data) {
       prm_dataset_sequence(s->data, split, k, S, s->seq);
     } else {
       /* mock_data: tokens from a stream seeded by (seed, split, sequence). */
@@ -107,7 +142,7 @@ static double prm__grad_norm(const prm_llama_t *m) {
 int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, int64_t iters,
                   prm_eval_result_t *res) {
   memset(res, 0, sizeof *res);
-  if (s->data && prm_dataset_tokens(s->data, PRM_SPLIT_VALID) == 0) return PRM_ENOENT;
+  if ((s->data || s->blend) && prm__session_tokens(s, PRM_SPLIT_VALID) == 0) return PRM_ENOENT;
   int64_t G = o->global_batch, B = o->micro_batch;
   double sum = 0;
   int64_t count = 0;
@@ -202,8 +237,6 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   if (o->ckpt_keep > 0 && o->save)
     PRM_WARN("ckpt_keep: %lld is not implemented yet; every checkpoint is kept",
              (long long)o->ckpt_keep);
-  if (o->data_shuffle && !o->mock_data)
-    PRM_WARN("data_shuffle: shuffling is not implemented yet; sequences are read in order");
 
   /* What this run is, and what it costs. */
   const prm_llama_config_t *c = &m->cfg;
@@ -214,9 +247,10 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
                  (long long)c->vocab, c->tied ? "tied" : "untied");
   PRM_INFO("%s", prm_sb_str(&line));
   prm_sb_reset(&line);
-  if (s.data) PRM_INFO("data: %s", prm_dataset_describe(s.data));
+  if (s.blend) PRM_INFO("data: %s", prm_blend_describe(s.blend));
+  else if (s.data) PRM_INFO("data: %s", prm_dataset_describe(s.data));
   else PRM_INFO("data: mock tokens (mock_data: true)");
-  if (o->eval_iters > 0 && s.data && prm_dataset_tokens(s.data, PRM_SPLIT_VALID) == 0)
+  if (o->eval_iters > 0 && (s.data || s.blend) && prm__session_tokens(&s, PRM_SPLIT_VALID) == 0)
     PRM_WARN("eval_iters is %lld but the validation split is empty (split \"%s\"); no evaluation",
              (long long)o->eval_iters, o->split ? o->split : "");
   PRM_INFO("batch: global %lld x seq %lld = %lld tokens/step, micro-batch %lld, %lld accumulation steps; GEMM %s, %d threads",

@@ -1,0 +1,249 @@
+/* hf_tokenizer.c - loads a Hugging Face tokenizer.json whose model is a
+ * byte-level BPE (GPT-2, RoBERTa, GPT-NeoX, Qwen2 style...). Vocabulary
+ * keys are byte strings spelt with GPT-2's bytes-to-unicode table (a space
+ * is "Ġ"); merges are "a b" strings or [a, b] pairs, in priority order;
+ * added_tokens are split off the text before pre-tokenising, as HF does.
+ * What this reader does not implement (normalizers, byte fallback, subword
+ * prefixes, non-ByteLevel pre-tokenizers) is refused with PRM_EINVAL. */
+#define _GNU_SOURCE
+#include "data/tok-impl.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other
+ * 68 bytes are mapped to U+0100 and up in byte order. Returns the inverse:
+ * code point (< 324) -> byte, or -1. */
+static void unicode_to_bytes(int16_t inv[512]) {
+  for (int i = 0; i < 512; i++) inv[i] = -1;
+  int extra = 0;
+  for (int b = 0; b < 256; b++) {
+    int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    inv[printable ? b : 256 + extra++] = (int16_t)b;
+  }
+}
+
+/* Turns a byte-level token string into its bytes (out holds strlen(s)
+ * bytes). Returns the length or -1 when a character is not in the table. */
+static int64_t token_bytes(const int16_t inv[512], const char *s, char *out) {
+  const unsigned char *p = (const unsigned char *)s;
+  int64_t n = 0;
+  while (*p) {
+    uint32_t cp;
+    if (p[0] < 0x80) {
+      cp = *p++;
+    } else if ((p[0] & 0xE0) == 0xC0 && (p[1] & 0xC0) == 0x80) {
+      cp = (uint32_t)(p[0] & 0x1F) << 6 | (p[1] & 0x3F);
+      p += 2;
+    } else {
+      return -1; /* the table only has code points below U+0800 */
+    }
+    if (cp >= 512 || inv[cp] < 0) return -1;
+    out[n++] = (char)inv[cp];
+  }
+  return n;
+}
+
+static int json_int(const cJSON *j, int64_t *v) {
+  if (!cJSON_IsNumber(j)) return 0;
+  double d = j->valuedouble;
+  if (d < 0 || d > 2147483646.0 || d != (double)(int64_t)d) return 0;
+  *v = (int64_t)d;
+  return 1;
+}
+
+static int not_null(const cJSON *j) { return j && !cJSON_IsNull(j); }
+
+static int check_pretok(const cJSON *pre, const char *path, int *add_prefix_space,
+                        prm_err_t *err) {
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(pre, "type");
+  if (!cJSON_IsString(type) || strcmp(type->valuestring, "ByteLevel"))
+    return prm_errf(err, PRM_EINVAL,
+                    "%s: pre_tokenizer: not implemented: only \"ByteLevel\" is supported, got %s",
+                    path, cJSON_IsString(type) ? type->valuestring : "none");
+  const cJSON *re = cJSON_GetObjectItemCaseSensitive(pre, "use_regex");
+  if (cJSON_IsFalse(re))
+    return prm_errf(err, PRM_EINVAL,
+                    "%s: pre_tokenizer.use_regex: not implemented: only true is supported", path);
+  *add_prefix_space = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space"));
+  return 0;
+}
+
+int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_space,
+                 prm_err_t *err) {
+  char *file = prm_fs_is_dir(path) ? prm_path_join(path, "tokenizer.json") : prm_xstrdup(path);
+  char *text = NULL, *buf = NULL;
+  size_t len = 0;
+  cJSON *root = NULL;
+  int rc;
+  int16_t inv[512];
+  unicode_to_bytes(inv);
+  *eod = -1;
+  *add_prefix_space = 0;
+  memset(b, 0, sizeof *b);
+
+  if ((rc = prm_fs_read_all(file, &text, &len, err))) goto done;
+  root = cJSON_ParseWithLength(text, len);
+  if (!root) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: not valid JSON (near byte %td)", file,
+                  cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : (ptrdiff_t)0);
+    goto done;
+  }
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  const cJSON *mtype = cJSON_GetObjectItemCaseSensitive(model, "type");
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+  const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+  const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+  if (!cJSON_IsObject(model) || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: model: expected an object with \"vocab\" (object) and "
+                  "\"merges\" (array)", file);
+    goto done;
+  }
+  if (mtype && (!cJSON_IsString(mtype) || strcmp(mtype->valuestring, "BPE"))) {
+    rc = prm_errf(err, PRM_EINVAL, "%s: model.type: not implemented: only \"BPE\" is supported, "
+                  "got %s", file, cJSON_IsString(mtype) ? mtype->valuestring : "a non-string");
+    goto done;
+  }
+  static const char *const unsupported[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+  for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(model, unsupported[i]);
+    if (not_null(u) && !(cJSON_IsString(u) && !u->valuestring[0])) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: model.%s: not implemented", file, unsupported[i]);
+      goto done;
+    }
+  }
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
+    rc = prm_errf(err, PRM_EINVAL, "%s: model.byte_fallback: not implemented", file);
+    goto done;
+  }
+  if (not_null(cJSON_GetObjectItemCaseSensitive(root, "normalizer"))) {
+    rc = prm_errf(err, PRM_EINVAL, "%s: normalizer: not implemented (only null is supported)",
+                  file);
+    goto done;
+  }
+  if ((rc = check_pretok(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), file,
+                         add_prefix_space, err)))
+    goto done;
+
+  /* The id space: the largest id of the vocabulary and the added tokens. */
+  int64_t max_id = -1, id;
+  size_t longest = 1;
+  for (const cJSON *v = vocab->child; v; v = v->next) {
+    if (!json_int(v, &id)) {
+      rc = prm_errf(err, PRM_EPARSE, "%s: model.vocab[\"%s\"]: expected an id", file, v->string);
+      goto done;
+    }
+    if (id > max_id) max_id = id;
+    if (strlen(v->string) > longest) longest = strlen(v->string);
+  }
+  if (added && !cJSON_IsArray(added)) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: added_tokens: expected an array", file);
+    goto done;
+  }
+  int ai = 0;
+  for (const cJSON *a = added ? added->child : NULL; a; a = a->next, ai++) {
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(a, "content");
+    if (!json_int(cJSON_GetObjectItemCaseSensitive(a, "id"), &id) || !cJSON_IsString(content) ||
+        !content->valuestring[0]) {
+      rc = prm_errf(err, PRM_EPARSE, "%s: added_tokens[%d]: expected \"id\" and \"content\"",
+                    file, ai);
+      goto done;
+    }
+    if (id > max_id) max_id = id;
+  }
+  if (max_id < 0) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: model.vocab is empty", file);
+    goto done;
+  }
+  prm__bpe_init(b, PRM__BPE_PAIRS, (int32_t)max_id + 1);
+  b->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
+
+  /* Added tokens first: their ids decode to their content as written. */
+  static const char *const eod_names[] = {"<|endoftext|>", "</s>", "<eos>"};
+  int eod_pref = 99;
+  ai = 0;
+  for (const cJSON *a = added ? added->child : NULL; a; a = a->next, ai++) {
+    const char *content = cJSON_GetObjectItemCaseSensitive(a, "content")->valuestring;
+    json_int(cJSON_GetObjectItemCaseSensitive(a, "id"), &id);
+    if ((rc = prm__bpe_add(b, (int32_t)id, content, strlen(content), 1, err))) {
+      prm_err_prefix(err, "%s: added_tokens[%d]", file, ai);
+      goto done;
+    }
+    b->split_ids = prm_xrealloc(b->split_ids, (size_t)(b->n_split + 1) * sizeof *b->split_ids);
+    b->split_ids[b->n_split++] = (int32_t)id;
+    for (int k = 0; k < 3; k++)
+      if (k < eod_pref && !strcmp(content, eod_names[k])) {
+        eod_pref = k;
+        *eod = (int32_t)id;
+      }
+  }
+  buf = prm_xmalloc(2 * longest + 2);
+  for (const cJSON *v = vocab->child; v; v = v->next) {
+    json_int(v, &id);
+    if (b->len[id] && b->special[id]) continue; /* an added token kept in the vocab */
+    int64_t n = token_bytes(inv, v->string, buf);
+    if (n <= 0) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: model.vocab[\"%s\"]: not a byte-level token (a "
+                    "character outside GPT-2's bytes-to-unicode table)", file, v->string);
+      goto done;
+    }
+    if ((rc = prm__bpe_add(b, (int32_t)id, buf, (size_t)n, 0, err))) {
+      prm_err_prefix(err, "%s: model.vocab[\"%s\"]", file, v->string);
+      goto done;
+    }
+  }
+  if ((rc = prm__bpe_finish(b, file, err))) goto done;
+
+  /* Merges: rank = position in the list. */
+  int r = 0;
+  for (const cJSON *m = merges->child; m; m = m->next, r++) {
+    const char *left = NULL, *right = NULL;
+    char *pair = NULL;
+    if (cJSON_IsString(m)) {
+      pair = prm_xstrdup(m->valuestring);
+      char *sp = strchr(pair, ' ');
+      if (sp && !strchr(sp + 1, ' ')) {
+        *sp = 0;
+        left = pair;
+        right = sp + 1;
+      }
+    } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 &&
+               cJSON_IsString(cJSON_GetArrayItem(m, 0)) &&
+               cJSON_IsString(cJSON_GetArrayItem(m, 1))) {
+      left = cJSON_GetArrayItem(m, 0)->valuestring;
+      right = cJSON_GetArrayItem(m, 1)->valuestring;
+    }
+    int32_t ids[3] = {-1, -1, -1};
+    if (left && right) {
+      size_t ln = strlen(left), rn = strlen(right);
+      char *cat = prm_xmalloc(ln + rn + 1), *bytes = prm_xmalloc(ln + rn + 1);
+      memcpy(cat, left, ln);
+      memcpy(cat + ln, right, rn + 1);
+      const char *parts[3] = {left, right, cat};
+      for (int k = 0; k < 3; k++) {
+        int64_t n = token_bytes(inv, parts[k], bytes);
+        ids[k] = n > 0 ? prm__bpe_find(b, bytes, (size_t)n) : -1;
+      }
+      free(cat);
+      free(bytes);
+    }
+    if (!left || !right)
+      rc = prm_errf(err, PRM_EPARSE, "%s: model.merges[%d]: expected \"a b\" or [\"a\", \"b\"]",
+                    file, r);
+    else if (ids[0] < 0 || ids[1] < 0 || ids[2] < 0)
+      rc = prm_errf(err, PRM_EINVAL, "%s: model.merges[%d]: \"%s\", \"%s\" or their merge is not "
+                    "in the vocabulary", file, r, left, right);
+    free(pair);
+    if (rc) goto done;
+    prm__bpe_add_pair(b, ids[0], ids[1], ids[2], r);
+  }
+  rc = 0;
+done:
+  if (rc) prm__bpe_free(b);
+  cJSON_Delete(root);
+  free(buf);
+  free(text);
+  free(file);
+  return rc;
+}

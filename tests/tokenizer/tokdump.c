@@ -1,0 +1,100 @@
+/* tokdump.c - the primus side of tests/cli/test-tokenizer-ref.sh: encodes a
+ * file with a primus tokenizer, writes the ids as little-endian int32 and
+ * checks that decoding gives the file back byte for byte.
+ *   tokdump TYPE MODEL INPUT OUTPUT      whole file in one encode
+ *   tokdump TYPE MODEL INPUT --bench [N [THREADS]]  MB/s (best of N), one
+ *            encode per line as the npm reference is timed, on THREADS
+ *            OpenMP threads sharing one tokenizer (default 1)
+ * MODEL "-" means the type's default. Exit 0 on success, 1 on a mismatch or
+ * error (message on stderr). */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "primus/prm_data.h"
+
+int main(int argc, char **argv) {
+  if (argc < 5) {
+    fprintf(stderr, "usage: tokdump TYPE MODEL INPUT OUTPUT|--bench [N]\n");
+    return 2;
+  }
+  prm_err_t err = {0};
+  prm_tokenizer_t *t = NULL;
+  char *text = NULL;
+  size_t len = 0;
+  if (prm_tokenizer_open(argv[1], strcmp(argv[2], "-") ? argv[2] : NULL, &t, &err) ||
+      prm_fs_read_all(argv[3], &text, &len, &err)) {
+    fprintf(stderr, "tokdump: %s\n", err.msg);
+    return 1;
+  }
+  int rc = 0;
+  if (!strcmp(argv[4], "--bench")) {
+    int reps = argc > 5 ? atoi(argv[5]) : 3, threads = argc > 6 ? atoi(argv[6]) : 1;
+    /* The lines, found once. */
+    int64_t nl = 0;
+    for (size_t i = 0; i < len; i++) nl += text[i] == '\n';
+    size_t *start = malloc((size_t)(nl + 2) * sizeof *start);
+    int64_t lines = 0;
+    start[lines++] = 0;
+    for (size_t i = 0; i < len; i++)
+      if (text[i] == '\n') start[lines++] = i + 1;
+    start[lines] = len + 1;
+    double best = 1e30;
+    int64_t tokens = 0;
+    for (int r = 0; r < reps; r++) {
+      double t0 = prm_time_now();
+      int64_t n = 0;
+      int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : n, failed)
+      {
+        int32_t *ids = NULL;
+        int64_t cap = 0;
+        prm_err_t e = {0};
+#pragma omp for schedule(dynamic, 64)
+        for (int64_t l = 0; l < lines; l++) {
+          size_t a = start[l], z = start[l + 1] - 1;
+          if (a > len || z <= a) continue;
+          int64_t k = 0;
+          if (prm_tokenizer_encode_append(t, text + a, z - a, &ids, &k, &cap, &e)) failed++;
+          n += k;
+        }
+        free(ids);
+      }
+      if (failed) {
+        fprintf(stderr, "tokdump: %d lines failed to encode\n", failed);
+        return 1;
+      }
+      double s = prm_time_now() - t0;
+      if (s < best) best = s;
+      tokens = n;
+    }
+    printf("primus: %zu bytes, %lld tokens, %d thread(s), %.3f s, %.2f MB/s\n", len,
+           (long long)tokens, threads, best, (double)len / best / 1e6);
+    free(start);
+  } else {
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    if (prm_tokenizer_encode(t, text, len, &ids, &n, &err)) {
+      fprintf(stderr, "tokdump: %s\n", err.msg);
+      return 1;
+    }
+    FILE *f = fopen(argv[4], "wb");
+    if (!f || fwrite(ids, sizeof *ids, (size_t)n, f) != (size_t)n || fclose(f)) {
+      fprintf(stderr, "tokdump: cannot write %s\n", argv[4]);
+      return 1;
+    }
+    prm_sb_t back = {0};
+    prm_tokenizer_decode(t, ids, n, &back);
+    if (back.len != len || memcmp(prm_sb_str(&back), text, len)) {
+      fprintf(stderr, "tokdump: decode(encode(%s)) differs from the input\n", argv[3]);
+      rc = 1;
+    }
+    printf("%lld ids\n", (long long)n);
+    prm_sb_free(&back);
+    free(ids);
+  }
+  free(text);
+  prm_tokenizer_free(t);
+  return rc;
+}
