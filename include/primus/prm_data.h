@@ -313,6 +313,26 @@ typedef struct {
 int prm_preprocess_run(const prm_preprocess_opts_t *o, prm_preprocess_stats_t *st,
                        prm_err_t *err);
 
+/* ------------------------------------------------------------------------ */
+/* Tokenizer training                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  char *const *inputs;          /* FILE|GLOB patterns, read as preprocessing reads them */
+  int ninputs;
+  int64_t vocab_size;           /* specials + 256 bytes + merges */
+  const char *const *specials;  /* get the first ids, in order */
+  int nspecials;
+  const char *output;           /* tokenizer.json, written atomically */
+} prm_tokenizer_train_opts_t;
+
+/* Byte-level BPE on GPT-2's pre-tokenisation: every input's text is split
+ * into pieces, the pieces counted, and the most frequent adjacent pair
+ * merged until vocab_size tokens exist (or no pair repeats). Writes a
+ * Hugging Face tokenizer.json that HuggingFaceTokenizer reads. *merges
+ * (may be NULL) gets the number of merges made. */
+int prm_tokenizer_train(const prm_tokenizer_train_opts_t *o, int64_t *merges, prm_err_t *err);
+
 #ifdef __cplusplus
 }
 #endif

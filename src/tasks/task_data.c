@@ -94,6 +94,49 @@ static int prm__data_preprocess(prm_task_ctx_t *ctx, prm_err_t *err) {
   return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* train-tokenizer                                                           */
+/* ------------------------------------------------------------------------ */
+
+static const prm_opt_t prm__tt_opts[] = {
+    {"input", 'i', PRM_OPT_LIST, "PATTERN", NULL, "text to learn from: FILE or GLOB, repeatable; .gz/.zst read as such"},
+    {"vocab_size", 'v', PRM_OPT_INT, "N", NULL, "tokens in all: special tokens + 256 bytes + merges (required)"},
+    {"output", 'o', PRM_OPT_STR, "FILE", NULL, "tokenizer.json to write (required)"},
+    {"special_tokens", 0, PRM_OPT_LIST, "TOKEN", NULL, "special tokens, first ids in order (default: <|endoftext|>)"},
+    {NULL},
+};
+
+static int prm__data_train_tokenizer(prm_task_ctx_t *ctx, prm_err_t *err) {
+  char *const *inputs = NULL, *const *specials = NULL;
+  int ninputs = prm_args_list(ctx->args, "input", &inputs);
+  int nspecials = prm_args_list(ctx->args, "special_tokens", &specials);
+  const char *const def_special[] = {"<|endoftext|>"};
+  prm_tokenizer_train_opts_t o = {
+      .inputs = inputs,
+      .ninputs = ninputs,
+      .vocab_size = prm_args_int(ctx->args, "vocab_size", 0),
+      .specials = nspecials ? (const char *const *)specials : def_special,
+      .nspecials = nspecials ? nspecials : 1,
+      .output = prm_args_str(ctx->args, "output"),
+  };
+  if (!ninputs) return prm_errf(err, PRM_EINVAL, "data train-tokenizer: --input is required");
+  if (!o.output) return prm_errf(err, PRM_EINVAL, "data train-tokenizer: --output FILE is required");
+  if (!prm_args_has(ctx->args, "vocab_size"))
+    return prm_errf(err, PRM_EINVAL, "data train-tokenizer: --vocab_size N is required");
+  double t0 = prm_time_now();
+  int64_t merges = 0;
+  int rc = prm_tokenizer_train(&o, &merges, err);
+  if (rc) return rc;
+  PRM_INFO("learnt %lld merges (%lld tokens) in %.2f s; wrote %s (load it with tokenizer_type: "
+           "HuggingFaceTokenizer, tokenizer_model: %s)",
+           (long long)merges, (long long)(merges + 256 + o.nspecials), prm_time_now() - t0,
+           o.output, o.output);
+  if (merges + 256 + o.nspecials < o.vocab_size)
+    PRM_WARN("the text has no more repeated pairs: the vocabulary is %lld, not %lld",
+             (long long)(merges + 256 + o.nspecials), (long long)o.vocab_size);
+  return 0;
+}
+
 static const prm_subtask_t prm__data_subs[] = {
     {"preprocess", "turn raw text into an indexed dataset (PREFIX.bin/.idx)", NULL,
      "Reads the inputs in order and writes Megatron-LM's indexed dataset (MMIDIDX),\n"
@@ -110,8 +153,18 @@ static const prm_subtask_t prm__data_subs[] = {
      "  primus data preprocess --input 'shards/*.jsonl.zst' --output_prefix data/web \\\n"
      "      --tokenizer_type GPT2BPETokenizer --append_eod --workers 8",
      prm__pre_opts, 0, prm__data_preprocess},
+    {"train-tokenizer", "learn a byte-level BPE tokenizer and write tokenizer.json", NULL,
+     "Splits the inputs with GPT-2's pre-tokenisation, counts the pieces, and\n"
+     "merges the most frequent adjacent pair until --vocab_size tokens exist (the\n"
+     "special tokens first, then the 256 bytes, then one token per merge; ties go to\n"
+     "the pair of lower ids, so a run is repeatable). The result is a Hugging Face\n"
+     "tokenizer.json: use it with tokenizer_type: HuggingFaceTokenizer.\n\n"
+     "Example:\n"
+     "  primus data train-tokenizer --input ~/.cache/primus/data/brown.txt \\\n"
+     "      --vocab_size 8192 --output brown-8k.json",
+     prm__tt_opts, 0, prm__data_train_tokenizer},
     {NULL},
 };
 
-const prm_task_t prm__task_data = {"data", "prepare training data (preprocess)", prm__data_subs,
+const prm_task_t prm__task_data = {"data", "prepare training data (preprocess, train-tokenizer)", prm__data_subs,
                                    NULL};

@@ -10,6 +10,7 @@ extern const prm_task_t prm__task_plugins;
 extern const prm_task_t prm__task_train;
 extern const prm_task_t prm__task_eval;
 extern const prm_task_t prm__task_generate;
+extern const prm_task_t prm__task_benchmark;
 extern const prm_task_t prm__task_data;
 
 #endif

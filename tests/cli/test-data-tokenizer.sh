@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Tokenizer training and the tokenizer benchmark through the real binary:
+# `data train-tokenizer` is repeatable and writes a tokenizer.json that
+# HuggingFaceTokenizer loads; text preprocessed with it decodes back to the
+# input under an independent byte-level decoder (tests/tokenizer/
+# bytelevel_decode.py); `benchmark tokenizer` reports, and with --compare
+# agrees with gpt-tokenizer's token count when node and the package exist.
+source "$(dirname "$0")/lib.sh"
+cd "$T"
+PY=/usr/bin/python3
+
+# A corpus with structure and some Unicode: lines of words, accents, CJK.
+awk 'BEGIN { srand(3); split("the of and to in that is was he for it with as his on be at by café naïve 東京 😀 don'"'"'t 1984 --", w, " ");
+  for (l = 0; l < 400; l++) { s = ""; n = 5 + int(rand() * 10);
+    for (i = 0; i < n; i++) s = s (i ? " " : "") w[1 + int(rand() * 26)];
+    print s } }' > corpus.txt
+
+run data train-tokenizer --input corpus.txt --vocab_size 300 --output tok.json
+expect_rc "train-tokenizer" 0
+expect_in "reports the merges" "merges" "$ERR"
+run data train-tokenizer --input 'corp*.txt' --vocab-size 300 --output tok2.json
+expect_rc "train-tokenizer again (glob, dashes)" 0
+if cmp -s tok.json tok2.json; then ok "training is repeatable"; else bad "two runs differ"; fi
+merges() { $PY -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["model"]["merges"]))' "$1"; }
+expect_eq "merges fill the vocabulary: 300 - 1 special - 256 bytes" "$(merges tok.json)" 43
+# 26 distinct words: once each is one token nothing repeats, and it says so.
+run data train-tokenizer --input corpus.txt --vocab_size 2000 --output big.json
+expect_rc "a vocabulary larger than the text supports" 0
+expect_in "warns that pairs ran out" "no more repeated pairs" "$ERR"
+if (($(merges big.json) < 2000 - 257)); then ok "stopped early"; else bad "did not stop early"; fi
+
+run data preprocess --input corpus.txt --line_docs --output_prefix ds \
+  --tokenizer_type HuggingFaceTokenizer --tokenizer_model tok.json
+expect_rc "preprocess with the trained tokenizer" 0
+$PY "$PRIMUS_SRC/tests/oracle/read_mmidx.py" ds > ids.txt
+if $PY "$PRIMUS_SRC/tests/tokenizer/bytelevel_decode.py" tok.json < ids.txt > decoded.txt &&
+   cmp -s decoded.txt corpus.txt; then
+  ok "decode(encode(x)) == x through the trained tokenizer"
+else
+  bad "round trip through the trained tokenizer differs"
+fi
+RAW=$(wc -c < corpus.txt)
+TOK=$(wc -w < ids.txt)
+if ((TOK < RAW / 2)); then ok "the trained tokenizer compresses ($TOK tokens for $RAW bytes)"; else bad "no compression: $TOK tokens for $RAW bytes"; fi
+
+run data train-tokenizer --input corpus.txt --output tok3.json
+expect_rc "vocab_size missing" 2
+run data train-tokenizer --input corpus.txt --vocab_size 100 --output tok3.json
+expect_rc "vocab_size below the byte tokens" 2
+expect_in "says why" "256 byte tokens" "$ERR"
+run data train-tokenizer --input 'nothing-*.txt' --vocab_size 300 --output tok3.json
+expect_rc "no input matched" 2
+if [[ -e tok3.json ]]; then bad "nothing written on errors"; else ok "nothing written on errors"; fi
+
+run benchmark tokenizer --input corpus.txt --tokenizer_type HuggingFaceTokenizer --tokenizer_model tok.json --repeat 1
+expect_rc "benchmark tokenizer" 0
+expect_in "reports MB/s" "MB/s" "$OUT"
+if command -v node >/dev/null && [[ -d $PRIMUS_CACHE/npm/node_modules/gpt-tokenizer ]]; then
+  run benchmark tokenizer --input corpus.txt --workers 2 --repeat 1 --compare
+  expect_rc "benchmark tokenizer --compare" 0
+  expect_in "token counts agree with gpt-tokenizer" "token counts agree" "$OUT"
+else
+  echo "SKIP: node or gpt-tokenizer missing: no --compare run"
+fi
+finish
