@@ -54,7 +54,7 @@ static void test_ckpt_roundtrip_bytes(void **state) {
   for (int tied = 0; tied <= 1; tied++) {
     char *save = prm_xasprintf("%s/save%d", tmp, tied), *again = prm_xasprintf("%s/again%d", tmp, tied);
     prm_llama_t *a = tiny(tied, 7), *b = tiny(tied, 8);
-    assert_int_equal(prm_ckpt_save(a, save, 20, "ByteTokenizer", &err), 0);
+    assert_int_equal(prm_ckpt_save(a, save, 20, "ByteTokenizer", NULL, &err), 0);
     char *latest = prm_xasprintf("%s/latest_checkpointed_iteration.txt", save);
     char *text = prm_test_read(latest);
     assert_string_equal(text, "20\n");
@@ -66,7 +66,7 @@ static void test_ckpt_roundtrip_bytes(void **state) {
     assert_true(prm_endswith(dir, "/iter_0000020"));
     assert_int_equal(prm_ckpt_load_hf(b, dir, &err), 0);
     assert_memory_equal(a->params, b->params, (size_t)a->nparams * sizeof(float));
-    assert_int_equal(prm_ckpt_save(b, again, 20, "ByteTokenizer", &err), 0);
+    assert_int_equal(prm_ckpt_save(b, again, 20, "ByteTokenizer", NULL, &err), 0);
     const char *files[] = {"model.safetensors", "config.json"};
     for (int f = 0; f < 2; f++) {
       char *p1 = prm_xasprintf("%s/%s", dir, files[f]);
@@ -108,7 +108,7 @@ static void expect_load_error(void (*mutate)(const char *dir), int code, const c
   char *dir = prm_xasprintf("%s/bad%d", prm_test_tmpdir(), n++);
   prm_err_t err = {0};
   prm_llama_t *a = tiny(0, 1);
-  assert_int_equal(prm_ckpt_write_hf(a, dir, NULL, &err), 0);
+  assert_int_equal(prm_ckpt_write_hf(a, dir, NULL, NULL, &err), 0);
   mutate(dir);
   prm_llama_t *b = tiny(0, 2);
   int rc = prm_ckpt_load_hf(b, dir, &err);
@@ -162,7 +162,7 @@ static void wrong_shape(const char *dir) {
   assert_int_equal(prm_gemm_init(&g, NULL, NULL), 0);
   assert_int_equal(prm_llama_new(&c, 1, 8, 0, &g, &m, NULL), 0);
   char *other = prm_xasprintf("%s.other", dir);
-  assert_int_equal(prm_ckpt_write_hf(m, other, NULL, NULL), 0);
+  assert_int_equal(prm_ckpt_write_hf(m, other, NULL, NULL, NULL), 0);
   char *src = prm_xasprintf("%s/model.safetensors", other), *dst = prm_xasprintf("%s/model.safetensors", dir);
   assert_int_equal(rename(src, dst), 0);
   free(src), free(dst), free(other);

@@ -58,15 +58,17 @@ int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *
 /* Checkpoints (Hugging Face layout)                                         */
 /* ------------------------------------------------------------------------ */
 
-/* Writes DIR/model.safetensors and DIR/config.json (f32, HF names). The
- * folder is built under a temporary name, fsynced and renamed into place,
- * so DIR either does not exist or is complete. */
+/* Writes DIR/model.safetensors and DIR/config.json (f32, HF names), and
+ * for a HuggingFaceTokenizer a copy of its tokenizer.json (tokenizer_model:
+ * the file or its folder), so the folder is self-contained as HF folders
+ * are. The folder is built under a temporary name, fsynced and renamed
+ * into place, so DIR either does not exist or is complete. */
 int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
-                      prm_err_t *err);
+                      const char *tokenizer_model, prm_err_t *err);
 /* Megatron's layout: SAVE/iter_NNNNNNN/ (as above), then
  * SAVE/latest_checkpointed_iteration.txt replaced atomically. */
 int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
-                  const char *tokenizer_type, prm_err_t *err);
+                  const char *tokenizer_type, const char *tokenizer_model, prm_err_t *err);
 /* A `load` path is either a Hugging Face folder or a SAVE folder holding
  * latest_checkpointed_iteration.txt; *dir (caller frees) gets the folder
  * with the weights and *iter the iteration (0 for a plain HF folder). */
@@ -94,6 +96,7 @@ int prm_eval_run(const prm_train_opts_t *o, const char *load, int64_t iters,
 
 typedef struct {
   const char *load, *prompt, *tokenizer_type;
+  const char *tokenizer_model; /* NULL: the checkpoint folder's tokenizer.json for HF */
   int64_t max_new_tokens, top_k;
   double temperature, top_p;
   uint64_t seed;

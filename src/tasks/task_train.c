@@ -125,6 +125,7 @@ static const prm_opt_t prm__gen_opts[] = {
     {"top_p", 0, PRM_OPT_FLOAT, "P", "1.0", "sample from the smallest set with probability >= P"},
     {"seed", 0, PRM_OPT_INT, "S", "1234", "random seed of the sampler"},
     {"tokenizer_type", 0, PRM_OPT_STR, "NAME", NULL, "tokenizer (default: the one config.json names)"},
+    {"tokenizer_model", 0, PRM_OPT_STR, "PATH", NULL, "its file (default: the checkpoint's tokenizer.json for HuggingFaceTokenizer, GPT-2's ranks for GPT2BPETokenizer)"},
     {NULL},
 };
 
@@ -133,6 +134,7 @@ static int prm__generate(prm_task_ctx_t *ctx, prm_err_t *err) {
       .load = prm_args_str(ctx->args, "load"),
       .prompt = prm_args_str(ctx->args, "prompt"),
       .tokenizer_type = prm_args_str(ctx->args, "tokenizer_type"),
+      .tokenizer_model = prm_args_str(ctx->args, "tokenizer_model"),
       .max_new_tokens = prm_args_int(ctx->args, "max_new_tokens", 128),
       .top_k = prm_args_int(ctx->args, "top_k", 0),
       .temperature = prm_args_float(ctx->args, "temperature", 0.8),

@@ -64,9 +64,22 @@ int prm_ckpt_read_config(const char *dir, prm_llama_config_t *c, char *tokenizer
 /* Writing                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Writes the two files into an existing folder. */
+/* Copies a HuggingFaceTokenizer's tokenizer.json into dir. */
+static int prm__copy_tokenizer(const char *model, const char *dir, prm_err_t *err) {
+  char *src = prm_fs_is_dir(model) ? prm_path_join(model, "tokenizer.json") : prm_xstrdup(model);
+  char *dst = prm_path_join(dir, "tokenizer.json"), *data = NULL;
+  size_t len = 0;
+  int rc = prm_fs_read_all(src, &data, &len, err);
+  if (!rc) rc = prm_fs_write_atomic(dst, data, len, err);
+  free(data);
+  free(dst);
+  free(src);
+  return rc;
+}
+
+/* Writes the files into an existing folder. */
 static int prm__write_files(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
-                            prm_err_t *err) {
+                            const char *tokenizer_model, prm_err_t *err) {
   prm_st_entry_t *ent = prm_xcalloc((size_t)m->ntensors, sizeof *ent);
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
@@ -87,18 +100,20 @@ static int prm__write_files(const prm_llama_t *m, const char *dir, const char *t
   char *cj = prm_path_join(dir, "config.json");
   rc = prm_hf_config_write(cj, &h, err);
   free(cj);
+  if (!rc && tokenizer_model && prm_streq(tokenizer_type, "HuggingFaceTokenizer"))
+    rc = prm__copy_tokenizer(tokenizer_model, dir, err);
   return rc;
 }
 
 int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
-                      prm_err_t *err) {
+                      const char *tokenizer_model, prm_err_t *err) {
   char *parent = prm_path_dirname(dir);
   char *tmp = prm_xasprintf("%s.tmp.%d", dir, (int)getpid());
   int rc = prm_fs_mkdir_p(parent, 0755, err);
   if (rc) goto done;
   prm_fs_rm_rf(tmp);
   if ((rc = prm_fs_mkdir_p(tmp, 0755, err))) goto done;
-  if ((rc = prm__write_files(m, tmp, tokenizer_type, err))) goto fail_tmp;
+  if ((rc = prm__write_files(m, tmp, tokenizer_type, tokenizer_model, err))) goto fail_tmp;
   if ((rc = prm_fs_fsync_dir(tmp, err))) goto fail_tmp;
   if (prm_fs_exists(dir)) {
     /* Replacing a folder: move the old one aside first, drop it after. */
@@ -131,11 +146,11 @@ done:
 }
 
 int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
-                  const char *tokenizer_type, prm_err_t *err) {
+                  const char *tokenizer_type, const char *tokenizer_model, prm_err_t *err) {
   char name[32];
   snprintf(name, sizeof name, "iter_%07lld", (long long)iter);
   char *dir = prm_path_join(save, name);
-  int rc = prm_ckpt_write_hf(m, dir, tokenizer_type, err);
+  int rc = prm_ckpt_write_hf(m, dir, tokenizer_type, tokenizer_model, err);
   free(dir);
   if (rc) return rc;
   char text[32];

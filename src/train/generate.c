@@ -80,7 +80,10 @@ int prm_generate(const prm_generate_opts_t *g, prm_err_t *err) {
     rc = prm_errf(err, PRM_EINVAL, "%s/config.json names no tokenizer: pass --tokenizer_type", dir);
     goto done;
   }
-  if ((rc = prm_tokenizer_open(type, NULL, &tok, err))) goto done;
+  /* A Hugging Face tokenizer travels with the checkpoint (tokenizer.json). */
+  const char *model = g->tokenizer_model;
+  if (!model && prm_streq(type, "HuggingFaceTokenizer")) model = dir;
+  if ((rc = prm_tokenizer_open(type, model, &tok, err))) goto done;
   if (prm_tokenizer_vocab(tok) > c.vocab) {
     rc = prm_errf(err, PRM_EINVAL, "tokenizer %s has %lld tokens but the model only %lld", type,
                   (long long)prm_tokenizer_vocab(tok), (long long)c.vocab);
@@ -105,11 +108,11 @@ int prm_generate(const prm_generate_opts_t *g, prm_err_t *err) {
   prm_sb_t piece = {0};
   for (int64_t i = 0; i < g->max_new_tokens; i++) {
     int32_t next = prm__sample(logits, c.vocab, g, &rng, cand);
+    if (next == prm_tokenizer_eod(tok)) break; /* the document ends: stop, print nothing */
     prm_sb_reset(&piece);
     prm_tokenizer_decode(tok, &next, 1, &piece);
     fwrite(piece.buf ? piece.buf : "", 1, piece.len, g->out);
     fflush(g->out);
-    if (next == prm_tokenizer_eod(tok)) break;
     if (prm_llama_kv_len(kv) >= c.max_pos) {
       PRM_WARN("stopped at max_position_embeddings (%lld tokens)", (long long)c.max_pos);
       break;

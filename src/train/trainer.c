@@ -323,7 +323,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     }
     if (o->save && (step % o->save_interval == 0 || step == o->train_iters)) {
       double ts = prm_time_now();
-      if ((rc = prm_ckpt_save(m, o->save, step, o->tokenizer_type, err))) goto done;
+      if ((rc = prm_ckpt_save(m, o->save, step, o->tokenizer_type, o->tokenizer_model, err))) goto done;
       PRM_INFO("saved checkpoint %s/iter_%07lld in %.2f s", o->save, (long long)step, prm_time_now() - ts);
       if (events) {
         fprintf(events, "{\"event\":\"checkpoint\",\"step\":%lld,\"seconds\":%.3f}\n", (long long)step,

@@ -43,6 +43,47 @@ RAW=$(wc -c < corpus.txt)
 TOK=$(wc -w < ids.txt)
 if ((TOK < RAW / 2)); then ok "the trained tokenizer compresses ($TOK tokens for $RAW bytes)"; else bad "no compression: $TOK tokens for $RAW bytes"; fi
 
+# Training on it: the checkpoint carries tokenizer.json, so generate needs
+# nothing but the folder; it stops at the end-of-document token unprinted.
+cat > exp.yaml <<Y
+work_group: t
+user_name: t
+exp_name: bpe
+workspace: $T/ws
+modules:
+  pre_trainer:
+    framework: native
+    config: pre_trainer.yaml
+    model: llama_tiny.yaml
+    overrides:
+      hidden_size: 32
+      num_layers: 1
+      num_attention_heads: 2
+      num_query_groups: 1
+      ffn_hidden_size: 64
+      seq_length: 16
+      max_position_embeddings: 64
+      vocab_size: null
+      data_path: $T/ds
+      tokenizer_type: HuggingFaceTokenizer
+      tokenizer_model: $T/tok.json
+      split: "90,10,0"
+      micro_batch_size: 2
+      global_batch_size: 2
+      train_iters: 3
+      eval_iters: 0
+      save: $T/ckpt
+      save_interval: 3
+Y
+run train pretrain --config exp.yaml
+expect_rc "train on the trained tokenizer's data" 0
+expect_in "vocabulary from the tokenizer, padded to 128" "vocab 384" "$ERR"
+if cmp -s tok.json ckpt/iter_0000003/tokenizer.json; then ok "checkpoint carries tokenizer.json"; else bad "tokenizer.json not in the checkpoint"; fi
+run generate --load ckpt --prompt "the jury" --max_new_tokens 8 --temperature 0
+expect_rc "generate with the checkpoint's own tokenizer" 0
+expect_in "continues the prompt" "the jury" "$OUT"
+expect_not_in "end-of-document not printed" "<|endoftext|>" "$OUT"
+
 run data train-tokenizer --input corpus.txt --output tok3.json
 expect_rc "vocab_size missing" 2
 run data train-tokenizer --input corpus.txt --vocab_size 100 --output tok3.json
