@@ -288,7 +288,9 @@ typedef struct {
   const char *tokenizer_model;
   const char *json_key;       /* key of .jsonl/.json inputs; NULL: "text" */
   int line_docs;              /* plain text: one document per line, not per file */
-  int append_eod;             /* the tokenizer's EOD after every document */
+  int append_eod;             /* the EOD token after every document */
+  const char *eod_token;      /* the EOD token by name; NULL: the tokenizer's own */
+  const char *bos_token;      /* when set, this token starts every document */
   int workers;                /* tokenising threads (<= 0: 1) */
   const char *dtype;          /* "auto" (NULL), "uint16" or "int32" */
   int64_t log_interval;       /* documents between progress lines (<= 0: none) */

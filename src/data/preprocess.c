@@ -54,7 +54,7 @@ typedef struct {
   prm_idx_writer_t *w;
   const prm_argv_t *files;
   const char *key;
-  int32_t eod;
+  int32_t eod, bos; /* bos < 0: none */
   int workers;
   double t0, last_draw;
   int drawn; /* the TTY bar is on screen */
@@ -202,10 +202,14 @@ static void prm__batch_write(prm__pp_t *p, prm__batch_t *b, int *rc, prm_err_t *
       if (d->n == 0) {
         p->st->empty++;
       } else {
-        if (p->o->append_eod) {
-          d->ids = prm_xrealloc(d->ids, (size_t)(d->n + 1) * sizeof *d->ids);
-          d->ids[d->n++] = p->eod;
+        if (p->bos >= 0 || p->o->append_eod)
+          d->ids = prm_xrealloc(d->ids, (size_t)(d->n + 2) * sizeof *d->ids);
+        if (p->bos >= 0) {
+          memmove(d->ids + 1, d->ids, (size_t)d->n * sizeof *d->ids);
+          d->ids[0] = p->bos;
+          d->n++;
         }
+        if (p->o->append_eod) d->ids[d->n++] = p->eod;
         *rc = prm_idx_writer_add(p->w, d->ids, d->n, err);
         if (*rc && d->line) {
           prm_err_prefix(err, "%s:%lld", p->files->v[d->file], (long long)d->line);
@@ -469,10 +473,21 @@ int prm_preprocess_run(const prm_preprocess_opts_t *o, prm_preprocess_stats_t *s
   }
   if ((rc = prm_tokenizer_open(type, o->tokenizer_model, &tok, err))) goto fail_files;
   p.tok = tok;
-  p.eod = prm_tokenizer_eod(tok);
+  p.eod = o->eod_token ? prm_tokenizer_token_to_id(tok, o->eod_token) : prm_tokenizer_eod(tok);
+  p.bos = o->bos_token ? prm_tokenizer_token_to_id(tok, o->bos_token) : -1;
+  if (o->eod_token && p.eod < 0) {
+    rc = prm_errf(err, PRM_EINVAL, "preprocess: --eod_token %s: not a token of %s", o->eod_token, type);
+    goto fail_tok;
+  }
+  if (o->bos_token && p.bos < 0) {
+    rc = prm_errf(err, PRM_EINVAL, "preprocess: --bos_token %s: not a token of %s", o->bos_token, type);
+    goto fail_tok;
+  }
   if (o->append_eod && p.eod < 0) {
     rc = prm_errf(err, PRM_EINVAL,
-                  "preprocess: --append_eod: tokenizer %s has no end-of-document token", type);
+                  "preprocess: --append_eod: tokenizer %s has no end-of-document token "
+                  "(name one with --eod_token)",
+                  type);
     goto fail_tok;
   }
   int64_t vocab = prm_tokenizer_vocab(tok);

@@ -84,6 +84,21 @@ expect_rc "generate with the checkpoint's own tokenizer" 0
 expect_in "continues the prompt" "the jury" "$OUT"
 expect_not_in "end-of-document not printed" "<|endoftext|>" "$OUT"
 
+# Special tokens by name: a tokenizer with <s> and </s> (ids 0 and 1) frames
+# every document with them.
+run data train-tokenizer --input corpus.txt --vocab_size 300 --output st.json \
+  --special_tokens '<s>' --special_tokens '</s>'
+expect_rc "train-tokenizer with special tokens" 0
+run data preprocess --input corpus.txt --line_docs --output_prefix framed --append_eod \
+  --tokenizer_type HuggingFaceTokenizer --tokenizer_model st.json --bos_token '<s>' --eod_token '</s>'
+expect_rc "preprocess with --bos_token and --eod_token" 0
+FRAMED=$($PY "$PRIMUS_SRC/tests/oracle/read_mmidx.py" framed | awk '$1 != 0 || $NF != 1 { bad++ } END { print NR, bad + 0 }')
+expect_eq "every document is <s> ... </s> (400 documents, 0 exceptions)" "$FRAMED" "400 0"
+run data preprocess --input corpus.txt --output_prefix nope --tokenizer_type HuggingFaceTokenizer \
+  --tokenizer_model st.json --bos_token '<bos>'
+expect_rc "an unknown --bos_token" 2
+expect_in "names the token" "<bos>" "$ERR"
+
 run data train-tokenizer --input corpus.txt --output tok3.json
 expect_rc "vocab_size missing" 2
 run data train-tokenizer --input corpus.txt --vocab_size 100 --output tok3.json
