@@ -110,6 +110,25 @@ static int parse_rank_line(const char *line, size_t n, const char *path, int lin
   return 0;
 }
 
+/* The next non-empty line of text[0, len) from *pos, without its "\n" or
+ * "\r\n"; returns 0 at the end. *lineno counts every line, empty ones
+ * too, so messages can name it. */
+static int prm__next_line(const char *text, size_t len, size_t *pos, int *lineno,
+                          const char **line, size_t *n) {
+  while (*pos < len) {
+    const char *l = text + *pos, *nl = memchr(l, '\n', len - *pos);
+    size_t k = nl ? (size_t)(nl - l) : len - *pos;
+    *pos += k + (nl != NULL);
+    (*lineno)++;
+    if (k && l[k - 1] == '\r') k--;
+    if (!k) continue;
+    *line = l;
+    *n = k;
+    return 1;
+  }
+  return 0;
+}
+
 int prm__tiktoken_load(prm__bpe_t *b, const char *path, prm_err_t *err) {
   char *text = NULL;
   size_t len = 0;
@@ -121,13 +140,9 @@ int prm__tiktoken_load(prm__bpe_t *b, const char *path, prm_err_t *err) {
   int lineno = 0;
   size_t sp, max_sp = 0;
   unsigned char *tok = NULL;
-  for (size_t pos = 0; pos < len;) {
-    const char *line = text + pos, *nl = memchr(line, '\n', len - pos);
-    size_t n = nl ? (size_t)(nl - line) : len - pos;
-    pos += n + (nl != NULL);
-    lineno++;
-    if (n && line[n - 1] == '\r') n--;
-    if (!n) continue;
+  const char *line;
+  size_t n;
+  for (size_t pos = 0; prm__next_line(text, len, &pos, &lineno, &line, &n);) {
     if ((rc = parse_rank_line(line, n, path, lineno, &sp, &rank, err))) goto done;
     if (rank > max_rank) max_rank = rank;
     if (sp > max_sp) max_sp = sp;
@@ -140,13 +155,7 @@ int prm__tiktoken_load(prm__bpe_t *b, const char *path, prm_err_t *err) {
   prm__bpe_init(b, PRM__BPE_RANKS, (int32_t)max_rank + 1);
   tok = prm_xmalloc(max_sp / 4 * 3 + 3);
   lineno = 0;
-  for (size_t pos = 0; pos < len;) {
-    const char *line = text + pos, *nl = memchr(line, '\n', len - pos);
-    size_t n = nl ? (size_t)(nl - line) : len - pos;
-    pos += n + (nl != NULL);
-    lineno++;
-    if (n && line[n - 1] == '\r') n--;
-    if (!n) continue;
+  for (size_t pos = 0; prm__next_line(text, len, &pos, &lineno, &line, &n);) {
     parse_rank_line(line, n, path, lineno, &sp, &rank, err);
     int64_t tn = b64_decode(line, sp, tok);
     if (tn <= 0) {

@@ -47,6 +47,25 @@ build_plugin() {
     "$PRIMUS_SRC/tests/fixtures/plugins/hello_plugin.c" -o "$T/plugins/hello.so"
 }
 
+# exp_header NAME: the start of an experiment file for the native
+# pre-trainer on the llama_tiny preset (work_group team, user_name tester,
+# workspace $T/ws); the caller appends its `overrides:` keys, indented six
+# spaces:  { exp_header tiny; echo "      lr: 0.01"; } > exp.yaml
+exp_header() {
+  cat <<Y
+work_group: team
+user_name: tester
+exp_name: $1
+workspace: $T/ws
+modules:
+  pre_trainer:
+    framework: native
+    config: pre_trainer.yaml
+    model: llama_tiny.yaml
+    overrides:
+Y
+}
+
 finish() {
   echo "$_pass passed, $_fail failed"
   [[ $_fail == 0 ]]

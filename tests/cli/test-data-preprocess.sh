@@ -106,17 +106,7 @@ expect_rc "not gzip" 2
 expect_in "names the file" "in/fake.gz: named .gz but is not gzip data" "$ERR"
 
 # ---- training reads the result ----
-cat > exp.yaml <<Y
-work_group: team
-user_name: tester
-exp_name: pre
-workspace: $T/ws
-modules:
-  pre_trainer:
-    framework: native
-    config: pre_trainer.yaml
-    model: llama_tiny.yaml
-    overrides:
+{ exp_header pre; cat <<Y
       hidden_size: 32
       num_layers: 1
       num_attention_heads: 4
@@ -135,6 +125,7 @@ modules:
       log_interval: 1
       save: null
 Y
+} > exp.yaml
 run train pretrain --config exp.yaml
 expect_rc "train 2 steps on the preprocessed data" 0
 EV=$(ls -d "$T"/ws/team/tester/pre/run-*/events.jsonl | tail -1)

@@ -45,17 +45,7 @@ if ((TOK < RAW / 2)); then ok "the trained tokenizer compresses ($TOK tokens for
 
 # Training on it: the checkpoint carries tokenizer.json, so generate needs
 # nothing but the folder; it stops at the end-of-document token unprinted.
-cat > exp.yaml <<Y
-work_group: t
-user_name: t
-exp_name: bpe
-workspace: $T/ws
-modules:
-  pre_trainer:
-    framework: native
-    config: pre_trainer.yaml
-    model: llama_tiny.yaml
-    overrides:
+{ exp_header bpe; cat <<Y
       hidden_size: 32
       num_layers: 1
       num_attention_heads: 2
@@ -75,6 +65,7 @@ modules:
       save: $T/ckpt
       save_interval: 3
 Y
+} > exp.yaml
 run train pretrain --config exp.yaml
 expect_rc "train on the trained tokenizer's data" 0
 expect_in "vocabulary from the tokenizer, padded to 128" "vocab 384" "$ERR"

@@ -22,17 +22,7 @@ corpus 7 the a jury said grand county election was to of and > "$T/data/a.txt"
 corpus 11 in that for it on by city river stone bright quiet > "$T/data/b.txt"
 
 exp() { # NAME SEED DATA_PATH [SHUFFLE]
-  cat > "$T/$1.yaml" <<Y
-work_group: team
-user_name: tester
-exp_name: $1
-workspace: $T/ws
-modules:
-  pre_trainer:
-    framework: native
-    config: pre_trainer.yaml
-    model: llama_tiny.yaml
-    overrides:
+  { exp_header "$1"; cat <<Y
       hidden_size: 32
       num_layers: 2
       num_attention_heads: 4
@@ -53,6 +43,7 @@ modules:
       eval_iters: 1
       save: null
 Y
+  } > "$T/$1.yaml"
 }
 losses() { grep '"step"' "$1" | grep -v '"event"' | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 events() { echo "$(ls -d "$T"/ws/team/tester/"$1"/run-* | tail -1)/events.jsonl"; }

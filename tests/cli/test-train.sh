@@ -17,17 +17,7 @@ awk 'BEGIN { srand(7); split("the a jury said grand county election was to of an
       s = s line ". " }
     print s; print "" } }' > "$T/corpus.txt"
 
-cat > "$T/exp.yaml" <<Y
-work_group: team
-user_name: tester
-exp_name: tiny
-workspace: $T/ws
-modules:
-  pre_trainer:
-    framework: native
-    config: pre_trainer.yaml
-    model: llama_tiny.yaml
-    overrides:
+{ exp_header tiny; cat <<Y
       hidden_size: 32
       num_layers: 2
       num_attention_heads: 4
@@ -50,6 +40,7 @@ modules:
       save: $T/ckpt
       save_interval: 6
 Y
+} > "$T/exp.yaml"
 
 losses() { grep '"step"' "$1" | grep -v '"event"' | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 
