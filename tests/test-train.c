@@ -54,7 +54,7 @@ static void test_ckpt_roundtrip_bytes(void **state) {
   for (int tied = 0; tied <= 1; tied++) {
     char *save = prm_xasprintf("%s/save%d", tmp, tied), *again = prm_xasprintf("%s/again%d", tmp, tied);
     prm_llama_t *a = tiny(tied, 7), *b = tiny(tied, 8);
-    assert_int_equal(prm_ckpt_save(a, save, 20, "ByteTokenizer", NULL, &err), 0);
+    assert_int_equal(prm_ckpt_save(a, save, 20, "ByteTokenizer", NULL, NULL, &err), 0);
     char *latest = prm_xasprintf("%s/latest_checkpointed_iteration.txt", save);
     char *text = prm_test_read(latest);
     assert_string_equal(text, "20\n");
@@ -66,7 +66,7 @@ static void test_ckpt_roundtrip_bytes(void **state) {
     assert_true(prm_endswith(dir, "/iter_0000020"));
     assert_int_equal(prm_ckpt_load_hf(b, dir, &err), 0);
     assert_memory_equal(a->params, b->params, (size_t)a->nparams * sizeof(float));
-    assert_int_equal(prm_ckpt_save(b, again, 20, "ByteTokenizer", NULL, &err), 0);
+    assert_int_equal(prm_ckpt_save(b, again, 20, "ByteTokenizer", NULL, NULL, &err), 0);
     const char *files[] = {"model.safetensors", "config.json"};
     for (int f = 0; f < 2; f++) {
       char *p1 = prm_xasprintf("%s/%s", dir, files[f]);
@@ -108,7 +108,7 @@ static void expect_load_error(void (*mutate)(const char *dir), int code, const c
   char *dir = prm_xasprintf("%s/bad%d", prm_test_tmpdir(), n++);
   prm_err_t err = {0};
   prm_llama_t *a = tiny(0, 1);
-  assert_int_equal(prm_ckpt_write_hf(a, dir, NULL, NULL, &err), 0);
+  assert_int_equal(prm_ckpt_write_hf(a, dir, NULL, NULL, NULL, &err), 0);
   mutate(dir);
   prm_llama_t *b = tiny(0, 2);
   int rc = prm_ckpt_load_hf(b, dir, &err);
@@ -162,7 +162,7 @@ static void wrong_shape(const char *dir) {
   assert_int_equal(prm_gemm_init(&g, NULL, NULL), 0);
   assert_int_equal(prm_llama_new(&c, 1, 8, 0, &g, &m, NULL), 0);
   char *other = prm_xasprintf("%s.other", dir);
-  assert_int_equal(prm_ckpt_write_hf(m, other, NULL, NULL, NULL), 0);
+  assert_int_equal(prm_ckpt_write_hf(m, other, NULL, NULL, NULL, NULL), 0);
   char *src = prm_xasprintf("%s/model.safetensors", other), *dst = prm_xasprintf("%s/model.safetensors", dir);
   assert_int_equal(rename(src, dst), 0);
   free(src), free(dst), free(other);
@@ -201,6 +201,50 @@ static void test_resolve_errors(void **state) {
   free(save);
 }
 
+/* The optimizer file: a round trip, then truncation, another model and a
+ * flipped byte, each refused with the file named. */
+static void test_optimizer_state(void **state) {
+  (void)state;
+  char *dir = prm_xasprintf("%s/opt", prm_test_tmpdir());
+  prm_err_t err = {0};
+  prm_llama_t *a = tiny(0, 1);
+  size_t bytes = (size_t)a->nparams * sizeof(float);
+  float *m = prm_xmalloc(bytes), *v = prm_xmalloc(bytes), *m2 = prm_xmalloc(bytes),
+        *v2 = prm_xmalloc(bytes);
+  for (int64_t i = 0; i < a->nparams; i++) m[i] = (float)i * 0.5f, v[i] = (float)i * 0.25f;
+  prm_ckpt_state_t st = {.iteration = 7, .consumed_samples = 28, .seed = 3, .adam_m = m, .adam_v = v};
+  assert_int_equal(prm_ckpt_write_hf(a, dir, NULL, NULL, &st, &err), 0);
+  prm_ckpt_state_t got = {0};
+  assert_int_equal(prm_ckpt_load_state(dir, a, m2, v2, &got, &err), 0);
+  assert_memory_equal(m, m2, bytes);
+  assert_memory_equal(v, v2, bytes);
+  assert_int_equal(got.iteration, 7);
+  assert_int_equal(got.consumed_samples, 28);
+  assert_int_equal(got.seed, 3);
+  char *done = prm_xasprintf("%s/DONE", dir), *opt = prm_xasprintf("%s/optim-rank-00000.bin", dir);
+  assert_true(prm_fs_exists(done));
+  /* Another model shape. */
+  prm_llama_t *b = tiny(1, 1); /* tied: fewer tensors */
+  assert_int_equal(prm_ckpt_load_state(dir, b, m2, v2, &got, &err), PRM_EPARSE);
+  assert_non_null(strstr(err.msg, "optim-rank-00000.bin"));
+  /* A flipped byte in the moments. */
+  char *data;
+  size_t n;
+  assert_int_equal(prm_fs_read_all(opt, &data, &n, &err), 0);
+  data[n - 5] ^= 0x40;
+  assert_int_equal(prm_fs_write_atomic(opt, data, n, &err), 0);
+  assert_int_equal(prm_ckpt_load_state(dir, a, m2, v2, &got, &err), PRM_EPARSE);
+  assert_non_null(strstr(err.msg, "checksum mismatch"));
+  /* Truncated. */
+  assert_int_equal(truncate(opt, 20), 0);
+  assert_int_equal(prm_ckpt_load_state(dir, a, m2, v2, &got, &err), PRM_EPARSE);
+  assert_non_null(strstr(err.msg, "truncated"));
+  free(data), free(done), free(opt), free(dir);
+  free(m), free(v), free(m2), free(v2);
+  prm_llama_free(a);
+  prm_llama_free(b);
+}
+
 static void test_flops(void **state) {
   (void)state;
   prm_llama_config_t c = {.vocab = 100, .hidden = 8, .layers = 1, .heads = 2, .groups = 2,
@@ -216,6 +260,7 @@ int main(void) {
       cmocka_unit_test(test_ckpt_roundtrip_bytes),
       cmocka_unit_test(test_ckpt_errors),
       cmocka_unit_test(test_resolve_errors),
+      cmocka_unit_test(test_optimizer_state),
       cmocka_unit_test(test_flops),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

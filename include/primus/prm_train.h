@@ -27,6 +27,7 @@ typedef struct {
   int recompute;
   const char *data_path, *split, *tokenizer_type, *tokenizer_model;
   int data_shuffle, mock_data, finetune;
+  int auto_continue; /* auto_continue_train: resume from the newest complete checkpoint in load */
   const prm_node_t *data_blend; /* data_path as a checked [w1, prefix1, ...] list, else NULL
                                  * (data_path is then the first prefix, for messages) */
   const char *save, *load;
@@ -58,17 +59,42 @@ int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *
 /* Checkpoints (Hugging Face layout)                                         */
 /* ------------------------------------------------------------------------ */
 
+/* The training state saved beside the weights, so a run resumes exactly:
+ * optim-rank-00000.bin (AdamW moments; magic, version, tensor sizes, a
+ * CRC-32 of the payload), state-rank-00000.json (iteration, consumed
+ * samples = the data position, seed, scheduler step) and DONE, written
+ * last. */
+typedef struct {
+  int64_t iteration;        /* optimizer steps done */
+  int64_t consumed_samples; /* global samples read so far */
+  int64_t seed;
+  const float *adam_m, *adam_v; /* (nparams) each */
+} prm_ckpt_state_t;
+
 /* Writes DIR/model.safetensors and DIR/config.json (f32, HF names), and
  * for a HuggingFaceTokenizer a copy of its tokenizer.json (tokenizer_model:
  * the file or its folder), so the folder is self-contained as HF folders
  * are. The folder is built under a temporary name, fsynced and renamed
  * into place, so DIR either does not exist or is complete. */
 int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
-                      const char *tokenizer_model, prm_err_t *err);
+                      const char *tokenizer_model, const prm_ckpt_state_t *st, prm_err_t *err);
 /* Megatron's layout: SAVE/iter_NNNNNNN/ (as above), then
  * SAVE/latest_checkpointed_iteration.txt replaced atomically. */
 int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
-                  const char *tokenizer_type, const char *tokenizer_model, prm_err_t *err);
+                  const char *tokenizer_type, const char *tokenizer_model,
+                  const prm_ckpt_state_t *st, prm_err_t *err);
+/* Reads the optimizer file and state of DIR into adam_m/adam_v (nparams
+ * each) and *st (its pointers untouched). Every size is checked against
+ * the model and the payload against its CRC: PRM_EPARSE naming the file. */
+int prm_ckpt_load_state(const char *dir, const prm_llama_t *m, float *adam_m, float *adam_v,
+                        prm_ckpt_state_t *st, prm_err_t *err);
+/* Resumes from the newest complete checkpoint under SAVE: folders without
+ * DONE, or whose files fail to load (checksum, sizes), are skipped with a
+ * warning naming the file, and the one before is tried. Fills the model's
+ * weights, the moments and *st; st->iteration = 0 when there is nothing to
+ * resume from (a fresh start). */
+int prm_ckpt_resume(prm_llama_t *m, const char *save, float *adam_m, float *adam_v,
+                    prm_ckpt_state_t *st, prm_err_t *err);
 /* A `load` path is either a Hugging Face folder or a SAVE folder holding
  * latest_checkpointed_iteration.txt; *dir (caller frees) gets the folder
  * with the weights and *iter the iteration (0 for a plain HF folder). */

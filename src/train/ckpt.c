@@ -4,8 +4,7 @@
  * is built under a temporary name and renamed into place, so a reader never
  * sees half a checkpoint. */
 #define _GNU_SOURCE
-#include "primus/prm_train.h"
-#include "primus/prm_io.h"
+#include "train-impl.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -106,7 +105,7 @@ static int prm__write_files(const prm_llama_t *m, const char *dir, const char *t
 }
 
 int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
-                      const char *tokenizer_model, prm_err_t *err) {
+                      const char *tokenizer_model, const prm_ckpt_state_t *st, prm_err_t *err) {
   char *parent = prm_path_dirname(dir);
   char *tmp = prm_xasprintf("%s.tmp.%d", dir, (int)getpid());
   int rc = prm_fs_mkdir_p(parent, 0755, err);
@@ -114,6 +113,7 @@ int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokeniz
   prm_fs_rm_rf(tmp);
   if ((rc = prm_fs_mkdir_p(tmp, 0755, err))) goto done;
   if ((rc = prm__write_files(m, tmp, tokenizer_type, tokenizer_model, err))) goto fail_tmp;
+  if (st && (rc = prm__state_write(tmp, m, st, err))) goto fail_tmp;
   if ((rc = prm_fs_fsync_dir(tmp, err))) goto fail_tmp;
   if (prm_fs_exists(dir)) {
     /* Replacing a folder: move the old one aside first, drop it after. */
@@ -146,11 +146,12 @@ done:
 }
 
 int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
-                  const char *tokenizer_type, const char *tokenizer_model, prm_err_t *err) {
+                  const char *tokenizer_type, const char *tokenizer_model,
+                  const prm_ckpt_state_t *st, prm_err_t *err) {
   char name[32];
   snprintf(name, sizeof name, "iter_%07lld", (long long)iter);
   char *dir = prm_path_join(save, name);
-  int rc = prm_ckpt_write_hf(m, dir, tokenizer_type, tokenizer_model, err);
+  int rc = prm_ckpt_write_hf(m, dir, tokenizer_type, tokenizer_model, st, err);
   free(dir);
   if (rc) return rc;
   char text[32];

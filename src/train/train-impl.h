@@ -37,4 +37,9 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
 int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, int64_t iters,
                   prm_eval_result_t *res);
 
+/* Writes optim-rank-00000.bin, state-rank-00000.json and, last, DONE into
+ * a checkpoint folder being built (state.c). */
+int prm__state_write(const char *dir, const prm_llama_t *m, const prm_ckpt_state_t *st,
+                     prm_err_t *err);
+
 #endif

@@ -212,7 +212,10 @@ static void prm__clear_progress(void) {
 int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err) {
   prm__session_t s;
   unsigned flags = PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0);
-  int rc = prm__session_open(o, flags, o->load, PRM_SPLIT_TRAIN, &s, err);
+  /* auto_continue_train: the weights come from the resumed checkpoint (or
+   * the seed, when there is none yet), not from a plain load. */
+  int resume = o->auto_continue && o->load && !o->finetune;
+  int rc = prm__session_open(o, flags, resume ? NULL : o->load, PRM_SPLIT_TRAIN, &s, err);
   if (rc) return rc;
   prm_llama_t *m = s.model;
   FILE *events = NULL;
@@ -230,9 +233,27 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     free(path);
     if (rc) goto done;
   }
-  if (s.loaded_iter > 0)
-    PRM_INFO("starting from the weights of iteration %lld with a fresh optimizer (exact resume "
-             "of optimizer and data state is not implemented yet)",
+  prm_ckpt_state_t st = {.seed = o->seed};
+  if (resume) {
+    if ((rc = prm_ckpt_resume(m, o->load, adam_m, adam_v, &st, err))) goto done;
+    if (st.iteration == 0) {
+      /* Nothing complete to resume from: start afresh, whatever a rejected
+       * candidate may have loaded on the way. */
+      PRM_INFO("auto_continue_train: no complete checkpoint in %s; starting at step 1", o->load);
+      prm_llama_init(m, (uint64_t)o->seed);
+      memset(adam_m, 0, obytes);
+      memset(adam_v, 0, obytes);
+    } else if (st.consumed_samples != st.iteration * o->global_batch) {
+      rc = prm_errf(err, PRM_ECONFIG,
+                    "%s: %lld samples consumed in %lld steps, but global_batch_size is %lld now",
+                    o->load, (long long)st.consumed_samples, (long long)st.iteration,
+                    (long long)o->global_batch);
+      goto done;
+    }
+  }
+  if (s.loaded_iter > 0 && !resume)
+    PRM_INFO("starting at step 1 from the weights of iteration %lld with a fresh optimizer "
+             "(auto_continue_train: true resumes the optimizer and the data position too)",
              (long long)s.loaded_iter);
   if (o->ckpt_keep > 0 && o->save)
     PRM_WARN("ckpt_keep: %lld is not implemented yet; every checkpoint is kept",
@@ -269,7 +290,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
                       (double)o->seq_length;
   int64_t tokens_step = o->global_batch * o->seq_length;
   double t_train = prm_time_now();
-  for (int64_t step = 1; step <= o->train_iters; step++) {
+  for (int64_t step = st.iteration + 1; step <= o->train_iters; step++) {
     double t0 = prm_time_now();
     double loss = prm__accumulate(&s, o, step - 1);
     double norm = prm__grad_norm(m);
@@ -323,7 +344,10 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     }
     if (o->save && (step % o->save_interval == 0 || step == o->train_iters)) {
       double ts = prm_time_now();
-      if ((rc = prm_ckpt_save(m, o->save, step, o->tokenizer_type, o->tokenizer_model, err))) goto done;
+      prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
+                              .seed = o->seed, .adam_m = adam_m, .adam_v = adam_v};
+      if ((rc = prm_ckpt_save(m, o->save, step, o->tokenizer_type, o->tokenizer_model, &now, err)))
+        goto done;
       PRM_INFO("saved checkpoint %s/iter_%07lld in %.2f s", o->save, (long long)step, prm_time_now() - ts);
       if (events) {
         fprintf(events, "{\"event\":\"checkpoint\",\"step\":%lld,\"seconds\":%.3f}\n", (long long)step,
@@ -332,7 +356,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       }
     }
   }
-  PRM_INFO("trained %lld steps in %.1f s", (long long)o->train_iters, prm_time_now() - t_train);
+  PRM_INFO("trained %lld steps in %.1f s", (long long)(o->train_iters - st.iteration),
+           prm_time_now() - t_train);
 done:
   if (events) fclose(events);
   prm_mem_free(PRM_MEM_OPTIM, adam_m, obytes);

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Bit-exact resume: training 0 -> 8 in one go, and 0 -> 5, stop, then 5 -> 8
+# with auto_continue_train, give byte-identical weights, optimizer state and
+# per-step losses. A checkpoint without DONE, or with a damaged optimizer
+# file, is skipped with a warning naming it, and the one before is used.
+source "$(dirname "$0")/lib.sh"
+cd "$T"
+export OMP_NUM_THREADS=2
+awk 'BEGIN { srand(5); split("the a jury said grand county election was to of and in that", w, " ");
+  for (p = 0; p < 80; p++) { s = ""; for (i = 0; i < 30; i++) s = s w[1 + int(rand() * 13)] " ";
+    print s; print "" } }' > corpus.txt
+
+exp() { # NAME SAVE
+  { exp_header "$1"; cat <<Y
+      hidden_size: 32
+      num_layers: 2
+      num_attention_heads: 4
+      num_query_groups: 2
+      ffn_hidden_size: 64
+      seq_length: 32
+      max_position_embeddings: 64
+      data_path: $T/corpus.txt
+      split: "95,5,0"
+      micro_batch_size: 2
+      global_batch_size: 4
+      train_iters: 8
+      lr: 3.0e-3
+      lr_warmup_iters: 2
+      lr_decay_iters: 8
+      eval_iters: 0
+      log_interval: 1
+      save: $2
+      load: $2
+      save_interval: 5
+      auto_continue_train: true
+Y
+  } > "$1.yaml"
+}
+losses() { cat "$@" | grep '^{"step"' | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
+newest_run() { ls -d "$T"/ws/team/tester/"$1"/run-* | tail -1; }
+
+exp full "$T/full"
+run train pretrain --config full.yaml
+expect_rc "0 -> 8 in one go" 0
+expect_in "nothing to resume at first" "no complete checkpoint" "$ERR"
+FULL_EV=$(newest_run full)/events.jsonl
+
+exp split "$T/split"
+run train pretrain --config split.yaml train_iters=5
+expect_rc "0 -> 5" 0
+FIRST_EV=$(newest_run split)/events.jsonl
+for f in model.safetensors config.json optim-rank-00000.bin state-rank-00000.json DONE; do
+  expect_file "checkpoint has $f" "$T/split/iter_0000005/$f"
+done
+expect_in "state records the data position" '"consumed_samples": 20' "$(cat "$T/split/iter_0000005/state-rank-00000.json")"
+sleep 1
+run train pretrain --config split.yaml
+expect_rc "5 -> 8, resumed" 0
+expect_in "says where it resumed" "resuming from $T/split/iter_0000005 (iteration 5" "$ERR"
+SECOND_EV=$(newest_run split)/events.jsonl
+expect_eq "steps 6..8 only in the second run" "$(losses "$SECOND_EV" | cut -d' ' -f1 | tr '\n' ' ')" "6 7 8 "
+for f in model.safetensors optim-rank-00000.bin state-rank-00000.json; do
+  if cmp -s "$T/full/iter_0000008/$f" "$T/split/iter_0000008/$f"; then ok "$f byte-identical to the uninterrupted run"
+  else bad "$f differs from the uninterrupted run"; fi
+done
+expect_eq "every step's loss identical" "$(losses "$FIRST_EV" "$SECOND_EV")" "$(losses "$FULL_EV")"
+
+# A torn checkpoint (no DONE) and a damaged optimizer file are never loaded.
+rm "$T/split/iter_0000008/DONE"
+sleep 1
+run train pretrain --config split.yaml train_iters=9 save_interval=100
+expect_rc "resume past a torn checkpoint" 0
+expect_in "names the torn folder" "iter_0000008: no DONE marker" "$ERR"
+expect_in "uses the one before" "resuming from $T/split/iter_0000005" "$ERR"
+printf 'x' | dd of="$T/full/iter_0000008/optim-rank-00000.bin" bs=1 seek=1000 conv=notrunc 2>/dev/null
+sleep 1
+run train pretrain --config full.yaml train_iters=9 save_interval=100
+expect_rc "resume past a damaged optimizer file" 0
+expect_in "names the checksum" "optim-rank-00000.bin: checksum mismatch" "$ERR"
+expect_in "falls back to iteration 5" "resuming from $T/full/iter_0000005" "$ERR"
+finish
