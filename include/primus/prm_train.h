@@ -83,6 +83,10 @@ int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokeniz
 int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
                   const char *tokenizer_type, const char *tokenizer_model,
                   const prm_ckpt_state_t *st, prm_err_t *err);
+/* ckpt_keep: keeps the `keep` newest complete checkpoints (with DONE) under
+ * SAVE and removes older complete ones; folders without DONE are left for a
+ * person to look at. Call it only after a new checkpoint is complete. */
+int prm_ckpt_prune(const char *save, int64_t keep, prm_err_t *err);
 /* Reads the optimizer file and state of DIR into adam_m/adam_v (nparams
  * each) and *st (its pointers untouched). Every size is checked against
  * the model and the payload against its CRC: PRM_EPARSE naming the file. */

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define PRM__OPT_MAGIC "PRMOPTIM"
@@ -179,4 +180,28 @@ int prm_ckpt_resume(prm_llama_t *m, const char *save, float *adam_m, float *adam
   prm_argv_free(&names);
   st->iteration = st->consumed_samples = 0;
   return 0;
+}
+
+int prm_ckpt_prune(const char *save, int64_t keep, prm_err_t *err) {
+  if (keep <= 0) return 0;
+  prm_argv_t names = {0};
+  int rc = prm_fs_list_dir(save, &names, err);
+  if (rc) return rc;
+  qsort(names.v, (size_t)names.n, sizeof *names.v, prm__by_name_desc); /* newest first */
+  int64_t complete = 0;
+  for (int i = 0; i < names.n; i++) {
+    if (!prm_startswith(names.v[i], "iter_") || strchr(names.v[i], '.')) continue;
+    char *dir = prm_path_join(save, names.v[i]), *done = prm_path_join(dir, "DONE");
+    if (prm_fs_exists(done) && ++complete > keep) {
+      /* DONE goes first: a removal cut short leaves a folder that resume
+       * skips, never one that looks complete. */
+      unlink(done);
+      prm_fs_rm_rf(dir);
+      PRM_INFO("ckpt_keep %lld: removed %s", (long long)keep, dir);
+    }
+    free(done);
+    free(dir);
+  }
+  prm_argv_free(&names);
+  return prm_fs_fsync_dir(save, err);
 }

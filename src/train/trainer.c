@@ -255,9 +255,6 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     PRM_INFO("starting at step 1 from the weights of iteration %lld with a fresh optimizer "
              "(auto_continue_train: true resumes the optimizer and the data position too)",
              (long long)s.loaded_iter);
-  if (o->ckpt_keep > 0 && o->save)
-    PRM_WARN("ckpt_keep: %lld is not implemented yet; every checkpoint is kept",
-             (long long)o->ckpt_keep);
 
   /* What this run is, and what it costs. */
   const prm_llama_config_t *c = &m->cfg;
@@ -348,6 +345,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
                               .seed = o->seed, .adam_m = adam_m, .adam_v = adam_v};
       if ((rc = prm_ckpt_save(m, o->save, step, o->tokenizer_type, o->tokenizer_model, &now, err)))
         goto done;
+      if ((rc = prm_ckpt_prune(o->save, o->ckpt_keep, err))) goto done;
       PRM_INFO("saved checkpoint %s/iter_%07lld in %.2f s", o->save, (long long)step, prm_time_now() - ts);
       if (events) {
         fprintf(events, "{\"event\":\"checkpoint\",\"step\":%lld,\"seconds\":%.3f}\n", (long long)step,

@@ -78,4 +78,10 @@ run train pretrain --config full.yaml train_iters=9 save_interval=100
 expect_rc "resume past a damaged optimizer file" 0
 expect_in "names the checksum" "optim-rank-00000.bin: checksum mismatch" "$ERR"
 expect_in "falls back to iteration 5" "resuming from $T/full/iter_0000005" "$ERR"
+# ckpt_keep: only the newest complete checkpoints stay; a torn one is left.
+exp keep "$T/keep"
+run train pretrain --config keep.yaml save_interval=2 ckpt_keep=2
+expect_rc "train with ckpt_keep 2" 0
+expect_eq "the two newest remain" "$(ls "$T/keep" | tr '\n' ' ')" "iter_0000006 iter_0000008 latest_checkpointed_iteration.txt "
+expect_in "says what it removed" "ckpt_keep 2: removed $T/keep/iter_0000002" "$ERR"
 finish
