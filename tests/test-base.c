@@ -20,6 +20,7 @@ static void test_errors(void **state) {
   assert_int_equal(prm_exit_code(PRM_EDEP), 1);
   assert_int_equal(prm_exit_code(PRM_EINVAL), 2);
   assert_int_equal(prm_exit_code(PRM_ERUNTIME), 3);
+  assert_int_equal(prm_exit_code(PRM_EPREEMPTED), 4);
   assert_int_equal(prm_exit_code(12345), 3);
 }
 

@@ -23,7 +23,8 @@ extern "C" {
 
 /* One list makes the enum, prm_errname, prm_strerror and the exit code.
  * Exit codes are the CLI's contract: 0 ok, 1 missing dependency or library,
- * 2 bad arguments or config, 3 runtime failure. */
+ * 2 bad arguments or config, 3 runtime failure, 4 preempted (a signal asked
+ * training to stop; a checkpoint was saved, so a rerun resumes). */
 #define PRM_ERRNO_MAP(X)                                                     \
   X(EINVAL, 2, "invalid argument")                                           \
   X(ECONFIG, 2, "bad configuration")                                         \
@@ -38,7 +39,8 @@ extern "C" {
   X(ECHILD, 3, "child process failed")                                       \
   X(EHOOK, 3, "hook failed")                                                 \
   X(ERUNTIME, 3, "runtime failure")                                          \
-  X(EINTERNAL, 3, "internal error")
+  X(EINTERNAL, 3, "internal error")                                          \
+  X(EPREEMPTED, 4, "preempted")
 
 typedef enum {
   PRM_OK = 0,

@@ -20,7 +20,7 @@ extern char **environ;
  * of mutable global state here, because a signal handler has no context. */
 static volatile sig_atomic_t prm__fwd_child;
 
-static const int prm__fwd_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+static const int prm__fwd_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 #define PRM__NFWD ((int)(sizeof prm__fwd_signals / sizeof prm__fwd_signals[0]))
 
 static void prm__fwd_handler(int sig, siginfo_t *info, void *uctx) {

@@ -7,6 +7,7 @@
 #include "train-impl.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -209,8 +210,16 @@ static void prm__clear_progress(void) {
   if (isatty(STDERR_FILENO)) fputs("\r\033[K", stderr);
 }
 
+/* The one global the trainer has: the preemption signal, set by the
+ * handler, read between steps. */
+static volatile sig_atomic_t prm__preempt_signal;
+
+static void prm__on_preempt(int sig) { prm__preempt_signal = sig; }
+
 int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err) {
   prm__session_t s;
+  struct sigaction sa, old_term, old_usr1;
+  int handlers = 0; /* the preemption handlers are installed */
   unsigned flags = PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0);
   /* auto_continue_train: the weights come from the resumed checkpoint (or
    * the seed, when there is none yet), not from a plain load. */
@@ -287,6 +296,16 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
                       (double)o->seq_length;
   int64_t tokens_step = o->global_batch * o->seq_length;
   double t_train = prm_time_now();
+  /* Preemption (a scheduler's SIGTERM, Slurm's --signal=USR1): the step in
+   * flight finishes, a checkpoint is saved, and the run exits with 4. */
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = prm__on_preempt;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  prm__preempt_signal = 0;
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGUSR1, &sa, &old_usr1);
+  handlers = 1;
   for (int64_t step = st.iteration + 1; step <= o->train_iters; step++) {
     double t0 = prm_time_now();
     double loss = prm__accumulate(&s, o, step - 1);
@@ -339,7 +358,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         }
       }
     }
-    if (o->save && (step % o->save_interval == 0 || step == o->train_iters)) {
+    int preempted = prm__preempt_signal != 0;
+    if (o->save && (step % o->save_interval == 0 || step == o->train_iters || preempted)) {
       double ts = prm_time_now();
       prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
                               .seed = o->seed, .adam_m = adam_m, .adam_v = adam_v};
@@ -353,10 +373,30 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         fflush(events);
       }
     }
+    if (preempted && step < o->train_iters) {
+      int sig = (int)prm__preempt_signal;
+      if (events) {
+        fprintf(events, "{\"event\":\"preempted\",\"step\":%lld,\"signal\":\"%s\"}\n",
+                (long long)step, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM");
+        fflush(events);
+      }
+      rc = o->save ? prm_errf(err, PRM_EPREEMPTED,
+                              "preempted by %s after step %lld: checkpoint saved in %s; rerun "
+                              "with auto_continue_train: true to resume",
+                              sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", (long long)step, o->save)
+                   : prm_errf(err, PRM_EPREEMPTED,
+                              "preempted by %s after step %lld; no checkpoint (save is not set)",
+                              sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", (long long)step);
+      goto done;
+    }
   }
   PRM_INFO("trained %lld steps in %.1f s", (long long)(o->train_iters - st.iteration),
            prm_time_now() - t_train);
 done:
+  if (handlers) {
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
+  }
   if (events) fclose(events);
   prm_mem_free(PRM_MEM_OPTIM, adam_m, obytes);
   prm_mem_free(PRM_MEM_OPTIM, adam_v, obytes);

@@ -84,4 +84,36 @@ run train pretrain --config keep.yaml save_interval=2 ckpt_keep=2
 expect_rc "train with ckpt_keep 2" 0
 expect_eq "the two newest remain" "$(ls "$T/keep" | tr '\n' ' ')" "iter_0000006 iter_0000008 latest_checkpointed_iteration.txt "
 expect_in "says what it removed" "ckpt_keep 2: removed $T/keep/iter_0000002" "$ERR"
+# Preemption: SIGTERM to the launcher mid-run finishes the step, saves a
+# checkpoint and exits 4; the rerun resumes and ends byte-identical to an
+# uninterrupted run.
+LONG=(train_iters=400 lr_decay_iters=400 save_interval=1000 log_interval=100)
+exp ref "$T/ref"
+run train pretrain --config ref.yaml "${LONG[@]}"
+expect_rc "uninterrupted 400 steps" 0
+exp pre "$T/pre"
+"$PRIMUS_BIN" train pretrain --config pre.yaml "${LONG[@]}" 2>"$T/pre.err" &
+pid=$!
+EV=
+for _ in $(seq 400); do
+  EV=$(ls "$T"/ws/team/tester/pre/run-*/events.jsonl 2>/dev/null | tail -1)
+  [[ -n $EV ]] && (($(grep -c '^{"step"' "$EV") >= 3)) && break
+  sleep 0.05
+done
+kill -TERM "$pid"
+wait "$pid"
+RC=$?
+expect_eq "preempted run exits 4" "$RC" 4
+expect_in "says it was preempted and saved" "preempted by SIGTERM after step" "$(cat "$T/pre.err")"
+STOP=$(grep '"event":"preempted"' "$EV" | sed 's/.*"step":\([0-9]*\).*/\1/')
+if [[ -n $STOP ]] && ((STOP < 400)); then ok "stopped at step $STOP"; else bad "no preempted event: '$STOP'"; fi
+expect_file "a complete checkpoint at the stop" "$T/pre/$(printf 'iter_%07d' "${STOP:-0}")/DONE"
+run train pretrain --config pre.yaml "${LONG[@]}"
+expect_rc "the rerun resumes" 0
+expect_in "from the preemption checkpoint" "(iteration $STOP," "$ERR"
+if cmp -s "$T/pre/iter_0000400/model.safetensors" "$T/ref/iter_0000400/model.safetensors"; then
+  ok "weights after preemption and resume are byte-identical"
+else
+  bad "weights after preemption and resume differ"
+fi
 finish
