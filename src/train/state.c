@@ -25,6 +25,8 @@ typedef struct {
   uint32_t crc, zero;
 } prm__opt_hdr_t;
 _Static_assert(sizeof(prm__opt_hdr_t) == 40, "optimizer header layout");
+/* The header and moments are written as the CPU holds them. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the optimizer file is little-endian");
 
 static uint32_t prm__crc(uint32_t crc, const void *p, size_t n) {
   const unsigned char *b = p;
