@@ -242,6 +242,11 @@ int prm_fs_list_dir(const char *dir, prm_argv_t *out, prm_err_t *err);
 /* Recursively removes a tree (used by tests and temp folders). */
 int prm_fs_rm_rf(const char *path);
 
+/* A path inside primus' cache folder (npm data, the demo corpus, the FMA
+ * peak): $PRIMUS_CACHE, else $HOME/.cache/primus, the same rule as
+ * scripts/deps.sh. Caller frees. */
+char *prm_cache_path(const char *rel);
+
 /* The project's home: the folder holding configs/, platforms/ and hooks/.
  * $PRIMUS_HOME, else the folder above the binary when it has configs/,
  * else <prefix>/share/primus, else the source tree. Never NULL. */

@@ -318,3 +318,10 @@ const char *prm_home(void) {
   return home = prm_xstrdup(".");
 #endif
 }
+
+char *prm_cache_path(const char *rel) {
+  const char *cache = getenv("PRIMUS_CACHE");
+  if (cache && *cache) return prm_path_join(cache, rel);
+  const char *home = getenv("HOME");
+  return prm_xasprintf("%s/.cache/primus/%s", home && *home ? home : ".", rel);
+}

@@ -16,10 +16,9 @@
 
 int prm_bpe_byte_char(unsigned char b) {
   if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) return b;
-  int n = 0; /* the n-th unprintable byte maps to 256 + n */
-  for (int c = 0; c < b; c++)
-    if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174)) n++;
-  return 256 + n;
+  /* The n-th unprintable byte maps to 256 + n: 0..32 are the first 33,
+   * 127..160 the next 34, 173 the last. */
+  return 256 + (b <= 32 ? b : b <= 160 ? b - 94 : 67);
 }
 
 static void prm__utf8(prm_sb_t *sb, int cp) {

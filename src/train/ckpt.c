@@ -63,14 +63,12 @@ int prm_ckpt_read_config(const char *dir, prm_llama_config_t *c, char *tokenizer
 /* Writing                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Copies a HuggingFaceTokenizer's tokenizer.json into dir. */
+/* Copies a HuggingFaceTokenizer's tokenizer.json (the file or its folder)
+ * into dir. */
 static int prm__copy_tokenizer(const char *model, const char *dir, prm_err_t *err) {
   char *src = prm_fs_is_dir(model) ? prm_path_join(model, "tokenizer.json") : prm_xstrdup(model);
-  char *dst = prm_path_join(dir, "tokenizer.json"), *data = NULL;
-  size_t len = 0;
-  int rc = prm_fs_read_all(src, &data, &len, err);
-  if (!rc) rc = prm_fs_write_atomic(dst, data, len, err);
-  free(data);
+  char *dst = prm_path_join(dir, "tokenizer.json");
+  int rc = prm_fs_copy(src, dst, err);
   free(dst);
   free(src);
   return rc;

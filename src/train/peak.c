@@ -83,21 +83,13 @@ static void prm__cpu_model(char *buf, size_t n) {
   fclose(f);
 }
 
-static char *prm__cache_path(void) {
-  const char *dir = getenv("PRIMUS_CACHE");
-  if (dir && *dir) return prm_path_join(dir, "peak-fp32.txt");
-  const char *xdg = getenv("XDG_CACHE_HOME");
-  if (xdg && *xdg) return prm_xasprintf("%s/primus/peak-fp32.txt", xdg);
-  const char *home = getenv("HOME");
-  return home ? prm_xasprintf("%s/.cache/primus/peak-fp32.txt", home) : NULL;
-}
 
 double prm_peak_gflops_per_core(void) {
   char model[256];
   prm__cpu_model(model, sizeof model);
-  char *path = prm__cache_path();
+  char *path = prm_cache_path("peak-fp32.txt");
   char *text = NULL;
-  if (path && prm_fs_read_all(path, &text, NULL, NULL) == 0) {
+  if (prm_fs_read_all(path, &text, NULL, NULL) == 0) {
     /* "<gflops>\t<cpu model>\n" */
     char *tab = strchr(text, '\t');
     double g;
@@ -112,7 +104,7 @@ double prm_peak_gflops_per_core(void) {
   }
   free(text);
   double g = prm__measure();
-  if (path && g > 0) {
+  if (g > 0) {
     char *dir = prm_path_dirname(path);
     char *line = prm_xasprintf("%.1f\t%s\n", g, model);
     if (prm_fs_mkdir_p(dir, 0755, NULL) == 0) prm_fs_write_atomic(path, line, strlen(line), NULL);

@@ -66,6 +66,20 @@ modules:
 Y
 }
 
+# tiny_model: the model overrides most training tests share (hidden 32, two
+# layers, GQA 4/2, ffn 64, seq 32), indented for `overrides:`.
+tiny_model() {
+  cat <<Y
+      hidden_size: 32
+      num_layers: 2
+      num_attention_heads: 4
+      num_query_groups: 2
+      ffn_hidden_size: 64
+      seq_length: 32
+      max_position_embeddings: 64
+Y
+}
+
 finish() {
   echo "$_pass passed, $_fail failed"
   [[ $_fail == 0 ]]

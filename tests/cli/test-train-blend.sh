@@ -22,14 +22,7 @@ corpus 7 the a jury said grand county election was to of and > "$T/data/a.txt"
 corpus 11 in that for it on by city river stone bright quiet > "$T/data/b.txt"
 
 exp() { # NAME SEED DATA_PATH [SHUFFLE]
-  { exp_header "$1"; cat <<Y
-      hidden_size: 32
-      num_layers: 2
-      num_attention_heads: 4
-      num_query_groups: 2
-      ffn_hidden_size: 64
-      seq_length: 32
-      max_position_embeddings: 64
+  { exp_header "$1"; tiny_model; cat <<Y
       data_path: $3
       split: "90,10,0"
       data_shuffle: ${4:-true}

@@ -11,14 +11,7 @@ awk 'BEGIN { srand(5); split("the a jury said grand county election was to of an
     print s; print "" } }' > corpus.txt
 
 exp() { # NAME SAVE
-  { exp_header "$1"; cat <<Y
-      hidden_size: 32
-      num_layers: 2
-      num_attention_heads: 4
-      num_query_groups: 2
-      ffn_hidden_size: 64
-      seq_length: 32
-      max_position_embeddings: 64
+  { exp_header "$1"; tiny_model; cat <<Y
       data_path: $T/corpus.txt
       split: "95,5,0"
       micro_batch_size: 2

@@ -17,14 +17,7 @@ awk 'BEGIN { srand(7); split("the a jury said grand county election was to of an
       s = s line ". " }
     print s; print "" } }' > "$T/corpus.txt"
 
-{ exp_header tiny; cat <<Y
-      hidden_size: 32
-      num_layers: 2
-      num_attention_heads: 4
-      num_query_groups: 2
-      ffn_hidden_size: 64
-      seq_length: 32
-      max_position_embeddings: 64
+{ exp_header tiny; tiny_model; cat <<Y
       data_path: $T/corpus.txt
       split: "90,10,0"
       data_shuffle: false
