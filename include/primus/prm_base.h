@@ -122,6 +122,14 @@ void prm_log_close_file(void); /* closes both */
 void prm_log(prm_log_level_t level, const char *fmt, ...) PRM_PRINTF(2, 3);
 void prm_vlog(prm_log_level_t level, const char *fmt, va_list ap);
 
+/* A one-line progress bar on stderr, drawn only when stderr is a terminal
+ * (rank 0): "[#####---------------]  25% <text>"; fraction < 0 draws the
+ * text alone. A log line replaces the bar (the next draw brings it back);
+ * prm_progress_end keeps the last one and moves to a new line. */
+int prm_progress_tty(void);
+void prm_progress(double fraction, const char *fmt, ...) PRM_PRINTF(2, 3);
+void prm_progress_end(void);
+
 #define PRM_DEBUG(...) prm_log(PRM_LOG_DEBUG, __VA_ARGS__)
 #define PRM_INFO(...) prm_log(PRM_LOG_INFO, __VA_ARGS__)
 #define PRM_WARN(...) prm_log(PRM_LOG_WARN, __VA_ARGS__)

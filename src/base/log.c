@@ -14,7 +14,8 @@ static struct {
   int color;
   FILE *file; /* this rank's log file */
   FILE *tee;  /* a second file the user asked for (--log-file) */
-} prm__log = {PRM_LOG_INFO, 0, 1, -1, NULL, NULL};
+  int bar;    /* a progress bar is on the console's last line */
+} prm__log = {PRM_LOG_INFO, 0, 1, -1, NULL, NULL, 0};
 
 static const char *const prm__level_names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 _Static_assert(sizeof(prm__level_names) / sizeof(prm__level_names[0]) ==
@@ -91,6 +92,10 @@ void prm_vlog(prm_log_level_t level, const char *fmt, va_list ap) {
   int show = prm__log.rank == 0 || prm__log.rank == prm__log.world - 1 ||
              level >= PRM_LOG_ERROR;
   if (!show) return;
+  if (prm__log.bar) { /* the line replaces the bar; the next draw brings it back */
+    fputs("\r\033[K", stderr);
+    prm__log.bar = 0;
+  }
   if (prm__log_color())
     fprintf(stderr, "%s[%s] [rank %d/%d %s] [%s] %s\033[0m\n",
             prm__level_colors[level], ts, prm__log.rank, prm__log.world,
@@ -105,4 +110,36 @@ void prm_log(prm_log_level_t level, const char *fmt, ...) {
   va_start(ap, fmt);
   prm_vlog(level, fmt, ap);
   va_end(ap);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Progress bar                                                              */
+/* ------------------------------------------------------------------------ */
+
+int prm_progress_tty(void) { return isatty(STDERR_FILENO); }
+
+void prm_progress(double fraction, const char *fmt, ...) {
+  if (!prm_progress_tty() || prm__log.rank != 0) return;
+  char bar[40] = "";
+  if (fraction >= 0) { /* [#####---------------]  25% */
+    if (fraction > 1) fraction = 1;
+    int fill = (int)(fraction * 20);
+    bar[0] = '[';
+    for (int i = 0; i < 20; i++) bar[i + 1] = i < fill ? '#' : '-';
+    snprintf(bar + 21, sizeof bar - 21, "] %3d%% ", (int)(fraction * 100));
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "\r\033[K%s", bar);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fflush(stderr);
+  prm__log.bar = 1;
+}
+
+void prm_progress_end(void) {
+  if (!prm__log.bar) return;
+  fputc('\n', stderr);
+  fflush(stderr);
+  prm__log.bar = 0;
 }

@@ -57,7 +57,6 @@ typedef struct {
   int32_t eod, bos; /* bos < 0: none */
   int workers;
   double t0, last_draw;
-  int drawn; /* the TTY bar is on screen */
   int64_t total_raw; /* the inputs' sizes (0: unknown, e.g. a FIFO) */
   int64_t raw_done;  /* of which read; written by the reader, read atomically */
   int64_t raw_files; /* the sizes of the inputs read to the end (reader only) */
@@ -166,22 +165,15 @@ static void prm__progress(prm__pp_t *p, int final) {
   if (o->progress_tty) {
     if (!final && now - p->last_draw < 0.1) return;
     p->last_draw = now;
-    char bar[32] = "";
-    if (p->total_raw > 0) { /* [#####-----]  50% */
+    double f = -1;
+    if (p->total_raw > 0) {
       int64_t done = __atomic_load_n(&p->raw_done, __ATOMIC_RELAXED);
-      double f = final ? 1.0 : (double)done / (double)p->total_raw;
-      if (f > 1) f = 1;
-      int fill = (int)(f * 20);
-      for (int i = 0; i < 20; i++) bar[i + 1] = i < fill ? '#' : '-';
-      bar[0] = '[';
-      snprintf(bar + 21, sizeof bar - 21, "] %3d%% ", (int)(f * 100));
+      f = final ? 1.0 : (double)done / (double)p->total_raw;
     }
-    fprintf(stderr, "\r\033[Kpreprocess %s%lld docs, %.1f MB, %.1f MB/s, %.2fM tokens/s", bar,
-            (long long)st->documents, (double)st->bytes / 1e6, (double)st->bytes / 1e6 / dt,
-            (double)st->tokens / 1e6 / dt);
-    if (final) fputc('\n', stderr);
-    fflush(stderr);
-    p->drawn = !final;
+    prm_progress(f, "preprocess %lld docs, %.1f MB, %.1f MB/s, %.2fM tokens/s",
+                 (long long)st->documents, (double)st->bytes / 1e6, (double)st->bytes / 1e6 / dt,
+                 (double)st->tokens / 1e6 / dt);
+    if (final) prm_progress_end();
   } else if (!final) {
     PRM_INFO("preprocess: %lld documents, %lld tokens, %.1f MB, %.1f MB/s, %.2fM tokens/s",
              (long long)st->documents, (long long)st->tokens, (double)st->bytes / 1e6,
@@ -532,7 +524,7 @@ int prm_preprocess_run(const prm_preprocess_opts_t *o, prm_preprocess_stats_t *s
 fail_write:
   prm_idx_writer_abort(p.w);
 fail_finish:
-  if (p.drawn) fputc('\n', stderr);
+  prm_progress_end(); /* keep the last bar above the error */
 fail_tok:
   prm_tokenizer_free(tok);
 fail_files:

@@ -195,21 +195,6 @@ int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *
 /* train pretrain                                                            */
 /* ------------------------------------------------------------------------ */
 
-static void prm__progress(int64_t step, int64_t total, double loss) {
-  if (!isatty(STDERR_FILENO)) return;
-  int width = 30, done = (int)((double)width * (double)step / (double)total);
-  char bar[64];
-  for (int i = 0; i < width; i++) bar[i] = i < done ? '#' : '.';
-  bar[width] = 0;
-  fprintf(stderr, "\r[%s] %lld/%lld loss %.4f ", bar, (long long)step, (long long)total, loss);
-  if (step == total) fputc('\n', stderr);
-  fflush(stderr);
-}
-
-static void prm__clear_progress(void) {
-  if (isatty(STDERR_FILENO)) fputs("\r\033[K", stderr);
-}
-
 /* The one global the trainer has: the preemption signal, set by the
  * handler, read between steps. */
 static volatile sig_atomic_t prm__preempt_signal;
@@ -339,12 +324,12 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       double tflops = flops_step / (ms / 1e3) / 1e12;
       char rss[32];
       prm_fmt_bytes(rss, sizeof rss, (double)prm_mem_rss());
-      prm__clear_progress();
       PRM_INFO("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.1f ms | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | rss %s",
                (long long)step, (long long)o->train_iters, loss, lr, norm, ms, tps, tflops,
                peak > 0 ? 100.0 * tflops * 1e3 / peak : 0.0, rss);
     } else {
-      prm__progress(step, o->train_iters, loss);
+      prm_progress((double)step / (double)o->train_iters, "%lld/%lld loss %.4f",
+                   (long long)step, (long long)o->train_iters, loss);
     }
     if (o->eval_iters > 0 && step % o->eval_interval == 0) {
       prm_eval_result_t ev;
