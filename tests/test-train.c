@@ -1,11 +1,13 @@
 /* test-train.c - the trainer's pieces that need no data: the learning-rate
  * schedule, checkpoints that load back to identical bytes, and the errors a
  * bad checkpoint folder gives (missing tensor, wrong shape, truncated
- * file, mismatched config). */
+ * file, mismatched config), the fault plan of PRIMUS_FAULT_INJECT, and the
+ * bad-step detector. */
 #define _GNU_SOURCE
 #include "testlib.h"
 #include "primus/prm_io.h"
 #include "primus/prm_train.h"
+#include "train/train-impl.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -254,6 +256,80 @@ static void test_flops(void **state) {
   assert_true(prm_peak_gflops_per_core() >= 0);
 }
 
+/* The fault plan: kinds, keys, defaults, errors naming the item; a fault
+ * fires once, on its rank, attempt and step only. */
+static void test_fault_plan(void **state) {
+  (void)state;
+  prm_err_t err = {0};
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  unsetenv("PMIX_RANK");
+  unsetenv("SLURM_PROCID");
+  unsetenv("PRIMUS_RESTART");
+  assert_int_equal(prm__faults_load(NULL, &err), 0);
+  assert_false(prm__fault_due(PRM__FAULT_CRASH, 1));
+  assert_int_equal(prm__faults_load("crash:rank=1:step=3, nan:step=5,ckpt_crash:step=4:attempt=any,hang", &err), 0);
+  assert_false(prm__fault_due(PRM__FAULT_CRASH, 3)); /* rank 1 only; this is rank 0 */
+  assert_false(prm__fault_due(PRM__FAULT_NAN, 4));
+  assert_true(prm__fault_due(PRM__FAULT_NAN, 5));
+  assert_false(prm__fault_due(PRM__FAULT_NAN, 5)); /* once */
+  assert_true(prm__fault_due(PRM__FAULT_HANG, 1)); /* step defaults to 1 */
+  assert_true(prm__fault_due(PRM__FAULT_CKPT_CRASH, 4));
+  setenv("PRIMUS_RESTART", "1", 1);
+  assert_int_equal(prm__faults_load("nan:step=2,ckpt_crash:step=4:attempt=any,crash:step=2:attempt=1", &err), 0);
+  assert_false(prm__fault_due(PRM__FAULT_NAN, 2)); /* attempt 0 only */
+  assert_true(prm__fault_due(PRM__FAULT_CKPT_CRASH, 4));
+  assert_true(prm__fault_due(PRM__FAULT_CRASH, 2));
+  unsetenv("PRIMUS_RESTART");
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  assert_int_equal(prm__faults_load("crash:rank=1:step=3", &err), 0);
+  assert_true(prm__fault_due(PRM__FAULT_CRASH, 3));
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  static const struct {
+    const char *spec, *needle;
+  } bad[] = {
+      {"boom:step=1", "unknown fault \"boom\""},
+      {"crash:step=x", "\"crash:step=x\""},
+      {"crash:step=0", "step=0"},
+      {"nan:when=3", "when=3"},
+      {"crash:rank", "\"crash:rank\""},
+      {"nan:step=2,,hang:step", "\"hang:step\""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    memset(&err, 0, sizeof err);
+    assert_int_equal(prm__faults_load(bad[i].spec, &err), PRM_EINVAL);
+    assert_non_null(strstr(err.msg, "PRIMUS_FAULT_INJECT"));
+    if (!strstr(err.msg, bad[i].needle)) fail_msg("%s: \"%s\" not in: %s", bad[i].spec, bad[i].needle, err.msg);
+    assert_false(prm__fault_due(PRM__FAULT_NAN, 2)); /* a refused plan plants nothing */
+  }
+  prm__faults_load(NULL, &err);
+}
+
+/* Bad steps: NaN/Inf always; spikes only with a z-score threshold and a
+ * full enough window, measured against the sample standard deviation. */
+static void test_bad_steps(void **state) {
+  (void)state;
+  prm__bad_t b;
+  double z;
+  prm__bad_reset(&b, 0);
+  assert_string_equal(prm__bad_check(&b, NAN, 1.0, &z), "nan");
+  assert_string_equal(prm__bad_check(&b, 1.0, INFINITY, &z), "nan");
+  for (int i = 0; i < 20; i++) prm__bad_push(&b, 5.0 + (i % 2 ? 0.1 : -0.1));
+  assert_null(prm__bad_check(&b, 100.0, 1.0, &z)); /* spike detection off */
+  prm__bad_reset(&b, 4.0);
+  for (int i = 0; i < PRM__BAD_MIN - 1; i++) prm__bad_push(&b, 5.0 + (i % 2 ? 0.1 : -0.1));
+  assert_null(prm__bad_check(&b, 100.0, 1.0, &z)); /* too few steps to judge */
+  prm__bad_push(&b, 5.1);
+  /* Window: 5 x 4.9 and 5 x 5.1: mean 5.0, sample sd 0.1 * sqrt(10/9). */
+  double sd = 0.1 * sqrt(10.0 / 9.0);
+  assert_null(prm__bad_check(&b, 5.0 + 3.9 * sd, 1.0, &z));
+  assert_true(fabs(z - 3.9) < 1e-9);
+  assert_string_equal(prm__bad_check(&b, 5.0 + 4.1 * sd, 1.0, &z), "spike");
+  /* The window slides: after 60 pushes of 7.0 the old losses are gone. */
+  for (int i = 0; i < 60; i++) prm__bad_push(&b, 7.0 + (i % 2 ? 0.01 : -0.01));
+  assert_null(prm__bad_check(&b, 7.02, 1.0, &z));
+  assert_int_equal(b.n, PRM__BAD_WINDOW);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lr_schedule),
@@ -262,6 +338,8 @@ int main(void) {
       cmocka_unit_test(test_resolve_errors),
       cmocka_unit_test(test_optimizer_state),
       cmocka_unit_test(test_flops),
+      cmocka_unit_test(test_fault_plan),
+      cmocka_unit_test(test_bad_steps),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

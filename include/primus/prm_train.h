@@ -16,6 +16,9 @@ extern "C" {
 
 typedef enum { PRM_LR_COSINE, PRM_LR_LINEAR, PRM_LR_CONSTANT } prm_lr_style_t;
 
+/* fault_tolerance.nan_policy: what a bad step (NaN/Inf, loss spike) does. */
+typedef enum { PRM_NAN_STOP, PRM_NAN_SKIP, PRM_NAN_ROLLBACK } prm_nan_policy_t;
+
 /* Everything the trainer reads from the experiment, already defaulted
  * (strings point into the experiment and live as long as it). */
 typedef struct {
@@ -32,6 +35,9 @@ typedef struct {
                                  * (data_path is then the first prefix, for messages) */
   const char *save, *load;
   int64_t save_interval, eval_interval, eval_iters, log_interval, ckpt_keep;
+  int async_save;               /* write checkpoints in a background thread */
+  prm_nan_policy_t nan_policy;  /* fault_tolerance.nan_policy */
+  double spike_zscore;          /* fault_tolerance.spike_zscore; 0: off */
   const char *gemm; /* backend name from $PRIMUS_GEMM, or NULL: best */
 } prm_train_opts_t;
 
@@ -47,7 +53,12 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
 double prm_lr_at(const prm_train_opts_t *o, int64_t s);
 
 /* `train pretrain`: trains for train_iters steps. run_dir (may be NULL)
- * receives events.jsonl. Progress and results are logged. */
+ * receives events.jsonl. Progress and results are logged. Under a
+ * supervisor (docs/safe.md) it writes a heartbeat, honours
+ * PRIMUS_FAULT_INJECT, and on PRIMUS_RESTART > 0 resumes from the newest
+ * complete checkpoint in `save`. Preemption (SIGTERM, SIGUSR1) saves and
+ * returns PRM_EPREEMPTED; a bad step under nan_policy stop returns
+ * PRM_ERUNTIME. */
 int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err);
 
 /* Writes the gradient of the first global batch's mean loss (before

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "primus/prm_base.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -16,6 +17,9 @@ static struct {
   FILE *tee;  /* a second file the user asked for (--log-file) */
   int bar;    /* a progress bar is on the console's last line */
 } prm__log = {PRM_LOG_INFO, 0, 1, -1, NULL, NULL, 0};
+/* Lines come whole from any thread (the trainer's background checkpoint
+ * writer logs too). */
+static pthread_mutex_t prm__log_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const prm__level_names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 _Static_assert(sizeof(prm__level_names) / sizeof(prm__level_names[0]) ==
@@ -81,17 +85,18 @@ void prm_vlog(prm_log_level_t level, const char *fmt, va_list ap) {
   prm_time_format(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", prm_time_wall());
   vsnprintf(msg, sizeof msg, fmt, ap);
   const char *name = prm__level_names[level];
+  pthread_mutex_lock(&prm__log_mu);
   FILE *files[2] = {prm__log.file, prm__log.tee};
   for (int i = 0; i < 2; i++)
     if (files[i])
       fprintf(files[i], "[%s] [rank %d/%d %s] [%s] %s\n", ts, prm__log.rank, prm__log.world,
               prm_hostname(), name, msg);
-  if (level < prm__log.level) return;
+  if (level < prm__log.level) goto out;
   /* Console: rank 0 and the last rank only, like Primus' rank filter;
    * errors always pass. */
   int show = prm__log.rank == 0 || prm__log.rank == prm__log.world - 1 ||
              level >= PRM_LOG_ERROR;
-  if (!show) return;
+  if (!show) goto out;
   if (prm__log.bar) { /* the line replaces the bar; the next draw brings it back */
     fputs("\r\033[K", stderr);
     prm__log.bar = 0;
@@ -103,6 +108,8 @@ void prm_vlog(prm_log_level_t level, const char *fmt, va_list ap) {
   else
     fprintf(stderr, "[%s] [rank %d/%d %s] [%s] %s\n", ts, prm__log.rank,
             prm__log.world, prm_hostname(), name, msg);
+out:
+  pthread_mutex_unlock(&prm__log_mu);
 }
 
 void prm_log(prm_log_level_t level, const char *fmt, ...) {
@@ -130,16 +137,21 @@ void prm_progress(double fraction, const char *fmt, ...) {
   }
   va_list ap;
   va_start(ap, fmt);
+  pthread_mutex_lock(&prm__log_mu);
   fprintf(stderr, "\r\033[K%s", bar);
   vfprintf(stderr, fmt, ap);
-  va_end(ap);
   fflush(stderr);
   prm__log.bar = 1;
+  pthread_mutex_unlock(&prm__log_mu);
+  va_end(ap);
 }
 
 void prm_progress_end(void) {
-  if (!prm__log.bar) return;
-  fputc('\n', stderr);
-  fflush(stderr);
-  prm__log.bar = 0;
+  pthread_mutex_lock(&prm__log_mu);
+  if (prm__log.bar) {
+    fputc('\n', stderr);
+    fflush(stderr);
+    prm__log.bar = 0;
+  }
+  pthread_mutex_unlock(&prm__log_mu);
 }

@@ -7,6 +7,7 @@
 #include "train-impl.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -143,15 +144,60 @@ done:
   return rc;
 }
 
+/* Leftovers of saves cut short (crash, SIGKILL, full disk) by a process
+ * that is gone: iter_N.tmp.PID is half a checkpoint and goes; iter_N.old.PID
+ * is a complete older copy, put back when iter_N is missing. */
+static void prm__clean_leftovers(const char *save) {
+  prm_argv_t names = {0};
+  prm_err_t e = {0};
+  if (!prm_fs_is_dir(save) || prm_fs_list_dir(save, &names, &e)) return;
+  for (int i = 0; i < names.n; i++) {
+    const char *n = names.v[i], *dot = strchr(n, '.');
+    if (!prm_startswith(n, "iter_") || !dot) continue;
+    int tmp = prm_startswith(dot, ".tmp."), old = prm_startswith(dot, ".old.");
+    int64_t pid;
+    if ((!tmp && !old) || prm_parse_i64(dot + 5, &pid) || pid <= 0) continue;
+    if (pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char *path = prm_path_join(save, n), *base = prm_xstrndup(n, (size_t)(dot - n));
+    char *dir = prm_path_join(save, base);
+    if (old && !prm_fs_exists(dir) && rename(path, dir) == 0) {
+      PRM_WARN("%s: put back as %s (a replacement cut short)", path, dir);
+    } else {
+      PRM_WARN("%s: removed (a save cut short by process %lld)", path, (long long)pid);
+      prm_fs_rm_rf(path);
+    }
+    free(dir);
+    free(base);
+    free(path);
+  }
+  prm_argv_free(&names);
+}
+
 int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
                   const char *tokenizer_type, const char *tokenizer_model,
                   const prm_ckpt_state_t *st, prm_err_t *err) {
+  prm__clean_leftovers(save);
   char name[32];
   snprintf(name, sizeof name, "iter_%07lld", (long long)iter);
   char *dir = prm_path_join(save, name);
   int rc = prm_ckpt_write_hf(m, dir, tokenizer_type, tokenizer_model, st, err);
   free(dir);
-  if (rc) return rc;
+  if (rc) {
+    /* Say what is still there: nothing the failed save touched is used. */
+    char *prev = NULL;
+    int64_t it = 0;
+    prm_err_t e = {0};
+    if (err && prm_ckpt_resolve(save, &prev, &it, &e) == 0 && it > 0) {
+      char msg[sizeof err->msg];
+      snprintf(msg, sizeof msg, "%s", err->msg);
+      prm_errf(err, rc, "checkpoint of iteration %lld not saved: %s; the previous one, %s, is "
+               "intact", (long long)iter, msg, prev);
+    } else if (err) {
+      prm_err_prefix(err, "checkpoint of iteration %lld not saved", (long long)iter);
+    }
+    free(prev);
+    return rc;
+  }
   char text[32];
   int n = snprintf(text, sizeof text, "%lld\n", (long long)iter);
   char *latest = prm_path_join(save, "latest_checkpointed_iteration.txt");

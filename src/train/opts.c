@@ -179,6 +179,20 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   o->load = prm_exp_get_str(e, "load");
   PRM__I("save_interval", 1000, &o->save_interval);
   PRM__I("ckpt_keep", 0, &o->ckpt_keep);
+  prm__bool(e, "async_save", 0, &o->async_save);
+  const char *np = prm_exp_get_str(e, "fault_tolerance.nan_policy");
+  o->nan_policy = prm_streq(np, "skip")       ? PRM_NAN_SKIP
+                  : prm_streq(np, "rollback") ? PRM_NAN_ROLLBACK
+                                              : PRM_NAN_STOP;
+  PRM__F("fault_tolerance.spike_zscore", 0, &o->spike_zscore);
+  if (o->nan_policy == PRM_NAN_ROLLBACK && !o->save)
+    return prm__prefix_origin(e, "fault_tolerance.nan_policy",
+                              (prm_errf(err, PRM_ECONFIG,
+                                        "fault_tolerance.nan_policy: rollback needs save (the "
+                                        "checkpoints to roll back to)"),
+                               err));
+  if (o->async_save && !o->save)
+    PRM_WARN("async_save: true, but save is not set: no checkpoints are written");
   PRM__I("eval_interval", 1000, &o->eval_interval);
   PRM__I("eval_iters", 0, &o->eval_iters);
   PRM__I("log_interval", 10, &o->log_interval);

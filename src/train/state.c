@@ -65,6 +65,7 @@ int prm__state_write(const char *dir, const prm_llama_t *m, const prm_ckpt_state
   free(path);
   free(sizes);
   if (rc) return rc;
+  prm__fault_act(PRM__FAULT_CKPT_CRASH, st->iteration); /* fault injection: a torn save */
 
   char *json = prm_xasprintf("{\n  \"iteration\": %lld,\n  \"consumed_samples\": %lld,\n"
                              "  \"data_position\": %lld,\n  \"seed\": %lld,\n"

@@ -7,6 +7,8 @@
 #include "primus/prm_io.h"
 #include "primus/prm_train.h"
 
+#include <pthread.h>
+
 typedef struct {
   prm_gemm_t gemm;
   prm_dataset_t *data;    /* one dataset read in order; NULL otherwise */
@@ -41,5 +43,88 @@ int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, int64_t iters,
  * a checkpoint folder being built (state.c). */
 int prm__state_write(const char *dir, const prm_llama_t *m, const prm_ckpt_state_t *st,
                      prm_err_t *err);
+
+/* ---- fault.c: heartbeat, fault injection, bad steps (docs/safe.md) ---- */
+
+int prm__this_rank(void);    /* from the MPI/Slurm environment, 0 alone */
+int prm__this_attempt(void); /* $PRIMUS_RESTART, 0 on the first attempt */
+
+typedef enum {
+  PRM__FAULT_CRASH,
+  PRM__FAULT_HANG,
+  PRM__FAULT_NAN,
+  PRM__FAULT_CKPT_CRASH,
+  PRM__FAULT_COUNT
+} prm__fault_kind_t;
+
+/* Parses PRIMUS_FAULT_INJECT (NULL or "": no faults) into the process's
+ * plan; PRM_EINVAL naming the item. */
+int prm__faults_load(const char *spec, prm_err_t *err);
+/* 1 (once) when a planted fault of this kind matches this rank, attempt
+ * and step. */
+int prm__fault_due(prm__fault_kind_t kind, int64_t step);
+/* crash and ckpt_crash abort the process, hang never returns; nothing
+ * happens when no such fault is due. */
+void prm__fault_act(prm__fault_kind_t kind, int64_t step);
+
+/* The heartbeat file PRIMUS_HEARTBEAT_DIR/rank-R ("PID STEP PHASE UNIX_MS"),
+ * fd -1 when there is no supervisor. */
+typedef struct {
+  int fd;
+} prm__hb_t;
+void prm__hb_open(prm__hb_t *hb);
+void prm__hb_beat(prm__hb_t *hb, int64_t step, const char *phase);
+void prm__hb_close(prm__hb_t *hb);
+
+/* Bad steps: NaN/Inf, or a loss more than `zscore` standard deviations
+ * above the mean of the last PRM__BAD_WINDOW good steps (with at least
+ * PRM__BAD_MIN of them; zscore 0: no spike check). */
+#define PRM__BAD_WINDOW 50
+#define PRM__BAD_MIN 10
+typedef struct {
+  double loss[PRM__BAD_WINDOW];
+  int n, next;
+  double zscore;
+} prm__bad_t;
+void prm__bad_reset(prm__bad_t *b, double zscore);
+/* "nan", "spike" or NULL; *z gets the z-score (0 when not computed). */
+const char *prm__bad_check(prm__bad_t *b, double loss, double norm, double *z);
+void prm__bad_push(prm__bad_t *b, double loss); /* a good step's loss */
+
+/* ---- asave.c: async_save ---- */
+
+typedef struct {
+  size_t bytes;
+  float *params, *adam_m, *adam_v; /* the copy (PRM_MEM_OTHER), owned */
+  prm_llama_t view;                /* the model with params = the copy */
+  char *save;                      /* owned */
+  const char *tokenizer_type, *tokenizer_model;
+  int64_t iter, consumed, seed;
+  pthread_t thread;
+  int busy;                        /* a save is in flight (thread to join) */
+  int finished;                    /* set by the thread (atomic) */
+  int rc;                          /* the thread's result and error */
+  prm_err_t err;
+  double seconds;                  /* time the thread took to write */
+  double stall;                    /* time training waited: copy + join */
+} prm__asave_t;
+
+typedef struct {
+  int reported;  /* 1: a save finished and was collected by this call */
+  int64_t iter;
+  double seconds, stall;
+} prm__asave_done_t;
+
+int prm__asave_init(prm__asave_t *a, const prm_llama_t *m, prm_err_t *err);
+void prm__asave_free(prm__asave_t *a); /* after prm__asave_finish(block) */
+/* Copies the state and starts writing SAVE/iter_N in the background.
+ * The previous save must have been collected. */
+int prm__asave_start(prm__asave_t *a, const prm_llama_t *m, const float *adam_m,
+                     const float *adam_v, const prm_train_opts_t *o, int64_t iter,
+                     prm_err_t *err);
+/* Collects the save in flight: waits for it when `block`, else only when
+ * it has finished. *done says what was collected; the save's error, if
+ * any, is returned. */
+int prm__asave_finish(prm__asave_t *a, int block, prm__asave_done_t *done, prm_err_t *err);
 
 #endif

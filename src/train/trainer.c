@@ -7,6 +7,7 @@
 #include "train-impl.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,16 +202,118 @@ static volatile sig_atomic_t prm__preempt_signal;
 
 static void prm__on_preempt(int sig) { prm__preempt_signal = sig; }
 
+/* One events.jsonl line: the body's fields, then the time (Unix seconds). */
+static void prm__emit(FILE *events, const char *fmt, ...) {
+  if (!events) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fputc('{', events);
+  vfprintf(events, fmt, ap);
+  va_end(ap);
+  fprintf(events, ",\"time\":%.3f}\n", prm_time_wall());
+  fflush(events);
+}
+
+/* A number for JSON: NaN and Inf have no spelling there, so they are null. */
+static const char *prm__jnum(char *buf, size_t n, double x) {
+  if (isfinite(x)) snprintf(buf, n, "%.9g", x);
+  else snprintf(buf, n, "null");
+  return buf;
+}
+
+/* The state a run starts from: the newest complete checkpoint in
+ * resume_dir when there is one, else the weights of `load` (when it is not
+ * resume_dir itself) or of the seed, with zeroed moments. */
+static int prm__start_state(prm__session_t *s, const prm_train_opts_t *o, const char *resume_dir,
+                            float *adam_m, float *adam_v, prm_ckpt_state_t *st, prm_err_t *err) {
+  prm_llama_t *m = s->model;
+  size_t obytes = (size_t)m->nparams * sizeof(float);
+  st->iteration = st->consumed_samples = 0;
+  if (resume_dir) {
+    int rc = prm_ckpt_resume(m, resume_dir, adam_m, adam_v, st, err);
+    if (rc) return rc;
+    if (st->iteration > 0) {
+      if (st->consumed_samples != st->iteration * o->global_batch)
+        return prm_errf(err, PRM_ECONFIG,
+                        "%s: %lld samples consumed in %lld steps, but global_batch_size is %lld now",
+                        resume_dir, (long long)st->consumed_samples, (long long)st->iteration,
+                        (long long)o->global_batch);
+      return 0;
+    }
+  }
+  memset(adam_m, 0, obytes);
+  memset(adam_v, 0, obytes);
+  if (!resume_dir) return 0; /* the session loaded `load` or the seed already */
+  if (o->load && !prm_streq(o->load, resume_dir)) {
+    char *dir = NULL;
+    int64_t it;
+    int rc = prm_ckpt_resolve(o->load, &dir, &it, err);
+    if (!rc) rc = prm_ckpt_load_hf(m, dir, err);
+    if (!rc) PRM_INFO("no complete checkpoint in %s; starting at step 1 from %s", resume_dir, dir);
+    free(dir);
+    return rc;
+  }
+  PRM_INFO("no complete checkpoint in %s; starting at step 1", resume_dir);
+  prm_llama_init(m, (uint64_t)o->seed);
+  return 0;
+}
+
+/* Logs and records a checkpoint that is complete, then applies ckpt_keep. */
+static int prm__saved(const prm_train_opts_t *o, FILE *events, int64_t step, double seconds,
+                      int async, double stall, prm_err_t *err) {
+  if (async) {
+    PRM_INFO("saved checkpoint %s/iter_%07lld in %.2f s (in the background; training waited %.3f s)",
+             o->save, (long long)step, seconds, stall);
+    prm__emit(events, "\"event\":\"checkpoint\",\"step\":%lld,\"seconds\":%.3f,\"async\":true,"
+              "\"wait_s\":%.3f", (long long)step, seconds, stall);
+  } else {
+    PRM_INFO("saved checkpoint %s/iter_%07lld in %.2f s", o->save, (long long)step, seconds);
+    prm__emit(events, "\"event\":\"checkpoint\",\"step\":%lld,\"seconds\":%.3f", (long long)step,
+              seconds);
+  }
+  return prm_ckpt_prune(o->save, o->ckpt_keep, err);
+}
+
+/* Collects the async save in flight (waiting for it when `block`). */
+static int prm__collect(prm__asave_t *as, const prm_train_opts_t *o, FILE *events, int block,
+                        double *waited, prm_err_t *err) {
+  prm__asave_done_t d;
+  if (!as->busy) return 0;
+  int rc = prm__asave_finish(as, block, &d, err);
+  if (rc) return rc;
+  if (!d.reported) return 0;
+  *waited += d.stall;
+  return prm__saved(o, events, d.iter, d.seconds, 1, d.stall, err);
+}
+
 int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err) {
   prm__session_t s;
+  prm__asave_t as = {0};
+  prm__hb_t hb = {-1};
+  prm__bad_t bad;
+  int64_t *bad_steps = NULL, nbad = 0; /* steps that were bad once (rollback) */
+  double ckpt_waited = 0;
   struct sigaction sa, old_term, old_usr1;
   int handlers = 0; /* the preemption handlers are installed */
-  unsigned flags = PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0);
-  /* auto_continue_train: the weights come from the resumed checkpoint (or
-   * the seed, when there is none yet), not from a plain load. */
-  int resume = o->auto_continue && o->load && !o->finetune;
-  int rc = prm__session_open(o, flags, resume ? NULL : o->load, PRM_SPLIT_TRAIN, &s, err);
+  int rc = prm__faults_load(getenv("PRIMUS_FAULT_INJECT"), err);
   if (rc) return rc;
+  unsigned flags = PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0);
+  /* Where the state comes from: auto_continue_train resumes from `load`;
+   * a supervised restart (PRIMUS_RESTART > 0) from `save`. */
+  int attempt = prm__this_attempt();
+  const char *resume_dir = o->auto_continue && o->load && !o->finetune ? o->load
+                           : attempt > 0 && o->save                   ? o->save
+                                                                      : NULL;
+  if (attempt > 0)
+    PRM_INFO("restart %d: resuming from the newest complete checkpoint in %s", attempt,
+             resume_dir ? resume_dir : "(none: save is not set)");
+  prm__hb_open(&hb);
+  prm__hb_beat(&hb, 0, "start");
+  rc = prm__session_open(o, flags, resume_dir ? NULL : o->load, PRM_SPLIT_TRAIN, &s, err);
+  if (rc) {
+    prm__hb_close(&hb);
+    return rc;
+  }
   prm_llama_t *m = s.model;
   FILE *events = NULL;
   size_t obytes = (size_t)m->nparams * sizeof(float);
@@ -220,6 +323,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     rc = prm_errf(err, PRM_ENOMEM, "cannot allocate the AdamW state (2 x %zu bytes)", obytes);
     goto done;
   }
+  if (o->async_save && o->save && (rc = prm__asave_init(&as, m, err))) goto done;
   if (run_dir) {
     char *path = prm_path_join(run_dir, "events.jsonl");
     events = fopen(path, "a");
@@ -228,24 +332,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (rc) goto done;
   }
   prm_ckpt_state_t st = {.seed = o->seed};
-  if (resume) {
-    if ((rc = prm_ckpt_resume(m, o->load, adam_m, adam_v, &st, err))) goto done;
-    if (st.iteration == 0) {
-      /* Nothing complete to resume from: start afresh, whatever a rejected
-       * candidate may have loaded on the way. */
-      PRM_INFO("auto_continue_train: no complete checkpoint in %s; starting at step 1", o->load);
-      prm_llama_init(m, (uint64_t)o->seed);
-      memset(adam_m, 0, obytes);
-      memset(adam_v, 0, obytes);
-    } else if (st.consumed_samples != st.iteration * o->global_batch) {
-      rc = prm_errf(err, PRM_ECONFIG,
-                    "%s: %lld samples consumed in %lld steps, but global_batch_size is %lld now",
-                    o->load, (long long)st.consumed_samples, (long long)st.iteration,
-                    (long long)o->global_batch);
-      goto done;
-    }
-  }
-  if (s.loaded_iter > 0 && !resume)
+  if ((rc = prm__start_state(&s, o, resume_dir, adam_m, adam_v, &st, err))) goto done;
+  if (s.loaded_iter > 0 && !resume_dir)
     PRM_INFO("starting at step 1 from the weights of iteration %lld with a fresh optimizer "
              "(auto_continue_train: true resumes the optimizer and the data position too)",
              (long long)s.loaded_iter);
@@ -273,6 +361,10 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   char ob[32];
   prm_fmt_bytes(ob, sizeof ob, 2.0 * (double)obytes);
   prm_sb_appendf(&line, ", optimizer %s", ob);
+  if (as.bytes) {
+    prm_fmt_bytes(ob, sizeof ob, 3.0 * (double)as.bytes);
+    prm_sb_appendf(&line, ", async-save copy %s", ob);
+  }
   PRM_INFO("memory: %s", prm_sb_str(&line));
   prm_sb_free(&line);
 
@@ -281,6 +373,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
                       (double)o->seq_length;
   int64_t tokens_step = o->global_batch * o->seq_length;
   double t_train = prm_time_now();
+  int64_t first_step = st.iteration + 1;
+  prm__bad_reset(&bad, o->spike_zscore);
   /* Preemption (a scheduler's SIGTERM, Slurm's --signal=USR1): the step in
    * flight finishes, a checkpoint is saved, and the run exits with 4. */
   memset(&sa, 0, sizeof sa);
@@ -292,33 +386,77 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   sigaction(SIGUSR1, &sa, &old_usr1);
   handlers = 1;
   for (int64_t step = st.iteration + 1; step <= o->train_iters; step++) {
+    prm__hb_beat(&hb, step - 1, "step");
+    prm__fault_act(PRM__FAULT_CRASH, step);
+    prm__fault_act(PRM__FAULT_HANG, step);
     double t0 = prm_time_now();
     double loss = prm__accumulate(&s, o, step - 1);
-    double norm = prm__grad_norm(m);
-    if (!isfinite(loss) || !isfinite(norm)) {
-      rc = prm_errf(err, PRM_ERUNTIME, "step %lld: loss %g, gradient norm %g: not finite; stopping",
-                    (long long)step, loss, norm);
-      goto done;
-    }
-    if (o->clip_grad > 0) {
-      double coef = o->clip_grad / (norm + 1e-6);
-      if (coef < 1.0) prm_scale(m->grads, m->nparams, (float)coef);
+    if (prm__fault_due(PRM__FAULT_NAN, step)) m->grads[0] = NAN;
+    double norm = prm__grad_norm(m), z = 0;
+    const char *cause = prm__bad_check(&bad, loss, norm, &z);
+    int skip = 0;
+    if (cause) {
+      char jl[32], jn[32];
+      prm__emit(events, "\"event\":\"bad_step\",\"step\":%lld,\"cause\":\"%s\",\"loss\":%s,"
+                "\"grad_norm\":%s,\"zscore\":%.3f", (long long)step, cause,
+                prm__jnum(jl, sizeof jl, loss), prm__jnum(jn, sizeof jn, norm), z);
+      int again = 0;
+      for (int64_t i = 0; i < nbad; i++) again |= bad_steps[i] == step;
+      if (o->nan_policy == PRM_NAN_STOP) {
+        char zs[48] = "";
+        if (!strcmp(cause, "spike")) snprintf(zs, sizeof zs, ", z-score %.1f", z);
+        prm__hb_beat(&hb, step, "nan");
+        rc = prm_errf(err, PRM_ERUNTIME,
+                      "step %lld: loss %g, gradient norm %g (%s%s); stopping without a "
+                      "checkpoint (fault_tolerance.nan_policy: stop)",
+                      (long long)step, loss, norm,
+                      !strcmp(cause, "nan") ? "not finite" : "a loss spike", zs);
+        goto done;
+      }
+      if (o->nan_policy == PRM_NAN_SKIP || again) {
+        PRM_WARN("step %lld: loss %g, gradient norm %g (%s): update skipped%s", (long long)step,
+                 loss, norm, cause, again ? " (bad again after a rollback)" : "");
+        prm__emit(events, "\"event\":\"skip\",\"step\":%lld,\"cause\":\"%s\"", (long long)step, cause);
+        skip = 1;
+      } else {
+        /* Rollback: back to the newest complete checkpoint, then replay. */
+        double waited = 0;
+        if ((rc = prm__collect(&as, o, events, 1, &waited, err))) goto done;
+        ckpt_waited += waited;
+        bad_steps = prm_xrealloc(bad_steps, (size_t)(nbad + 1) * sizeof *bad_steps);
+        bad_steps[nbad++] = step;
+        if ((rc = prm__start_state(&s, o, o->save, adam_m, adam_v, &st, err))) goto done;
+        PRM_WARN("step %lld: loss %g, gradient norm %g (%s): rolled back to step %lld",
+                 (long long)step, loss, norm, cause, (long long)st.iteration);
+        prm__emit(events, "\"event\":\"rollback\",\"from_step\":%lld,\"to_step\":%lld,\"cause\":\"%s\"",
+                  (long long)step, (long long)st.iteration, cause);
+        prm__bad_reset(&bad, o->spike_zscore);
+        step = st.iteration; /* the loop's step++ replays st.iteration + 1 */
+        continue;
+      }
     }
     double lr = prm_lr_at(o, step);
-    for (int i = 0; i < m->ntensors; i++) {
-      const prm_tensor_t *t = &m->tensors[i];
-      prm_adamw_update(m->params + t->offset, m->grads + t->offset, adam_m + t->offset,
-                       adam_v + t->offset, t->numel, (float)lr, (float)o->beta1, (float)o->beta2,
-                       (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f, step);
+    if (!skip) {
+      prm__bad_push(&bad, loss);
+      if (o->clip_grad > 0) {
+        double coef = o->clip_grad / (norm + 1e-6);
+        if (coef < 1.0) prm_scale(m->grads, m->nparams, (float)coef);
+      }
+      for (int i = 0; i < m->ntensors; i++) {
+        const prm_tensor_t *t = &m->tensors[i];
+        prm_adamw_update(m->params + t->offset, m->grads + t->offset, adam_m + t->offset,
+                         adam_v + t->offset, t->numel, (float)lr, (float)o->beta1, (float)o->beta2,
+                         (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f, step);
+      }
     }
     double ms = (prm_time_now() - t0) * 1e3;
-    if (events) {
-      fprintf(events,
-              "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
-              "\"step_ms\":%.3f}\n",
-              (long long)step, loss, lr, norm, (long long)tokens_step, ms);
-      fflush(events);
-    }
+    char jl[32], jn[32];
+    prm__emit(events,
+              "\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld,"
+              "\"step_ms\":%.3f%s",
+              (long long)step, prm__jnum(jl, sizeof jl, loss), lr, prm__jnum(jn, sizeof jn, norm),
+              (long long)tokens_step, ms, skip ? ",\"skipped\":true" : "");
+    prm__hb_beat(&hb, step, "step");
     if (step % o->log_interval == 0 || step == 1 || step == o->train_iters) {
       double tps = (double)tokens_step / (ms / 1e3);
       double tflops = flops_step / (ms / 1e3) / 1e12;
@@ -333,56 +471,71 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     }
     if (o->eval_iters > 0 && step % o->eval_interval == 0) {
       prm_eval_result_t ev;
+      prm__hb_beat(&hb, step, "eval");
       if (prm__evaluate(&s, o, o->eval_iters, &ev) == 0) {
         PRM_INFO("eval at step %lld | valid loss %.4f | perplexity %.3f | %lld tokens", (long long)step,
                  ev.loss, ev.perplexity, (long long)ev.tokens);
-        if (events) {
-          fprintf(events, "{\"event\":\"eval\",\"step\":%lld,\"loss\":%.9g,\"perplexity\":%.9g,\"tokens\":%lld}\n",
+        prm__emit(events, "\"event\":\"eval\",\"step\":%lld,\"loss\":%.9g,\"perplexity\":%.9g,\"tokens\":%lld",
                   (long long)step, ev.loss, ev.perplexity, (long long)ev.tokens);
-          fflush(events);
-        }
       }
     }
+    /* A finished background save is reported (and its error surfaces) here. */
+    if ((rc = prm__collect(&as, o, events, 0, &ckpt_waited, err))) goto done;
     int preempted = prm__preempt_signal != 0;
     if (o->save && (step % o->save_interval == 0 || step == o->train_iters || preempted)) {
-      double ts = prm_time_now();
-      prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
-                              .seed = o->seed, .adam_m = adam_m, .adam_v = adam_v};
-      if ((rc = prm_ckpt_save(m, o->save, step, o->tokenizer_type, o->tokenizer_model, &now, err)))
-        goto done;
-      if ((rc = prm_ckpt_prune(o->save, o->ckpt_keep, err))) goto done;
-      PRM_INFO("saved checkpoint %s/iter_%07lld in %.2f s", o->save, (long long)step, prm_time_now() - ts);
-      if (events) {
-        fprintf(events, "{\"event\":\"checkpoint\",\"step\":%lld,\"seconds\":%.3f}\n", (long long)step,
-                prm_time_now() - ts);
-        fflush(events);
+      prm__hb_beat(&hb, step, "save");
+      /* The last save and a preemption's are synchronous: the process is
+       * about to end. */
+      int async = as.bytes && !preempted && step < o->train_iters;
+      if ((rc = prm__collect(&as, o, events, 1, &ckpt_waited, err))) goto done;
+      if (async) {
+        if ((rc = prm__asave_start(&as, m, adam_m, adam_v, o, step, err))) goto done;
+      } else {
+        double ts = prm_time_now();
+        prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
+                                .seed = o->seed, .adam_m = adam_m, .adam_v = adam_v};
+        if ((rc = prm_ckpt_save(m, o->save, step, o->tokenizer_type, o->tokenizer_model, &now, err)))
+          goto done;
+        double secs = prm_time_now() - ts;
+        ckpt_waited += secs;
+        if ((rc = prm__saved(o, events, step, secs, 0, secs, err))) goto done;
       }
+      prm__hb_beat(&hb, step, "step");
     }
     if (preempted && step < o->train_iters) {
       int sig = (int)prm__preempt_signal;
-      if (events) {
-        fprintf(events, "{\"event\":\"preempted\",\"step\":%lld,\"signal\":\"%s\"}\n",
-                (long long)step, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM");
-        fflush(events);
-      }
+      const char *name = sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+      prm__emit(events, "\"event\":\"preempted\",\"step\":%lld,\"signal\":\"%s\"", (long long)step, name);
       rc = o->save ? prm_errf(err, PRM_EPREEMPTED,
                               "preempted by %s after step %lld: checkpoint saved in %s; rerun "
                               "with auto_continue_train: true to resume",
-                              sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", (long long)step, o->save)
+                              name, (long long)step, o->save)
                    : prm_errf(err, PRM_EPREEMPTED,
                               "preempted by %s after step %lld; no checkpoint (save is not set)",
-                              sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", (long long)step);
+                              name, (long long)step);
       goto done;
     }
   }
-  PRM_INFO("trained %lld steps in %.1f s", (long long)(o->train_iters - st.iteration),
-           prm_time_now() - t_train);
+  if ((rc = prm__collect(&as, o, events, 1, &ckpt_waited, err))) goto done;
+  char stall[64] = "";
+  if (o->save) snprintf(stall, sizeof stall, "; checkpoints stalled training %.2f s", ckpt_waited);
+  PRM_INFO("trained %lld steps in %.1f s%s", (long long)(o->train_iters - first_step + 1),
+           prm_time_now() - t_train, stall);
+  prm__hb_beat(&hb, o->train_iters, "done");
 done:
+  if (as.busy) { /* an error path: let the writer finish, keep the first error */
+    prm_err_t e2 = {0};
+    prm__asave_done_t d;
+    prm__asave_finish(&as, 1, &d, &e2);
+  }
+  prm__asave_free(&as);
   if (handlers) {
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);
   }
   if (events) fclose(events);
+  prm__hb_close(&hb);
+  free(bad_steps);
   prm_mem_free(PRM_MEM_OPTIM, adam_m, obytes);
   prm_mem_free(PRM_MEM_OPTIM, adam_v, obytes);
   prm__session_close(&s);
