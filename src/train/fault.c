@@ -31,7 +31,8 @@ int prm__this_attempt(void) { return prm__env_int("PRIMUS_RESTART", 0); }
 /* Fault plan                                                                */
 /* ------------------------------------------------------------------------ */
 
-static const char *const prm__fault_names[PRM__FAULT_COUNT] = {"crash", "hang", "nan", "ckpt_crash"};
+static const char *const prm__fault_names[PRM__FAULT_COUNT] = {"crash", "hang", "nan", "ckpt_crash",
+                                                                  "spike"};
 
 typedef struct {
   prm__fault_kind_t kind;
@@ -57,7 +58,7 @@ static int prm__fault_item(const char *item, prm__fault_t *f, prm_err_t *err) {
   for (int k = 0; tok && k < PRM__FAULT_COUNT; k++)
     if (!strcmp(tok, prm__fault_names[k])) f->kind = (prm__fault_kind_t)k;
   if (f->kind == PRM__FAULT_COUNT) {
-    rc = prm_errf(err, PRM_EINVAL, "\"%s\": unknown fault \"%s\" (crash, hang, nan, ckpt_crash)",
+    rc = prm_errf(err, PRM_EINVAL, "\"%s\": unknown fault \"%s\" (crash, hang, nan, ckpt_crash, spike)",
                   item, tok ? tok : "");
     goto done;
   }

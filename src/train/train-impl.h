@@ -54,6 +54,7 @@ typedef enum {
   PRM__FAULT_HANG,
   PRM__FAULT_NAN,
   PRM__FAULT_CKPT_CRASH,
+  PRM__FAULT_SPIKE,
   PRM__FAULT_COUNT
 } prm__fault_kind_t;
 

@@ -391,6 +391,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     prm__fault_act(PRM__FAULT_HANG, step);
     double t0 = prm_time_now();
     double loss = prm__accumulate(&s, o, step - 1);
+    if (prm__fault_due(PRM__FAULT_SPIKE, step)) loss *= 10; /* the reported loss only */
     if (prm__fault_due(PRM__FAULT_NAN, step)) m->grads[0] = NAN;
     double norm = prm__grad_norm(m), z = 0;
     const char *cause = prm__bad_check(&bad, loss, norm, &z);

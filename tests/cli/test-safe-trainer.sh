@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SaFE inside one training process (docs/safe.md), without a supervisor:
-# a one-off NaN under nan_policy rollback ends with weights and optimizer
+# a one-off NaN (or loss spike) under nan_policy rollback ends with weights and optimizer
 # state byte-identical to a fault-free run; skip and stop do what they say;
 # async_save writes the same bytes as synchronous saves; a crash in the
 # middle of a checkpoint write leaves nothing that is loaded, and the rerun
@@ -73,6 +73,14 @@ PRIMUS_FAULT_INJECT=nan:step=6,nan:step=6 run train pretrain --config twice.yaml
 expect_rc "NaN twice at the same step" 0
 expect_in "second time: skipped" "update skipped (bad again after a rollback)" "$ERR"
 expect_in "skip event" '"event":"skip","step":6' "$(events twice)"
+
+# A loss spike (z-score over the trailing window) is a bad step too.
+exp spike "fault_tolerance: {nan_policy: rollback, spike_zscore: 3}"
+PRIMUS_FAULT_INJECT=spike:step=11 run train pretrain --config spike.yaml
+expect_rc "spike under rollback" 0
+expect_in "spike event" '"event":"bad_step","step":11,"cause":"spike"' "$(events spike)"
+expect_in "rolled back to step 8" '"event":"rollback","from_step":11,"to_step":8,"cause":"spike"' "$(events spike)"
+same_state spike 12
 
 # ---- skip: the update of step 6 is dropped, the run goes on ----
 exp skip "fault_tolerance: {nan_policy: skip}"
