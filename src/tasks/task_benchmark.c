@@ -1,15 +1,528 @@
-/* task_benchmark.c - the benchmark pillar's commands. `benchmark tokenizer`
- * times encoding a text file (one document per line) with `--workers`
- * threads and, with --compare, the npm package gpt-tokenizer on the same
- * text in the same run, and reports both rates and whether the token
- * counts agree. A benchmark reports; it never fails on a figure. */
+/* task_benchmark.c - the benchmark pillar's commands: GEMM (one shape, or
+ * every GEMM of a dense layer), attention, thread dispatch, memory and
+ * checkpoint bandwidth, end-to-end training, and the tokenizer. Each prints
+ * a Markdown table and, with --output-file, writes it in the format the
+ * extension names (src/bench/table.c). `benchmark tokenizer` times encoding
+ * a text file (one document per line) with `--workers` threads and, with
+ * --compare, the npm package gpt-tokenizer on the same text in the same
+ * run. A benchmark reports; it never fails on a figure. */
 #define _GNU_SOURCE
 #include "tasks-impl.h"
+#include "primus/prm_bench.h"
 #include "primus/prm_data.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#define PRM__OUTPUT_OPT                                                                           \
+  {"output_file", 'o', PRM_OPT_STR, "FILE", "-",                                                  \
+   "also write the results to FILE, the format by its extension: .md, .csv, .tsv, .jsonl, .json "  \
+   "(- prints Markdown only)"}
+
+/* The output file's format, checked before anything runs (so a typo costs
+ * no benchmark time). */
+static int prm__check_output(prm_task_ctx_t *ctx, const char *cmd, prm_err_t *err) {
+  const char *path = prm_args_str(ctx->args, "output_file");
+  if (path && !prm_table_format_of(path, err)) return prm_err_prefix(err, "benchmark %s: --output-file", cmd), err->code;
+  return 0;
+}
+
+/* Prints the table as Markdown and, when --output-file names a file, writes
+ * it there too. The table stays the caller's. */
+static int prm__emit(prm_task_ctx_t *ctx, const prm_table_t *t, const char *title, prm_err_t *err) {
+  prm_sb_t md = {0};
+  int rc = prm_table_render(t, "md", title, &md, err);
+  if (!rc) fputs(prm_sb_str(&md), ctx->out);
+  prm_sb_free(&md);
+  const char *path = prm_args_str(ctx->args, "output_file");
+  if (!rc && path && strcmp(path, "-")) {
+    rc = prm_table_write(t, path, title, err);
+    if (!rc) PRM_INFO("wrote %s", path);
+  }
+  return rc;
+}
+
+/* An integer option that must be at least `min`: the error names it. */
+static int prm__int_opt(prm_task_ctx_t *ctx, const char *cmd, const char *name, int64_t def,
+                        int64_t min, int64_t *out, prm_err_t *err) {
+  *out = prm_args_int(ctx->args, name, def);
+  if (*out < min)
+    return prm_errf(err, PRM_EINVAL, "benchmark %s: --%s must be at least %lld (got %lld)", cmd,
+                    name, (long long)min, (long long)*out);
+  return 0;
+}
+
+static int prm__duration_opt(prm_task_ctx_t *ctx, const char *cmd, double def, double *out,
+                             prm_err_t *err) {
+  *out = prm_args_float(ctx->args, "duration", def);
+  if (!(*out >= 0) || !isfinite(*out))
+    return prm_errf(err, PRM_EINVAL, "benchmark %s: --duration must be a number of seconds >= 0",
+                    cmd);
+  return 0;
+}
+
+/* --dtype fp32|bf16 -> 0|1. */
+static int prm__dtype_opt(prm_task_ctx_t *ctx, const char *cmd, int *bf16, prm_err_t *err) {
+  const char *d = prm_args_str(ctx->args, "dtype");
+  if (!d || !strcmp(d, "fp32") || !strcmp(d, "float32")) *bf16 = 0;
+  else if (!strcmp(d, "bf16") || !strcmp(d, "bfloat16")) *bf16 = 1;
+  else return prm_errf(err, PRM_EINVAL, "benchmark %s: --dtype \"%s\": expected fp32 or bf16", cmd, d);
+  return 0;
+}
+
+/* The backends --backend names: one, or every one built in for "all". */
+static int prm__backend_opt(prm_task_ctx_t *ctx, const char *cmd, const char **names, int *n,
+                            prm_err_t *err) {
+  const char *b = prm_args_str(ctx->args, "backend");
+  const char *avail[8];
+  int na = prm_bench_gemm_backends(avail, 8);
+  if (!b || !strcmp(b, "auto")) {
+    names[0] = avail[0];
+    *n = 1;
+    return 0;
+  }
+  if (!strcmp(b, "all")) {
+    for (int i = 0; i < na; i++) names[i] = avail[i];
+    *n = na;
+    return 0;
+  }
+  for (int i = 0; i < na; i++)
+    if (!strcmp(b, avail[i]) || (!strcmp(b, "reference") && !strcmp(avail[i], "native"))) {
+      names[0] = avail[i];
+      *n = 1;
+      return 0;
+    }
+  prm_sb_t sb = {0};
+  for (int i = 0; i < na; i++) prm_sb_appendf(&sb, "%s, ", avail[i]);
+  int rc = prm_errf(err, PRM_EINVAL, "benchmark %s: --backend \"%s\": unknown or not built in; choices: %sall, auto",
+                    cmd, b, prm_sb_str(&sb));
+  prm_sb_free(&sb);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* gemm, gemm-dense                                                          */
+/* ------------------------------------------------------------------------ */
+
+static const char *const prm__gemm_cols[] = {"name",  "phase",  "backend", "dtype",     "M",
+                                             "N",     "K",      "trans_a", "trans_b",   "iters",
+                                             "avg_ms", "min_ms", "tflops", "gbps",      "intensity",
+                                             "peak_fraction"};
+#define PRM__GEMM_NCOLS ((int)(sizeof prm__gemm_cols / sizeof prm__gemm_cols[0]))
+
+static void prm__gemm_row(prm_table_t *t, const char *name, const char *phase,
+                          const prm_bench_gemm_opts_t *o, const prm_bench_gemm_result_t *r) {
+  prm_table_row(t);
+  prm_table_str(t, name);
+  prm_table_str(t, phase);
+  prm_table_str(t, r->backend);
+  prm_table_str(t, o->bf16 ? "bf16" : "fp32");
+  prm_table_int(t, o->m);
+  prm_table_int(t, o->n);
+  prm_table_int(t, o->k);
+  prm_table_int(t, o->trans_a);
+  prm_table_int(t, o->trans_b);
+  prm_table_int(t, r->iters);
+  prm_table_num(t, r->ms_avg, 3);
+  prm_table_num(t, r->ms_min, 3);
+  prm_table_num(t, r->tflops, 6);
+  prm_table_num(t, r->gbs, 4);
+  prm_table_num(t, r->intensity, 1);
+  prm_table_num(t, r->peak_fraction, 4);
+}
+
+static const prm_opt_t prm__bench_gemm_opts[] = {
+    {"M", 0, PRM_OPT_INT, "N", "2048", "rows of op(A) and C"},
+    {"N", 0, PRM_OPT_INT, "N", "2048", "columns of op(B) and C"},
+    {"K", 0, PRM_OPT_INT, "N", "2048", "the inner dimension"},
+    {"trans_a", 0, PRM_OPT_FLAG, NULL, NULL, "A is stored transposed, (K,M)"},
+    {"trans_b", 0, PRM_OPT_FLAG, NULL, NULL, "B is stored transposed, (N,K) (the forward of a linear layer)"},
+    {"dtype", 0, PRM_OPT_STR, "fp32|bf16", "fp32", "operand type (bf16 arrives with the Turbo kernels, issue 9)"},
+    {"backend", 0, PRM_OPT_STR, "NAME", "auto", "onednn, openblas, native (the reference kernel), all, or auto (the best built in)"},
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent measuring each backend, after one warm-up call"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+static int prm__bench_gemm(prm_task_ctx_t *ctx, prm_err_t *err) {
+  prm_bench_gemm_opts_t o = {0};
+  const char *names[8];
+  int nb = 0, rc;
+  if ((rc = prm__check_output(ctx, "gemm", err)) || (rc = prm__int_opt(ctx, "gemm", "M", 2048, 1, &o.m, err)) ||
+      (rc = prm__int_opt(ctx, "gemm", "N", 2048, 1, &o.n, err)) ||
+      (rc = prm__int_opt(ctx, "gemm", "K", 2048, 1, &o.k, err)) ||
+      (rc = prm__dtype_opt(ctx, "gemm", &o.bf16, err)) ||
+      (rc = prm__backend_opt(ctx, "gemm", names, &nb, err)) ||
+      (rc = prm__duration_opt(ctx, "gemm", 1.0, &o.duration_s, err)))
+    return rc;
+  o.trans_a = prm_args_flag(ctx->args, "trans_a");
+  o.trans_b = prm_args_flag(ctx->args, "trans_b");
+  prm_table_t *t = prm_table_new(PRM__GEMM_NCOLS, prm__gemm_cols);
+  for (int i = 0; i < nb && !rc; i++) {
+    prm_bench_gemm_result_t r;
+    o.backend = names[i];
+    if ((rc = prm_bench_gemm(&o, &r, err))) break;
+    prm__gemm_row(t, "gemm", "-", &o, &r);
+  }
+  if (!rc) {
+    char title[160];
+    snprintf(title, sizeof title, "GEMM %lldx%lldx%lld, %d threads", (long long)o.m,
+             (long long)o.n, (long long)o.k, prm_kernels_threads());
+    rc = prm__emit(ctx, t, title, err);
+  }
+  prm_table_free(t);
+  return rc;
+}
+
+static const prm_opt_t prm__bench_dense_opts[] = {
+    {"model", 'm', PRM_OPT_STR, "PRESET", NULL, "a model preset of configs/models/native (`primus config presets`) or a model YAML file (required)"},
+    {"seq_length", 0, PRM_OPT_INT, "T", NULL, "tokens per sequence (default: the preset's seq_length)"},
+    {"micro_batch_size", 0, PRM_OPT_INT, "B", "1", "sequences per micro-batch"},
+    {"dtype", 0, PRM_OPT_STR, "fp32|bf16", "fp32", "operand type"},
+    {"backend", 0, PRM_OPT_STR, "NAME", "auto", "onednn, openblas, native, all, or auto"},
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "0.5", "time spent measuring each GEMM"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+/* The model's shape from a preset name or a model YAML, through the same
+ * resolution as an experiment (a throw-away experiment file naming it). */
+/* A preset name (not a file) must be one of configs/models/native: the
+ * error lists them rather than naming a temporary file. */
+static int prm__check_preset(const char *model, prm_err_t *err) {
+  if (strchr(model, '/') || prm_fs_exists(model)) return 0;
+  char *dir = prm_xasprintf("%s/configs/models/native", prm_home());
+  char *a = prm_xasprintf("%s/%s", dir, model), *b = prm_xasprintf("%s/%s.yaml", dir, model);
+  int rc = 0;
+  if (!prm_fs_exists(a) && !prm_fs_exists(b)) {
+    prm_argv_t all = {0}, names = {0};
+    prm_fs_list_dir(dir, &all, NULL);
+    prm_sb_t sb = {0};
+    for (int i = 0; i < all.n; i++)
+      if (prm_endswith(all.v[i], ".yaml")) {
+        prm_argv_push(&names, all.v[i]);
+        names.v[names.n - 1][strlen(all.v[i]) - 5] = 0;
+        prm_sb_appendf(&sb, "%s%s", sb.len ? ", " : "", names.v[names.n - 1]);
+      }
+    const char *best = names.n ? prm_suggest(model, (const char *const *)names.v, names.n) : NULL;
+    rc = prm_errf(err, PRM_ENOENT,
+                  "benchmark gemm-dense: --model %s: neither a file nor a model preset in %s%s%s%s; presets: %s",
+                  model, dir, best ? " (did you mean " : "", best ? best : "", best ? "?)" : "",
+                  prm_sb_str(&sb));
+    prm_sb_free(&sb);
+    prm_argv_free(&names);
+    prm_argv_free(&all);
+  }
+  free(a);
+  free(b);
+  free(dir);
+  return rc;
+}
+
+static int prm__dense_model(const char *model, const char *seq, const char *mbs,
+                            prm_train_opts_t *o, prm_exp_t **exp, prm_err_t *err) {
+  int rc0 = prm__check_preset(model, err);
+  if (rc0) return rc0;
+  const char *tmpdir = getenv("TMPDIR");
+  char *path = prm_xasprintf("%s/primus-bench-XXXXXX.yaml", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  int fd = mkstemps(path, 5);
+  if (fd < 0) {
+    int rc = prm_errf(err, PRM_EIO, "%s: cannot create a temporary file", path);
+    free(path);
+    return rc;
+  }
+  close(fd);
+  char *ref = (strchr(model, '/') || prm_fs_exists(model)) ? prm_path_abs(model) : prm_xstrdup(model);
+  prm_sb_t y = {0};
+  prm_sb_appendf(&y, "work_group: bench\nuser_name: bench\nexp_name: gemm-dense\nworkspace: /tmp\n"
+                     "modules:\n  pre_trainer:\n    framework: native\n    config: pre_trainer.yaml\n"
+                     "    model: ");
+  prm_sb_putc(&y, '\'');
+  for (const char *q = ref; *q; q++) {
+    if (*q == '\'') prm_sb_putc(&y, '\''); /* YAML doubles a quote inside '...' */
+    prm_sb_putc(&y, *q);
+  }
+  prm_sb_putc(&y, '\'');
+  prm_sb_append(&y, "\n    overrides:\n      mock_data: true\n      train_iters: 1\n");
+  prm_override_t ov[4];
+  int nov = 0;
+  ov[nov++] = (prm_override_t){"micro_batch_size", mbs};
+  ov[nov++] = (prm_override_t){"global_batch_size", mbs};
+  if (seq) {
+    ov[nov++] = (prm_override_t){"seq_length", seq};
+    ov[nov++] = (prm_override_t){"max_position_embeddings", seq};
+  }
+  int rc = prm_fs_write_atomic(path, y.buf, y.len, err);
+  if (!rc) rc = prm_exp_load(path, ov, nov, "pre_trainer", exp, err);
+  if (!rc) rc = prm_train_opts_from_exp(*exp, o, err);
+  if (rc) prm_err_prefix(err, "benchmark gemm-dense: --model %s", model);
+  unlink(path);
+  prm_sb_free(&y);
+  free(ref);
+  free(path);
+  return rc;
+}
+
+static int prm__bench_gemm_dense(prm_task_ctx_t *ctx, prm_err_t *err) {
+  const char *model = prm_args_str(ctx->args, "model");
+  const char *names[8];
+  int nb = 0, bf16 = 0, rc;
+  int64_t seq = 0, mbs = 0;
+  double duration = 0;
+  if ((rc = prm__check_output(ctx, "gemm-dense", err))) return rc;
+  if (!model) return prm_errf(err, PRM_EINVAL, "benchmark gemm-dense: --model PRESET is required (see `primus config presets`)");
+  if ((prm_args_has(ctx->args, "seq_length") &&
+       (rc = prm__int_opt(ctx, "gemm-dense", "seq_length", 1, 1, &seq, err))) ||
+      (rc = prm__int_opt(ctx, "gemm-dense", "micro_batch_size", 1, 1, &mbs, err)) ||
+      (rc = prm__dtype_opt(ctx, "gemm-dense", &bf16, err)) ||
+      (rc = prm__backend_opt(ctx, "gemm-dense", names, &nb, err)) ||
+      (rc = prm__duration_opt(ctx, "gemm-dense", 0.5, &duration, err)))
+    return rc;
+  char seqs[32], mbss[32];
+  snprintf(seqs, sizeof seqs, "%lld", (long long)seq);
+  snprintf(mbss, sizeof mbss, "%lld", (long long)mbs);
+  prm_train_opts_t o;
+  prm_exp_t *exp = NULL;
+  rc = prm__dense_model(model, seq ? seqs : NULL, mbss, &o, &exp, err);
+  prm_exp_free(exp);
+  if (rc) return rc;
+  const prm_llama_config_t *c = &o.model;
+  prm_bench_dense_gemm_t g[16];
+  int ng = prm_bench_dense_gemms(c->hidden, c->heads, c->groups, c->ffn, c->vocab,
+                                 o.micro_batch * o.seq_length, g);
+  prm_table_t *t = prm_table_new(PRM__GEMM_NCOLS, prm__gemm_cols);
+  double total_ms = 0;
+  for (int b = 0; b < nb && !rc; b++)
+    for (int i = 0; i < ng && !rc; i++) {
+      prm_bench_gemm_opts_t go = {.m = g[i].m, .n = g[i].n, .k = g[i].k, .trans_a = g[i].trans_a,
+                                  .trans_b = g[i].trans_b, .bf16 = bf16, .backend = names[b],
+                                  .duration_s = duration};
+      prm_bench_gemm_result_t r;
+      if ((rc = prm_bench_gemm(&go, &r, err))) break;
+      prm__gemm_row(t, g[i].name, g[i].phase, &go, &r);
+      if (b == 0) total_ms += r.ms_avg;
+    }
+  if (!rc) {
+    char title[256];
+    snprintf(title, sizeof title,
+             "GEMMs of one layer and the LM head: %s, hidden %lld, heads %lld/%lld, ffn %lld, vocab %lld, %lld x %lld tokens, %d threads",
+             model, (long long)c->hidden, (long long)c->heads, (long long)c->groups,
+             (long long)c->ffn, (long long)c->vocab, (long long)o.micro_batch,
+             (long long)o.seq_length, prm_kernels_threads());
+    rc = prm__emit(ctx, t, title, err);
+    if (!rc)
+      PRM_INFO("%s: one layer and the head, forward and backward: %.3f ms of GEMM", names[0], total_ms);
+  }
+  prm_table_free(t);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* attention                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static const prm_opt_t prm__bench_attn_opts[] = {
+    {"batch", 'b', PRM_OPT_INT, "B", "1", "sequences"},
+    {"seq", 's', PRM_OPT_INT, "T", "1024", "tokens per sequence"},
+    {"heads", 0, PRM_OPT_INT, "H", "16", "query heads"},
+    {"kv_heads", 0, PRM_OPT_INT, "G", NULL, "key/value heads, dividing heads (default: heads)"},
+    {"head_dim", 0, PRM_OPT_INT, "D", "64", "size of one head"},
+    {"causal", 0, PRM_OPT_FLAG, NULL, NULL, "causal masking: the default and, with the engine's kernels, the only mode"},
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent measuring, half forward and half backward"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+static int prm__bench_attention(prm_task_ctx_t *ctx, prm_err_t *err) {
+  prm_bench_attn_opts_t o = {0};
+  const char *cmd = "attention";
+  int rc;
+  if ((rc = prm__check_output(ctx, cmd, err)) || (rc = prm__int_opt(ctx, cmd, "batch", 1, 1, &o.batch, err)) ||
+      (rc = prm__int_opt(ctx, cmd, "seq", 1024, 1, &o.seq, err)) ||
+      (rc = prm__int_opt(ctx, cmd, "heads", 16, 1, &o.heads, err)) ||
+      (rc = prm__int_opt(ctx, cmd, "kv_heads", o.heads, 1, &o.kv_heads, err)) ||
+      (rc = prm__int_opt(ctx, cmd, "head_dim", 64, 1, &o.head_dim, err)) ||
+      (rc = prm__duration_opt(ctx, cmd, 1.0, &o.duration_s, err)))
+    return rc;
+  if (o.heads % o.kv_heads)
+    return prm_errf(err, PRM_EINVAL, "benchmark attention: --kv_heads %lld must divide --heads %lld",
+                    (long long)o.kv_heads, (long long)o.heads);
+  prm_bench_attn_result_t r;
+  if ((rc = prm_bench_attention(&o, &r, err))) return prm_err_prefix(err, "benchmark"), rc;
+  static const char *const cols[] = {"pass", "batch", "seq", "heads", "kv_heads", "head_dim",
+                                     "causal", "iters", "avg_ms", "tflops"};
+  prm_table_t *t = prm_table_new(10, cols);
+  for (int p = 0; p < 2; p++) {
+    prm_table_row(t);
+    prm_table_str(t, p ? "backward" : "forward");
+    prm_table_int(t, o.batch);
+    prm_table_int(t, o.seq);
+    prm_table_int(t, o.heads);
+    prm_table_int(t, o.kv_heads);
+    prm_table_int(t, o.head_dim);
+    prm_table_str(t, "true");
+    prm_table_int(t, p ? r.bwd_iters : r.fwd_iters);
+    prm_table_num(t, p ? r.bwd_ms : r.fwd_ms, 3);
+    prm_table_num(t, p ? r.bwd_tflops : r.fwd_tflops, 6);
+  }
+  char title[128];
+  snprintf(title, sizeof title, "Attention (flash-style, fp32), %d threads", prm_kernels_threads());
+  rc = prm__emit(ctx, t, title, err);
+  prm_table_free(t);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* launch, memory, checkpoint-io                                             */
+/* ------------------------------------------------------------------------ */
+
+static const prm_opt_t prm__bench_launch_opts[] = {
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent measuring, half for each test"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+static int prm__bench_launch(prm_task_ctx_t *ctx, prm_err_t *err) {
+  double d, omp_us, pool_us;
+  int rc;
+  if ((rc = prm__check_output(ctx, "launch", err)) || (rc = prm__duration_opt(ctx, "launch", 1.0, &d, err))) return rc;
+  prm_bench_dispatch(d, &omp_us, &pool_us);
+  static const char *const cols[] = {"test", "threads", "median_us"};
+  prm_table_t *t = prm_table_new(3, cols);
+  const char *what[2] = {"omp_parallel_region", "kernel_pool_wakeup"};
+  double us[2] = {omp_us, pool_us};
+  for (int i = 0; i < 2; i++) {
+    prm_table_row(t);
+    prm_table_str(t, what[i]);
+    prm_table_int(t, prm_kernels_threads());
+    prm_table_num(t, us[i], 2);
+  }
+  rc = prm__emit(ctx, t, "Thread dispatch latency", err);
+  prm_table_free(t);
+  return rc;
+}
+
+static const prm_opt_t prm__bench_memory_opts[] = {
+    {"size_mb", 0, PRM_OPT_INT, "MB", "256", "size of each of the three arrays"},
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent repeating the triad (at least two passes)"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+static int prm__bench_memory(prm_task_ctx_t *ctx, prm_err_t *err) {
+  int64_t mb;
+  double d;
+  int rc;
+  if ((rc = prm__check_output(ctx, "memory", err)) || (rc = prm__int_opt(ctx, "memory", "size_mb", 256, 1, &mb, err)) ||
+      (rc = prm__duration_opt(ctx, "memory", 1.0, &d, err)))
+    return rc;
+  double gbs = prm_bench_triad((size_t)mb << 20, d);
+  if (!(gbs > 0))
+    return prm_errf(err, PRM_ENOMEM, "benchmark memory: cannot allocate 3 x %lld MB", (long long)mb);
+  static const char *const cols[] = {"test", "array_mb", "threads", "gbps"};
+  prm_table_t *t = prm_table_new(4, cols);
+  prm_table_row(t);
+  prm_table_str(t, "triad");
+  prm_table_int(t, mb);
+  prm_table_int(t, prm_kernels_threads());
+  prm_table_num(t, gbs, 2);
+  rc = prm__emit(ctx, t, "Memory bandwidth (STREAM triad, 3 x array bytes per pass)", err);
+  prm_table_free(t);
+  return rc;
+}
+
+static const prm_opt_t prm__bench_ckpt_opts[] = {
+    {"dir", 'd', PRM_OPT_STR, "DIR", ".", "folder to write in (the checkpoint's file system)"},
+    {"size_mb", 0, PRM_OPT_INT, "MB", "256", "bytes to write and read back"},
+    {"no_ckpt", 0, PRM_OPT_FLAG, NULL, NULL, "only the raw disk figures, no safetensors checkpoint"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+static int prm__bench_ckpt_io(prm_task_ctx_t *ctx, prm_err_t *err) {
+  const char *dir = prm_args_str(ctx->args, "dir");
+  if (!dir) dir = ".";
+  int64_t mb;
+  int rc;
+  if ((rc = prm__check_output(ctx, "checkpoint-io", err)) || (rc = prm__int_opt(ctx, "checkpoint-io", "size_mb", 256, 1, &mb, err))) return rc;
+  if (!prm_fs_is_dir(dir))
+    return prm_errf(err, PRM_ENOENT, "benchmark checkpoint-io: --dir %s: not a folder", dir);
+  double w = 0, r = 0, sw = 0, sr = 0;
+  size_t actual = 0;
+  if ((rc = prm_bench_disk(dir, (size_t)mb << 20, &w, &r, err))) return prm_err_prefix(err, "benchmark checkpoint-io"), rc;
+  int ckpt = !prm_args_flag(ctx->args, "no_ckpt");
+  if (ckpt && (rc = prm_bench_ckpt(dir, (size_t)mb << 20, &sw, &sr, &actual, err)))
+    return prm_err_prefix(err, "benchmark checkpoint-io"), rc;
+  static const char *const cols[] = {"test", "size_mb", "gbps"};
+  prm_table_t *t = prm_table_new(3, cols);
+  const char *what[4] = {"disk_write", "disk_read", "ckpt_save", "ckpt_load"};
+  double gbs[4] = {w, r, sw, sr}, size[4] = {(double)mb, (double)mb, (double)actual / 1048576.0,
+                                             (double)actual / 1048576.0};
+  for (int i = 0; i < (ckpt ? 4 : 2); i++) {
+    prm_table_row(t);
+    prm_table_str(t, what[i]);
+    prm_table_num(t, size[i], 1);
+    prm_table_num(t, gbs[i], 4);
+  }
+  char *title = prm_xasprintf("Disk and checkpoint bandwidth in %s", dir);
+  rc = prm__emit(ctx, t, title, err);
+  free(title);
+  prm_table_free(t);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* train                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static const prm_opt_t prm__bench_train_opts[] = {
+    {"config", 'c', PRM_OPT_STR, "FILE", NULL, "experiment YAML (modules.pre_trainer; mock_data: true needs no dataset)"},
+    {"warmup", 0, PRM_OPT_INT, "N", "2", "first steps left out of the figures"},
+    {"iters", 0, PRM_OPT_INT, "N", "10", "steps measured after the warm-up"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+static int prm__bench_train(prm_task_ctx_t *ctx, prm_err_t *err) {
+  PRM_ASSERT(ctx->exp);
+  int64_t warmup, iters;
+  int rc;
+  if ((rc = prm__check_output(ctx, "train", err)) || (rc = prm__int_opt(ctx, "train", "warmup", 2, 0, &warmup, err)) ||
+      (rc = prm__int_opt(ctx, "train", "iters", 10, 1, &iters, err)))
+    return rc;
+  if (ctx->world > 1)
+    return prm_errf(err, PRM_ECONFIG, "benchmark train: %d ranks: data-parallel training is not implemented yet; run one rank", ctx->world);
+  prm_train_opts_t o;
+  if ((rc = prm_train_opts_from_exp(ctx->exp, &o, err))) return rc;
+  prm_bench_train_result_t r;
+  if ((rc = prm_bench_train(&o, warmup, iters, &r, err))) return rc;
+  static const char *const cols[] = {"exp_name", "params", "seq_length", "global_batch", "threads",
+                                     "steps", "step_ms", "tokens_per_s", "tflops", "mfu"};
+  prm_table_t *t = prm_table_new(10, cols);
+  prm_table_row(t);
+  prm_table_str(t, prm_exp_top(ctx->exp, "exp_name"));
+  prm_table_int(t, r.params);
+  prm_table_int(t, o.seq_length);
+  prm_table_int(t, o.global_batch);
+  prm_table_int(t, prm_kernels_threads());
+  prm_table_int(t, r.steps);
+  prm_table_num(t, r.step_ms, 2);
+  prm_table_num(t, r.tokens_per_s, 1);
+  prm_table_num(t, r.tflops, 6);
+  prm_table_num(t, r.mfu, 6);
+  char title[96];
+  snprintf(title, sizeof title, "Training throughput (%lld warm-up steps left out)", (long long)warmup);
+  rc = prm__emit(ctx, t, title, err);
+  prm_table_free(t);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* tokenizer                                                                 */
+/* ------------------------------------------------------------------------ */
 
 static const prm_opt_t prm__bench_tok_opts[] = {
     {"input", 'i', PRM_OPT_STR, "FILE", NULL, "text to encode, one document per line (default: the Brown corpus in the primus cache)"},
@@ -18,6 +531,7 @@ static const prm_opt_t prm__bench_tok_opts[] = {
     {"workers", 'w', PRM_OPT_INT, "N", "1", "threads encoding documents in parallel"},
     {"repeat", 0, PRM_OPT_INT, "N", "3", "runs; the fastest is reported"},
     {"compare", 0, PRM_OPT_FLAG, NULL, NULL, "also time the npm package gpt-tokenizer (node) on the same text"},
+    {"output_file", 'o', PRM_OPT_STR, "FILE", NULL, "also write the results as a table to FILE (.md, .csv, .tsv, .jsonl, .json; - is Markdown on standard output)"},
     {NULL},
 };
 
@@ -89,6 +603,8 @@ static int prm__bench_tokenizer(prm_task_ctx_t *ctx, prm_err_t *err) {
   char *text = NULL;
   size_t len = 0;
   int rc;
+  prm_table_t *t = NULL;
+  if ((rc = prm__check_output(ctx, "tokenizer", err))) goto done;
   if (workers < 1 || repeat < 1) {
     rc = prm_errf(err, PRM_EINVAL, "benchmark tokenizer: --workers and --repeat must be at least 1");
     goto done;
@@ -126,6 +642,18 @@ static int prm__bench_tokenizer(prm_task_ctx_t *ctx, prm_err_t *err) {
   fprintf(ctx->out, "primus %s: %.2f MB, %lld documents, %lld tokens in %.3f s: %.1f MB/s (%lld worker%s)\n",
           type, (double)len / 1e6, (long long)k, (long long)tokens, best, mbps, (long long)workers,
           workers == 1 ? "" : "s");
+  static const char *const cols[] = {"implementation", "tokenizer", "bytes", "documents", "tokens",
+                                     "seconds", "mb_per_s", "workers"};
+  t = prm_table_new(8, cols);
+  prm_table_row(t);
+  prm_table_str(t, "primus");
+  prm_table_str(t, type);
+  prm_table_int(t, (int64_t)len);
+  prm_table_int(t, k);
+  prm_table_int(t, tokens);
+  prm_table_num(t, best, 6);
+  prm_table_num(t, mbps, 2);
+  prm_table_int(t, workers);
   if (prm_args_flag(ctx->args, "compare")) {
     double s = 0;
     int64_t ref_tokens = 0;
@@ -135,8 +663,23 @@ static int prm__bench_tokenizer(prm_task_ctx_t *ctx, prm_err_t *err) {
             (long long)ref_tokens, s, ref);
     fprintf(ctx->out, "ratio: primus is %.1fx gpt-tokenizer; token counts %s\n", mbps / ref,
             ref_tokens == tokens ? "agree" : "DIFFER");
+    prm_table_row(t);
+    prm_table_str(t, "gpt-tokenizer");
+    prm_table_str(t, "r50k_base");
+    prm_table_int(t, (int64_t)len);
+    prm_table_int(t, k);
+    prm_table_int(t, ref_tokens);
+    prm_table_num(t, s, 6);
+    prm_table_num(t, ref, 2);
+    prm_table_int(t, 1);
   }
+  /* The text lines above stay the default output; the table goes where
+   * --output-file says (standard output for -). */
+  const char *outp = prm_args_str(ctx->args, "output_file");
+  if (outp && !strcmp(outp, "-")) rc = prm__emit(ctx, t, "Tokenizer speed", err);
+  else if (outp) rc = prm_table_write(t, outp, "Tokenizer speed", err);
 done:
+  prm_table_free(t);
   prm_tokenizer_free(tok);
   free(text);
   free(def);
@@ -152,6 +695,63 @@ static const prm_subtask_t prm__bench_subs[] = {
      "Example:\n"
      "  primus benchmark tokenizer --workers 2 --compare",
      prm__bench_tok_opts, 0, prm__bench_tokenizer},
+    {"gemm", "GEMM throughput of one shape on one or every backend", NULL,
+     "Times C = op(A) op(B) (fp32, row-major) through the engine's GEMM table after\n"
+     "one warm-up call, for --duration seconds per backend. Columns: avg_ms and\n"
+     "min_ms per call, tflops (2MNK / avg), gbps (A, B and C moved once / avg),\n"
+     "intensity (FLOPs per byte of those) and peak_fraction (of the measured fp32\n"
+     "FMA peak x threads). --backend all gives one row per backend built in.\n\n"
+     "Examples:\n"
+     "  primus benchmark gemm --M 4096 --N 4096 --K 4096 --backend all\n"
+     "  primus benchmark gemm --M 512 --N 11008 --K 4096 --trans_b --output-file gemm.csv",
+     prm__bench_gemm_opts, 0, prm__bench_gemm},
+    {"gemm-dense", "every GEMM of one dense Llama layer and the LM head", NULL,
+     "Lists the GEMMs of one transformer layer of a model preset (attn_qkv, attn_out,\n"
+     "mlp_gate_up, mlp_down, plus lm_head) for micro_batch_size x seq_length tokens,\n"
+     "each in the forward (fwd), the data gradient (dgrad) and the weight gradient\n"
+     "(wgrad) with the transposes the engine uses, as Primus' gemm-dense, and times\n"
+     "each like `benchmark gemm`. The columns are those of `benchmark gemm`.\n\n"
+     "Examples:\n"
+     "  primus benchmark gemm-dense --model llama3_8B --seq_length 2048\n"
+     "  primus benchmark gemm-dense --model my_model.yaml --backend all --output-file dense.jsonl",
+     prm__bench_dense_opts, 0, prm__bench_gemm_dense},
+    {"attention", "forward and backward time of the engine's attention kernels", NULL,
+     "Times prm_attention_forward and prm_attention_backward (causal, grouped-query,\n"
+     "flash style, fp32) on random inputs. tflops counts the causal half of the\n"
+     "scores: forward 2 B H T^2 D FLOPs, backward 2.5 x that.\n\n"
+     "Example:\n"
+     "  primus benchmark attention --batch 1 --seq 2048 --heads 32 --kv_heads 8 --head_dim 128",
+     prm__bench_attn_opts, 0, prm__bench_attention},
+    {"launch", "thread-dispatch latency (the CPU's kernel-launch overhead)", NULL,
+     "The median microseconds of an empty OpenMP parallel region over all threads\n"
+     "(omp_parallel_region) and of a trivial kernel through the engine's OpenMP\n"
+     "pool (kernel_pool_wakeup: a sum of squares over 256 floats in 256 slices).\n\n"
+     "Example:\n"
+     "  primus benchmark launch --duration 2",
+     prm__bench_launch_opts, 0, prm__bench_launch},
+    {"memory", "memory bandwidth (STREAM triad)", NULL,
+     "a[i] = b[i] + s c[i] over three arrays of --size_mb each with all threads; the\n"
+     "best pass in GB/s counting 3 x the array bytes.\n\n"
+     "Example:\n"
+     "  primus benchmark memory --size_mb 1024",
+     prm__bench_memory_opts, 0, prm__bench_memory},
+    {"checkpoint-io", "disk and checkpoint write/read bandwidth in a folder", NULL,
+     "disk_write: a file of --size_mb written and fsynced; disk_read: read back after\n"
+     "dropping it from the page cache. ckpt_save and ckpt_load: a Llama of about\n"
+     "that many parameter bytes saved as a Hugging Face checkpoint (safetensors,\n"
+     "fsync, rename) and loaded back. Everything written is removed.\n\n"
+     "Example:\n"
+     "  primus benchmark checkpoint-io --dir /scratch/ckpt --size_mb 1024 --output-file io.json",
+     prm__bench_ckpt_opts, 0, prm__bench_ckpt_io},
+    {"train", "end-to-end training throughput of an experiment", NULL,
+     "Runs the native trainer for --warmup + --iters steps into a temporary run\n"
+     "folder (no checkpoints, no evaluation) and reports the mean step time of\n"
+     "the steps after the warm-up: tokens_per_s, tflops (model FLOPs, see\n"
+     "docs/train.md) and mfu (of the measured fp32 peak x threads). key=value\n"
+     "overrides work as in `train pretrain`; mock_data=true needs no dataset.\n\n"
+     "Example:\n"
+     "  primus benchmark train --config configs/examples/llama_tiny-pretrain.yaml mock_data=true --iters 20",
+     prm__bench_train_opts, PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED, prm__bench_train},
     {NULL},
 };
 

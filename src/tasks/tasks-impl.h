@@ -12,5 +12,6 @@ extern const prm_task_t prm__task_eval;
 extern const prm_task_t prm__task_generate;
 extern const prm_task_t prm__task_benchmark;
 extern const prm_task_t prm__task_data;
+extern const prm_task_t prm__task_preflight;
 
 #endif

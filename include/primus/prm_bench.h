@@ -1,0 +1,163 @@
+/* prm_bench.h - measurements shared by the benchmark and preflight pillars,
+ * and the one table writer their results go through.
+ *
+ * A measurement reports; it never judges (preflight compares the figures
+ * with baselines). Every function runs for about the time it is given, so
+ * quick modes stay quick.
+ */
+#ifndef PRM_BENCH_H
+#define PRM_BENCH_H
+
+#include "primus/prm_base.h"
+#include "primus/prm_train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Result tables                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Columns fixed at creation; rows filled cell by cell, left to right. */
+typedef struct prm_table prm_table_t;
+
+prm_table_t *prm_table_new(int ncols, const char *const *names);
+void prm_table_free(prm_table_t *t);
+void prm_table_row(prm_table_t *t);                   /* starts a new row */
+void prm_table_str(prm_table_t *t, const char *s);    /* next cell: text */
+void prm_table_num(prm_table_t *t, double x, int decimals); /* next cell: a number */
+void prm_table_int(prm_table_t *t, int64_t x);
+int prm_table_rows(const prm_table_t *t);
+
+/* Writes the table to path, the format chosen by its extension: .md
+ * (aligned Markdown, the default when there is none), .csv, .tsv, .jsonl
+ * (one object per row, numbers as numbers), .json (an array of objects);
+ * "-" is Markdown on stdout. Files are written atomically. An unknown
+ * extension is PRM_EINVAL naming it. `title` (may be NULL) heads the
+ * Markdown output only. */
+int prm_table_write(const prm_table_t *t, const char *path, const char *title, prm_err_t *err);
+
+/* Renders the table in `format` ("md", "csv", "tsv", "jsonl", "json") and
+ * appends it to out (the caller's). An unknown format is PRM_EINVAL. */
+int prm_table_render(const prm_table_t *t, const char *format, const char *title, prm_sb_t *out,
+                     prm_err_t *err);
+/* The format prm_table_write picks for path ("md" for "-"), or NULL with
+ * PRM_EINVAL set in err when the extension is unknown. */
+const char *prm_table_format_of(const char *path, prm_err_t *err);
+/* Column count and the text of a cell (NULL when the row left it empty),
+ * for callers that read a result back. */
+int prm_table_cols(const prm_table_t *t);
+const char *prm_table_cell(const prm_table_t *t, int row, int col);
+
+/* ------------------------------------------------------------------------ */
+/* Measurements of one node                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  int64_t m, n, k;
+  int trans_a, trans_b;
+  int bf16;             /* bf16 operands, fp32 accumulation (when the CPU has it) */
+  const char *backend;  /* "onednn", "openblas", "native" (reference), NULL: the best */
+  double duration_s;    /* time to spend measuring (after one warm-up call) */
+} prm_bench_gemm_opts_t;
+
+typedef struct {
+  double ms_avg, ms_min;
+  double tflops;        /* 2mnk / avg time */
+  double gbs;           /* operand + result bytes moved once / avg time */
+  double intensity;     /* flops per byte of the above */
+  double peak_fraction; /* tflops / (measured FMA peak x threads); 0 unknown */
+  int64_t iters;
+  char backend[16];     /* the backend that ran */
+} prm_bench_gemm_result_t;
+
+/* C = op(A) op(B) with the kernel library's GEMM table. PRM_EINVAL for a
+ * bad shape or backend name, PRM_EDEP when bf16 is asked of a CPU without
+ * avx512_bf16 -- and, until the Turbo kernels (issue 9) add a bf16 path to
+ * the GEMM table, for every bf16 request. The backend "native" is the
+ * table's "reference"; r->backend reports "native" for it. */
+int prm_bench_gemm(const prm_bench_gemm_opts_t *o, prm_bench_gemm_result_t *r, prm_err_t *err);
+
+/* Names of the GEMM backends usable in this build, in preference order, as
+ * the benchmark spells them ("onednn", "openblas", "native"); returns the
+ * count (at most max). */
+int prm_bench_gemm_backends(const char **names, int max);
+
+/* One GEMM of a dense (Llama) layer as Primus' gemm-dense lists it: the
+ * forward y = x W^T, the data gradient dx = dy W and the weight gradient
+ * dW = dy^T x of each projection. */
+typedef struct {
+  char name[16];      /* "attn_qkv", "attn_out", "mlp_gate_up", "mlp_down", "lm_head" */
+  const char *phase;  /* "fwd", "dgrad", "wgrad" */
+  int64_t m, n, k;
+  int trans_a, trans_b;
+} prm_bench_dense_gemm_t;
+
+/* Fills out (room for 15) with the GEMMs of one layer plus the LM head for
+ * `tokens` rows (micro_batch x seq_length); returns the count. */
+int prm_bench_dense_gemms(int64_t hidden, int64_t heads, int64_t groups, int64_t ffn,
+                          int64_t vocab, int64_t tokens, prm_bench_dense_gemm_t *out);
+
+/* The engine's causal grouped-query attention (prm_attention_forward and
+ * _backward) on random q, k, v. FLOPs count the causal half only:
+ * forward 2 B H T^2 D, backward 2.5 x forward (flash-attention convention). */
+typedef struct {
+  int64_t batch, seq, heads, kv_heads, head_dim;
+  double duration_s;    /* split between forward and backward */
+} prm_bench_attn_opts_t;
+
+typedef struct {
+  double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
+  int64_t fwd_iters, bwd_iters;
+} prm_bench_attn_result_t;
+
+/* PRM_EINVAL for a bad shape (kv_heads must divide heads), PRM_ENOMEM. */
+int prm_bench_attention(const prm_bench_attn_opts_t *o, prm_bench_attn_result_t *r,
+                        prm_err_t *err);
+
+/* STREAM triad a[i] = b[i] + s*c[i] over three arrays of `bytes` each,
+ * all threads: the best of the repetitions in duration_s, in GB/s
+ * (3 x bytes per pass). */
+double prm_bench_triad(size_t bytes, double duration_s);
+
+/* Disk bandwidth in `dir`: writes a file of `bytes` (fsync'd), reads it
+ * back after dropping it from the page cache (posix_fadvise), removes it.
+ * GB/s each. */
+int prm_bench_disk(const char *dir, size_t bytes, double *write_gbs, double *read_gbs,
+                   prm_err_t *err);
+
+/* Thread-dispatch latency, the CPU twin of a kernel-launch overhead: the
+ * median microseconds of an empty OpenMP parallel region over all threads
+ * (omp_us), and of waking the threads to do a trivial task through the
+ * kernels' thread pool (pool_us). */
+void prm_bench_dispatch(double duration_s, double *omp_us, double *pool_us);
+
+/* Checkpoint writing and reading as training does it: a model of about
+ * `bytes` parameters bytes written with prm_ckpt_write_hf into dir (then
+ * removed) and loaded back with prm_ckpt_load_hf. GB/s of the parameter
+ * bytes; *actual receives the bytes of the model used. */
+int prm_bench_ckpt(const char *dir, size_t bytes, double *save_gbs, double *load_gbs,
+                   size_t *actual, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* End-to-end training                                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  int64_t steps;            /* measured (after warm-up) */
+  double step_ms;           /* mean of the measured steps */
+  double tokens_per_s, tflops, mfu; /* mfu: tflops / (measured peak x threads); 0 unknown */
+  int64_t tokens_per_step, params;
+} prm_bench_train_result_t;
+
+/* Runs prm_train_run for warmup + iters steps (o is copied; save, eval and
+ * async saving are turned off) into a temporary run folder, reads step_ms
+ * from its events.jsonl and averages the steps after the warm-up. */
+int prm_bench_train(const prm_train_opts_t *o, int64_t warmup, int64_t iters,
+                    prm_bench_train_result_t *r, prm_err_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PRM_BENCH_H */

@@ -1,0 +1,228 @@
+/* prm_preflight.h - node health checks with pass/fail thresholds: a table
+ * of checks (host, CPU, accelerators, network, I/O, kernel log, software,
+ * and performance against calibrated baselines), per-node JSON results,
+ * the cluster report merged from them (bench_report.txt in Primus-Bench's
+ * layout, preflight.json/.md, healthy_nodes.txt, failed_nodes.txt) and the
+ * bad-node search over group tests. See docs/preflight.md.
+ *
+ * Every /proc, /sys and / read goes through a root prefix so fixture trees
+ * drive the tests: PRIMUS_SYSFS_ROOT (as platform detection), and
+ * PRIMUS_PROC_ROOT / PRIMUS_HOST_ROOT, which default to $SYSFS_ROOT/proc and
+ * $SYSFS_ROOT/host when the sysfs root is a fixture.
+ */
+#ifndef PRM_PREFLIGHT_H
+#define PRM_PREFLIGHT_H
+
+#include "primus/prm_base.h"
+#include "primus/prm_platform.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Levels, categories, results                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Ordered by gravity: a node's level is the largest of its results. */
+typedef enum {
+  PRM_PF_OK,
+  PRM_PF_SKIP, /* not applicable here (no time source, no RDMA device ...) */
+  PRM_PF_WARN,
+  PRM_PF_FAIL,
+  PRM_PF__LEVELS
+} prm_pf_level_t;
+
+typedef enum {
+  PRM_PF_HOST,
+  PRM_PF_CPU,
+  PRM_PF_GPU,
+  PRM_PF_NETWORK,
+  PRM_PF_IO,
+  PRM_PF_PERF,
+  PRM_PF_KERNEL_LOG,
+  PRM_PF_SOFTWARE,
+  PRM_PF__CATS
+} prm_pf_cat_t;
+
+#define PRM_PF_CAT_BIT(c) (1u << (c))
+#define PRM_PF_CATS_ALL ((1u << PRM_PF__CATS) - 1u)
+/* The default selection: everything but perf. */
+#define PRM_PF_CATS_DEFAULT (PRM_PF_CATS_ALL & ~PRM_PF_CAT_BIT(PRM_PF_PERF))
+
+const char *prm_pf_level_name(prm_pf_level_t l); /* "OK", "SKIP", "WARN", "FAIL" */
+const char *prm_pf_cat_name(prm_pf_cat_t c);     /* "host", ..., "kernel-log" */
+int prm_pf_level_parse(const char *s);           /* -1 when unknown */
+int prm_pf_cat_parse(const char *s);             /* -1 when unknown */
+
+typedef struct {
+  char id[48];        /* "gpu.count" */
+  prm_pf_cat_t cat;
+  char title[80];
+  prm_pf_level_t level;
+  char message[512];  /* what was measured, with the value */
+  char hint[256];     /* what to do about it ("" when OK) */
+  int has_value;
+  double value;       /* the measured figure, when there is one */
+  char unit[16];
+} prm_pf_result_t;
+
+/* A growable list; zero-initialised is empty; the owner calls _free. */
+typedef struct {
+  prm_pf_result_t *v;
+  int n, cap;
+} prm_pf_results_t;
+
+void prm_pf_results_free(prm_pf_results_t *r);
+const prm_pf_result_t *prm_pf_find(const prm_pf_results_t *r, const char *id);
+prm_pf_level_t prm_pf_worst(const prm_pf_results_t *r);
+/* Appends a readable table (id, level, message, hint under FAILs and
+ * WARNs); levels are coloured only when `color` is set. */
+void prm_pf_format(const prm_pf_results_t *r, int color, prm_sb_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Running the checks                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  unsigned cats;           /* PRM_PF_CAT_BIT mask; 0 means PRM_PF_CATS_DEFAULT */
+  int quick;               /* shorter perf measurements */
+  int expect_gpus;         /* accelerators this node must have; -1: any */
+  const char *kernel_log;  /* scan this file instead of `dmesg`, or NULL */
+  const char *patterns;    /* pattern table; NULL: configs/preflight/kernel-log-patterns.tsv */
+  double threshold;        /* perf: FAIL below this fraction of the baseline (0.8) */
+  const char *baseline;    /* perf: baseline file; NULL: searched (prm_pf_baseline_find) */
+  const char *workspace;   /* free disk and disk bandwidth here; NULL: "." */
+  const char *sysfs_root;  /* NULL: $PRIMUS_SYSFS_ROOT or /sys */
+  const char *proc_root;   /* NULL: see the file comment */
+  const char *host_root;   /* NULL: see the file comment ("" is the real /) */
+  const prm_platform_t *platform; /* NULL: detected (detection itself reads
+                                   * $PRIMUS_SYSFS_ROOT, not sysfs_root) */
+} prm_pf_opts_t;
+
+void prm_pf_opts_init(prm_pf_opts_t *o);
+
+/* One entry of the check table (read-only; for docs and tests). */
+typedef struct prm_pf_run prm_pf_run_t;
+typedef struct {
+  const char *id;
+  prm_pf_cat_t cat;
+  const char *title;
+  void (*fn)(prm_pf_run_t *run);
+} prm_pf_check_t;
+
+const prm_pf_check_t *prm_pf_checks(int *n);
+
+/* Runs every check of the selected categories, appending results to out.
+ * Fails only when the platform cannot be detected (a malformed fixture) or
+ * the kernel-log pattern table is malformed; a check that cannot look is
+ * a SKIP result, not an error. */
+int prm_pf_run(const prm_pf_opts_t *o, prm_pf_results_t *out, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Kernel-log patterns (configs/preflight/kernel-log-patterns.tsv)          */
+/* ------------------------------------------------------------------------ */
+
+/* Lines "severity<TAB>category<TAB>min_count<TAB>regex" (PCRE2); '#'
+ * comments and blank lines are skipped. A pattern counts the log lines it
+ * matches; it reports when the count reaches min_count. */
+typedef struct prm_pf_patterns prm_pf_patterns_t;
+
+int prm_pf_patterns_load(const char *path, prm_pf_patterns_t **out, prm_err_t *err);
+void prm_pf_patterns_free(prm_pf_patterns_t *p);
+/* Counts matches over text (line by line); counts accumulate. */
+void prm_pf_patterns_scan(prm_pf_patterns_t *p, const char *text, size_t len);
+int prm_pf_patterns_n(const prm_pf_patterns_t *p);
+/* Pattern i: its category, severity, minimum count and current count. */
+void prm_pf_patterns_get(const prm_pf_patterns_t *p, int i, const char **category,
+                         prm_pf_level_t *severity, int *min_count, int *count);
+/* The sum of the counts of every pattern of one category. */
+int prm_pf_patterns_category_count(const prm_pf_patterns_t *p, const char *category);
+
+/* ------------------------------------------------------------------------ */
+/* Performance and baselines                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+  PRM_PF_M_GEMM_FP32,   /* GFLOP/s */
+  PRM_PF_M_GEMM_BF16,   /* GFLOP/s */
+  PRM_PF_M_TRIAD,       /* GB/s */
+  PRM_PF_M_DISK_WRITE,  /* GB/s */
+  PRM_PF_M_DISK_READ,   /* GB/s */
+  PRM_PF_M_DISPATCH_OMP,  /* microseconds (lower is better) */
+  PRM_PF_M_DISPATCH_POOL, /* microseconds (lower is better) */
+  PRM_PF__METRICS
+} prm_pf_metric_t;
+
+const char *prm_pf_metric_key(prm_pf_metric_t m);  /* "gemm_fp32_gflops" */
+const char *prm_pf_metric_unit(prm_pf_metric_t m); /* "GFLOP/s" */
+int prm_pf_metric_lower_better(prm_pf_metric_t m);
+
+/* Figures of one node; v[m] <= 0 means not measured. */
+typedef struct {
+  double v[PRM_PF__METRICS];
+  char platform[32];
+} prm_pf_perf_t;
+
+/* Measures every metric (bf16 only when the CPU has avx512_bf16) through
+ * prm_bench_*; `quick` shortens each measurement, shapes stay the same so
+ * quick figures compare with full baselines. */
+int prm_pf_perf_measure(const prm_pf_opts_t *o, const prm_platform_t *plat, prm_pf_perf_t *out,
+                        prm_err_t *err);
+/* OK when measured is at least threshold x baseline (lower-is-better
+ * metrics: at most baseline / threshold), FAIL otherwise; SKIP when either
+ * figure is missing. */
+prm_pf_level_t prm_pf_compare(prm_pf_metric_t m, double measured, double baseline,
+                              double threshold);
+/* Baseline files: YAML with `platform:` and one key per metric. */
+int prm_pf_baseline_load(const char *path, prm_pf_perf_t *out, prm_err_t *err);
+/* Writes a baseline (atomically), `comment` (may be NULL) as a # header. */
+int prm_pf_baseline_write(const char *path, const prm_pf_perf_t *p, const char *comment,
+                          prm_err_t *err);
+/* The user's folder for baselines: $HOME/.config/primus/baselines (caller
+ * frees). */
+char *prm_pf_baseline_user_dir(void);
+/* The baseline for a platform: <user dir>/<platform>.yaml, else
+ * <prm_home>/configs/baselines/<platform>.yaml; NULL when neither exists.
+ * Caller frees. */
+char *prm_pf_baseline_find(const char *platform);
+
+/* ------------------------------------------------------------------------ */
+/* Node files and the cluster report                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Writes RUN_DIR/nodes/<host>.json (atomically) for one node's results. */
+int prm_pf_write_node(const char *run_dir, const char *host, const char *platform,
+                      const prm_pf_results_t *r, prm_err_t *err);
+
+typedef struct {
+  int nodes, healthy, failed_node, failed_network;
+} prm_pf_summary_t;
+
+/* Merges every RUN_DIR/nodes/<host>.json into RUN_DIR/preflight.json,
+ * preflight.md, bench_report.txt, healthy_nodes.txt and failed_nodes.txt.
+ * A node fails the node check with any FAIL outside the network category,
+ * else the network check with a FAIL in it. PRM_ENOENT when there are no
+ * node files; PRM_EPARSE naming a malformed one. */
+int prm_pf_report(const char *run_dir, prm_pf_summary_t *sum, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Bad-node search                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Tests a group of node indices together: 1 when the group passes. */
+typedef int (*prm_pf_group_fn)(const int *nodes, int n, void *ctx);
+
+/* Primus-Bench's search: each round shuffles the nodes (seeded), tests the
+ * whole group, splits a failing group in halves and tests both, and tests
+ * each node of a failing group of two or fewer paired with a node known to
+ * be good (alone when none is known yet). The result is the intersection
+ * of the rounds' suspects: bad[i] = 1 for those. Returns how many;
+ * *tests (may be NULL) receives the number of group tests run. */
+int prm_pf_bisect(int n_nodes, prm_pf_group_fn test, void *ctx, int rounds, uint64_t seed,
+                  int *bad, int *tests);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PRM_PREFLIGHT_H */

@@ -1,0 +1,272 @@
+/* perf.c - performance checks: GEMM (fp32, bf16), memory bandwidth,
+ * disk bandwidth and dispatch latency through prm_bench_*, judged against
+ * a per-platform baseline file; and the baseline files themselves
+ * (calibrate writes them). */
+#define _GNU_SOURCE
+#include "preflight-impl.h"
+#include "primus/prm_bench.h"
+#include "primus/prm_config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The metric table: key in baseline files, unit, direction, check id. */
+static const struct {
+  const char *key, *unit, *id;
+  int lower_better;
+} prm__pf_metrics[] = {
+    {"gemm_fp32_gflops", "GFLOP/s", "perf.gemm_fp32", 0},
+    {"gemm_bf16_gflops", "GFLOP/s", "perf.gemm_bf16", 0},
+    {"triad_gbs", "GB/s", "perf.triad", 0},
+    {"disk_write_gbs", "GB/s", "perf.disk_write", 0},
+    {"disk_read_gbs", "GB/s", "perf.disk_read", 0},
+    {"dispatch_omp_us", "us", "perf.dispatch_omp", 1},
+    {"dispatch_pool_us", "us", "perf.dispatch_pool", 1},
+};
+_Static_assert(sizeof prm__pf_metrics / sizeof prm__pf_metrics[0] == PRM_PF__METRICS,
+               "one row per metric");
+
+/* Shapes and sizes are the same in quick and full modes (figures stay
+ * comparable); only the time spent measuring changes. */
+#define PRM__PF_GEMM_DIM 1024
+#define PRM__PF_TRIAD_BYTES ((size_t)64 << 20)
+#define PRM__PF_DISK_BYTES ((size_t)256 << 20)
+#define PRM__PF_SECONDS(quick) ((quick) ? 0.25 : 2.0)
+
+const char *prm_pf_metric_key(prm_pf_metric_t m) { return prm__pf_metrics[m].key; }
+const char *prm_pf_metric_unit(prm_pf_metric_t m) { return prm__pf_metrics[m].unit; }
+int prm_pf_metric_lower_better(prm_pf_metric_t m) { return prm__pf_metrics[m].lower_better; }
+
+prm_pf_level_t prm_pf_compare(prm_pf_metric_t m, double measured, double baseline,
+                              double threshold) {
+  if (!(measured > 0) || !(baseline > 0) || !(threshold > 0)) return PRM_PF_SKIP;
+  if (prm__pf_metrics[m].lower_better) return measured <= baseline / threshold ? PRM_PF_OK : PRM_PF_FAIL;
+  return measured >= baseline * threshold ? PRM_PF_OK : PRM_PF_FAIL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Measurements                                                              */
+/* ------------------------------------------------------------------------ */
+
+static double prm__pf_gemm(int bf16, double seconds, prm_err_t *err) {
+  prm_bench_gemm_opts_t go = {.m = PRM__PF_GEMM_DIM, .n = PRM__PF_GEMM_DIM, .k = PRM__PF_GEMM_DIM,
+                              .bf16 = bf16, .duration_s = seconds};
+  prm_bench_gemm_result_t gr;
+  memset(&gr, 0, sizeof gr);
+  if (prm_bench_gemm(&go, &gr, err)) return -1;
+  return gr.tflops * 1000.0;
+}
+
+int prm_pf_perf_measure(const prm_pf_opts_t *o, const prm_platform_t *plat, prm_pf_perf_t *out,
+                        prm_err_t *err) {
+  memset(out, 0, sizeof *out);
+  snprintf(out->platform, sizeof out->platform, "%s", plat->name);
+  double s = PRM__PF_SECONDS(o->quick);
+  out->v[PRM_PF_M_GEMM_FP32] = prm__pf_gemm(0, s, err);
+  if (out->v[PRM_PF_M_GEMM_FP32] < 0) return err && err->code ? err->code : PRM_ERUNTIME;
+  if (plat->has_avx512_bf16) {
+    prm_err_t e = {0};
+    out->v[PRM_PF_M_GEMM_BF16] = prm__pf_gemm(1, s, &e);
+    if (out->v[PRM_PF_M_GEMM_BF16] < 0) {
+      PRM_WARN("bf16 GEMM not measured: %s", e.msg);
+      out->v[PRM_PF_M_GEMM_BF16] = 0;
+    }
+  }
+  out->v[PRM_PF_M_TRIAD] = prm_bench_triad(PRM__PF_TRIAD_BYTES, s);
+  int rc = prm_bench_disk(o->workspace ? o->workspace : ".", PRM__PF_DISK_BYTES,
+                          &out->v[PRM_PF_M_DISK_WRITE], &out->v[PRM_PF_M_DISK_READ], err);
+  if (rc) return rc;
+  prm_bench_dispatch(s, &out->v[PRM_PF_M_DISPATCH_OMP], &out->v[PRM_PF_M_DISPATCH_POOL]);
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Baseline files                                                            */
+/* ------------------------------------------------------------------------ */
+
+int prm_pf_baseline_load(const char *path, prm_pf_perf_t *out, prm_err_t *err) {
+  memset(out, 0, sizeof *out);
+  prm_node_t *root = NULL;
+  int rc = prm_yaml_load(path, &root, err);
+  if (rc) return rc;
+  if (root->kind != PRM_NODE_MAP) {
+    prm_node_free(root);
+    return prm_errf(err, PRM_EPARSE, "%s: expected a map of metric: value", path);
+  }
+  for (int i = 0; i < root->n; i++) {
+    const char *k = root->keys[i];
+    const prm_node_t *v = root->items[i];
+    if (!strcmp(k, "platform") || !strcmp(k, "version") || !strcmp(k, "host") ||
+        !strcmp(k, "command") || !strcmp(k, "date"))
+      continue;
+    int m = -1;
+    for (int j = 0; j < PRM_PF__METRICS; j++)
+      if (!strcmp(k, prm__pf_metrics[j].key)) m = j;
+    double d;
+    if (m < 0) {
+      rc = prm_errf(err, PRM_EPARSE, "%s:%d: unknown key \"%s\" (expected a metric such as %s)",
+                    path, v->line, k, prm__pf_metrics[0].key);
+      break;
+    }
+    if (v->kind == PRM_NODE_NULL) continue;
+    if (v->kind != PRM_NODE_SCALAR || prm_parse_f64(v->str, &d) || d < 0) {
+      rc = prm_errf(err, PRM_EPARSE, "%s:%d: %s: expected a non-negative number, got \"%s\"", path,
+                    v->line, k, v->kind == PRM_NODE_SCALAR ? v->str : "(not a scalar)");
+      break;
+    }
+    out->v[m] = d;
+  }
+  const prm_node_t *pl = prm_node_get(root, "platform");
+  if (pl && pl->kind == PRM_NODE_SCALAR) snprintf(out->platform, sizeof out->platform, "%s", pl->str);
+  prm_node_free(root);
+  return rc;
+}
+
+int prm_pf_baseline_write(const char *path, const prm_pf_perf_t *p, const char *comment,
+                          prm_err_t *err) {
+  prm_sb_t sb = {0};
+  if (comment) {
+    char *c = prm_xstrdup(comment);
+    for (char *save = NULL, *l = strtok_r(c, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+      prm_sb_appendf(&sb, "# %s\n", l);
+    free(c);
+  }
+  prm_sb_appendf(&sb, "platform: %s\n", p->platform[0] ? p->platform : "cpu");
+  for (int m = 0; m < PRM_PF__METRICS; m++) {
+    if (p->v[m] > 0) prm_sb_appendf(&sb, "%s: %.4g\n", prm__pf_metrics[m].key, p->v[m]);
+    else prm_sb_appendf(&sb, "%s: null   # not measured on this node\n", prm__pf_metrics[m].key);
+  }
+  char *dir = prm_path_dirname(path);
+  int rc = prm_fs_mkdir_p(dir, 0755, err);
+  free(dir);
+  if (!rc) rc = prm_fs_write_atomic(path, sb.buf, sb.len, err);
+  prm_sb_free(&sb);
+  return rc;
+}
+
+char *prm_pf_baseline_user_dir(void) {
+  const char *home = getenv("HOME");
+  return prm_xasprintf("%s/.config/primus/baselines", home && *home ? home : ".");
+}
+
+char *prm_pf_baseline_find(const char *platform) {
+  char *ud = prm_pf_baseline_user_dir();
+  char *p = prm_xasprintf("%s/%s.yaml", ud, platform);
+  free(ud);
+  if (prm_fs_exists(p)) return p;
+  free(p);
+  p = prm_xasprintf("%s/configs/baselines/%s.yaml", prm_home(), platform);
+  if (prm_fs_exists(p)) return p;
+  free(p);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The checks                                                                */
+/* ------------------------------------------------------------------------ */
+
+static void prm__pf_load_baseline(prm_pf_run_t *r) {
+  if (r->baseline_done) return;
+  r->baseline_done = 1;
+  char *path = r->o->baseline ? prm_xstrdup(r->o->baseline) : prm_pf_baseline_find(r->plat->name);
+  if (!path) {
+    snprintf(r->baseline_err, sizeof r->baseline_err,
+             "no baseline for platform %s (run `primus preflight calibrate`)", r->plat->name);
+    return;
+  }
+  snprintf(r->baseline_path, sizeof r->baseline_path, "%s", path);
+  prm_err_t e = {0};
+  if (prm_pf_baseline_load(path, &r->baseline, &e))
+    snprintf(r->baseline_err, sizeof r->baseline_err, "%s", e.msg);
+  free(path);
+}
+
+/* Judges one measured figure and adds its result. */
+static void prm__pf_judge(prm_pf_run_t *r, prm_pf_metric_t m, double v, const char *why_missing) {
+  prm__pf_load_baseline(r);
+  const char *unit = prm__pf_metrics[m].unit;
+  prm_pf_result_t *res;
+  if (!(v > 0)) {
+    prm__pf_add(r, PRM_PF_SKIP, NULL, "not measured: %s", why_missing ? why_missing : "unavailable");
+    return;
+  }
+  double b = r->baseline.v[m], t = r->o->threshold > 0 ? r->o->threshold : 0.8;
+  if (r->baseline_err[0]) {
+    res = prm__pf_add(r, PRM_PF_SKIP, "primus preflight calibrate writes a baseline for this node's platform",
+                      "%.4g %s; %s", v, unit, r->baseline_err);
+  } else if (!(b > 0)) {
+    res = prm__pf_add(r, PRM_PF_SKIP, "recalibrate on a node that has this metric",
+                      "%.4g %s; %s has no %s", v, unit, r->baseline_path, prm__pf_metrics[m].key);
+  } else {
+    prm_pf_level_t l = prm_pf_compare(m, v, b, t);
+    double ratio = v / b;
+    if (prm__pf_metrics[m].lower_better)
+      res = prm__pf_add(r, l, "slower than calibrated: look for competing processes, throttling, or wrong thread pinning",
+                        "%.4g %s vs baseline %.4g (%.2fx; fail above %.4g) [%s]", v, unit, b, ratio,
+                        b / t, r->baseline_path);
+    else
+      res = prm__pf_add(r, l, "slower than calibrated: look for competing processes, throttling, memory or disk faults",
+                        "%.4g %s vs baseline %.4g (%.0f%%; fail below %.0f%%) [%s]", v, unit, b,
+                        100 * ratio, 100 * t, r->baseline_path);
+  }
+  prm__pf_value(res, v, unit);
+}
+
+void prm__pf_perf_gemm_fp32(prm_pf_run_t *r) {
+  prm_err_t e = {0};
+  double v = prm__pf_gemm(0, PRM__PF_SECONDS(r->o->quick), &e);
+  prm__pf_judge(r, PRM_PF_M_GEMM_FP32, v, e.msg);
+}
+
+void prm__pf_perf_gemm_bf16(prm_pf_run_t *r) {
+  if (!r->plat->has_avx512_bf16) {
+    prm__pf_add(r, PRM_PF_SKIP, NULL, "the CPU has no avx512_bf16");
+    return;
+  }
+  prm_err_t e = {0};
+  double v = prm__pf_gemm(1, PRM__PF_SECONDS(r->o->quick), &e);
+  prm__pf_judge(r, PRM_PF_M_GEMM_BF16, v, e.msg);
+}
+
+void prm__pf_perf_triad(prm_pf_run_t *r) {
+  prm__pf_judge(r, PRM_PF_M_TRIAD, prm_bench_triad(PRM__PF_TRIAD_BYTES, PRM__PF_SECONDS(r->o->quick)),
+                NULL);
+}
+
+static void prm__pf_disk(prm_pf_run_t *r) {
+  if (r->disk_done) return;
+  r->disk_done = 1;
+  prm_err_t e = {0};
+  if (prm_bench_disk(r->o->workspace ? r->o->workspace : ".", PRM__PF_DISK_BYTES, &r->disk_w,
+                     &r->disk_r, &e)) {
+    r->disk_w = r->disk_r = 0;
+    snprintf(r->disk_err, sizeof r->disk_err, "%s", e.msg);
+  }
+}
+
+void prm__pf_perf_disk_write(prm_pf_run_t *r) {
+  prm__pf_disk(r);
+  prm__pf_judge(r, PRM_PF_M_DISK_WRITE, r->disk_w, r->disk_err);
+}
+
+void prm__pf_perf_disk_read(prm_pf_run_t *r) {
+  prm__pf_disk(r);
+  prm__pf_judge(r, PRM_PF_M_DISK_READ, r->disk_r, r->disk_err);
+}
+
+static void prm__pf_dispatch(prm_pf_run_t *r) {
+  if (r->disp_done) return;
+  r->disp_done = 1;
+  prm_bench_dispatch(PRM__PF_SECONDS(r->o->quick), &r->disp_omp, &r->disp_pool);
+}
+
+void prm__pf_perf_dispatch_omp(prm_pf_run_t *r) {
+  prm__pf_dispatch(r);
+  prm__pf_judge(r, PRM_PF_M_DISPATCH_OMP, r->disp_omp, NULL);
+}
+
+void prm__pf_perf_dispatch_pool(prm_pf_run_t *r) {
+  prm__pf_dispatch(r);
+  prm__pf_judge(r, PRM_PF_M_DISPATCH_POOL, r->disp_pool, NULL);
+}

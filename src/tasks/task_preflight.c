@@ -1,0 +1,308 @@
+/* task_preflight.c - `primus preflight`: check this node (and write its
+ * result into the run directory, merged with the other nodes' into the
+ * cluster report), report (merge a run directory's node files), bisect
+ * (the bad-node search, over a simulated cluster for now) and calibrate
+ * (write a perf baseline for this node's platform). */
+#define _GNU_SOURCE
+#include "tasks-impl.h"
+#include "primus/prm_preflight.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* check                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static const prm_opt_t prm__pf_check_opts[] = {
+    {"host", 0, PRM_OPT_FLAG, NULL, NULL, "host checks (OS, memory, limits, clock), with the kernel-log and software checks"},
+    {"cpu", 0, PRM_OPT_FLAG, NULL, NULL, "CPU model/ISA, NUMA layout, cpufreq governor"},
+    {"gpu", 0, PRM_OPT_FLAG, NULL, NULL, "accelerators: count, models, driver, devices in use"},
+    {"network", 0, PRM_OPT_FLAG, NULL, NULL, "interfaces, NCCL/GLOO socket interface, RDMA ports, MTU"},
+    {"io", 0, PRM_OPT_FLAG, NULL, NULL, "free disk in the workspace"},
+    {"perf", 0, PRM_OPT_FLAG, NULL, NULL, "GEMM, memory and disk bandwidth, dispatch latency against the baseline"},
+    {"all", 0, PRM_OPT_FLAG, NULL, NULL, "every category, perf included"},
+    {"quick", 0, PRM_OPT_FLAG, NULL, NULL, "short perf measurements (same shapes, less time)"},
+    {"expect_gpus", 0, PRM_OPT_INT, "N", NULL, "accelerators this node must have (0 for a CPU node)"},
+    {"kernel_log", 0, PRM_OPT_STR, "FILE", NULL, "scan this file instead of dmesg"},
+    {"patterns", 0, PRM_OPT_STR, "FILE", NULL, "kernel-log pattern table (default: configs/preflight/kernel-log-patterns.tsv under the primus home)"},
+    {"threshold", 0, PRM_OPT_FLOAT, "F", "0.8", "perf: FAIL below this fraction of the baseline"},
+    {"baseline", 0, PRM_OPT_STR, "FILE", NULL, "perf baseline (default: ~/.config/primus/baselines/<platform>.yaml, then configs/baselines/)"},
+    {"workspace", 0, PRM_OPT_STR, "DIR", ".", "folder for the free-disk check and the disk benchmark"},
+    {NULL},
+};
+
+static void prm__pf_opts_from_args(const prm_args_t *a, prm_pf_opts_t *o) {
+  prm_pf_opts_init(o);
+  static const struct {
+    const char *flag;
+    unsigned cats;
+  } sel[] = {
+      {"host", PRM_PF_CAT_BIT(PRM_PF_HOST) | PRM_PF_CAT_BIT(PRM_PF_KERNEL_LOG) | PRM_PF_CAT_BIT(PRM_PF_SOFTWARE)},
+      {"cpu", PRM_PF_CAT_BIT(PRM_PF_CPU)},
+      {"gpu", PRM_PF_CAT_BIT(PRM_PF_GPU)},
+      {"network", PRM_PF_CAT_BIT(PRM_PF_NETWORK)},
+      {"io", PRM_PF_CAT_BIT(PRM_PF_IO)},
+      {"perf", PRM_PF_CAT_BIT(PRM_PF_PERF)},
+      {"all", PRM_PF_CATS_ALL},
+  };
+  for (size_t i = 0; i < sizeof sel / sizeof sel[0]; i++)
+    if (prm_args_flag(a, sel[i].flag)) o->cats |= sel[i].cats;
+  o->kernel_log = prm_args_str(a, "kernel_log");
+  if (o->kernel_log && o->cats) o->cats |= PRM_PF_CAT_BIT(PRM_PF_KERNEL_LOG);
+  o->quick = prm_args_flag(a, "quick");
+  o->expect_gpus = prm_args_has(a, "expect_gpus") ? (int)prm_args_int(a, "expect_gpus", -1) : -1;
+  o->patterns = prm_args_str(a, "patterns");
+  o->threshold = prm_args_float(a, "threshold", 0.8);
+  o->baseline = prm_args_str(a, "baseline");
+  o->workspace = prm_args_str(a, "workspace");
+}
+
+static int prm__pf_color(FILE *f) { return isatty(fileno(f)) && !getenv("NO_COLOR"); }
+
+static int prm__pf_check(prm_task_ctx_t *ctx, prm_err_t *err) {
+  prm_pf_opts_t o;
+  prm__pf_opts_from_args(ctx->args, &o);
+  if (o.expect_gpus < -1 || (prm_args_has(ctx->args, "expect_gpus") && o.expect_gpus < 0))
+    return prm_errf(err, PRM_EINVAL, "preflight check: --expect_gpus: expected a count >= 0");
+  if (!(o.threshold > 0 && o.threshold <= 1))
+    return prm_errf(err, PRM_EINVAL, "preflight check: --threshold: expected a fraction in (0, 1], got %g",
+                    o.threshold);
+  prm_platform_t plat;
+  int rc = prm_platform_detect(&plat, err);
+  if (rc) return rc;
+  o.platform = &plat;
+  prm_pf_results_t res = {0};
+  rc = prm_pf_run(&o, &res, err);
+  if (rc) goto done;
+  prm_sb_t sb = {0};
+  prm_sb_appendf(&sb, "preflight on %s (platform %s)\n\n", prm_hostname(), plat.name);
+  prm_pf_format(&res, prm__pf_color(ctx->out), &sb);
+  fputs(prm_sb_str(&sb), ctx->out);
+  prm_sb_free(&sb);
+  if (ctx->run_dir) {
+    prm_pf_summary_t sum;
+    if ((rc = prm_pf_write_node(ctx->run_dir, prm_hostname(), plat.name, &res, err))) goto done;
+    /* Every node rebuilds the report from the node files present; after a
+     * multi-node run, `preflight report RUN_DIR` merges them all. */
+    if ((rc = prm_pf_report(ctx->run_dir, &sum, err))) goto done;
+    fprintf(ctx->out, "\nresults: %s/nodes/%s.json; reports: %s/{bench_report.txt,preflight.json,preflight.md,"
+            "healthy_nodes.txt,failed_nodes.txt} (%d node%s so far)\n",
+            ctx->run_dir, prm_hostname(), ctx->run_dir, sum.nodes, sum.nodes == 1 ? "" : "s");
+  }
+  rc = prm_pf_worst(&res) == PRM_PF_FAIL ? 2 : 0;
+done:
+  prm_pf_results_free(&res);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* report                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static const prm_opt_t prm__pf_report_opts[] = {{NULL}};
+
+static int prm__pf_report_run(prm_task_ctx_t *ctx, prm_err_t *err) {
+  if (prm_args_npos(ctx->args) != 1)
+    return prm_errf(err, PRM_EINVAL, "preflight report: expected one RUN_DIR");
+  const char *dir = prm_args_pos(ctx->args, 0);
+  prm_pf_summary_t sum;
+  int rc = prm_pf_report(dir, &sum, err);
+  if (rc) return rc;
+  char *p = prm_path_join(dir, "bench_report.txt");
+  char *text = NULL;
+  if (prm_fs_read_all(p, &text, NULL, NULL) == 0) fputs(text, ctx->out);
+  free(text);
+  free(p);
+  fprintf(ctx->out, "\nwritten: %s/{bench_report.txt,preflight.json,preflight.md,healthy_nodes.txt,failed_nodes.txt}\n",
+          dir);
+  return sum.healthy == sum.nodes ? 0 : 2;
+}
+
+/* ------------------------------------------------------------------------ */
+/* bisect                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static const prm_opt_t prm__pf_bisect_opts[] = {
+    {"nodes", 0, PRM_OPT_STR, "FILE|LIST", NULL, "the nodes: a file with one hostname a line, or a comma-separated list"},
+    {"rounds", 0, PRM_OPT_INT, "R", "3", "shuffled rounds; a node is reported only when every round accuses it"},
+    {"seed", 0, PRM_OPT_INT, "S", "1", "seed of the shuffles"},
+    {"simulate_bad", 0, PRM_OPT_STR, "LIST", NULL, "simulate a cluster where these nodes fail every group they are in"},
+    {NULL},
+};
+
+static void prm__pf_split(const char *s, const char *seps, prm_argv_t *out) {
+  char *c = prm_xstrdup(s);
+  for (char *save = NULL, *t = strtok_r(c, seps, &save); t; t = strtok_r(NULL, seps, &save)) {
+    char *w = prm_strtrim(t);
+    if (*w && *w != '#') prm_argv_push(out, w);
+  }
+  free(c);
+}
+
+typedef struct {
+  const int *bad; /* per node */
+} prm__pf_sim_t;
+
+static int prm__pf_sim_test(const int *nodes, int n, void *ctx) {
+  const prm__pf_sim_t *s = ctx;
+  for (int i = 0; i < n; i++)
+    if (s->bad[nodes[i]]) return 0;
+  return 1;
+}
+
+static int prm__pf_bisect_run(prm_task_ctx_t *ctx, prm_err_t *err) {
+  const char *spec = prm_args_str(ctx->args, "nodes");
+  const char *sim = prm_args_str(ctx->args, "simulate_bad");
+  if (!spec) return prm_errf(err, PRM_EINVAL, "preflight bisect: --nodes FILE|LIST is required");
+  if (!sim)
+    return prm_errf(err, PRM_EINVAL,
+                    "preflight bisect: only the simulated mode exists (--simulate_bad LIST); a real group "
+                    "test (srun of `preflight check --network` over each group) is not wired yet");
+  prm_argv_t nodes = {0}, bad = {0};
+  int rc = 0;
+  if (prm_fs_exists(spec)) {
+    char *text;
+    if ((rc = prm_fs_read_all(spec, &text, NULL, err))) return rc;
+    prm__pf_split(text, "\n", &nodes);
+    free(text);
+  } else {
+    prm__pf_split(spec, ",", &nodes);
+  }
+  prm__pf_split(sim, ",", &bad);
+  int n = nodes.n;
+  int *isbad = prm_xcalloc((size_t)(n ? n : 1), sizeof(int));
+  int *found = prm_xcalloc((size_t)(n ? n : 1), sizeof(int));
+  if (!n) {
+    rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --nodes %s: no node names", spec);
+    goto done;
+  }
+  for (int i = 0; i < bad.n; i++) {
+    int k = prm_argv_find(&nodes, bad.v[i]);
+    if (k < 0) {
+      rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --simulate_bad: \"%s\" is not one of the %d nodes",
+                    bad.v[i], n);
+      goto done;
+    }
+    isbad[k] = 1;
+  }
+  int64_t rounds = prm_args_int(ctx->args, "rounds", 3), seed = prm_args_int(ctx->args, "seed", 1);
+  if (rounds < 1 || rounds > 1000) {
+    rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --rounds: expected 1..1000, got %lld", (long long)rounds);
+    goto done;
+  }
+  prm__pf_sim_t s = {isbad};
+  int tests = 0;
+  int nb = prm_pf_bisect(n, prm__pf_sim_test, &s, (int)rounds, (uint64_t)seed, found, &tests);
+  fprintf(ctx->out, "bisect over %d nodes (simulated), %lld rounds, seed %lld: %d group tests\n", n,
+          (long long)rounds, (long long)seed, tests);
+  fprintf(ctx->out, "bad nodes (%d):", nb);
+  for (int i = 0; i < n; i++)
+    if (found[i]) fprintf(ctx->out, " %s", nodes.v[i]);
+  fprintf(ctx->out, "%s\n", nb ? "" : " none");
+  rc = nb ? 2 : 0;
+done:
+  free(isbad);
+  free(found);
+  prm_argv_free(&nodes);
+  prm_argv_free(&bad);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* calibrate                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static const prm_opt_t prm__pf_cal_opts[] = {
+    {"output", 'o', PRM_OPT_STR, "FILE", NULL, "where to write (default ~/.config/primus/baselines/<platform>.yaml)"},
+    {"quick", 0, PRM_OPT_FLAG, NULL, NULL, "short measurements (same shapes)"},
+    {"workspace", 0, PRM_OPT_STR, "DIR", ".", "folder for the disk benchmark"},
+    {NULL},
+};
+
+static int prm__pf_calibrate(prm_task_ctx_t *ctx, prm_err_t *err) {
+  prm_platform_t plat;
+  int rc = prm_platform_detect(&plat, err);
+  if (rc) return rc;
+  prm_pf_opts_t o;
+  prm_pf_opts_init(&o);
+  o.quick = prm_args_flag(ctx->args, "quick");
+  o.workspace = prm_args_str(ctx->args, "workspace");
+  prm_pf_perf_t perf;
+  if ((rc = prm_pf_perf_measure(&o, &plat, &perf, err))) return rc;
+  const char *out = prm_args_str(ctx->args, "output");
+  char *path;
+  if (out) {
+    path = prm_xstrdup(out);
+  } else {
+    char *ud = prm_pf_baseline_user_dir();
+    path = prm_xasprintf("%s/%s.yaml", ud, plat.name);
+    free(ud);
+  }
+  char when[64];
+  prm_time_format(when, sizeof when, "%Y-%m-%d %H:%M:%S", prm_time_wall());
+  char *comment = prm_xasprintf(
+      "primus preflight baseline for platform %s.\nMeasured by `primus preflight calibrate%s` on %s at %s:\n"
+      "%s, %d CPUs, %d NUMA node%s.\npreflight check --perf fails a figure below --threshold (0.8) of it "
+      "(latencies: above baseline / threshold).",
+      plat.name, o.quick ? " --quick" : "", prm_hostname(), when,
+      plat.cpu_model[0] ? plat.cpu_model : "unknown CPU", plat.cpu_cores, plat.numa_nodes,
+      plat.numa_nodes == 1 ? "" : "s");
+  rc = prm_pf_baseline_write(path, &perf, comment, err);
+  if (!rc && ctx->run_dir) {
+    char *copy = prm_xasprintf("%s/baseline-%s.yaml", ctx->run_dir, plat.name);
+    rc = prm_pf_baseline_write(copy, &perf, comment, err);
+    free(copy);
+  }
+  free(comment);
+  if (!rc) {
+    fprintf(ctx->out, "baseline for platform %s written to %s\n", plat.name, path);
+    for (int m = 0; m < PRM_PF__METRICS; m++)
+      fprintf(ctx->out, "  %-18s %10.4g %s\n", prm_pf_metric_key((prm_pf_metric_t)m), perf.v[m],
+              perf.v[m] > 0 ? prm_pf_metric_unit((prm_pf_metric_t)m) : "(not measured)");
+  }
+  free(path);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Table                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static const prm_subtask_t prm__pf_subs[] = {
+    {"check", "check this node: host, CPU, accelerators, network, I/O, kernel log, software (and perf)", NULL,
+     "Without a category flag every category but perf runs. Each check prints OK, WARN,\n"
+     "FAIL or SKIP with the measured value and, when not OK, what to do. The node's\n"
+     "result goes to RUN_DIR/nodes/<host>.json and the run directory gets\n"
+     "bench_report.txt, preflight.json, preflight.md, healthy_nodes.txt and\n"
+     "failed_nodes.txt. Exit code 2 when any check FAILs (WARN alone is 0).\n\n"
+     "  primus preflight check --expect_gpus 8\n"
+     "  primus preflight check --perf --quick --threshold 0.7\n"
+     "  primus slurm srun -N 4 -- preflight check --all    # then: primus preflight report RUN_DIR\n\n"
+     "See docs/preflight.md for every check id and threshold.",
+     prm__pf_check_opts, PRM_SUB_RUN, prm__pf_check},
+    {"report", "merge RUN_DIR/nodes/*.json into the cluster report", "RUN_DIR",
+     "Writes bench_report.txt (Primus-Bench's layout), preflight.json, preflight.md,\n"
+     "healthy_nodes.txt and failed_nodes.txt into RUN_DIR and prints the report.\n"
+     "Exit code 2 when a node failed.",
+     prm__pf_report_opts, PRM_SUB_POSITIONAL, prm__pf_report_run},
+    {"bisect", "find bad nodes by group tests (Primus-Bench's search), over a simulated cluster", NULL,
+     "Tests the whole group, halves failing groups, tests failing groups of two or\n"
+     "fewer node by node with a known-good partner, over --rounds shuffled rounds, and\n"
+     "reports the nodes every round accused. Only --simulate_bad runs today (a group\n"
+     "fails when it holds a simulated bad node). Exit code 2 when bad nodes are found.\n\n"
+     "  primus preflight bisect --nodes n01,n02,n03,n04 --simulate_bad n03 --rounds 3",
+     prm__pf_bisect_opts, 0, prm__pf_bisect_run},
+    {"calibrate", "measure this node and write a perf baseline for its platform", NULL,
+     "Runs the perf measurements of `preflight check --perf` and writes them as\n"
+     "<platform>.yaml (default in ~/.config/primus/baselines/, searched before the\n"
+     "shipped configs/baselines/), printing where, with a copy in the run directory.\n"
+     "It runs as a run (env profile applied) so the figures are taken in the same\n"
+     "environment `preflight check --perf` runs in.",
+     prm__pf_cal_opts, PRM_SUB_RUN, prm__pf_calibrate},
+    {NULL},
+};
+
+const prm_task_t prm__task_preflight = {"preflight", "node health checks, cluster reports, bad-node search",
+                                        prm__pf_subs, "check"};

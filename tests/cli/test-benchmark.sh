@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# `primus benchmark ...` through the real binary, every subcommand in its
+# quick mode (tiny sizes, --duration 0.05): exit 0, the output file in each
+# format parses back (CSV and TSV field counts, JSON Lines and JSON with
+# python's json) with the documented columns, and the figures are positive
+# and finite. Speed is never asserted. Bad arguments exit 2 naming the
+# option; bf16 GEMM exits 1 (a missing kernel, issue 9).
+source "$(dirname "$0")/lib.sh"
+cd "$T"
+export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive
+
+# check_table NAME FILE "col1,col2,..." MINROWS "positive1,positive2,...":
+# the file (format by extension) has exactly these columns, at least
+# MINROWS rows, and the named columns hold positive finite numbers.
+check_table() {
+  local msg
+  if msg=$(python3 - "$2" "$3" "$4" "$5" <<'PY' 2>&1
+import csv, json, math, sys
+path, cols, minrows, pos = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), [c for c in sys.argv[4].split(",") if c]
+ext = path.rsplit(".", 1)[-1]
+text = open(path, newline="").read()
+if ext in ("csv", "tsv"):
+    rows = list(csv.reader(text.splitlines(), delimiter="," if ext == "csv" else "\t"))
+    assert rows[0] == cols, f"header {rows[0]} != {cols}"
+    for r in rows[1:]:
+        assert len(r) == len(cols), f"{len(r)} fields in {r}"
+    recs = [dict(zip(cols, r)) for r in rows[1:]]
+elif ext == "jsonl":
+    recs = [json.loads(l) for l in text.splitlines() if l.strip()]
+elif ext == "json":
+    recs = json.loads(text)
+    assert isinstance(recs, list)
+elif ext == "md":
+    lines = [l for l in text.splitlines() if l.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head == cols, f"header {head} != {cols}"
+    recs = [dict(zip(cols, (c.strip() for c in l.strip("|").split("|")))) for l in lines[2:]]
+else:
+    raise SystemExit(f"unknown extension {ext}")
+assert len(recs) >= minrows, f"{len(recs)} rows, expected at least {minrows}"
+for r in recs:
+    assert list(r.keys()) == cols, f"keys {list(r.keys())} != {cols}"
+    for c in pos:
+        v = float(r[c])
+        assert math.isfinite(v) and v > 0, f"{c} = {r[c]} in {r}"
+    if ext in ("jsonl", "json"):
+        for c in pos:
+            assert isinstance(r[c], (int, float)), f"{c} is not a JSON number: {r[c]!r}"
+PY
+  ); then ok "$1"; else bad "$1: $msg"; fi
+}
+
+GEMM_COLS=name,phase,backend,dtype,M,N,K,trans_a,trans_b,iters,avg_ms,min_ms,tflops,gbps,intensity,peak_fraction
+
+# ---- gemm: every backend, every format --------------------------------------
+for fmt in md csv tsv jsonl json; do
+  run benchmark gemm --M 48 --N 40 --K 32 --backend all --duration 0.02 --output-file "gemm.$fmt"
+  expect_rc "gemm --backend all -> .$fmt" 0
+  check_table "gemm .$fmt parses with the gemm columns" "gemm.$fmt" "$GEMM_COLS" 1 "M,N,K,iters,avg_ms,tflops,gbps,intensity"
+done
+expect_in "gemm prints a Markdown table" "| backend" "$OUT"
+expect_in "gemm has the native backend" "native" "$(cat gemm.csv)"
+nb=$(($(wc -l < gemm.csv) - 1))
+if ((nb >= 1)); then ok "one row per backend ($nb)"; else bad "no backend rows"; fi
+run benchmark gemm --M 16 --N 24 --K 8 --trans_a --trans_b --backend native --duration 0.01 -o tr.jsonl
+expect_rc "gemm transposed, native" 0
+check_table "transposed row" tr.jsonl "$GEMM_COLS" 1 "tflops,trans_a,trans_b"
+run benchmark gemm --M 32 --N 32 --K 32 --duration 0.01 -o -
+expect_rc "gemm -o - (Markdown on stdout)" 0
+printf '%s\n' "$OUT" > stdout.md
+check_table "gemm on stdout parses as Markdown" stdout.md "$GEMM_COLS" 1 "tflops"
+
+# ---- gemm-dense ---------------------------------------------------------------
+run benchmark gemm-dense --model llama_tiny --seq_length 16 --micro_batch_size 2 --duration 0.005 -o dense.csv
+expect_rc "gemm-dense llama_tiny" 0
+check_table "gemm-dense .csv: 15 GEMMs" dense.csv "$GEMM_COLS" 15 "M,N,K,tflops"
+for g in attn_qkv attn_out mlp_gate_up mlp_down lm_head; do
+  expect_in "gemm-dense lists $g" "$g" "$(cat dense.csv)"
+done
+for p in fwd dgrad wgrad; do expect_in "gemm-dense has $p" ",$p," "$(cat dense.csv)"; done
+expect_in "the forward of attn_qkv is (32 tokens, (4+2x2)x32, 128)" "attn_qkv,fwd,onednn,fp32,32,256,128" "$(sed 's/,openblas,/,onednn,/;s/,native,/,onednn,/' dense.csv)"
+cp "$PRIMUS_SRC/configs/models/native/llama_tiny.yaml" my_model.yaml
+cp "$PRIMUS_SRC/configs/models/native/llama_base.yaml" llama_base.yaml
+run benchmark gemm-dense --model ./my_model.yaml --seq_length 8 --duration 0 -o dense.json
+expect_rc "gemm-dense with a model YAML path" 0
+check_table "gemm-dense .json" dense.json "$GEMM_COLS" 15 "tflops"
+
+# ---- attention ----------------------------------------------------------------
+run benchmark attention --batch 1 --seq 32 --heads 4 --kv_heads 2 --head_dim 16 --causal --duration 0.05 -o attn.tsv
+expect_rc "attention" 0
+check_table "attention .tsv" attn.tsv pass,batch,seq,heads,kv_heads,head_dim,causal,iters,avg_ms,tflops 2 "iters,avg_ms,tflops"
+expect_in "attention has a backward row" "backward" "$(cat attn.tsv)"
+
+# ---- launch, memory, checkpoint-io -------------------------------------------
+run benchmark launch --duration 0.05 -o launch.json
+expect_rc "launch" 0
+check_table "launch .json" launch.json test,threads,median_us 2 "threads,median_us"
+run benchmark memory --size_mb 4 --duration 0.05 -o mem.jsonl
+expect_rc "memory" 0
+check_table "memory .jsonl" mem.jsonl test,array_mb,threads,gbps 1 "array_mb,gbps"
+mkdir io
+run benchmark checkpoint-io --dir io --size_mb 2 -o io.csv
+expect_rc "checkpoint-io" 0
+check_table "checkpoint-io .csv" io.csv test,size_mb,gbps 4 "size_mb,gbps"
+expect_in "checkpoint-io times a safetensors save" "ckpt_save" "$(cat io.csv)"
+if [[ -z $(ls -A io) ]]; then ok "checkpoint-io leaves nothing behind"; else bad "left in io/: $(ls -A io)"; fi
+run benchmark checkpoint-io --dir io --size_mb 1 --no_ckpt -o io2.md
+expect_rc "checkpoint-io --no_ckpt" 0
+check_table "checkpoint-io --no_ckpt .md" io2.md test,size_mb,gbps 2 "gbps"
+
+# ---- train (mock data, no dataset) -------------------------------------------
+{ exp_header bench; tiny_model; cat <<Y
+      mock_data: true
+      micro_batch_size: 2
+      global_batch_size: 2
+      train_iters: 1000
+      save: $T/ckpt
+      save_interval: 1
+Y
+} > exp.yaml
+run benchmark train --config exp.yaml --warmup 1 --iters 2 -o train.json
+expect_rc "train on mock data" 0
+check_table "train .json" train.json exp_name,params,seq_length,global_batch,threads,steps,step_ms,tokens_per_s,tflops,mfu 1 "params,steps,step_ms,tokens_per_s,tflops,mfu"
+steps=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["steps"])' train.json)
+expect_eq "warm-up steps left out" "$steps" 2
+if [[ ! -e $T/ckpt ]]; then ok "benchmark train saves no checkpoint"; else bad "a checkpoint was saved"; fi
+run benchmark train --config exp.yaml --warmup 0 --iters 1 micro_batch_size=1 global_batch_size=1
+expect_rc "train with key=value overrides" 0
+expect_in "prints the table" "tokens_per_s" "$OUT"
+
+# ---- tokenizer keeps its lines and gains --output-file ------------------------
+printf 'the jury said\nthe grand county election\n' > corpus.txt
+run benchmark tokenizer --input corpus.txt --tokenizer_type ByteTokenizer --repeat 1 -o tok.csv
+expect_rc "tokenizer -o tok.csv" 0
+expect_in "tokenizer still prints MB/s" "MB/s" "$OUT"
+check_table "tokenizer .csv" tok.csv implementation,tokenizer,bytes,documents,tokens,seconds,mb_per_s,workers 1 "bytes,tokens,mb_per_s"
+
+# ---- errors -------------------------------------------------------------------
+err_case() { # NAME EXPECTED-RC NEEDLE ARGS...
+  local name=$1 rc=$2 needle=$3
+  shift 3
+  run benchmark "$@"
+  expect_rc "$name" "$rc"
+  expect_in "$name: names $needle" "$needle" "$ERR"
+}
+err_case "gemm --M 0" 2 "--M" gemm --M 0
+err_case "gemm unknown backend" 2 "--backend" gemm --M 8 --N 8 --K 8 --backend cublas
+err_case "gemm bad dtype" 2 "--dtype" gemm --dtype fp16
+err_case "gemm bf16 is not there yet" 1 "issue 9" gemm --M 8 --N 8 --K 8 --dtype bf16
+err_case "gemm unknown output extension" 2 ".xlsx" gemm --M 8 --N 8 --K 8 -o out.xlsx
+if [[ ! -e out.xlsx ]]; then ok "nothing written for an unknown extension"; else bad "out.xlsx written"; fi
+err_case "gemm negative duration" 2 "--duration" gemm --duration -1
+err_case "gemm unknown option" 2 "--Q" gemm --Q 3
+err_case "gemm-dense without --model" 2 "--model" gemm-dense
+err_case "gemm-dense unknown preset" 2 "llama3_8B" gemm-dense --model llama3_8b
+err_case "gemm-dense --seq_length 0" 2 "--seq_length" gemm-dense --model llama_tiny --seq_length 0
+err_case "attention kv_heads" 2 "--kv_heads" attention --heads 4 --kv_heads 3
+err_case "checkpoint-io missing dir" 2 "--dir" checkpoint-io --dir "$T/nope"
+err_case "memory --size_mb 0" 2 "--size_mb" memory --size_mb 0
+err_case "launch bad extension" 2 ".docx" launch -o x.docx
+err_case "train without --config" 2 "--config" train
+err_case "train --iters 0" 2 "--iters" train --config exp.yaml --iters 0
+
+run benchmark --help
+expect_rc "benchmark --help" 0
+for s in gemm gemm-dense attention launch memory checkpoint-io train tokenizer; do
+  expect_in "help lists $s" "$s" "$OUT"
+done
+finish

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# primus preflight: checks on fixture nodes (healthy 8 x MI300X, a missing
+# GPU, a busy device, an inactive RDMA port, a kernel log with planted
+# errors), the reports in the run directory, the merge of node files, the
+# simulated bad-node search, and calibrate -> check --perf.
+source "$(dirname "$0")/lib.sh"
+FX=${PRIMUS_FIXTURES:-$PRIMUS_SRC/tests/fixtures}
+cd "$T" || exit 1
+export PRIMUS_PLATFORM_NO_SMI=1
+unset NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
+HOST=$(hostname)
+
+json_ok() { python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$1" 2>/dev/null; }
+
+# --- healthy 8 x MI300X -----------------------------------------------------
+export PRIMUS_RUN_DIR=$T/run-ok
+PRIMUS_SYSFS_ROOT=$FX/sysfs/mi300x-8 run preflight check --gpu --network --expect_gpus 8
+expect_rc "8 x MI300X with --expect_gpus 8 passes" 0
+expect_in "count line" "8 accelerators found, 8 expected" "$OUT"
+expect_not_in "no FAIL" " FAIL " "$OUT"
+for f in preflight.json preflight.md bench_report.txt healthy_nodes.txt failed_nodes.txt "nodes/$HOST.json"; do
+  expect_file "report $f" "$T/run-ok/$f"
+done
+if json_ok "$T/run-ok/preflight.json"; then ok "preflight.json parses"; else bad "preflight.json does not parse"; fi
+if json_ok "$T/run-ok/nodes/$HOST.json"; then ok "node json parses"; else bad "node json does not parse"; fi
+expect_eq "healthy_nodes.txt" "$(cat "$T/run-ok/healthy_nodes.txt")" "$HOST"
+expect_eq "failed_nodes.txt empty" "$(cat "$T/run-ok/failed_nodes.txt")" ""
+expect_in "bench_report summary" "Summary: 1 healthy nodes out of 1 total nodes checked" "$(cat "$T/run-ok/bench_report.txt")"
+
+# --- a missing GPU ----------------------------------------------------------
+export PRIMUS_RUN_DIR=$T/run-7
+PRIMUS_SYSFS_ROOT=$FX/sysfs/mi300x-7 run preflight check --gpu --expect_gpus 8
+expect_rc "mi300x-7 fails" 2
+expect_in "names the count" "7 accelerators found, 8 expected" "$OUT"
+expect_in "remediation shown" "drain the node" "$OUT"
+expect_eq "failed_nodes.txt names the host" "$(cat "$T/run-7/failed_nodes.txt")" "$HOST"
+expect_in "bench_report node check" "Failed Nodes (Node Check) - 1 nodes" "$(cat "$T/run-7/bench_report.txt")"
+expect_in "node json level" '"level":	"FAIL"' "$(cat "$T/run-7/nodes/$HOST.json")"
+
+# --- a busy device: WARN (exit 0) -------------------------------------------
+mkdir -p "$T/smi" && cp "$FX/smi/amd-mi300x/amd-smi" "$T/smi/" && chmod +x "$T/smi/amd-smi"
+export PRIMUS_RUN_DIR=$T/run-busy
+PATH="$T/smi:$PATH" PRIMUS_PLATFORM_NO_SMI=0 PRIMUS_SYSFS_ROOT=$FX/sysfs/mi300x-8 \
+  run preflight check --gpu --expect_gpus 8
+expect_rc "busy device is a WARN" 0
+expect_in "busy device named" "1 of 8 devices in use: 2 (0000:46:00.0)" "$OUT"
+expect_in "busy line is WARN" "gpu.busy    WARN" "$OUT"
+
+# --- an inactive RDMA port --------------------------------------------------
+export PRIMUS_RUN_DIR=$T/run-rdma
+PRIMUS_SYSFS_ROOT=$FX/sysfs/cpu-rdma-down run preflight check --network
+expect_rc "inactive RDMA port fails" 2
+expect_in "port named" "mlx5_1/1 (1: DOWN)" "$OUT"
+expect_in "bench_report network check" "Failed Nodes (Network Check) - 1 nodes" "$(cat "$T/run-rdma/bench_report.txt")"
+NCCL_SOCKET_IFNAME=lo PRIMUS_SYSFS_ROOT=$FX/sysfs/cpu-net-ok run preflight check --network
+expect_rc "NCCL_SOCKET_IFNAME=lo fails" 2
+expect_in "loopback named" "NCCL_SOCKET_IFNAME=lo selects only the loopback interface" "$OUT"
+NCCL_SOCKET_IFNAME=eth0 PRIMUS_SYSFS_ROOT=$FX/sysfs/cpu-net-ok run preflight check --network
+expect_rc "healthy network passes" 0
+
+# --- kernel log ---------------------------------------------------------------
+export PRIMUS_RUN_DIR=$T/run-klog
+run preflight check --cpu --kernel_log "$FX/preflight/kernel.log"
+expect_rc "planted kernel errors fail" 2
+for w in "gpu-reset x3" "gpu-ecc x1" "gpu-xid x1" "mce x1" "lockup x1" "link-flap x3" "nvme x2" "oom-kill x1"; do
+  expect_in "kernel log: $w" "$w" "$OUT"
+done
+run preflight check --cpu --kernel_log "$FX/preflight/kernel-clean.log"
+expect_rc "clean kernel log passes" 0
+printf 'FAIL\tx\tone\ty\n' > "$T/bad.tsv"
+run preflight check --cpu --kernel_log "$FX/preflight/kernel-clean.log" --patterns "$T/bad.tsv"
+expect_rc "malformed pattern table" 2
+expect_in "pattern table error names the line" "bad.tsv:1: min_count" "$ERR"
+
+# --- the default selection on a CPU node -------------------------------------
+export PRIMUS_RUN_DIR=$T/run-default
+run preflight check --expect_gpus 0 --kernel_log "$FX/preflight/kernel-clean.log" --workspace "$T"
+expect_rc "cpu node, expect 0, default checks" 0
+for id in host.os host.memlock cpu.model gpu.count net.interfaces io.disk_free kernel.log sw.mpi sw.libs; do
+  expect_in "default runs $id" "$id" "$OUT"
+done
+expect_not_in "default has no perf" "perf." "$OUT"
+run preflight check --threshold 2
+expect_rc "bad threshold" 2
+expect_in "threshold explained" "--threshold: expected a fraction" "$ERR"
+
+# --- merge of node files ------------------------------------------------------
+mkdir -p "$T/merge/nodes"
+node() { # HOST LEVEL CATEGORY ID
+  cat > "$T/merge/nodes/$1.json" <<J
+{"version": 1, "host": "$1", "addr": "10.0.0.${1#n}", "platform": "MI300X", "level": "$2",
+ "results": [{"id": "host.os", "category": "host", "level": "OK", "message": "ok", "hint": ""},
+             {"id": "$4", "category": "$3", "level": "$2", "message": "$4 says $2", "hint": "fix it"}]}
+J
+}
+node n1 OK gpu gpu.count
+node n2 FAIL gpu gpu.count
+node n3 FAIL network net.rdma
+node n4 WARN gpu gpu.busy
+unset PRIMUS_RUN_DIR
+run preflight report "$T/merge"
+expect_rc "report with failed nodes" 2
+expect_eq "merged failed_nodes.txt" "$(cat "$T/merge/failed_nodes.txt")" "$(printf 'n2\nn3')"
+expect_eq "merged healthy_nodes.txt" "$(cat "$T/merge/healthy_nodes.txt")" "$(printf 'n1\nn4')"
+BR=$(cat "$T/merge/bench_report.txt")
+expect_in "merged node check" "Failed Nodes (Node Check) - 1 nodes" "$BR"
+expect_in "merged node line" "  n2 (10.0.0.2): gpu.count: gpu.count says FAIL" "$BR"
+expect_in "merged network check" "Failed Nodes (Network Check) - 1 nodes" "$BR"
+expect_in "merged healthy" "Healthy Nodes (Passed All Checks) - 2 nodes" "$BR"
+expect_in "merged summary" "Summary: 2 healthy nodes out of 4 total nodes checked" "$BR"
+expect_in "report printed" "PrimusBench Node Check Report" "$OUT"
+if json_ok "$T/merge/preflight.json"; then ok "merged preflight.json parses"; else bad "merged preflight.json does not parse"; fi
+n=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(len(d["nodes"]), d["summary"]["healthy"])' "$T/merge/preflight.json")
+expect_eq "merged json nodes and healthy" "$n" "4 2"
+rm "$T/merge/nodes/n2.json" "$T/merge/nodes/n3.json"
+run preflight report "$T/merge"
+expect_rc "report of healthy nodes" 0
+run preflight report "$T/nowhere"
+expect_rc "report without node files" 2
+
+# --- bisect (simulated) -------------------------------------------------------
+NODES=$(printf 'n%02d,' $(seq 1 16)); NODES=${NODES%,}
+for seed in 1 2 3; do
+  run preflight bisect --nodes "$NODES" --simulate_bad n04,n13 --rounds 3 --seed $seed
+  expect_rc "bisect seed $seed finds bad nodes" 2
+  expect_in "bisect seed $seed names exactly n04 n13" "bad nodes (2): n04 n13" "$OUT"
+done
+printf 'n%02d\n' $(seq 1 16) > "$T/nodes.txt"
+run preflight bisect --nodes "$T/nodes.txt" --simulate_bad n16 --rounds 2
+expect_in "bisect from a file" "bad nodes (1): n16" "$OUT"
+run preflight bisect --nodes "$T/nodes.txt" --simulate_bad= --rounds 2
+expect_rc "bisect with no bad node" 0
+expect_in "bisect none" "bad nodes (0): none" "$OUT"
+run preflight bisect --nodes "$T/nodes.txt"
+expect_rc "bisect without simulation" 2
+expect_in "bisect says real mode is not wired" "not wired yet" "$ERR"
+run preflight bisect --nodes "$T/nodes.txt" --simulate_bad n99
+expect_rc "bisect unknown node" 2
+
+# --- calibrate, then check --perf reads it ------------------------------------
+export PRIMUS_RUN_DIR=$T/run-cal
+run preflight calibrate --quick --workspace "$T"
+expect_rc "calibrate" 0
+BL=$HOME/.config/primus/baselines/cpu.yaml
+expect_in "calibrate says where" "written to $BL" "$OUT"
+expect_file "baseline written" "$BL"
+expect_in "baseline has gemm" "gemm_fp32_gflops:" "$(cat "$BL")"
+expect_in "baseline header" "# Measured by \`primus preflight calibrate --quick\`" "$(cat "$BL")"
+export PRIMUS_RUN_DIR=$T/run-perf
+# A generous threshold: the machine is shared, figures move; the point is
+# that the user's baseline is the one read and compared.
+run preflight check --perf --quick --threshold 0.05 --workspace "$T"
+expect_rc "check --perf against the fresh baseline" 0
+expect_in "perf compares with the user baseline" "vs baseline" "$OUT"
+expect_in "perf names the file" "[$BL]" "$OUT"
+for id in perf.gemm_fp32 perf.triad perf.disk_write perf.disk_read perf.dispatch_omp perf.dispatch_pool; do
+  expect_in "perf runs $id" "$id" "$OUT"
+done
+# A baseline no machine reaches fails (exit 2), latency included.
+python3 - "$BL" "$T/fast.yaml" <<'P'
+import sys
+out = []
+for line in open(sys.argv[1]):
+    k, _, v = line.partition(":")
+    v = v.split("#")[0].strip()
+    if k.strip().endswith("_us") and v not in ("", "null"): line = f"{k}: {float(v) / 1000}\n"
+    elif not line.startswith(("#", "platform")) and v not in ("", "null"): line = f"{k}: {float(v) * 1000}\n"
+    out.append(line)
+open(sys.argv[2], "w").writelines(out)
+P
+run preflight check --perf --quick --baseline "$T/fast.yaml" --workspace "$T"
+expect_rc "check --perf against an unreachable baseline" 2
+expect_in "gemm fails" "perf.gemm_fp32      FAIL" "$OUT"
+expect_in "latency fails" "perf.dispatch_omp   FAIL" "$OUT"
+run preflight calibrate --quick --workspace "$T" --output "$T/out/cal.yaml"
+expect_rc "calibrate --output" 0
+expect_file "calibrate --output file" "$T/out/cal.yaml"
+
+run preflight --help
+expect_in "help lists subtasks" "calibrate" "$OUT"
+
+finish
