@@ -166,11 +166,43 @@ static void test_proc(void **state) {
   free(w);
 }
 
+static void test_proc_spawn(void **state) {
+  (void)state;
+  prm_err_t err = {0};
+  pid_t pid = 0;
+  int st = -1;
+  char *sl[] = {"sleep", "30", NULL};
+  prm_proc_opts_t o = {.new_pgrp = 1, .stdin_path = "/dev/null"};
+  assert_int_equal(prm_proc_spawn(sl, &o, &pid, &err), 0);
+  assert_true(pid > 0);
+  assert_int_equal(getpgid(pid), pid); /* leads its own group */
+  assert_int_equal(prm_proc_poll(pid, &st), 0);
+  assert_int_equal(prm_proc_wait(pid, 0.05, &st), 0);
+  assert_int_equal(kill(-pid, SIGKILL), 0);
+  assert_int_equal(prm_proc_wait(pid, 5, &st), 1);
+  assert_int_equal(st, 128 + 9);
+  assert_int_equal(prm_proc_poll(pid, &st), PRM_ECHILD); /* already reaped */
+  /* An exit code comes back as is; a wait without limit. */
+  char *ex[] = {"sh", "-c", "exit 5", NULL};
+  assert_int_equal(prm_proc_spawn(ex, NULL, &pid, &err), 0);
+  assert_int_equal(prm_proc_wait(pid, -1, &st), 1);
+  assert_int_equal(st, 5);
+  /* Exec failure is reported by spawn itself, with the program's name. */
+  char *missing[] = {"/nonexistent/primus-nope", NULL};
+  pid = 0;
+  assert_int_equal(prm_proc_spawn(missing, NULL, &pid, &err), PRM_ECHILD);
+  assert_int_equal(pid, 0);
+  assert_non_null(strstr(err.msg, "primus-nope"));
+  prm_proc_opts_t cap = {.capture = 1};
+  assert_int_equal(prm_proc_spawn(sl, &cap, &pid, &err), PRM_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_errors),  cmocka_unit_test(test_sb_and_quote),
       cmocka_unit_test(test_argv_env), cmocka_unit_test(test_strings),
       cmocka_unit_test(test_files),   cmocka_unit_test(test_proc),
+      cmocka_unit_test(test_proc_spawn),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -274,6 +275,9 @@ typedef struct {
   size_t *out_len;           /* with capture: receives the length (output may hold NULs) */
   int forward_signals;       /* 1: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this process
                                 while it waits go to the child instead of ending it */
+  int new_pgrp;              /* 1: the child leads a new process group (signal it as -pid) */
+  int parent_death_signal;   /* non-zero: the child gets this signal when this process
+                                dies, even by SIGKILL (Linux PR_SET_PDEATHSIG) */
 } prm_proc_opts_t;
 
 /* Runs argv[0] (searched in PATH) and waits. *status receives the exit code,
@@ -284,6 +288,18 @@ typedef struct {
  * the child, in the same foreground process group, already received it. */
 int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
                  char **out, prm_err_t *err);
+
+/* Starts argv[0] (searched in PATH) without waiting; *pid receives the
+ * child, which the caller must reap with prm_proc_wait. Exec failure is
+ * reported here, as PRM_ECHILD (the failed child is already reaped).
+ * capture and forward_signals are prm_proc_run's only (PRM_EINVAL). */
+int prm_proc_spawn(char *const *argv, const prm_proc_opts_t *opts, pid_t *pid, prm_err_t *err);
+/* Waits up to timeout_s seconds (0: just look, < 0: forever) for the child
+ * pid. Returns 1 when it ended (*status: exit code, or 128+signal), 0 when
+ * it still runs, PRM_ECHILD when pid is not a child of this process. */
+int prm_proc_wait(pid_t pid, double timeout_s, int *status);
+/* prm_proc_wait(pid, 0, status). */
+int prm_proc_poll(pid_t pid, int *status);
 
 /* Replaces this process with argv (execvp). Returns only on failure. */
 int prm_proc_exec(char *const *argv, char *const *envp, prm_err_t *err);

@@ -101,6 +101,8 @@ enum {
   PRM_SUB_MULTIRANK = 1 << 3,  /* may run as N ranks (--nproc, srun) */
   PRM_SUB_POSITIONAL = 1 << 4, /* takes positional words (usage says which) */
   PRM_SUB_HIDDEN = 1 << 5,     /* not listed in help or completion */
+  PRM_SUB_SUPERVISED = 1 << 6, /* runs under the SaFE supervisor when the experiment's
+                                  fault_tolerance asks for it (docs/safe.md) */
 };
 
 typedef struct prm_subtask {

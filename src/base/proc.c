@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -50,30 +51,33 @@ static void prm__fwd_restore(const struct sigaction *saved) {
   prm__fwd_child = 0;
 }
 
-/* ---- running and replacing ------------------------------------------------ */
+/* ---- starting, waiting and replacing -------------------------------------- */
 
-int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
-                 char **out, prm_err_t *err) {
-  static const prm_proc_opts_t none = {0};
-  if (!opts) opts = &none;
-  int pipefd[2] = {-1, -1};
-  int errpipe[2];  /* reports exec failure from the child */
-  if (opts->capture && pipe2(pipefd, O_CLOEXEC) != 0)
-    return prm_errf(err, PRM_ECHILD, "pipe: %s", strerror(errno));
-  if (pipe2(errpipe, O_CLOEXEC) != 0) {
-    if (opts->capture) close(pipefd[0]), close(pipefd[1]);
-    return prm_errf(err, PRM_ECHILD, "pipe: %s", strerror(errno));
-  }
+/* Forks and execs argv with opts applied; out_fd >= 0 becomes the child's
+ * stdout (and stderr with merge_stderr). Returns once the exec happened
+ * (the close-on-exec errpipe closes) or failed (the child writes its errno
+ * there; it is then reaped and PRM_ECHILD returned). child_mask, when
+ * not NULL, is the signal mask the child execs with. */
+static int prm__proc_start(char *const *argv, const prm_proc_opts_t *opts, int out_fd,
+                           const sigset_t *child_mask, pid_t *out, prm_err_t *err) {
+  int errpipe[2]; /* reports exec failure from the child */
+  if (pipe2(errpipe, O_CLOEXEC) != 0) return prm_errf(err, PRM_ECHILD, "pipe: %s", strerror(errno));
   fflush(stdout);
   fflush(stderr);
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     int e = errno;
-    if (opts->capture) close(pipefd[0]), close(pipefd[1]);
     close(errpipe[0]), close(errpipe[1]);
     return prm_errf(err, PRM_ECHILD, "fork: %s", strerror(e));
   }
   if (pid == 0) {
+    if (child_mask) sigprocmask(SIG_SETMASK, child_mask, NULL);
+    if (opts->new_pgrp) setpgid(0, 0);
+    if (opts->parent_death_signal) {
+      prctl(PR_SET_PDEATHSIG, opts->parent_death_signal);
+      if (getppid() != parent) raise(opts->parent_death_signal); /* it died already */
+    }
     if (opts->stdin_path) {
       int fd = open(opts->stdin_path, O_RDONLY);
       if (fd >= 0) dup2(fd, 0), close(fd);
@@ -82,9 +86,9 @@ int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
       int fd = open("/dev/null", O_WRONLY);
       if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
     }
-    if (opts->capture) {
-      dup2(pipefd[1], 1);
-      if (opts->merge_stderr) dup2(pipefd[1], 2);
+    if (out_fd >= 0) {
+      dup2(out_fd, 1);
+      if (opts->merge_stderr) dup2(out_fd, 2);
     }
     if (opts->cwd && chdir(opts->cwd) != 0) {
       int e = errno;
@@ -97,12 +101,80 @@ int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
     (void)!write(errpipe[1], &e, sizeof e);
     _exit(127);
   }
-  struct sigaction saved[PRM__NFWD];
-  if (opts->forward_signals) prm__fwd_install(pid, saved);
+  /* Also from the parent, so the group exists before we signal it. */
+  if (opts->new_pgrp) setpgid(pid, pid);
   close(errpipe[1]);
+  int child_errno = 0;
+  ssize_t got;
+  while ((got = read(errpipe[0], &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
+  }
+  close(errpipe[0]);
+  if (got == (ssize_t)sizeof child_errno) {
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    return prm_errf(err, PRM_ECHILD, "cannot run %s: %s", argv[0], strerror(child_errno));
+  }
+  *out = pid;
+  return 0;
+}
+
+static int prm__wait_code(int ws) { return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws); }
+
+int prm_proc_spawn(char *const *argv, const prm_proc_opts_t *opts, pid_t *pid, prm_err_t *err) {
+  static const prm_proc_opts_t none = {0};
+  if (!opts) opts = &none;
+  if (opts->capture || opts->forward_signals)
+    return prm_errf(err, PRM_EINVAL, "prm_proc_spawn: capture and forward_signals need prm_proc_run");
+  return prm__proc_start(argv, opts, -1, NULL, pid, err);
+}
+
+int prm_proc_wait(pid_t pid, double timeout_s, int *status) {
+  double until = timeout_s > 0 ? prm_time_now() + timeout_s : 0;
+  for (;;) {
+    int ws = 0;
+    pid_t r = waitpid(pid, &ws, timeout_s < 0 ? 0 : WNOHANG);
+    if (r == pid) {
+      if (status) *status = prm__wait_code(ws);
+      return 1;
+    }
+    if (r < 0 && errno != EINTR) return PRM_ECHILD;
+    if (r == 0) {
+      if (timeout_s == 0 || prm_time_now() >= until) return 0;
+      struct timespec ts = {0, 10 * 1000 * 1000}; /* 10 ms */
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+int prm_proc_poll(pid_t pid, int *status) { return prm_proc_wait(pid, 0, status); }
+
+int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
+                 char **out, prm_err_t *err) {
+  static const prm_proc_opts_t none = {0};
+  if (!opts) opts = &none;
+  int pipefd[2] = {-1, -1};
+  if (opts->capture && pipe2(pipefd, O_CLOEXEC) != 0)
+    return prm_errf(err, PRM_ECHILD, "pipe: %s", strerror(errno));
+  /* The signals to pass on stay blocked until the handlers know the
+   * child, so one sent the moment it starts is forwarded, not fatal. */
+  sigset_t fwd, old;
+  sigemptyset(&fwd);
+  for (int i = 0; i < PRM__NFWD; i++) sigaddset(&fwd, prm__fwd_signals[i]);
+  if (opts->forward_signals) sigprocmask(SIG_BLOCK, &fwd, &old);
+  pid_t pid;
+  int rc = prm__proc_start(argv, opts, opts->capture ? pipefd[1] : -1,
+                           opts->forward_signals ? &old : NULL, &pid, err);
+  if (opts->capture) close(pipefd[1]);
+  struct sigaction saved[PRM__NFWD];
+  if (!rc && opts->forward_signals) prm__fwd_install(pid, saved);
+  if (opts->forward_signals) sigprocmask(SIG_SETMASK, &old, NULL);
+  if (rc) {
+    if (opts->capture) close(pipefd[0]);
+    if (status) *status = 127;
+    return rc;
+  }
   prm_sb_t sb = {0};
   if (opts->capture) {
-    close(pipefd[1]);
     char buf[8192];
     for (;;) {
       ssize_t r = read(pipefd[0], buf, sizeof buf);
@@ -112,20 +184,9 @@ int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
     }
     close(pipefd[0]);
   }
-  int child_errno = 0;
-  ssize_t got = read(errpipe[0], &child_errno, sizeof child_errno);
-  close(errpipe[0]);
-  int ws = 0;
-  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-  }
+  int code = 127;
+  prm_proc_wait(pid, -1, &code);
   if (opts->forward_signals) prm__fwd_restore(saved);
-  if (got == (ssize_t)sizeof child_errno) {
-    prm_sb_free(&sb);
-    if (status) *status = 127;
-    return prm_errf(err, PRM_ECHILD, "cannot run %s: %s", argv[0],
-                    strerror(child_errno));
-  }
-  int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
   if (status) *status = code;
   if (opts->out_len) *opts->out_len = sb.len;
   if (out)

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "launch-impl.h"
 
+#include <cjson/cJSON.h>
 #include <hwloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,28 +168,34 @@ static int prm__load_time_changes(const prm_env_t *start, const prm_env_t *now, 
   return n;
 }
 
-/* Runs the task as the only rank of a fresh process of this binary, the
- * way mpirun starts ranks (PRIMUS_LAUNCHED=1, so it skips the set-up done
- * here), with this process's environment as computed, and waits so that
- * the post-hooks and metadata.json still see the end. *code receives its
- * exit code (128+N when killed by signal N). */
+/* The command and environment of the task as the only rank of a fresh
+ * process of this binary, the way mpirun starts ranks (PRIMUS_LAUNCHED=1,
+ * so it skips the set-up done here), with env as its environment. */
+static void prm__rank_child_cmd(const prm_launch_t *l, const prm_argv_t *task_words,
+                                const prm_env_t *env, prm_argv_t *cmd, prm_env_t *e) {
+  prm_argv_push(cmd, l->self);
+  if (l->debug) prm_argv_push(cmd, "--debug");
+  prm_argv_push(cmd, "direct");
+  if (prm_args_flag(l->rt_args, "numa")) prm_argv_push(cmd, "--numa");
+  const char *log_file = prm_args_str(l->rt_args, "log_file");
+  if (log_file) {
+    prm_argv_push(cmd, "--log_file");
+    prm_argv_push(cmd, log_file);
+  }
+  prm_argv_push(cmd, "--");
+  prm_argv_pushv(cmd, task_words->n, task_words->v);
+  for (int i = 0; i < env->n; i++) prm_env_set(e, env->keys[i], env->vals[i]);
+  prm_env_set(e, "PRIMUS_LAUNCHED", "1");
+}
+
+/* Runs the task as the only rank of a fresh process (prm__rank_child_cmd)
+ * and waits so that the post-hooks and metadata.json still see the end.
+ * *code receives its exit code (128+N when killed by signal N). */
 static int prm__rank_child(const prm_launch_t *l, const prm_argv_t *task_words, const prm_env_t *env,
                            int *code, prm_err_t *err) {
   prm_argv_t cmd = {0}, envp = {0};
   prm_env_t e = {0};
-  prm_argv_push(&cmd, l->self);
-  if (l->debug) prm_argv_push(&cmd, "--debug");
-  prm_argv_push(&cmd, "direct");
-  if (prm_args_flag(l->rt_args, "numa")) prm_argv_push(&cmd, "--numa");
-  const char *log_file = prm_args_str(l->rt_args, "log_file");
-  if (log_file) {
-    prm_argv_push(&cmd, "--log_file");
-    prm_argv_push(&cmd, log_file);
-  }
-  prm_argv_push(&cmd, "--");
-  prm_argv_pushv(&cmd, task_words->n, task_words->v);
-  for (int i = 0; i < env->n; i++) prm_env_set(&e, env->keys[i], env->vals[i]);
-  prm_env_set(&e, "PRIMUS_LAUNCHED", "1");
+  prm__rank_child_cmd(l, task_words, env, &cmd, &e);
   prm_env_to_envp(&e, &envp);
   prm_proc_opts_t o = {.envp = envp.v, .forward_signals = 1};
   int rc = prm_proc_run(cmd.v, &o, code, NULL, err);
@@ -271,6 +278,7 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
   if (getenv("PRIMUS_LAUNCHED")) return prm__run_rank(l, err);
   double start = prm_time_wall();
   int run = (l->sub->flags & PRM_SUB_RUN) != 0;
+  int supervisable = run && (l->sub->flags & PRM_SUB_SUPERVISED);
   int64_t nproc = prm_args_int(l->rt_args, "nproc", 1);
   if (nproc < 1) return prm_errf(err, PRM_EINVAL, "--nproc %lld: expected at least 1", (long long)nproc);
   if (nproc > 1 && !(l->sub->flags & PRM_SUB_MULTIRANK))
@@ -334,8 +342,10 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
       prm_argv_pushv(&cmd, task_words.n, task_words.v);
     }
     char *line = prm_argv_join_shell(cmd.n, cmd.v);
+    prm__ft_t ft0;
+    int sup = supervisable && prm__supervise_enabled(exp, &ft0);
     printf("# primus dry run: nothing was started\ncommand: %s%s\n", line,
-           nproc > 1 ? "" : "   (in-process)");
+           sup ? "   (supervised child)" : nproc > 1 ? "" : "   (in-process)");
     free(line);
     prm_argv_free(&cmd);
     printf("platform: %s (%d accelerators, %d CPUs)\nenvironment set by primus:\n", plat.name,
@@ -359,7 +369,10 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
     if ((rc = prm__rundir_for_task(l, exp, &run_dir, err))) goto done;
     setenv("PRIMUS_RUN_DIR", run_dir, 1);
     prm_env_set(&E, "PRIMUS_RUN_DIR", run_dir);
-    char *lf = prm_xasprintf("%s/logs/%s.log", run_dir, nproc > 1 ? "launcher" : "rank-0");
+    /* Supervised ranks are child processes with rank logs of their own. */
+    prm__ft_t ft0;
+    int own = nproc > 1 || (supervisable && prm__supervise_enabled(exp, &ft0));
+    char *lf = prm_xasprintf("%s/logs/%s.log", run_dir, own ? "launcher" : "rank-0");
     rc = prm_log_set_file(lf, err);
     free(lf);
     if (rc) goto done;
@@ -412,11 +425,42 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
   prm_env_from_environ(&all);
   if (run) {
     if ((rc = prm_rundir_snapshot_env(run_dir, &all, &plat, err))) goto done;
-    if ((rc = prm__rundir_write_metadata(run_dir, l, &replay, start, 0, -1, err))) goto done;
+    if ((rc = prm__rundir_write_metadata(run_dir, l, &replay, start, 0, -1, NULL, err))) goto done;
   }
 
   int code;
-  if (nproc > 1) {
+  prm__ft_t ft;
+  if (supervisable && prm__supervise_enabled(exp, &ft)) {
+    /* SaFE: the ranks run as children, restarted after a crash or a hang. */
+    prm_argv_t cmd = {0};
+    prm_env_t ce = {0};
+    if (nproc > 1) {
+      /* mpirun passes on what -x names, with the value it has itself. */
+      char *hb = prm_path_join(run_dir, "heartbeat");
+      prm_env_t xe = {0};
+      for (int i = 0; i < E.n; i++) prm_env_set(&xe, E.keys[i], E.vals[i]);
+      prm_env_set(&xe, "PRIMUS_RESTART", "0");
+      prm_env_set(&xe, "PRIMUS_HEARTBEAT_DIR", hb);
+      prm__mpirun_argv(l, nproc, &xe, &task_words, &cmd);
+      prm_env_free(&xe);
+      free(hb);
+      for (int i = 0; i < all.n; i++) prm_env_set(&ce, all.keys[i], all.vals[i]);
+      char *line = prm_argv_join_shell(cmd.n, cmd.v);
+      PRM_INFO("launching %lld ranks: %s", (long long)nproc, line);
+      free(line);
+    } else {
+      prm__rank_child_cmd(l, &task_words, &all, &cmd, &ce);
+    }
+    prm__sup_t sup = {.ft = ft, .run_dir = run_dir, .nranks = (int)nproc, .argv = cmd.v, .env = &ce};
+    rc = prm__supervise(&sup, err);
+    char *mpirun = rc == PRM_ECHILD && nproc > 1 ? prm_which("mpirun") : NULL;
+    if (rc == PRM_ECHILD && nproc > 1 && !mpirun)
+      rc = prm_errf(err, PRM_EDEP, "--nproc %lld needs mpirun (Debian: openmpi-bin)", (long long)nproc);
+    free(mpirun);
+    code = rc < 0 ? prm_exit_code(rc) : rc;
+    prm_argv_free(&cmd);
+    prm_env_free(&ce);
+  } else if (nproc > 1) {
     prm_argv_t cmd = {0};
     prm__mpirun_argv(l, nproc, &E, &task_words, &cmd);
     char *line = prm_argv_join_shell(cmd.n, cmd.v);
@@ -477,9 +521,22 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
       prm_hook_result_free(&phr);
       prm_env_free(&pe);
     }
+    double end = prm_time_wall();
+    cJSON *extra = NULL;
+    char *evp = prm_path_join(run_dir, "events.jsonl");
+    prm__goodput_t g;
+    if (prm_fs_exists(evp) && prm__goodput_read(evp, end - start, &g, NULL) == 0) {
+      char line[320];
+      prm__goodput_format(&g, line, sizeof line);
+      PRM_INFO("%s", line);
+      extra = cJSON_CreateObject();
+      cJSON_AddItemToObject(extra, "goodput", prm__goodput_json(&g));
+    }
+    free(evp);
     prm_err_t merr = {0};
-    if (prm__rundir_write_metadata(run_dir, l, &replay, start, prm_time_wall(), code, &merr))
+    if (prm__rundir_write_metadata(run_dir, l, &replay, start, end, code, extra, &merr))
       PRM_WARN("%s", merr.msg);
+    cJSON_Delete(extra);
   }
 
 done:

@@ -6,6 +6,7 @@
 #include "primus/prm_launch.h"
 
 typedef struct prm_launch prm_launch_t;
+struct cJSON; /* <cjson/cJSON.h>, for the few functions that take one */
 
 /* A runtime decides where the task runs. parse may be NULL (no options);
  * run is required. */
@@ -67,10 +68,52 @@ void prm__print_env(FILE *f, const prm_env_t *env);
 /* rundir.c */
 int prm__rundir_for_task(const prm_launch_t *l, const prm_exp_t *exp, char **out,
                          prm_err_t *err);
+/* extra (may be NULL; the caller keeps it): an object whose members are
+ * copied into metadata.json (the "goodput" object at the end of a run). */
 int prm__rundir_write_metadata(const char *run_dir, const prm_launch_t *l,
                                const prm_argv_t *replay_argv, double start, double end,
-                               int exit_code, prm_err_t *err);
+                               int exit_code, const struct cJSON *extra, prm_err_t *err);
 int prm__rundir_snapshot_config(const char *run_dir, const prm_exp_t *exp, prm_err_t *err);
+
+/* supervise.c: the SaFE supervisor (docs/safe.md "The supervisor"). */
+typedef struct {
+  int64_t max_restarts;   /* fault_tolerance.max_restarts */
+  double backoff_s;       /* fault_tolerance.restart_backoff_s */
+  double hang_timeout_s;  /* fault_tolerance.hang_timeout_s; 0: no watchdog */
+} prm__ft_t;
+/* Reads fault_tolerance.* from the experiment (unset keys count as 0);
+ * returns 1 when the ranks are to be supervised. */
+int prm__supervise_enabled(const prm_exp_t *exp, prm__ft_t *ft);
+
+typedef struct {
+  prm__ft_t ft;
+  const char *run_dir;     /* heartbeat/, logs/rank-R.log, events.jsonl */
+  int nranks;              /* heartbeat files rank-0 .. rank-(nranks-1) */
+  char *const *argv;       /* one attempt: the rank child, or mpirun */
+  const prm_env_t *env;    /* its environment; PRIMUS_RESTART and
+                              PRIMUS_HEARTBEAT_DIR are set per attempt */
+} prm__sup_t;
+/* Runs s->argv until it ends without a fault, restarting it after a crash
+ * or a hang. Returns the exit code to end with (0, or the positive code the
+ * ranks ended with: 1, 2, 4, a signal's 128+N, or 3 for a NaN stop), or a
+ * negative PRM_E* with a message (PRM_ECHILD after max_restarts restarts,
+ * or when the command cannot start). Prints the fault summary. */
+int prm__supervise(const prm__sup_t *s, prm_err_t *err);
+
+/* goodput.c: where the wall time went (docs/safe.md "Goodput"). */
+typedef struct {
+  double wall_s, productive_s, recomputed_s, checkpoint_s, restart_s, other_s;
+  double goodput; /* productive_s / wall_s */
+  int restarts;
+} prm__goodput_t;
+/* Accounts wall_s from the text of an events.jsonl; lines that are not JSON
+ * objects are skipped (debug line). Never fails. */
+void prm__goodput_from_text(const char *text, double wall_s, prm__goodput_t *g);
+int prm__goodput_read(const char *events_path, double wall_s, prm__goodput_t *g, prm_err_t *err);
+/* The "goodput" object of metadata.json; caller frees with cJSON_Delete. */
+struct cJSON *prm__goodput_json(const prm__goodput_t *g);
+/* "goodput 93.1% (wall 13.2 s: productive 12.3 s, ...; 1 restart)". */
+void prm__goodput_format(const prm__goodput_t *g, char *buf, size_t n);
 
 /* replay.c, tools.c: tasks that need the launcher */
 extern const prm_task_t prm__task_replay;

@@ -146,7 +146,7 @@ static cJSON *prm__json_argv(int n, char *const *v) {
 
 int prm__rundir_write_metadata(const char *run_dir, const prm_launch_t *l,
                                const prm_argv_t *replay_argv, double start, double end,
-                               int exit_code, prm_err_t *err) {
+                               int exit_code, const cJSON *extra, prm_err_t *err) {
   cJSON *m = cJSON_CreateObject();
   char ts[64];
   cJSON_AddStringToObject(m, "primus_version", PRM_VERSION);
@@ -175,6 +175,9 @@ int prm__rundir_write_metadata(const char *run_dir, const prm_launch_t *l,
     cJSON_AddNullToObject(m, "end_time");
     cJSON_AddNullToObject(m, "exit_code");
   }
+  if (cJSON_IsObject(extra))
+    for (const cJSON *c = extra->child; c; c = c->next)
+      if (c->string) cJSON_AddItemToObject(m, c->string, cJSON_Duplicate(c, 1));
   char *text = cJSON_Print(m);
   cJSON_Delete(m);
   char *p = prm_path_join(run_dir, "metadata.json");

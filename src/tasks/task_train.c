@@ -60,7 +60,8 @@ static const prm_subtask_t prm__train_subs[] = {
      "the thread count.\n\n"
      "Example:\n"
      "  primus train pretrain --config configs/examples/llama_tiny-pretrain.yaml train_iters=200",
-     prm__train_opts, PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED | PRM_SUB_RUN | PRM_SUB_MULTIRANK,
+     prm__train_opts,
+     PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED | PRM_SUB_RUN | PRM_SUB_MULTIRANK | PRM_SUB_SUPERVISED,
      prm__train_pretrain},
     {"grads", "write the first batch's gradients (for reference checks)", NULL, NULL,
      prm__grads_opts, PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED | PRM_SUB_HIDDEN,

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# The SaFE supervisor with the real trainer (docs/safe.md): a crash, a hang
+# and a SIGKILL from outside are each restarted from the newest checkpoint
+# and end with weights byte-identical to a fault-free run, as does a crash
+# in the middle of a checkpoint write (the torn save is never loaded); a
+# launcher killed with SIGKILL leaves no rank running; a crash on every
+# attempt gives up with exit 3; a NaN stop is not restarted; events.jsonl
+# and metadata.json record the faults, the restarts and the goodput.
+source "$(dirname "$0")/lib.sh"
+cd "$T"
+export OMP_NUM_THREADS=2
+unset PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
+awk 'BEGIN { srand(5); split("the a jury said grand county election was to of and in that", w, " ");
+  for (p = 0; p < 80; p++) { s = ""; for (i = 0; i < 30; i++) s = s w[1 + int(rand() * 13)] " ";
+    print s; print "" } }' > corpus.txt
+
+ITERS=300
+exp() { # NAME MAX_RESTARTS HANG_TIMEOUT_S
+  { exp_header "$1"; tiny_model; cat <<Y
+      data_path: $T/corpus.txt
+      split: "95,5,0"
+      micro_batch_size: 2
+      global_batch_size: 4
+      train_iters: $ITERS
+      lr: 3.0e-3
+      lr_warmup_iters: 2
+      lr_decay_iters: $ITERS
+      eval_iters: 0
+      log_interval: 100
+      save: $T/ck-$1
+      load: $T/ck-$1
+      save_interval: 10
+      auto_continue_train: true
+      fault_tolerance:
+        max_restarts: $2
+        restart_backoff_s: 0.2
+        hang_timeout_s: $3
+Y
+  } > "$1.yaml"
+}
+newest_run() { ls -d "$T"/ws/team/tester/"$1"/run-* 2>/dev/null | tail -1; }
+final() { echo "$T/ck-$1/$(printf 'iter_%07d' $ITERS)/model.safetensors"; }
+same_weights() { # NAME
+  if cmp -s "$(final ref)" "$(final "$1")"; then ok "$1: final weights byte-identical to the fault-free run"
+  else bad "$1: final weights differ from the fault-free run"; fi
+}
+events() { cat "$(newest_run "$1")/events.jsonl" 2>/dev/null; }
+# The metadata's goodput object on one line, whitespace dropped.
+goodput() { tr -d ' \t\n' < "$(newest_run "$1")/metadata.json" | grep -o '"goodput":{[^}]*}'; }
+
+# The reference: no supervisor (max_restarts 0, no watchdog), no fault.
+exp ref 0 0
+run train pretrain --config ref.yaml
+expect_rc "fault-free reference run" 0
+expect_not_in "unsupervised when max_restarts and hang_timeout_s are 0" "supervisor:" "$ERR"
+expect_file "reference final checkpoint" "$(final ref)"
+expect_in "goodput of an unsupervised run" '"restarts":0}' "$(goodput ref)"
+expect_in "goodput line printed" "[INFO] goodput " "$ERR"
+
+# 1. A crash (SIGABRT before step 37) is restarted from iteration 30.
+exp crash 3 0
+PRIMUS_FAULT_INJECT=crash:step=37 run train pretrain --config crash.yaml
+expect_rc "crash: restarted and finished" 0
+expect_in "crash: says it crashed" "supervisor: rank 0 crashed: killed by SIGABRT" "$ERR"
+expect_in "crash: resumed from iteration 30" "(iteration 30," "$ERR"
+EV=$(events crash)
+expect_in "crash: fault event" '{"event":"fault","time":' "$EV"
+expect_in "crash: fault fields" '"attempt":0,"rank":0,"cause":"crash","detail":"killed by SIGABRT","step":36' "$EV"
+expect_in "crash: restart event" '"attempt":1,"backoff_s":0.2}' "$EV"
+expect_not_in "crash: no give_up" 'give_up' "$EV"
+expect_in "crash: summary" "attempt 0, rank 0: crash - killed by SIGABRT after step 36" "$ERR"
+expect_in "crash: summary quotes the rank log" "| [WARN] fault injection: crash at step 37" "$ERR"
+expect_in "crash: metadata goodput counts the restart" '"restarts":1}' "$(goodput crash)"
+expect_in "crash: goodput line counts the restart" "; 1 restart)" "$ERR"
+expect_file "crash: launcher log of its own" "$(newest_run crash)/logs/launcher.log"
+expect_in "crash: the rank's log holds both attempts" "restart 1" "$(cat "$(newest_run crash)/logs/rank-0.log")"
+same_weights crash
+
+# 2. A hang before step 50: no heartbeat for 2 s, stopped and restarted.
+exp hang 3 2
+PRIMUS_FAULT_INJECT=hang:step=50 run train pretrain --config hang.yaml
+expect_rc "hang: restarted and finished" 0
+EV=$(events hang)
+expect_in "hang: fault event" '"cause":"hang","detail":"no heartbeat for ' "$EV"
+expect_in "hang: names the step and phase" 's at step 49 (phase step)' "$EV"
+expect_in "hang: restart event" '{"event":"restart"' "$EV"
+expect_in "hang: summary" "rank 0: hang - no heartbeat for" "$ERR"
+same_weights hang
+
+# 3. SIGKILL from outside to the rank at a random step.
+exp kill 3 0
+AT=$((5 + RANDOM % 150))
+"$PRIMUS_BIN" train pretrain --config kill.yaml 2>"$T/kill.err" &
+lpid=$!
+killed=
+for _ in $(seq 1500); do
+  HB=$(newest_run kill)/heartbeat/rank-0
+  [[ -s $HB ]] && read -r hpid hstep _ < "$HB" || { sleep 0.01; continue; }
+  if [[ ${hstep:-0} -ge $AT ]]; then kill -KILL "$hpid" && killed=$hpid; break; fi
+  sleep 0.01
+done
+wait "$lpid"
+RC=$?
+ERR=$(cat "$T/kill.err")
+if [[ -n $killed ]]; then ok "sigkill: killed rank pid $killed at step >= $AT"; else bad "sigkill: never killed the rank"; fi
+expect_rc "sigkill: restarted and finished" 0
+expect_in "sigkill: fault names SIGKILL" '"cause":"crash","detail":"killed by SIGKILL"' "$(events kill)"
+same_weights kill
+
+# 4. SIGTERM to the launcher reaches the rank, which saves and exits 4:
+# preemption, not a fault, so no restart.
+exp pre 3 0
+"$PRIMUS_BIN" train pretrain --config pre.yaml 2>"$T/pre.err" &
+lpid=$!
+for _ in $(seq 1500); do
+  HB=$(newest_run pre)/heartbeat/rank-0
+  [[ -s $HB ]] && read -r _ hstep _ < "$HB" && [[ $hstep -ge 3 ]] && break
+  sleep 0.01
+done
+kill -TERM "$lpid"
+wait "$lpid"
+RC=$?
+ERR=$(cat "$T/pre.err")
+expect_rc "preempted through the supervisor" 4
+expect_in "preempt: passed on" "supervisor: passing SIGTERM on to the ranks" "$ERR"
+expect_in "preempt: the rank saved" "preempted by SIGTERM after step" "$ERR"
+expect_not_in "preempt: not a fault" '"event":"fault"' "$(events pre)"
+expect_not_in "preempt: no restart" "supervisor: restart" "$ERR"
+
+# 5. A crash on every attempt: two restarts, then give up with exit 3.
+exp giveup 2 0
+PRIMUS_FAULT_INJECT=crash:step=3:attempt=any run train pretrain --config giveup.yaml
+expect_rc "give up after max_restarts" 3
+expect_in "give up: says so" "giving up after 2 restarts (max_restarts 2)" "$ERR"
+expect_in "give up: summary names SIGABRT" "attempt 2, rank 0: crash - killed by SIGABRT" "$ERR"
+EV=$(events giveup)
+expect_in "give up: give_up event" '{"event":"give_up","time":' "$EV"
+expect_in "give up: give_up restarts" '"restarts":2}' "$EV"
+expect_eq "give up: three faults" "$(grep -c '"event":"fault"' <<<"$EV")" 3
+expect_in "give up: metadata exit code" '"exit_code":	3' "$(cat "$(newest_run giveup)/metadata.json")"
+expect_in "give up: goodput restarts" '"restarts":2}' "$(goodput giveup)"
+
+# 6. A NaN with nan_policy stop is reported, not restarted.
+exp nan 3 0
+PRIMUS_FAULT_INJECT=nan:step=4 run train pretrain --config nan.yaml
+expect_rc "nan stop: exit 3" 3
+EV=$(events nan)
+expect_in "nan stop: fault cause nan" '"cause":"nan"' "$EV"
+expect_not_in "nan stop: no restart" '"event":"restart"' "$EV"
+expect_not_in "nan stop: no give_up" 'give_up' "$EV"
+
+# 7. A crash in the middle of writing checkpoint 20: restarted from 10,
+# the torn folder never loaded, the result byte-identical.
+exp torn 3 0
+PRIMUS_FAULT_INJECT=ckpt_crash:step=20 run train pretrain --config torn.yaml
+expect_rc "ckpt_crash: restarted and finished" 0
+expect_in "ckpt_crash: resumed from iteration 10" "resuming from $T/ck-torn/iter_0000010 (iteration 10," "$ERR"
+expect_in "ckpt_crash: the torn save removed" "iter_0000020.tmp." "$ERR"
+expect_eq "ckpt_crash: no temporary folder left" "$(ls "$T/ck-torn" | grep -c tmp)" "0"
+same_weights torn
+
+# 8. The launcher killed with SIGKILL: its rank gets SIGTERM (parent-death
+# signal), saves and stops instead of running on unsupervised.
+exp orphan 3 0
+"$PRIMUS_BIN" train pretrain --config orphan.yaml 2>"$T/orphan.err" &
+lpid=$!
+rpid=
+for _ in $(seq 1500); do
+  HB=$(newest_run orphan)/heartbeat/rank-0
+  [[ -s $HB ]] && read -r rpid hstep _ < "$HB" && [[ $hstep -ge 3 ]] && break
+  sleep 0.01
+done
+kill -KILL "$lpid"
+wait "$lpid" 2>/dev/null
+gone=
+for _ in $(seq 500); do
+  if [[ -n $rpid ]] && ! kill -0 "$rpid" 2>/dev/null; then gone=1; break; fi
+  sleep 0.02
+done
+if [[ -n $gone ]]; then ok "orphan: the rank stopped after the launcher died"
+else bad "orphan: rank ${rpid:-?} still running after its launcher was killed"; kill -KILL "$rpid" 2>/dev/null; fi
+expect_in "orphan: the rank saved on the way out" '"event":"preempted"' "$(events orphan)"
+expect_in "orphan: and said so" "preempted by SIGTERM after step" "$(cat "$T/orphan.err")"
+
+finish
