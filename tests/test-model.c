@@ -232,6 +232,51 @@ static void test_microbatches_sum(void **state) {
   prm_llama_free(m);
 }
 
+/* The gradient-readiness hook: contiguous ranges in descending order that
+ * cover every parameter once, each already final when announced (tied and
+ * untied heads, with and without recomputation). */
+typedef struct {
+  const prm_llama_t *m;
+  float *shadow;
+  int64_t next_hi, calls;
+} hook_log_t;
+
+static void hook_record(void *ctx, int64_t offset, int64_t numel) {
+  hook_log_t *h = ctx;
+  assert_true(numel > 0);
+  assert_int_equal(offset + numel, h->next_hi); /* contiguous, descending */
+  memcpy(h->shadow + offset, h->m->grads + offset, (size_t)numel * sizeof(float));
+  h->next_hi = offset;
+  h->calls++;
+}
+
+static void test_grads_hook(void **state) {
+  (void)state;
+  for (int v = 0; v < 4; v++) {
+    prm_llama_config_t c = tiny_cfg(v & 1);
+    c.layers = 3;
+    int64_t B = 2, T = 7;
+    prm_llama_t *m = build(c, B, T, PRM_LLAMA_TRAIN | (v & 2 ? PRM_LLAMA_RECOMPUTE : 0));
+    int32_t tok[14], tgt[14];
+    random_tokens(tok, B * T, c.vocab, 11);
+    random_tokens(tgt, B * T, c.vocab, 12);
+    hook_log_t h = {.m = m, .shadow = calloc((size_t)m->nparams, sizeof(float)), .next_hi = m->nparams};
+    int64_t n;
+    prm_llama_forward_backward(m, tok, tgt, B, 0.5f, &n); /* a first micro-batch, no hook */
+    prm_llama_set_grads_hook(m, hook_record, &h);
+    prm_llama_forward_backward(m, tok, tgt, B, 0.5f, &n);
+    assert_int_equal(h.next_hi, 0);                /* everything announced */
+    assert_int_equal(h.calls, c.layers + 2);       /* norm(+head), layers, embedding */
+    assert_memory_equal(h.shadow, m->grads, (size_t)m->nparams * sizeof(float)); /* final then */
+    prm_llama_set_grads_hook(m, NULL, NULL);
+    h.calls = 0;
+    prm_llama_forward_backward(m, tok, tgt, B, 0.5f, &n);
+    assert_int_equal(h.calls, 0);
+    free(h.shadow);
+    prm_llama_free(m);
+  }
+}
+
 /* log softmax(logits)[t] */
 static double logprob(const float *logits, int64_t V, int32_t t) {
   double mx = logits[0];
@@ -308,6 +353,7 @@ int main(void) {
       cmocka_unit_test(test_grad_fd_tied_recompute),
       cmocka_unit_test(test_recompute_identical),
       cmocka_unit_test(test_microbatches_sum),
+      cmocka_unit_test(test_grads_hook),
       cmocka_unit_test(test_kv_cache_matches_forward),
       cmocka_unit_test(test_memory_accounting),
   };

@@ -9,6 +9,7 @@
 #define PRM_BENCH_H
 
 #include "primus/prm_base.h"
+#include "primus/prm_comm.h"
 #include "primus/prm_train.h"
 
 #ifdef __cplusplus
@@ -139,6 +140,81 @@ void prm_bench_dispatch(double duration_s, double *omp_us, double *pool_us);
  * bytes; *actual receives the bytes of the model used. */
 int prm_bench_ckpt(const char *dir, size_t bytes, double *save_gbs, double *load_gbs,
                    size_t *actual, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Collectives between ranks (through prm_comm)                              */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+  PRM_BENCH_ALLREDUCE,
+  PRM_BENCH_ALLGATHER,
+  PRM_BENCH_REDUCESCATTER,
+  PRM_BENCH_ALLTOALL,
+  PRM_BENCH_BROADCAST,
+  PRM_BENCH__COLLS
+} prm_bench_coll_t;
+
+const char *prm_bench_coll_name(prm_bench_coll_t c); /* "allreduce" */
+int prm_bench_coll_parse(const char *name);          /* -1 when unknown */
+/* busbw / algbw as nccl-tests: all-reduce 2(p-1)/p; all-gather,
+ * reduce-scatter, all-to-all (p-1)/p; broadcast 1; every one 0 at p = 1
+ * (nothing moves between ranks). */
+double prm_bench_busbw_factor(prm_bench_coll_t c, int ranks);
+
+typedef struct {
+  prm_bench_coll_t coll;
+  int64_t min_bytes, max_bytes; /* sizes as nccl-tests count them (below) */
+  int num_sizes;                /* geometric steps from min to max */
+  int warmup, iters;
+  int check;                    /* verify the values after one more call */
+} prm_bench_coll_opts_t;
+
+/* One size. `bytes` is nccl-tests' size: the buffer of one rank for
+ * all-reduce and broadcast, the gathered (all-gather), the scattered
+ * (reduce-scatter) or the sent (all-to-all) buffer of p blocks, rounded
+ * down to whole f32 elements per block. Times are, per iteration, the
+ * slowest rank's (each iteration starts after a barrier); algbw and busbw
+ * use p50. */
+typedef struct {
+  int64_t bytes, count; /* count: f32 elements of one rank's block */
+  int ranks, iters;
+  double p50_ms, p95_ms, min_ms, max_ms;
+  double algbw_gbs, busbw_gbs;
+  int slowest_rank;     /* the largest mean time of its own calls */
+  double slowest_ms;
+  double *rank_ms;      /* mean ms of every rank (ranks entries, all ranks) */
+} prm_bench_coll_row_t;
+
+/* Runs the collective over c at every size. Collective over c: every rank
+ * calls it with the same options and gets the same rows (*rows, *n; free
+ * with prm_bench_coll_free). With check, a wrong value is PRM_ERUNTIME on
+ * every rank naming the size, the rank, the first wrong element, its value
+ * and the expected one. PRIMUS_COMM_CORRUPT_TEST=RANK:INDEX (test only)
+ * adds 1 to element INDEX of RANK's result before the check. */
+int prm_bench_coll(prm_comm_t *c, const prm_bench_coll_opts_t *o, prm_bench_coll_row_t **rows,
+                   int *n, prm_err_t *err);
+void prm_bench_coll_free(prm_bench_coll_row_t *rows, int n);
+
+/* Computation-communication overlap: a GEMM (m,n,k) cut into `chunks`
+ * row blocks alone, an all-reduce of `bytes` (f32, non-blocking then
+ * waited) alone, and both: the all-reduce started, the GEMM blocks run
+ * with prm_comm_test between them, then waited. Times: median over iters
+ * of the slowest rank (after a barrier each). hidden = (gemm + comm -
+ * both) / comm clipped to [0, 1]; 0 at one rank. */
+typedef struct {
+  int64_t m, n, k, bytes;
+  int iters, chunks;
+  const char *backend; /* GEMM backend as prm_bench_gemm; NULL: the best */
+} prm_bench_overlap_opts_t;
+
+typedef struct {
+  double gemm_ms, comm_ms, both_ms, hidden;
+  int ranks;
+  char backend[16];
+} prm_bench_overlap_result_t;
+
+int prm_bench_overlap(prm_comm_t *c, const prm_bench_overlap_opts_t *o,
+                      prm_bench_overlap_result_t *r, prm_err_t *err);
 
 /* ------------------------------------------------------------------------ */
 /* End-to-end training                                                       */

@@ -88,6 +88,9 @@ typedef struct prm_llama {
 
   float *rope_cos, *rope_sin;        /* (max_pos, D/2) */
   prm_llama_acts_t *acts;
+  /* Gradient readiness (prm_llama_set_grads_hook); NULL: none. */
+  void (*grads_ready)(void *ctx, int64_t offset, int64_t numel);
+  void *grads_ctx;
   size_t acts_bytes, scratch_bytes;
 } prm_llama_t;
 
@@ -114,6 +117,15 @@ double prm_llama_forward(prm_llama_t *m, const int32_t *tokens /* (B,T) */,
  * to m->grads (so micro-batches accumulate). Needs PRM_LLAMA_TRAIN. */
 double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const int32_t *targets,
                                   int64_t B, float grad_scale, int64_t *count);
+
+/* Gradient readiness, so their reduction can overlap the rest of backward:
+ * with fn set, prm_llama_forward_backward calls fn(ctx, offset, numel) as
+ * each range of m->grads receives its last contribution of the call - the
+ * final norm (with an untied head), then each layer from the last to the
+ * first, then the embedding (with a tied head). The ranges are contiguous,
+ * in descending order, and together cover [0, nparams). fn NULL: off. */
+void prm_llama_set_grads_hook(prm_llama_t *m, void (*fn)(void *ctx, int64_t offset, int64_t numel),
+                              void *ctx);
 
 /* Memory the model holds, by category, as one line. */
 void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out);

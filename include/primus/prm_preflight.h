@@ -151,6 +151,7 @@ typedef enum {
   PRM_PF_M_DISK_READ,   /* GB/s */
   PRM_PF_M_DISPATCH_OMP,  /* microseconds (lower is better) */
   PRM_PF_M_DISPATCH_POOL, /* microseconds (lower is better) */
+  PRM_PF_M_ALLREDUCE_BUSBW, /* GB/s: all-reduce bus bandwidth between 2 local ranks */
   PRM_PF__METRICS
 } prm_pf_metric_t;
 
@@ -166,7 +167,9 @@ typedef struct {
 
 /* Measures every metric (bf16 only when the CPU has avx512_bf16) through
  * prm_bench_*; `quick` shortens each measurement, shapes stay the same so
- * quick figures compare with full baselines. */
+ * quick figures compare with full baselines. The all-reduce runs this
+ * binary as two ranks through mpirun (prm_pf_allreduce_busbw); when it
+ * cannot, that figure stays 0 with a warning. */
 int prm_pf_perf_measure(const prm_pf_opts_t *o, const prm_platform_t *plat, prm_pf_perf_t *out,
                         prm_err_t *err);
 /* OK when measured is at least threshold x baseline (lower-is-better
@@ -174,6 +177,12 @@ int prm_pf_perf_measure(const prm_pf_opts_t *o, const prm_platform_t *plat, prm_
  * figure is missing. */
 prm_pf_level_t prm_pf_compare(prm_pf_metric_t m, double measured, double baseline,
                               double threshold);
+/* All-reduce bus bandwidth (GB/s) between two ranks of this node: runs
+ * `<this binary> direct --nproc 2 -- benchmark allreduce` at one size
+ * (16 MiB; quick: fewer iterations) with its output in a temporary JSON
+ * Lines file and returns busbw of that size. 0 with `why` (a sentence)
+ * filled when it cannot run: *no_mpirun is set when mpirun is missing. */
+double prm_pf_allreduce_busbw(int quick, int *no_mpirun, char *why, size_t nwhy);
 /* Baseline files: YAML with `platform:` and one key per metric. */
 int prm_pf_baseline_load(const char *path, prm_pf_perf_t *out, prm_err_t *err);
 /* Writes a baseline (atomically), `comment` (may be NULL) as a # header. */

@@ -35,6 +35,10 @@ typedef struct {
                                  * (data_path is then the first prefix, for messages) */
   const char *save, *load;
   int64_t save_interval, eval_interval, eval_iters, log_interval, ckpt_keep;
+  int world;                    /* ranks, all data parallel (1: no MPI) */
+  int64_t ddp_bucket_size;      /* parameters per all-reduce bucket */
+  int overlap_grad_reduce;      /* all-reduce buckets while backward runs */
+  int distributed_optimizer;    /* use_distributed_optimizer: ZeRO-1 with > 1 rank */
   int async_save;               /* write checkpoints in a background thread */
   prm_nan_policy_t nan_policy;  /* fault_tolerance.nan_policy */
   double spike_zscore;          /* fault_tolerance.spike_zscore; 0: off */
@@ -71,15 +75,19 @@ int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *
 /* ------------------------------------------------------------------------ */
 
 /* The training state saved beside the weights, so a run resumes exactly:
- * optim-rank-00000.bin (AdamW moments; magic, version, tensor sizes, a
- * CRC-32 of the payload), state-rank-00000.json (iteration, consumed
- * samples = the data position, seed, scheduler step) and DONE, written
- * last. */
+ * optim-rank-RRRRR.bin (AdamW moments of one rank's shard [lo, hi) of the
+ * flat parameter vector; magic, version 2, world size, the shard, tensor
+ * sizes, a CRC-32 of the payload), state-rank-RRRRR.json (iteration,
+ * consumed samples = the data position, seed, scheduler step) and DONE,
+ * written last. A run with a full optimizer writes rank 0 of a world of 1
+ * with [0, nparams). */
 typedef struct {
   int64_t iteration;        /* optimizer steps done */
   int64_t consumed_samples; /* global samples read so far */
   int64_t seed;
-  const float *adam_m, *adam_v; /* (nparams) each */
+  const float *adam_m, *adam_v; /* (hi - lo) each */
+  int rank, world;              /* whose file this is (world 0 means 1) */
+  int64_t lo, hi;               /* the shard of the moments; hi 0: [0, nparams) */
 } prm_ckpt_state_t;
 
 /* Writes DIR/model.safetensors and DIR/config.json (f32, HF names), and
@@ -98,11 +106,20 @@ int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
  * SAVE and removes older complete ones; folders without DONE are left for a
  * person to look at. Call it only after a new checkpoint is complete. */
 int prm_ckpt_prune(const char *save, int64_t keep, prm_err_t *err);
-/* Reads the optimizer file and state of DIR into adam_m/adam_v (nparams
+/* Reads the optimizer files and state of DIR into adam_m/adam_v (nparams
  * each) and *st (its pointers untouched). Every size is checked against
- * the model and the payload against its CRC: PRM_EPARSE naming the file. */
+ * the model and the payload against its CRC: PRM_EPARSE naming the file.
+ * Reads version-1 files (one rank, full moments) and version-2 shards
+ * written by any number of ranks. */
 int prm_ckpt_load_state(const char *dir, const prm_llama_t *m, float *adam_m, float *adam_v,
                         prm_ckpt_state_t *st, prm_err_t *err);
+/* The same for the moments [lo, hi) of the flat vector only (adam_m/adam_v
+ * hold hi - lo floats): every optim-rank-*.bin of the checkpoint is read
+ * and checked (so every rank of a job takes the same decision), and the
+ * part of each that falls inside [lo, hi) is copied (resharding). */
+int prm_ckpt_load_state_range(const char *dir, const prm_llama_t *m, int64_t lo, int64_t hi,
+                              float *adam_m, float *adam_v, prm_ckpt_state_t *st,
+                              prm_err_t *err);
 /* Resumes from the newest complete checkpoint under SAVE: folders without
  * DONE, or whose files fail to load (checksum, sizes), are skipped with a
  * warning naming the file, and the one before is tried. Fills the model's
@@ -110,6 +127,9 @@ int prm_ckpt_load_state(const char *dir, const prm_llama_t *m, float *adam_m, fl
  * resume from (a fresh start). */
 int prm_ckpt_resume(prm_llama_t *m, const char *save, float *adam_m, float *adam_v,
                     prm_ckpt_state_t *st, prm_err_t *err);
+/* The same with the moments [lo, hi) only (see prm_ckpt_load_state_range). */
+int prm_ckpt_resume_range(prm_llama_t *m, const char *save, int64_t lo, int64_t hi,
+                          float *adam_m, float *adam_v, prm_ckpt_state_t *st, prm_err_t *err);
 /* A `load` path is either a Hugging Face folder or a SAVE folder holding
  * latest_checkpointed_iteration.txt; *dir (caller frees) gets the folder
  * with the weights and *iter the iteration (0 for a plain HF folder). */

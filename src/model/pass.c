@@ -116,6 +116,10 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   memset(a->dres, 0, (size_t)(N * C) * sizeof(float));
   prm_rmsnorm_backward(a->dres, m->dnorm, a->dlnf, a->resid + c->layers * NC, m->norm, a->rstdf,
                        N, C);
+  /* Layer l's tensors are tensors[1 + 9l .. 9 + 9l]; the final norm follows. */
+  const prm_tensor_t *t = m->tensors;
+  int64_t norm_off = t[1 + 9 * c->layers].offset, embed_n = t[0].numel;
+  if (m->grads_ready) m->grads_ready(m->grads_ctx, norm_off, m->nparams - norm_off);
 
   for (int64_t l = c->layers - 1; l >= 0; l--) {
     prm__layer_acts_t *s = prm__set(m, l);
@@ -127,7 +131,18 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
       prm__layer_forward(m, &m->layer[l], s, x, a->dln, B);
     }
     prm__layer_backward(m, &m->layer[l], &m->dlayer[l], s, x, B);
+    if (m->grads_ready) {
+      int64_t lo = t[1 + 9 * l].offset, hi = l + 1 < c->layers ? t[1 + 9 * (l + 1)].offset : norm_off;
+      m->grads_ready(m->grads_ctx, lo, hi - lo);
+    }
   }
   prm_embedding_backward(m->dembed, a->dres, tokens, N, C);
+  if (m->grads_ready) m->grads_ready(m->grads_ctx, 0, embed_n);
   return loss;
+}
+
+void prm_llama_set_grads_hook(prm_llama_t *m, void (*fn)(void *ctx, int64_t offset, int64_t numel),
+                              void *ctx) {
+  m->grads_ready = fn;
+  m->grads_ctx = ctx;
 }

@@ -47,6 +47,7 @@ static const prm_pf_check_t prm__pf_table[] = {
     {"perf.disk_read", PRM_PF_PERF, "disk read", prm__pf_perf_disk_read},
     {"perf.dispatch_omp", PRM_PF_PERF, "dispatch latency (OpenMP)", prm__pf_perf_dispatch_omp},
     {"perf.dispatch_pool", PRM_PF_PERF, "dispatch latency (thread pool)", prm__pf_perf_dispatch_pool},
+    {"perf.allreduce", PRM_PF_PERF, "all-reduce bus bandwidth between local ranks", prm__pf_perf_allreduce},
 };
 
 const prm_pf_check_t *prm_pf_checks(int *n) {

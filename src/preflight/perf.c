@@ -1,5 +1,6 @@
 /* perf.c - performance checks: GEMM (fp32, bf16), memory bandwidth,
- * disk bandwidth and dispatch latency through prm_bench_*, judged against
+ * disk bandwidth and dispatch latency through prm_bench_*, all-reduce bus
+ * bandwidth between two local ranks (this binary under mpirun), judged against
  * a per-platform baseline file; and the baseline files themselves
  * (calibrate writes them). */
 #define _GNU_SOURCE
@@ -7,9 +8,11 @@
 #include "primus/prm_bench.h"
 #include "primus/prm_config.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The metric table: key in baseline files, unit, direction, check id. */
 static const struct {
@@ -23,6 +26,7 @@ static const struct {
     {"disk_read_gbs", "GB/s", "perf.disk_read", 0},
     {"dispatch_omp_us", "us", "perf.dispatch_omp", 1},
     {"dispatch_pool_us", "us", "perf.dispatch_pool", 1},
+    {"allreduce_busbw_gbs", "GB/s", "perf.allreduce", 0},
 };
 _Static_assert(sizeof prm__pf_metrics / sizeof prm__pf_metrics[0] == PRM_PF__METRICS,
                "one row per metric");
@@ -33,6 +37,9 @@ _Static_assert(sizeof prm__pf_metrics / sizeof prm__pf_metrics[0] == PRM_PF__MET
 #define PRM__PF_TRIAD_BYTES ((size_t)64 << 20)
 #define PRM__PF_DISK_BYTES ((size_t)256 << 20)
 #define PRM__PF_SECONDS(quick) ((quick) ? 0.25 : 2.0)
+#define PRM__PF_ALLREDUCE_BYTES "16777216"
+#define PRM__PF_ALLREDUCE_WARMUP(quick) ((quick) ? "20" : "50")
+#define PRM__PF_ALLREDUCE_ITERS(quick) ((quick) ? "20" : "100")
 
 const char *prm_pf_metric_key(prm_pf_metric_t m) { return prm__pf_metrics[m].key; }
 const char *prm_pf_metric_unit(prm_pf_metric_t m) { return prm__pf_metrics[m].unit; }
@@ -58,6 +65,87 @@ static double prm__pf_gemm(int bf16, double seconds, prm_err_t *err) {
   return gr.tflops * 1000.0;
 }
 
+/* The environment of the two ranks: ours without what would tie them to
+ * this run or to an outer MPI job (run directory, rank mode, an outer
+ * mpirun's or PMIx's variables). Caller frees with prm_argv_free. */
+static void prm__pf_rank_env(prm_argv_t *envp) {
+  extern char **environ;
+  for (char **e = environ; e && *e; e++) {
+    if (prm_startswith(*e, "PRIMUS_RUN_DIR=") || prm_startswith(*e, "PRIMUS_LAUNCHED=") ||
+        prm_startswith(*e, "PMIX_") ||
+        (prm_startswith(*e, "OMPI_") && !prm_startswith(*e, "OMPI_ALLOW_RUN_AS_ROOT")))
+      continue;
+    prm_argv_push(envp, *e);
+  }
+}
+
+/* The last non-empty line of s (in place). */
+static const char *prm__pf_last_line(char *s) {
+  size_t n = strlen(s);
+  while (n && (s[n - 1] == '\n' || s[n - 1] == '\r')) s[--n] = 0;
+  char *nl = strrchr(s, '\n');
+  return nl ? nl + 1 : s;
+}
+
+double prm_pf_allreduce_busbw(int quick, int *no_mpirun, char *why, size_t nwhy) {
+  *no_mpirun = 0;
+  why[0] = 0;
+  char *mpirun = prm_which("mpirun");
+  if (!mpirun) {
+    *no_mpirun = 1;
+    snprintf(why, nwhy, "mpirun is not in PATH (Debian: openmpi-bin)");
+    return 0;
+  }
+  free(mpirun);
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    snprintf(why, nwhy, "cannot find this binary (/proc/self/exe)");
+    return 0;
+  }
+  self[n] = 0;
+  const char *tmpdir = getenv("TMPDIR");
+  char *out = prm_xasprintf("%s/primus-pf-allreduce-XXXXXX.jsonl", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  int fd = mkstemps(out, 6);
+  if (fd < 0) {
+    snprintf(why, nwhy, "cannot create %s", out);
+    free(out);
+    return 0;
+  }
+  close(fd);
+  char *argv[] = {self, "direct", "--nproc", "2", "--", "benchmark", "allreduce",
+                  "--min_bytes", PRM__PF_ALLREDUCE_BYTES, "--max_bytes", PRM__PF_ALLREDUCE_BYTES,
+                  "--num_sizes", "1", "--warmup", (char *)PRM__PF_ALLREDUCE_WARMUP(quick),
+                  "--iters", (char *)PRM__PF_ALLREDUCE_ITERS(quick), "--output-file", out, NULL};
+  prm_argv_t envp = {0};
+  prm__pf_rank_env(&envp);
+  prm_proc_opts_t po = {.envp = envp.v, .capture = 1, .merge_stderr = 1, .stdin_path = "/dev/null"};
+  int status = 0;
+  char *text = NULL, *json = NULL;
+  prm_err_t e = {0};
+  double busbw = 0;
+  if (prm_proc_run(argv, &po, &status, &text, &e)) {
+    snprintf(why, nwhy, "%s", e.msg);
+  } else if (status != 0) {
+    snprintf(why, nwhy, "`%s direct --nproc 2 -- benchmark allreduce` exited with %d: %s", self,
+             status, text ? prm__pf_last_line(text) : "");
+  } else if (prm_fs_read_all(out, &json, NULL, &e)) {
+    snprintf(why, nwhy, "%s", e.msg);
+  } else {
+    cJSON *row = cJSON_Parse(prm__pf_last_line(json));
+    cJSON *b = cJSON_GetObjectItem(row, "busbw_gbs");
+    if (cJSON_IsNumber(b) && b->valuedouble > 0) busbw = b->valuedouble;
+    else snprintf(why, nwhy, "%s: no busbw_gbs in the benchmark's output", out);
+    cJSON_Delete(row);
+  }
+  unlink(out);
+  free(out);
+  free(text);
+  free(json);
+  prm_argv_free(&envp);
+  return busbw;
+}
+
 int prm_pf_perf_measure(const prm_pf_opts_t *o, const prm_platform_t *plat, prm_pf_perf_t *out,
                         prm_err_t *err) {
   memset(out, 0, sizeof *out);
@@ -78,6 +166,10 @@ int prm_pf_perf_measure(const prm_pf_opts_t *o, const prm_platform_t *plat, prm_
                           &out->v[PRM_PF_M_DISK_WRITE], &out->v[PRM_PF_M_DISK_READ], err);
   if (rc) return rc;
   prm_bench_dispatch(s, &out->v[PRM_PF_M_DISPATCH_OMP], &out->v[PRM_PF_M_DISPATCH_POOL]);
+  char why[1200];
+  int no_mpirun;
+  out->v[PRM_PF_M_ALLREDUCE_BUSBW] = prm_pf_allreduce_busbw(o->quick, &no_mpirun, why, sizeof why);
+  if (!(out->v[PRM_PF_M_ALLREDUCE_BUSBW] > 0)) PRM_WARN("all-reduce bandwidth not measured: %s", why);
   return 0;
 }
 
@@ -269,4 +361,22 @@ void prm__pf_perf_dispatch_omp(prm_pf_run_t *r) {
 void prm__pf_perf_dispatch_pool(prm_pf_run_t *r) {
   prm__pf_dispatch(r);
   prm__pf_judge(r, PRM_PF_M_DISPATCH_POOL, r->disp_pool, NULL);
+}
+
+void prm__pf_perf_allreduce(prm_pf_run_t *r) {
+  char why[1200];
+  int no_mpirun;
+  double v = prm_pf_allreduce_busbw(r->o->quick, &no_mpirun, why, sizeof why);
+  if (no_mpirun) {
+    prm__pf_add(r, PRM_PF_SKIP, "install Open MPI's launcher (Debian: apt-get install openmpi-bin)",
+                "not measured: %s", why);
+    return;
+  }
+  if (!(v > 0)) {
+    prm__pf_add(r, PRM_PF_FAIL,
+                "run it by hand: primus direct --nproc 2 -- benchmark allreduce --check",
+                "two local ranks could not all-reduce: %s", why);
+    return;
+  }
+  prm__pf_judge(r, PRM_PF_M_ALLREDUCE_BUSBW, v, NULL);
 }

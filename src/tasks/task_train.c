@@ -9,14 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Reads the trainer's options; only the native framework is built in. */
-static int prm__opts(prm_task_ctx_t *ctx, prm_train_opts_t *o, prm_err_t *err) {
+/* Reads the trainer's options; only the native framework is built in.
+ * `multi`: the command runs on many ranks (data parallel). */
+static int prm__opts(prm_task_ctx_t *ctx, int multi, prm_train_opts_t *o, prm_err_t *err) {
   PRM_ASSERT(ctx->exp);
-  if (ctx->world > 1)
-    return prm_errf(err, PRM_ECONFIG,
-                    "%d ranks: data-parallel training is not implemented yet; run one rank",
-                    ctx->world);
-  return prm_train_opts_from_exp(ctx->exp, o, err);
+  if (ctx->world > 1 && !multi)
+    return prm_errf(err, PRM_ECONFIG, "%d ranks: this command runs on one rank", ctx->world);
+  int rc = prm_train_opts_from_exp(ctx->exp, o, err);
+  o->world = ctx->world > 1 ? ctx->world : 1;
+  return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -30,7 +31,7 @@ static const prm_opt_t prm__train_opts[] = {
 
 static int prm__train_pretrain(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_train_opts_t o;
-  int rc = prm__opts(ctx, &o, err);
+  int rc = prm__opts(ctx, 1, &o, err);
   if (rc) return rc;
   return prm_train_run(&o, ctx->run_dir, err);
 }
@@ -45,7 +46,7 @@ static int prm__train_grads(prm_task_ctx_t *ctx, prm_err_t *err) {
   const char *out = prm_args_str(ctx->args, "output");
   if (!out) return prm_errf(err, PRM_EINVAL, "train grads: --output FILE is required");
   prm_train_opts_t o;
-  int rc = prm__opts(ctx, &o, err);
+  int rc = prm__opts(ctx, 0, &o, err);
   if (rc) return rc;
   return prm_train_grads(&o, out, err);
 }
@@ -85,7 +86,7 @@ static const prm_opt_t prm__eval_opts[] = {
 
 static int prm__eval(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_train_opts_t o;
-  int rc = prm__opts(ctx, &o, err);
+  int rc = prm__opts(ctx, 0, &o, err);
   if (rc) return rc;
   int64_t iters = prm_args_int(ctx->args, "eval_iters", o.eval_iters);
   prm_eval_result_t r;

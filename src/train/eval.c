@@ -12,7 +12,7 @@ int prm_eval_run(const prm_train_opts_t *o, const char *load, int64_t iters,
   prm__session_t s;
   int rc = prm__session_open(o, 0, load, PRM_SPLIT_VALID, &s, err);
   if (rc) return rc;
-  rc = prm__evaluate(&s, o, iters, res);
+  rc = prm__evaluate(&s, o, NULL, iters, res, err);
   if (rc == PRM_ENOENT)
     rc = prm_errf(err, PRM_EINVAL,
                   "%s: the validation split is empty (split \"%s\"); give it a share of the "

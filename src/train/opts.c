@@ -180,6 +180,10 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   PRM__I("save_interval", 1000, &o->save_interval);
   PRM__I("ckpt_keep", 0, &o->ckpt_keep);
   prm__bool(e, "async_save", 0, &o->async_save);
+  o->world = 1; /* the task sets the launcher's rank count */
+  PRM__I("ddp_bucket_size", 25000000, &o->ddp_bucket_size);
+  prm__bool(e, "overlap_grad_reduce", 0, &o->overlap_grad_reduce);
+  prm__bool(e, "use_distributed_optimizer", 0, &o->distributed_optimizer);
   const char *np = prm_exp_get_str(e, "fault_tolerance.nan_policy");
   o->nan_policy = prm_streq(np, "skip")       ? PRM_NAN_SKIP
                   : prm_streq(np, "rollback") ? PRM_NAN_ROLLBACK

@@ -5,9 +5,12 @@
 
 #include "primus/prm_data.h"
 #include "primus/prm_io.h"
+#include "primus/prm_comm.h"
 #include "primus/prm_train.h"
 
 #include <pthread.h>
+
+typedef struct prm__dp prm__dp_t; /* dp.c */
 
 typedef struct {
   prm_gemm_t gemm;
@@ -34,10 +37,11 @@ int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split);
  * samples continues exactly from k = c. */
 void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_t split,
                         int64_t first, int64_t B);
-/* Mean loss over `iters` global batches of the validation split; PRM_ENOENT
+/* Mean loss over `iters` global batches of the validation split, shared
+ * among the data-parallel ranks of dp (NULL: this rank alone); PRM_ENOENT
  * when that split is empty. */
-int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, int64_t iters,
-                  prm_eval_result_t *res);
+int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
+                  int64_t iters, prm_eval_result_t *res, prm_err_t *err);
 
 /* Writes optim-rank-00000.bin, state-rank-00000.json and, last, DONE into
  * a checkpoint folder being built (state.c). */
@@ -127,5 +131,33 @@ int prm__asave_start(prm__asave_t *a, const prm_llama_t *m, const float *adam_m,
  * it has finished. *done says what was collected; the save's error, if
  * any, is returned. */
 int prm__asave_finish(prm__asave_t *a, int block, prm__asave_done_t *done, prm_err_t *err);
+
+/* ---- dp.c: data parallel (gradients summed over the ranks) ---- */
+
+struct prm__dp {
+  prm_comm_t *world;       /* NULL: one rank (MPI untouched) */
+  int rank, size;
+  int overlap;             /* overlap_grad_reduce: buckets during backward */
+  int64_t bucket;          /* parameters per bucket */
+  float *grads;            /* the model's, during a step */
+  int64_t lo, hi;          /* the open bucket [lo, hi) of grads */
+  prm_comm_req_t *reqs;    /* (cap) buckets in flight */
+  int nreq, cap;
+  int rc;                  /* the first error inside the hook, and its text */
+  prm_err_t err;
+  double wait_s;           /* exposed communication of the last step */
+};
+
+/* Joins MPI's world when o->world > 1; otherwise a one-rank no-op. */
+int prm__dp_open(prm__dp_t *dp, const prm_train_opts_t *o, int64_t nparams, prm_err_t *err);
+void prm__dp_close(prm__dp_t *dp);
+/* Before the step's last micro-batch: its backward starts the buckets. */
+void prm__dp_last_microbatch(prm__dp_t *dp, prm_llama_t *m);
+/* After backward: every gradient summed over the ranks (dp->wait_s: the
+ * time this call waited). */
+int prm__dp_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err);
+int prm__dp_sum(prm__dp_t *dp, double *v, int n, prm_err_t *err); /* in place */
+int prm__dp_max(prm__dp_t *dp, int *v, prm_err_t *err);
+int prm__dp_barrier(prm__dp_t *dp, prm_err_t *err);
 
 #endif

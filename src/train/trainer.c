@@ -114,18 +114,25 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
 }
 
 /* Forward+backward over one global batch (optimizer step `step0`, 0-based)
- * into zeroed gradients; returns the batch's mean loss. */
-static double prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, int64_t step0) {
+ * into zeroed gradients, summed over the data-parallel ranks (each takes
+ * the contiguous G/D samples of its rank); *loss gets the batch's mean. */
+static int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
+                           int64_t step0, double *loss, prm_err_t *err) {
   int64_t G = o->global_batch, B = o->micro_batch, S = o->seq_length;
+  int64_t share = G / dp->size, begin = step0 * G + dp->rank * share;
   float scale = (float)(1.0 / ((double)G * (double)S));
-  double loss = 0;
+  double sum = 0;
   prm_llama_zero_grad(s->model);
-  for (int64_t first = step0 * G; first < (step0 + 1) * G; first += B) {
+  for (int64_t first = begin; first < begin + share; first += B) {
     int64_t count = 0;
+    if (first + B >= begin + share) prm__dp_last_microbatch(dp, s->model);
     prm__session_batch(s, o, PRM_SPLIT_TRAIN, first, B);
-    loss += prm_llama_forward_backward(s->model, s->tokens, s->targets, B, scale, &count);
+    sum += prm_llama_forward_backward(s->model, s->tokens, s->targets, B, scale, &count);
   }
-  return loss / ((double)G * (double)S);
+  int rc = prm__dp_reduce(dp, s->model, err);
+  if (!rc) rc = prm__dp_sum(dp, &sum, 1, err);
+  *loss = sum / ((double)G * (double)S);
+  return rc;
 }
 
 static double prm__grad_norm(const prm_llama_t *m) {
@@ -141,23 +148,26 @@ static double prm__grad_norm(const prm_llama_t *m) {
 /* Evaluation inside training                                                */
 /* ------------------------------------------------------------------------ */
 
-int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, int64_t iters,
-                  prm_eval_result_t *res) {
+int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, int64_t iters,
+                  prm_eval_result_t *res, prm_err_t *err) {
   memset(res, 0, sizeof *res);
   if ((s->data || s->blend) && prm__session_tokens(s, PRM_SPLIT_VALID) == 0) return PRM_ENOENT;
   int64_t G = o->global_batch, B = o->micro_batch;
-  double sum = 0;
-  int64_t count = 0;
+  int64_t share = dp ? G / dp->size : G, rank = dp ? dp->rank : 0;
+  double sum[2] = {0, 0}; /* loss, tokens */
   for (int64_t it = 0; it < iters; it++)
-    for (int64_t first = it * G; first < (it + 1) * G; first += B) {
+    for (int64_t first = it * G + rank * share; first < it * G + (rank + 1) * share; first += B) {
       int64_t c = 0;
       prm__session_batch(s, o, PRM_SPLIT_VALID, first, B);
-      sum += prm_llama_forward(s->model, s->tokens, s->targets, B, &c);
-      count += c;
+      sum[0] += prm_llama_forward(s->model, s->tokens, s->targets, B, &c);
+      sum[1] += (double)c;
     }
+  int rc = dp ? prm__dp_sum(dp, sum, 2, err) : 0;
+  if (rc) return rc;
+  double count = sum[1];
   res->iters = iters;
-  res->tokens = count;
-  res->loss = count ? sum / (double)count : 0;
+  res->tokens = (int64_t)count;
+  res->loss = count > 0 ? sum[0] / count : 0;
   res->perplexity = exp(res->loss);
   return 0;
 }
@@ -171,7 +181,15 @@ int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *
   int rc = prm__session_open(o, PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0),
                              o->load, PRM_SPLIT_TRAIN, &s, err);
   if (rc) return rc;
-  double loss = prm__accumulate(&s, o, 0);
+  prm__dp_t dp;
+  double loss = 0;
+  prm__dp_open(&dp, o, s.model->nparams, err); /* one rank: cannot fail */
+  rc = prm__accumulate(&s, o, &dp, 0, &loss, err);
+  prm__dp_close(&dp);
+  if (rc) {
+    prm__session_close(&s);
+    return rc;
+  }
   double norm = prm__grad_norm(s.model);
   prm_llama_t *m = s.model;
   prm_st_entry_t *ent = prm_xcalloc((size_t)m->ntensors, sizeof *ent);
@@ -291,6 +309,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm__asave_t as = {0};
   prm__hb_t hb = {-1};
   prm__bad_t bad;
+  prm__dp_t dp = {0};
   int64_t *bad_steps = NULL, nbad = 0; /* steps that were bad once (rollback) */
   double ckpt_waited = 0;
   struct sigaction sa, old_term, old_usr1;
@@ -323,8 +342,26 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     rc = prm_errf(err, PRM_ENOMEM, "cannot allocate the AdamW state (2 x %zu bytes)", obytes);
     goto done;
   }
-  if (o->async_save && o->save && (rc = prm__asave_init(&as, m, err))) goto done;
-  if (run_dir) {
+  if ((rc = prm__dp_open(&dp, o, m->nparams, err))) goto done;
+  if (o->distributed_optimizer && dp.size > 1) {
+    rc = prm_errf(err, PRM_ECONFIG,
+                  "use_distributed_optimizer: the sharded optimizer (ZeRO-1) is not implemented "
+                  "yet; set it to false to train %d data-parallel ranks with a full optimizer "
+                  "each", dp.size);
+    goto done;
+  }
+  if (o->global_batch % (o->micro_batch * dp.size)) {
+    rc = prm_errf(err, PRM_ECONFIG,
+                  "global_batch_size %lld is not a multiple of micro_batch_size %lld x %d "
+                  "data-parallel ranks",
+                  (long long)o->global_batch, (long long)o->micro_batch, dp.size);
+    goto done;
+  }
+  /* Every rank holds the same weights and optimizer: rank 0 alone writes
+   * checkpoints and events. */
+  int writer = dp.rank == 0;
+  if (writer && o->async_save && o->save && (rc = prm__asave_init(&as, m, err))) goto done;
+  if (run_dir && writer) {
     char *path = prm_path_join(run_dir, "events.jsonl");
     events = fopen(path, "a");
     if (!events) rc = prm_errf(err, PRM_EIO, "%s: cannot open for writing", path);
@@ -353,10 +390,16 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   if (o->eval_iters > 0 && (s.data || s.blend) && prm__session_tokens(&s, PRM_SPLIT_VALID) == 0)
     PRM_WARN("eval_iters is %lld but the validation split is empty (split \"%s\"); no evaluation",
              (long long)o->eval_iters, o->split ? o->split : "");
-  PRM_INFO("batch: global %lld x seq %lld = %lld tokens/step, micro-batch %lld, %lld accumulation steps; GEMM %s, %d threads",
+  PRM_INFO("batch: global %lld x seq %lld = %lld tokens/step, micro-batch %lld, %lld accumulation steps x %d data-parallel rank%s; GEMM %s, %d threads",
            (long long)o->global_batch, (long long)o->seq_length,
            (long long)(o->global_batch * o->seq_length), (long long)o->micro_batch,
-           (long long)(o->global_batch / o->micro_batch), s.gemm.i->name, prm_kernels_threads());
+           (long long)(o->global_batch / o->micro_batch / dp.size), dp.size, dp.size == 1 ? "" : "s",
+           s.gemm.i->name, prm_kernels_threads());
+  if (dp.world && dp.overlap)
+    PRM_INFO("data parallel: %d ranks; gradients summed in buckets of %lld parameters while "
+             "backward runs (overlap_grad_reduce)", dp.size, (long long)dp.bucket);
+  else if (dp.world)
+    PRM_INFO("data parallel: %d ranks; gradients summed after backward in one all-reduce", dp.size);
   prm_llama_describe_memory(m, &line);
   char ob[32];
   prm_fmt_bytes(ob, sizeof ob, 2.0 * (double)obytes);
@@ -389,8 +432,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     prm__hb_beat(&hb, step - 1, "step");
     prm__fault_act(PRM__FAULT_CRASH, step);
     prm__fault_act(PRM__FAULT_HANG, step);
-    double t0 = prm_time_now();
-    double loss = prm__accumulate(&s, o, step - 1);
+    double t0 = prm_time_now(), loss = 0;
+    if ((rc = prm__accumulate(&s, o, &dp, step - 1, &loss, err))) goto done;
     if (prm__fault_due(PRM__FAULT_SPIKE, step)) loss *= 10; /* the reported loss only */
     if (prm__fault_due(PRM__FAULT_NAN, step)) m->grads[0] = NAN;
     double norm = prm__grad_norm(m), z = 0;
@@ -424,6 +467,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         double waited = 0;
         if ((rc = prm__collect(&as, o, events, 1, &waited, err))) goto done;
         ckpt_waited += waited;
+        if ((rc = prm__dp_barrier(&dp, err))) goto done; /* rank 0's save is complete */
         bad_steps = prm_xrealloc(bad_steps, (size_t)(nbad + 1) * sizeof *bad_steps);
         bad_steps[nbad++] = step;
         if ((rc = prm__start_state(&s, o, o->save, adam_m, adam_v, &st, err))) goto done;
@@ -451,21 +495,24 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       }
     }
     double ms = (prm_time_now() - t0) * 1e3;
-    char jl[32], jn[32];
+    char jl[32], jn[32], comm[48] = "";
+    if (dp.world) snprintf(comm, sizeof comm, ",\"comm_ms\":%.3f", dp.wait_s * 1e3);
     prm__emit(events,
               "\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld,"
-              "\"step_ms\":%.3f%s",
+              "\"step_ms\":%.3f%s%s",
               (long long)step, prm__jnum(jl, sizeof jl, loss), lr, prm__jnum(jn, sizeof jn, norm),
-              (long long)tokens_step, ms, skip ? ",\"skipped\":true" : "");
+              (long long)tokens_step, ms, comm, skip ? ",\"skipped\":true" : "");
     prm__hb_beat(&hb, step, "step");
     if (step % o->log_interval == 0 || step == 1 || step == o->train_iters) {
       double tps = (double)tokens_step / (ms / 1e3);
       double tflops = flops_step / (ms / 1e3) / 1e12;
       char rss[32];
       prm_fmt_bytes(rss, sizeof rss, (double)prm_mem_rss());
-      PRM_INFO("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.1f ms | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | rss %s",
-               (long long)step, (long long)o->train_iters, loss, lr, norm, ms, tps, tflops,
-               peak > 0 ? 100.0 * tflops * 1e3 / peak : 0.0, rss);
+      char cm[40] = "";
+      if (dp.world) snprintf(cm, sizeof cm, " (comm %.1f)", dp.wait_s * 1e3);
+      PRM_INFO("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.1f ms%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | rss %s",
+               (long long)step, (long long)o->train_iters, loss, lr, norm, ms, cm, tps, tflops,
+               peak > 0 ? 100.0 * tflops * 1e3 / peak / dp.size : 0.0, rss);
     } else {
       prm_progress((double)step / (double)o->train_iters, "%lld/%lld loss %.4f",
                    (long long)step, (long long)o->train_iters, loss);
@@ -473,7 +520,12 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (o->eval_iters > 0 && step % o->eval_interval == 0) {
       prm_eval_result_t ev;
       prm__hb_beat(&hb, step, "eval");
-      if (prm__evaluate(&s, o, o->eval_iters, &ev) == 0) {
+      int erc = prm__evaluate(&s, o, &dp, o->eval_iters, &ev, err);
+      if (erc && erc != PRM_ENOENT) {
+        rc = erc;
+        goto done;
+      }
+      if (erc == 0) {
         PRM_INFO("eval at step %lld | valid loss %.4f | perplexity %.3f | %lld tokens", (long long)step,
                  ev.loss, ev.perplexity, (long long)ev.tokens);
         prm__emit(events, "\"event\":\"eval\",\"step\":%lld,\"loss\":%.9g,\"perplexity\":%.9g,\"tokens\":%lld",
@@ -482,8 +534,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     }
     /* A finished background save is reported (and its error surfaces) here. */
     if ((rc = prm__collect(&as, o, events, 0, &ckpt_waited, err))) goto done;
-    int preempted = prm__preempt_signal != 0;
-    if (o->save && (step % o->save_interval == 0 || step == o->train_iters || preempted)) {
+    /* Every rank stops after the same step, whichever saw the signal. */
+    int sig = (int)prm__preempt_signal;
+    if ((rc = prm__dp_max(&dp, &sig, err))) goto done;
+    int preempted = sig != 0;
+    if (writer && o->save && (step % o->save_interval == 0 || step == o->train_iters || preempted)) {
       prm__hb_beat(&hb, step, "save");
       /* The last save and a preemption's are synchronous: the process is
        * about to end. */
@@ -504,7 +559,6 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       prm__hb_beat(&hb, step, "step");
     }
     if (preempted && step < o->train_iters) {
-      int sig = (int)prm__preempt_signal;
       const char *name = sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
       prm__emit(events, "\"event\":\"preempted\",\"step\":%lld,\"signal\":\"%s\"", (long long)step, name);
       rc = o->save ? prm_errf(err, PRM_EPREEMPTED,
@@ -530,6 +584,7 @@ done:
     prm__asave_finish(&as, 1, &d, &e2);
   }
   prm__asave_free(&as);
+  prm__dp_close(&dp);
   if (handlers) {
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);

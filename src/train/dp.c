@@ -1,0 +1,115 @@
+/* dp.c - data parallel: every rank holds the whole model and optimizer,
+ * takes its share of each global batch, and the gradients are summed over
+ * the ranks before clipping and AdamW, so every rank takes the same step.
+ *
+ * With overlap_grad_reduce, the sum runs in buckets of ddp_bucket_size
+ * parameters while backward is still going: the model announces each range
+ * of gradients as it becomes final (prm_llama_set_grads_hook, last
+ * micro-batch only), ranges are gathered into buckets in reverse layer
+ * order, and each full bucket is all-reduced with a non-blocking MPI call
+ * that later hooks nudge along. Without it, one blocking all-reduce after
+ * backward. The buckets are the same on every rank and every step, so the
+ * result does not depend on timing. */
+#define _GNU_SOURCE
+#include "train-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int prm__dp_open(prm__dp_t *dp, const prm_train_opts_t *o, int64_t nparams, prm_err_t *err) {
+  memset(dp, 0, sizeof *dp);
+  dp->size = 1;
+  dp->overlap = o->overlap_grad_reduce;
+  dp->bucket = o->ddp_bucket_size > 0 ? o->ddp_bucket_size : nparams;
+  if (o->world <= 1) return 0; /* one rank: MPI is never touched */
+  int rc = prm_comm_world(&dp->world, err);
+  if (rc) return rc;
+  dp->rank = prm_comm_rank(dp->world);
+  dp->size = prm_comm_size(dp->world);
+  if (dp->size != o->world)
+    return prm_errf(err, PRM_ERUNTIME, "the launcher started %d ranks but MPI's world has %d",
+                    o->world, dp->size);
+  /* At most one request per bucket, plus the tail. */
+  dp->cap = (int)((nparams + dp->bucket - 1) / dp->bucket) + 2;
+  dp->reqs = prm_xcalloc((size_t)dp->cap, sizeof *dp->reqs);
+  return 0;
+}
+
+void prm__dp_close(prm__dp_t *dp) {
+  if (dp->nreq) {
+    prm_err_t e = {0};
+    prm_comm_waitall(dp->reqs, dp->nreq, &e);
+  }
+  free(dp->reqs);
+  memset(dp, 0, sizeof *dp);
+}
+
+/* Starts the all-reduce of grads[lo, hi). */
+static void prm__dp_launch(prm__dp_t *dp, int64_t lo, int64_t hi) {
+  if (dp->rc || hi <= lo) return;
+  PRM_ASSERT(dp->nreq < dp->cap);
+  dp->rc = prm_comm_iallreduce(dp->world, dp->grads + lo, hi - lo, PRM_COMM_F32, PRM_COMM_SUM,
+                               &dp->reqs[dp->nreq], &dp->err);
+  if (!dp->rc) dp->nreq++;
+}
+
+/* The model's hook: [offset, offset+numel) is final; ranges arrive
+ * contiguous and descending. */
+static void prm__dp_ready(void *ctx, int64_t offset, int64_t numel) {
+  prm__dp_t *dp = ctx;
+  PRM_ASSERT(offset + numel == dp->lo);
+  dp->lo = offset;
+  if (dp->hi - dp->lo >= dp->bucket) {
+    prm__dp_launch(dp, dp->lo, dp->hi);
+    dp->hi = dp->lo;
+  }
+  /* Let MPI move the buckets in flight along while backward goes on. */
+  for (int i = 0; i < dp->nreq && !dp->rc; i++) {
+    int done = 0;
+    dp->rc = prm_comm_test(&dp->reqs[i], &done, &dp->err);
+  }
+}
+
+void prm__dp_last_microbatch(prm__dp_t *dp, prm_llama_t *m) {
+  if (!dp->world || !dp->overlap) return;
+  dp->grads = m->grads;
+  dp->lo = dp->hi = m->nparams;
+  dp->nreq = 0;
+  prm_llama_set_grads_hook(m, prm__dp_ready, dp);
+}
+
+int prm__dp_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err) {
+  dp->wait_s = 0;
+  if (!dp->world) return 0;
+  double t0 = prm_time_now();
+  int rc;
+  if (dp->overlap) {
+    prm_llama_set_grads_hook(m, NULL, NULL);
+    prm__dp_launch(dp, dp->lo, dp->hi); /* the last, partial bucket */
+    dp->hi = dp->lo;
+    rc = dp->rc ? (*err = dp->err, dp->rc) : prm_comm_waitall(dp->reqs, dp->nreq, err);
+    dp->nreq = 0;
+    dp->rc = 0;
+  } else {
+    rc = prm_comm_allreduce(dp->world, m->grads, m->nparams, PRM_COMM_F32, PRM_COMM_SUM, err);
+  }
+  dp->wait_s = prm_time_now() - t0;
+  return rc;
+}
+
+int prm__dp_sum(prm__dp_t *dp, double *v, int n, prm_err_t *err) {
+  if (!dp->world) return 0;
+  return prm_comm_allreduce(dp->world, v, n, PRM_COMM_F64, PRM_COMM_SUM, err);
+}
+
+int prm__dp_max(prm__dp_t *dp, int *v, prm_err_t *err) {
+  if (!dp->world) return 0;
+  int64_t x = *v;
+  int rc = prm_comm_allreduce(dp->world, &x, 1, PRM_COMM_I64, PRM_COMM_MAX, err);
+  *v = (int)x;
+  return rc;
+}
+
+int prm__dp_barrier(prm__dp_t *dp, prm_err_t *err) {
+  return dp->world ? prm_comm_barrier(dp->world, err) : 0;
+}
