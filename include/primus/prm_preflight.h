@@ -152,6 +152,7 @@ typedef enum {
   PRM_PF_M_DISPATCH_OMP,  /* microseconds (lower is better) */
   PRM_PF_M_DISPATCH_POOL, /* microseconds (lower is better) */
   PRM_PF_M_ALLREDUCE_BUSBW, /* GB/s: all-reduce bus bandwidth between 2 local ranks */
+  PRM_PF_M_OVERLAP,         /* fraction of an all-reduce hidden behind a GEMM (2 ranks) */
   PRM_PF__METRICS
 } prm_pf_metric_t;
 
@@ -183,6 +184,10 @@ prm_pf_level_t prm_pf_compare(prm_pf_metric_t m, double measured, double baselin
  * Lines file and returns busbw of that size. 0 with `why` (a sentence)
  * filled when it cannot run: *no_mpirun is set when mpirun is missing. */
 double prm_pf_allreduce_busbw(int quick, int *no_mpirun, char *why, size_t nwhy);
+/* The same for `benchmark overlap` (GEMM 1024^3 and a 16 MiB all-reduce,
+ * MPI_Test between 8 GEMM chunks): the hidden fraction, in [0, 1]; -1
+ * with `why` when it cannot run. */
+double prm_pf_overlap_hidden(int quick, int *no_mpirun, char *why, size_t nwhy);
 /* Baseline files: YAML with `platform:` and one key per metric. */
 int prm_pf_baseline_load(const char *path, prm_pf_perf_t *out, prm_err_t *err);
 /* Writes a baseline (atomically), `comment` (may be NULL) as a # header. */

@@ -48,6 +48,7 @@ static const prm_pf_check_t prm__pf_table[] = {
     {"perf.dispatch_omp", PRM_PF_PERF, "dispatch latency (OpenMP)", prm__pf_perf_dispatch_omp},
     {"perf.dispatch_pool", PRM_PF_PERF, "dispatch latency (thread pool)", prm__pf_perf_dispatch_pool},
     {"perf.allreduce", PRM_PF_PERF, "all-reduce bus bandwidth between local ranks", prm__pf_perf_allreduce},
+    {"perf.overlap", PRM_PF_PERF, "all-reduce hidden behind a GEMM (2 local ranks)", prm__pf_perf_overlap},
 };
 
 const prm_pf_check_t *prm_pf_checks(int *n) {

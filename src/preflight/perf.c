@@ -27,6 +27,7 @@ static const struct {
     {"dispatch_omp_us", "us", "perf.dispatch_omp", 1},
     {"dispatch_pool_us", "us", "perf.dispatch_pool", 1},
     {"allreduce_busbw_gbs", "GB/s", "perf.allreduce", 0},
+    {"overlap_hidden_fraction", "hidden", "perf.overlap", 0},
 };
 _Static_assert(sizeof prm__pf_metrics / sizeof prm__pf_metrics[0] == PRM_PF__METRICS,
                "one row per metric");
@@ -87,63 +88,87 @@ static const char *prm__pf_last_line(char *s) {
   return nl ? nl + 1 : s;
 }
 
-double prm_pf_allreduce_busbw(int quick, int *no_mpirun, char *why, size_t nwhy) {
+/* Runs `<this binary> direct --nproc 2 -- benchmark <words...> --output-file
+ * TMP.jsonl` and returns the number `field` of its last row; -1 with `why`
+ * when it cannot (*no_mpirun: mpirun is missing). */
+static double prm__pf_two_ranks(char *const *words, const char *field, int *no_mpirun, char *why,
+                                size_t nwhy) {
   *no_mpirun = 0;
   why[0] = 0;
   char *mpirun = prm_which("mpirun");
   if (!mpirun) {
     *no_mpirun = 1;
     snprintf(why, nwhy, "mpirun is not in PATH (Debian: openmpi-bin)");
-    return 0;
+    return -1;
   }
   free(mpirun);
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {
     snprintf(why, nwhy, "cannot find this binary (/proc/self/exe)");
-    return 0;
+    return -1;
   }
   self[n] = 0;
   const char *tmpdir = getenv("TMPDIR");
-  char *out = prm_xasprintf("%s/primus-pf-allreduce-XXXXXX.jsonl", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  char *out = prm_xasprintf("%s/primus-pf-XXXXXX.jsonl", tmpdir && *tmpdir ? tmpdir : "/tmp");
   int fd = mkstemps(out, 6);
   if (fd < 0) {
     snprintf(why, nwhy, "cannot create %s", out);
     free(out);
-    return 0;
+    return -1;
   }
   close(fd);
-  char *argv[] = {self, "direct", "--nproc", "2", "--", "benchmark", "allreduce",
-                  "--min_bytes", PRM__PF_ALLREDUCE_BYTES, "--max_bytes", PRM__PF_ALLREDUCE_BYTES,
-                  "--num_sizes", "1", "--warmup", (char *)PRM__PF_ALLREDUCE_WARMUP(quick),
-                  "--iters", (char *)PRM__PF_ALLREDUCE_ITERS(quick), "--output-file", out, NULL};
+  prm_argv_t argv = {0};
+  char *const head[] = {self, "direct", "--nproc", "2", "--", "benchmark"};
+  prm_argv_pushv(&argv, 6, head);
+  for (int i = 0; words[i]; i++) prm_argv_push(&argv, words[i]);
+  prm_argv_push(&argv, "--output-file");
+  prm_argv_push(&argv, out);
   prm_argv_t envp = {0};
   prm__pf_rank_env(&envp);
   prm_proc_opts_t po = {.envp = envp.v, .capture = 1, .merge_stderr = 1, .stdin_path = "/dev/null"};
   int status = 0;
   char *text = NULL, *json = NULL;
   prm_err_t e = {0};
-  double busbw = 0;
-  if (prm_proc_run(argv, &po, &status, &text, &e)) {
+  double v = -1;
+  if (prm_proc_run(argv.v, &po, &status, &text, &e)) {
     snprintf(why, nwhy, "%s", e.msg);
   } else if (status != 0) {
-    snprintf(why, nwhy, "`%s direct --nproc 2 -- benchmark allreduce` exited with %d: %s", self,
+    snprintf(why, nwhy, "`%s direct --nproc 2 -- benchmark %s` exited with %d: %s", self, words[0],
              status, text ? prm__pf_last_line(text) : "");
   } else if (prm_fs_read_all(out, &json, NULL, &e)) {
     snprintf(why, nwhy, "%s", e.msg);
   } else {
     cJSON *row = cJSON_Parse(prm__pf_last_line(json));
-    cJSON *b = cJSON_GetObjectItem(row, "busbw_gbs");
-    if (cJSON_IsNumber(b) && b->valuedouble > 0) busbw = b->valuedouble;
-    else snprintf(why, nwhy, "%s: no busbw_gbs in the benchmark's output", out);
+    cJSON *b = cJSON_GetObjectItem(row, field);
+    if (cJSON_IsNumber(b) && b->valuedouble >= 0) v = b->valuedouble;
+    else snprintf(why, nwhy, "%s: no %s in the benchmark's output", out, field);
     cJSON_Delete(row);
   }
   unlink(out);
   free(out);
   free(text);
   free(json);
+  prm_argv_free(&argv);
   prm_argv_free(&envp);
-  return busbw;
+  return v;
+}
+
+double prm_pf_allreduce_busbw(int quick, int *no_mpirun, char *why, size_t nwhy) {
+  char *const words[] = {"allreduce", "--min_bytes", PRM__PF_ALLREDUCE_BYTES, "--max_bytes",
+                         PRM__PF_ALLREDUCE_BYTES, "--num_sizes", "1",
+                         "--warmup", (char *)PRM__PF_ALLREDUCE_WARMUP(quick),
+                         "--iters", (char *)PRM__PF_ALLREDUCE_ITERS(quick), NULL};
+  double v = prm__pf_two_ranks(words, "busbw_gbs", no_mpirun, why, nwhy);
+  if (v == 0 && !why[0]) snprintf(why, nwhy, "busbw_gbs is 0");
+  return v > 0 ? v : 0;
+}
+
+double prm_pf_overlap_hidden(int quick, int *no_mpirun, char *why, size_t nwhy) {
+  char *const words[] = {"overlap", "--M", "1024", "--N", "1024", "--K", "1024",
+                         "--bytes", PRM__PF_ALLREDUCE_BYTES, "--chunks", "8",
+                         "--iters", quick ? "5" : "20", NULL};
+  return prm__pf_two_ranks(words, "hidden_fraction", no_mpirun, why, nwhy);
 }
 
 int prm_pf_perf_measure(const prm_pf_opts_t *o, const prm_platform_t *plat, prm_pf_perf_t *out,
@@ -170,6 +195,11 @@ int prm_pf_perf_measure(const prm_pf_opts_t *o, const prm_platform_t *plat, prm_
   int no_mpirun;
   out->v[PRM_PF_M_ALLREDUCE_BUSBW] = prm_pf_allreduce_busbw(o->quick, &no_mpirun, why, sizeof why);
   if (!(out->v[PRM_PF_M_ALLREDUCE_BUSBW] > 0)) PRM_WARN("all-reduce bandwidth not measured: %s", why);
+  out->v[PRM_PF_M_OVERLAP] = prm_pf_overlap_hidden(o->quick, &no_mpirun, why, sizeof why);
+  if (out->v[PRM_PF_M_OVERLAP] < 0) {
+    PRM_WARN("overlap not measured: %s", why);
+    out->v[PRM_PF_M_OVERLAP] = 0;
+  }
   return 0;
 }
 
@@ -279,7 +309,8 @@ static void prm__pf_judge(prm_pf_run_t *r, prm_pf_metric_t m, double v, const ch
   prm__pf_load_baseline(r);
   const char *unit = prm__pf_metrics[m].unit;
   prm_pf_result_t *res;
-  if (!(v > 0)) {
+  /* 0 is a figure for the overlap (nothing hidden), a failure elsewhere. */
+  if (!(v > 0) && !(m == PRM_PF_M_OVERLAP && v == 0)) {
     prm__pf_add(r, PRM_PF_SKIP, NULL, "not measured: %s", why_missing ? why_missing : "unavailable");
     return;
   }
@@ -379,4 +410,21 @@ void prm__pf_perf_allreduce(prm_pf_run_t *r) {
     return;
   }
   prm__pf_judge(r, PRM_PF_M_ALLREDUCE_BUSBW, v, NULL);
+}
+
+void prm__pf_perf_overlap(prm_pf_run_t *r) {
+  char why[1200];
+  int no_mpirun;
+  double v = prm_pf_overlap_hidden(r->o->quick, &no_mpirun, why, sizeof why);
+  if (no_mpirun) {
+    prm__pf_add(r, PRM_PF_SKIP, "install Open MPI's launcher (Debian: apt-get install openmpi-bin)",
+                "not measured: %s", why);
+    return;
+  }
+  if (v < 0) {
+    prm__pf_add(r, PRM_PF_FAIL, "run it by hand: primus direct --nproc 2 -- benchmark overlap",
+                "two local ranks could not run the overlap benchmark: %s", why);
+    return;
+  }
+  prm__pf_judge(r, PRM_PF_M_OVERLAP, v, NULL);
 }

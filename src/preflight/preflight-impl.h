@@ -97,5 +97,6 @@ void prm__pf_perf_disk_read(prm_pf_run_t *r);
 void prm__pf_perf_dispatch_omp(prm_pf_run_t *r);
 void prm__pf_perf_dispatch_pool(prm_pf_run_t *r);
 void prm__pf_perf_allreduce(prm_pf_run_t *r);
+void prm__pf_perf_overlap(prm_pf_run_t *r);
 
 #endif

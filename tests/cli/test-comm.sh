@@ -106,16 +106,20 @@ expect_in "the error names the option" "--max_bytes" "$ERR"
 run benchmark allgather --per_rank x.bogus
 expect_rc "unknown --per_rank format" 2
 
-# ---- preflight: the all-reduce check --------------------------------------------------
+# ---- preflight: the all-reduce and overlap checks --------------------------------------------------
 run preflight check --perf --quick --workspace "$T"
 expect_in "preflight reports the all-reduce check" "perf.allreduce" "$OUT"
 line=$(grep "perf.allreduce" <<<"$OUT")
 expect_in "the all-reduce check measured GB/s" "GB/s vs baseline" "$line"
+line=$(grep "perf.overlap" <<<"$OUT")
+expect_in "the overlap check measured a hidden fraction" "hidden vs baseline" "$line"
 mkdir -p "$T/nompi"
 for tool in bash env python3 cat uname; do ln -s "$(command -v $tool)" "$T/nompi/$tool"; done
 OUT=$(PATH="$T/nompi" "$PRIMUS_BIN" preflight check --perf --quick --workspace "$T" 2>"$T/.err")
 line=$(grep -A1 "perf.allreduce" <<<"$OUT")
 expect_in "without mpirun the check SKIPs" "SKIP" "$line"
 expect_in "with a hint" "openmpi-bin" "$line"
+line=$(grep -A1 "perf.overlap" <<<"$OUT")
+expect_in "the overlap check SKIPs too" "SKIP" "$line"
 
 finish
