@@ -247,6 +247,60 @@ static void test_optimizer_state(void **state) {
   prm_llama_free(b);
 }
 
+/* Optimizer shards (version 2): three ranks with uneven shards written
+ * into one folder load back as the full moments and as any range of them
+ * (resharding), byte for byte; a missing shard or one from another world
+ * size is refused with the file named. */
+static void test_optimizer_shards(void **state) {
+  (void)state;
+  char *dir = prm_xasprintf("%s/shards", prm_test_tmpdir());
+  prm_err_t err = {0};
+  prm_llama_t *a = tiny(0, 1);
+  int64_t N = a->nparams;
+  size_t bytes = (size_t)N * sizeof(float);
+  float *m = prm_xmalloc(bytes), *v = prm_xmalloc(bytes), *m2 = prm_xcalloc(1, bytes),
+        *v2 = prm_xcalloc(1, bytes);
+  for (int64_t i = 0; i < N; i++) m[i] = (float)i * 0.5f, v[i] = (float)i * 0.25f + 1;
+  assert_int_equal(prm_fs_mkdir_p(dir, 0755, &err), 0);
+  int64_t cut[4] = {0, N / 3 - 7, 2 * (N / 3) + 5, N};
+  for (int r = 0; r < 3; r++) {
+    prm_ckpt_state_t st = {.iteration = 9, .consumed_samples = 36, .seed = 2,
+                           .adam_m = m + cut[r], .adam_v = v + cut[r], .rank = r, .world = 3,
+                           .lo = cut[r], .hi = cut[r + 1]};
+    assert_int_equal(prm__state_write(dir, a, &st, &err), 0);
+  }
+  assert_int_equal(prm__state_done(dir, &err), 0);
+  prm_ckpt_state_t got = {0};
+  assert_int_equal(prm_ckpt_load_state(dir, a, m2, v2, &got, &err), 0);
+  assert_memory_equal(m, m2, bytes);
+  assert_memory_equal(v, v2, bytes);
+  assert_int_equal(got.iteration, 9);
+  assert_int_equal(got.consumed_samples, 36);
+  /* Ranges across shard boundaries, inside one shard, and empty. */
+  int64_t ranges[][2] = {{0, N / 2}, {N / 2, N}, {N / 3 - 10, N / 3 + 10}, {3, 5}, {N, N}};
+  for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+    int64_t lo = ranges[k][0], hi = ranges[k][1];
+    memset(m2, 0, bytes), memset(v2, 0, bytes);
+    assert_int_equal(prm_ckpt_load_state_range(dir, a, lo, hi, m2, v2, &got, &err), 0);
+    assert_memory_equal(m + lo, m2, (size_t)(hi - lo) * sizeof(float));
+    assert_memory_equal(v + lo, v2, (size_t)(hi - lo) * sizeof(float));
+  }
+  /* A shard of another world size in the place of rank 1. */
+  prm_ckpt_state_t odd = {.iteration = 9, .adam_m = m, .adam_v = v, .rank = 1, .world = 2,
+                          .lo = cut[1], .hi = cut[2]};
+  assert_int_equal(prm__state_write(dir, a, &odd, &err), 0);
+  assert_int_equal(prm_ckpt_load_state(dir, a, m2, v2, &got, &err), PRM_EPARSE);
+  assert_non_null(strstr(err.msg, "optim-rank-00001.bin"));
+  assert_non_null(strstr(err.msg, "rank 1 of 2"));
+  /* Rank 2's shard missing. */
+  char *r2 = prm_xasprintf("%s/optim-rank-00002.bin", dir);
+  assert_int_equal(unlink(r2), 0);
+  assert_int_not_equal(prm_ckpt_load_state(dir, a, m2, v2, &got, &err), 0);
+  free(r2), free(dir);
+  free(m), free(v), free(m2), free(v2);
+  prm_llama_free(a);
+}
+
 static void test_flops(void **state) {
   (void)state;
   prm_llama_config_t c = {.vocab = 100, .hidden = 8, .layers = 1, .heads = 2, .groups = 2,
@@ -337,6 +391,7 @@ int main(void) {
       cmocka_unit_test(test_ckpt_errors),
       cmocka_unit_test(test_resolve_errors),
       cmocka_unit_test(test_optimizer_state),
+      cmocka_unit_test(test_optimizer_shards),
       cmocka_unit_test(test_flops),
       cmocka_unit_test(test_fault_plan),
       cmocka_unit_test(test_bad_steps),

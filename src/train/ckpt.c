@@ -75,8 +75,7 @@ static int prm__copy_tokenizer(const char *model, const char *dir, prm_err_t *er
   return rc;
 }
 
-/* Writes the files into an existing folder. */
-static int prm__write_files(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
+int prm__ckpt_write_model(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
                             const char *tokenizer_model, prm_err_t *err) {
   prm_st_entry_t *ent = prm_xcalloc((size_t)m->ntensors, sizeof *ent);
   for (int i = 0; i < m->ntensors; i++) {
@@ -103,17 +102,10 @@ static int prm__write_files(const prm_llama_t *m, const char *dir, const char *t
   return rc;
 }
 
-int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
-                      const char *tokenizer_model, const prm_ckpt_state_t *st, prm_err_t *err) {
+int prm__ckpt_commit(const char *tmp, const char *dir, prm_err_t *err) {
   char *parent = prm_path_dirname(dir);
-  char *tmp = prm_xasprintf("%s.tmp.%d", dir, (int)getpid());
-  int rc = prm_fs_mkdir_p(parent, 0755, err);
-  if (rc) goto done;
-  prm_fs_rm_rf(tmp);
-  if ((rc = prm_fs_mkdir_p(tmp, 0755, err))) goto done;
-  if ((rc = prm__write_files(m, tmp, tokenizer_type, tokenizer_model, err))) goto fail_tmp;
-  if (st && (rc = prm__state_write(tmp, m, st, err))) goto fail_tmp;
-  if ((rc = prm_fs_fsync_dir(tmp, err))) goto fail_tmp;
+  int rc = prm_fs_fsync_dir(tmp, err);
+  if (rc) goto fail_tmp;
   if (prm_fs_exists(dir)) {
     /* Replacing a folder: move the old one aside first, drop it after. */
     char *old = prm_xasprintf("%s.old.%d", dir, (int)getpid());
@@ -135,19 +127,45 @@ int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokeniz
     goto fail_tmp;
   }
   rc = prm_fs_fsync_dir(parent, err);
+  free(parent);
+  return rc;
+fail_tmp:
+  prm_fs_rm_rf(tmp);
+  free(parent);
+  return rc;
+}
+
+int prm__ckpt_mktemp(const char *dir, int pid, char **tmp, prm_err_t *err) {
+  char *parent = prm_path_dirname(dir);
+  *tmp = prm_xasprintf("%s.tmp.%d", dir, pid);
+  int rc = prm_fs_mkdir_p(parent, 0755, err);
+  free(parent);
+  if (rc) return rc;
+  prm_fs_rm_rf(*tmp);
+  return prm_fs_mkdir_p(*tmp, 0755, err);
+}
+
+int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
+                      const char *tokenizer_model, const prm_ckpt_state_t *st, prm_err_t *err) {
+  char *tmp = NULL;
+  int rc = prm__ckpt_mktemp(dir, (int)getpid(), &tmp, err);
+  if (rc) goto done;
+  if ((rc = prm__ckpt_write_model(m, tmp, tokenizer_type, tokenizer_model, err))) goto fail_tmp;
+  if (st && ((rc = prm__state_write(tmp, m, st, err)) || (rc = prm__state_done(tmp, err))))
+    goto fail_tmp;
+  rc = prm__ckpt_commit(tmp, dir, err); /* removes tmp on failure */
   goto done;
 fail_tmp:
   prm_fs_rm_rf(tmp);
 done:
   free(tmp);
-  free(parent);
   return rc;
 }
 
 /* Leftovers of saves cut short (crash, SIGKILL, full disk) by a process
  * that is gone: iter_N.tmp.PID is half a checkpoint and goes; iter_N.old.PID
  * is a complete older copy, put back when iter_N is missing. */
-static void prm__clean_leftovers(const char *save) {
+void prm__ckpt_clean_leftovers(const char *save) {
   prm_argv_t names = {0};
   prm_err_t e = {0};
   if (!prm_fs_is_dir(save) || prm_fs_list_dir(save, &names, &e)) return;
@@ -173,37 +191,47 @@ static void prm__clean_leftovers(const char *save) {
   prm_argv_free(&names);
 }
 
-int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
-                  const char *tokenizer_type, const char *tokenizer_model,
-                  const prm_ckpt_state_t *st, prm_err_t *err) {
-  prm__clean_leftovers(save);
+int prm__ckpt_failed(const char *save, int64_t iter, int rc, prm_err_t *err) {
+  /* Say what is still there: nothing the failed save touched is used. */
+  char *prev = NULL;
+  int64_t it = 0;
+  prm_err_t e = {0};
+  if (err && prm_ckpt_resolve(save, &prev, &it, &e) == 0 && it > 0) {
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    prm_errf(err, rc, "checkpoint of iteration %lld not saved: %s; the previous one, %s, is "
+             "intact", (long long)iter, msg, prev);
+  } else if (err) {
+    prm_err_prefix(err, "checkpoint of iteration %lld not saved", (long long)iter);
+  }
+  free(prev);
+  return rc;
+}
+
+char *prm__ckpt_iter_dir(const char *save, int64_t iter) {
   char name[32];
   snprintf(name, sizeof name, "iter_%07lld", (long long)iter);
-  char *dir = prm_path_join(save, name);
-  int rc = prm_ckpt_write_hf(m, dir, tokenizer_type, tokenizer_model, st, err);
-  free(dir);
-  if (rc) {
-    /* Say what is still there: nothing the failed save touched is used. */
-    char *prev = NULL;
-    int64_t it = 0;
-    prm_err_t e = {0};
-    if (err && prm_ckpt_resolve(save, &prev, &it, &e) == 0 && it > 0) {
-      char msg[sizeof err->msg];
-      snprintf(msg, sizeof msg, "%s", err->msg);
-      prm_errf(err, rc, "checkpoint of iteration %lld not saved: %s; the previous one, %s, is "
-               "intact", (long long)iter, msg, prev);
-    } else if (err) {
-      prm_err_prefix(err, "checkpoint of iteration %lld not saved", (long long)iter);
-    }
-    free(prev);
-    return rc;
-  }
+  return prm_path_join(save, name);
+}
+
+int prm__ckpt_latest(const char *save, int64_t iter, prm_err_t *err) {
   char text[32];
   int n = snprintf(text, sizeof text, "%lld\n", (long long)iter);
   char *latest = prm_path_join(save, "latest_checkpointed_iteration.txt");
-  rc = prm_fs_write_atomic(latest, text, (size_t)n, err);
+  int rc = prm_fs_write_atomic(latest, text, (size_t)n, err);
   free(latest);
   return rc;
+}
+
+int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
+                  const char *tokenizer_type, const char *tokenizer_model,
+                  const prm_ckpt_state_t *st, prm_err_t *err) {
+  prm__ckpt_clean_leftovers(save);
+  char *dir = prm__ckpt_iter_dir(save, iter);
+  int rc = prm_ckpt_write_hf(m, dir, tokenizer_type, tokenizer_model, st, err);
+  free(dir);
+  if (rc) return prm__ckpt_failed(save, iter, rc, err);
+  return prm__ckpt_latest(save, iter, err);
 }
 
 /* ------------------------------------------------------------------------ */

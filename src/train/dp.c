@@ -9,7 +9,8 @@
  * order, and each full bucket is all-reduced with a non-blocking MPI call
  * that later hooks nudge along. Without it, one blocking all-reduce after
  * backward. The buckets are the same on every rank and every step, so the
- * result does not depend on timing. */
+ * result does not depend on timing. With the distributed optimizer
+ * (zero.c) the gradients are reduce-scattered instead, after backward. */
 #define _GNU_SOURCE
 #include "train-impl.h"
 
@@ -41,6 +42,7 @@ void prm__dp_close(prm__dp_t *dp) {
     prm_comm_waitall(dp->reqs, dp->nreq, &e);
   }
   free(dp->reqs);
+  prm__zero_close(dp);
   memset(dp, 0, sizeof *dp);
 }
 
@@ -71,7 +73,7 @@ static void prm__dp_ready(void *ctx, int64_t offset, int64_t numel) {
 }
 
 void prm__dp_last_microbatch(prm__dp_t *dp, prm_llama_t *m) {
-  if (!dp->world || !dp->overlap) return;
+  if (!dp->world || !dp->overlap || dp->zero) return;
   dp->grads = m->grads;
   dp->lo = dp->hi = m->nparams;
   dp->nreq = 0;
@@ -83,7 +85,9 @@ int prm__dp_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err) {
   if (!dp->world) return 0;
   double t0 = prm_time_now();
   int rc;
-  if (dp->overlap) {
+  if (dp->zero) {
+    rc = prm__zero_reduce(dp, m, err);
+  } else if (dp->overlap) {
     prm_llama_set_grads_hook(m, NULL, NULL);
     prm__dp_launch(dp, dp->lo, dp->hi); /* the last, partial bucket */
     dp->hi = dp->lo;

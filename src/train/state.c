@@ -1,8 +1,11 @@
 /* state.c - the training state saved beside a checkpoint's weights, and
- * resuming from it: optim-rank-00000.bin holds the AdamW moments behind a
- * header (magic, version, step, tensor sizes) and a CRC-32 of the payload;
- * state-rank-00000.json holds the iteration and the data position; DONE is
- * written last, so a folder without it is an interrupted save. */
+ * resuming from it. Each rank writes optim-rank-RRRRR.bin, the AdamW
+ * moments of its shard [lo, hi) of the flat parameter vector behind a
+ * header (magic, version, step, world size, the shard, tensor sizes) and a
+ * CRC-32 of the payload, and state-rank-RRRRR.json (the iteration and the
+ * data position); DONE is written last, so a folder without it is an
+ * interrupted save. A full optimizer is rank 0 of a world of 1 with
+ * [0, nparams). Reading takes any world size (resharding). */
 #define _GNU_SOURCE
 #include "train-impl.h"
 
@@ -13,11 +16,13 @@
 #include <zlib.h>
 
 #define PRM__OPT_MAGIC "PRMOPTIM"
-#define PRM__OPT_VERSION 1u
+#define PRM__OPT_VERSION 2u
 
 /* Header, little-endian: magic[8], u32 version, u32 tensors, u64 step,
- * u64 floats per moment, u32 crc32 of everything after the header, u32 0,
- * then u64 numel[tensors], then m, then v (f32). */
+ * u64 floats per moment in this file, u32 crc32 of everything after the
+ * header, u32 0. Version 2 goes on with the shard record (below), then
+ * both versions with u64 numel[tensors], then m, then v (f32). Version 1
+ * (one rank, full moments) has no shard record. */
 typedef struct {
   char magic[8];
   uint32_t version, tensors;
@@ -25,6 +30,13 @@ typedef struct {
   uint32_t crc, zero;
 } prm__opt_hdr_t;
 _Static_assert(sizeof(prm__opt_hdr_t) == 40, "optimizer header layout");
+/* Version 2: which rank of how many wrote the file, and its part [lo, hi)
+ * of the flat vector of `total` parameters. */
+typedef struct {
+  uint32_t rank, world;
+  uint64_t lo, hi, total;
+} prm__opt_shard_t;
+_Static_assert(sizeof(prm__opt_shard_t) == 32, "optimizer shard record layout");
 /* The header and moments are written as the CPU holds them. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the optimizer file is little-endian");
 
@@ -39,22 +51,35 @@ static uint32_t prm__crc(uint32_t crc, const void *p, size_t n) {
   return crc;
 }
 
+static char *prm__rank_file(const char *dir, const char *what, int rank, const char *ext) {
+  char name[64];
+  snprintf(name, sizeof name, "%s-rank-%05d.%s", what, rank, ext);
+  return prm_path_join(dir, name);
+}
+
 int prm__state_write(const char *dir, const prm_llama_t *m, const prm_ckpt_state_t *st,
                      prm_err_t *err) {
-  size_t bytes = (size_t)m->nparams * sizeof(float);
+  int world = st->world > 0 ? st->world : 1;
+  int64_t lo = st->hi > 0 ? st->lo : 0, hi = st->hi > 0 ? st->hi : m->nparams;
+  PRM_ASSERT(st->rank >= 0 && st->rank < world && 0 <= lo && lo <= hi && hi <= m->nparams);
+  size_t bytes = (size_t)(hi - lo) * sizeof(float);
   uint64_t *sizes = prm_xmalloc((size_t)m->ntensors * sizeof *sizes);
   for (int i = 0; i < m->ntensors; i++) sizes[i] = (uint64_t)m->tensors[i].numel;
   prm__opt_hdr_t h = {.version = PRM__OPT_VERSION, .tensors = (uint32_t)m->ntensors,
-                      .step = (uint64_t)st->iteration, .numel = (uint64_t)m->nparams};
+                      .step = (uint64_t)st->iteration, .numel = (uint64_t)(hi - lo)};
+  prm__opt_shard_t sh = {.rank = (uint32_t)st->rank, .world = (uint32_t)world,
+                         .lo = (uint64_t)lo, .hi = (uint64_t)hi, .total = (uint64_t)m->nparams};
   memcpy(h.magic, PRM__OPT_MAGIC, 8);
-  h.crc = prm__crc(0, sizes, (size_t)m->ntensors * sizeof *sizes);
+  h.crc = prm__crc(0, &sh, sizeof sh);
+  h.crc = prm__crc(h.crc, sizes, (size_t)m->ntensors * sizeof *sizes);
   h.crc = prm__crc(h.crc, st->adam_m, bytes);
   h.crc = prm__crc(h.crc, st->adam_v, bytes);
-  char *path = prm_path_join(dir, "optim-rank-00000.bin");
+  char *path = prm__rank_file(dir, "optim", st->rank, "bin");
   prm_afile_t f;
   int rc = prm_afile_open(&f, path, err);
   if (!rc) {
     if ((rc = prm_afile_write(&f, &h, sizeof h, err)) ||
+        (rc = prm_afile_write(&f, &sh, sizeof sh, err)) ||
         (rc = prm_afile_write(&f, sizes, (size_t)m->ntensors * sizeof *sizes, err)) ||
         (rc = prm_afile_write(&f, st->adam_m, bytes, err)) ||
         (rc = prm_afile_write(&f, st->adam_v, bytes, err)))
@@ -69,49 +94,82 @@ int prm__state_write(const char *dir, const prm_llama_t *m, const prm_ckpt_state
 
   char *json = prm_xasprintf("{\n  \"iteration\": %lld,\n  \"consumed_samples\": %lld,\n"
                              "  \"data_position\": %lld,\n  \"seed\": %lld,\n"
-                             "  \"lr_scheduler\": {\"step\": %lld},\n  \"rank\": 0,\n"
-                             "  \"world_size\": 1\n}\n",
+                             "  \"lr_scheduler\": {\"step\": %lld},\n  \"rank\": %d,\n"
+                             "  \"world_size\": %d,\n  \"optimizer_shard\": [%lld, %lld]\n}\n",
                              (long long)st->iteration, (long long)st->consumed_samples,
                              (long long)st->consumed_samples, (long long)st->seed,
-                             (long long)st->iteration);
-  path = prm_path_join(dir, "state-rank-00000.json");
+                             (long long)st->iteration, st->rank, world, (long long)lo,
+                             (long long)hi);
+  path = prm__rank_file(dir, "state", st->rank, "json");
   rc = prm_fs_write_atomic(path, json, strlen(json), err);
   free(path);
   free(json);
-  if (rc) return rc;
-  path = prm_path_join(dir, "DONE");
-  rc = prm_fs_write_atomic(path, "ok\n", 3, err);
+  return rc;
+}
+
+int prm__state_done(const char *dir, prm_err_t *err) {
+  char *path = prm_path_join(dir, "DONE");
+  int rc = prm_fs_write_atomic(path, "ok\n", 3, err);
   free(path);
   return rc;
 }
 
-int prm_ckpt_load_state(const char *dir, const prm_llama_t *m, float *adam_m, float *adam_v,
-                        prm_ckpt_state_t *st, prm_err_t *err) {
-  char *path = prm_path_join(dir, "optim-rank-00000.bin"), *data = NULL, *json = NULL;
-  size_t len = 0, bytes = (size_t)m->nparams * sizeof(float);
-  cJSON *root = NULL;
-  int rc = prm_fs_read_all(path, &data, &len, err);
+/* One optimizer file read and checked: its shard and moments. */
+typedef struct {
+  char *data; /* the whole file, owned */
+  uint32_t version, world, rank;
+  uint64_t step, lo, hi;
+  const float *m, *v; /* (hi - lo) each, inside data */
+} prm__opt_file_t;
+
+/* Reads optim-rank-RANK.bin of dir and checks it against the model; `world`
+ * 0 takes the file's world size (rank 0), else it must match. */
+static int prm__opt_read(const char *dir, const prm_llama_t *m, int rank, uint32_t world,
+                         prm__opt_file_t *f, prm_err_t *err) {
+  memset(f, 0, sizeof *f);
+  char *path = prm__rank_file(dir, "optim", rank, "bin");
+  size_t len = 0;
+  int rc = prm_fs_read_all(path, &f->data, &len, err);
   if (rc) goto done;
   prm__opt_hdr_t h;
-  size_t head = sizeof h + (size_t)m->ntensors * sizeof(uint64_t);
+  prm__opt_shard_t sh = {.rank = 0, .world = 1, .lo = 0, .hi = (uint64_t)m->nparams,
+                         .total = (uint64_t)m->nparams};
   if (len < sizeof h) {
     rc = prm_errf(err, PRM_EPARSE, "%s: truncated (%zu bytes)", path, len);
     goto done;
   }
-  memcpy(&h, data, sizeof h);
-  if (memcmp(h.magic, PRM__OPT_MAGIC, 8) || h.version != PRM__OPT_VERSION) {
+  memcpy(&h, f->data, sizeof h);
+  if (memcmp(h.magic, PRM__OPT_MAGIC, 8) || h.version < 1 || h.version > PRM__OPT_VERSION) {
     rc = prm_errf(err, PRM_EPARSE, "%s: not a primus optimizer file (version %u)", path, h.version);
     goto done;
   }
-  if (h.tensors != (uint32_t)m->ntensors || h.numel != (uint64_t)m->nparams ||
-      len != head + 2 * bytes) {
+  size_t head = sizeof h;
+  if (h.version >= 2) {
+    if (len < head + sizeof sh) {
+      rc = prm_errf(err, PRM_EPARSE, "%s: truncated (%zu bytes)", path, len);
+      goto done;
+    }
+    memcpy(&sh, f->data + head, sizeof sh);
+    head += sizeof sh;
+  }
+  size_t payload = (size_t)m->ntensors * sizeof(uint64_t);
+  size_t bytes = (size_t)h.numel * sizeof(float);
+  if (h.tensors != (uint32_t)m->ntensors || sh.total != (uint64_t)m->nparams ||
+      sh.lo > sh.hi || sh.hi > sh.total || h.numel != sh.hi - sh.lo ||
+      len != head + payload + 2 * bytes) {
     rc = prm_errf(err, PRM_EPARSE,
-                  "%s: %u tensors of %llu floats in %zu bytes, the model has %d tensors of %lld",
-                  path, h.tensors, (unsigned long long)h.numel, len, m->ntensors,
+                  "%s: %u tensors, moments [%llu, %llu) of %llu floats in %zu bytes; the model "
+                  "has %d tensors of %lld", path, h.tensors, (unsigned long long)sh.lo,
+                  (unsigned long long)sh.hi, (unsigned long long)sh.total, len, m->ntensors,
                   (long long)m->nparams);
     goto done;
   }
-  const uint64_t *sizes = (const uint64_t *)(data + sizeof h);
+  if (sh.rank != (uint32_t)rank || (world && sh.world != world) || sh.world < 1) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: written by rank %u of %u, expected rank %d of %u", path,
+                  sh.rank, sh.world, rank, world ? world : sh.world);
+    goto done;
+  }
+  const uint64_t *sizes = (const uint64_t *)(f->data + head);
   for (int i = 0; i < m->ntensors; i++)
     if (sizes[i] != (uint64_t)m->tensors[i].numel) {
       rc = prm_errf(err, PRM_EPARSE, "%s: tensor %d (%s) has %llu moments, the model %lld", path,
@@ -119,23 +177,78 @@ int prm_ckpt_load_state(const char *dir, const prm_llama_t *m, float *adam_m, fl
                     (long long)m->tensors[i].numel);
       goto done;
     }
-  if (prm__crc(0, data + sizeof h, len - sizeof h) != h.crc) {
+  if (prm__crc(0, f->data + sizeof h, len - sizeof h) != h.crc) {
     rc = prm_errf(err, PRM_EPARSE, "%s: checksum mismatch (a damaged file)", path);
     goto done;
   }
-  memcpy(adam_m, data + head, bytes);
-  memcpy(adam_v, data + head + bytes, bytes);
-
+  f->version = h.version;
+  f->world = sh.world;
+  f->rank = sh.rank;
+  f->step = h.step;
+  f->lo = sh.lo;
+  f->hi = sh.hi;
+  f->m = (const float *)(f->data + head + payload);
+  f->v = (const float *)(f->data + head + payload + bytes);
+done:
   free(path);
-  path = prm_path_join(dir, "state-rank-00000.json");
+  if (rc) {
+    free(f->data);
+    f->data = NULL;
+  }
+  return rc;
+}
+
+int prm_ckpt_load_state_range(const char *dir, const prm_llama_t *m, int64_t lo, int64_t hi,
+                              float *adam_m, float *adam_v, prm_ckpt_state_t *st,
+                              prm_err_t *err) {
+  PRM_ASSERT(0 <= lo && lo <= hi && hi <= m->nparams);
+  prm__opt_file_t f;
+  char *path = NULL, *json = NULL;
+  cJSON *root = NULL;
+  int rc = prm__opt_read(dir, m, 0, 0, &f, err);
+  if (rc) return rc;
+  uint32_t world = f.world;
+  uint64_t step = f.step, next = 0;
+  /* The shards must tile [0, nparams) in rank order; each is checked in
+   * full (the same files and verdict on every rank), and the part inside
+   * [lo, hi) is copied. */
+  for (uint32_t r = 0; r < world; r++) {
+    if (r > 0 && (rc = prm__opt_read(dir, m, (int)r, world, &f, err))) goto done;
+    path = prm__rank_file(dir, "optim", (int)r, "bin");
+    if (f.lo != next || f.step != step) {
+      rc = prm_errf(err, PRM_EPARSE,
+                    "%s: step %llu, moments from %llu; expected step %llu from %llu", path,
+                    (unsigned long long)f.step, (unsigned long long)f.lo,
+                    (unsigned long long)step, (unsigned long long)next);
+      free(f.data);
+      goto done;
+    }
+    free(path);
+    path = NULL;
+    next = f.hi;
+    int64_t a = (int64_t)f.lo > lo ? (int64_t)f.lo : lo;
+    int64_t b = (int64_t)f.hi < hi ? (int64_t)f.hi : hi;
+    if (a < b) {
+      memcpy(adam_m + (a - lo), f.m + (a - (int64_t)f.lo), (size_t)(b - a) * sizeof(float));
+      memcpy(adam_v + (a - lo), f.v + (a - (int64_t)f.lo), (size_t)(b - a) * sizeof(float));
+    }
+    free(f.data);
+  }
+  if (next != (uint64_t)m->nparams) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: the %u optimizer shards end at %llu of %lld moments", dir,
+                  world, (unsigned long long)next, (long long)m->nparams);
+    goto done;
+  }
+
+  path = prm__rank_file(dir, "state", 0, "json");
   if ((rc = prm_fs_read_all(path, &json, NULL, err))) goto done;
   root = cJSON_Parse(json);
   cJSON *it = cJSON_GetObjectItem(root, "iteration"), *cs = cJSON_GetObjectItem(root, "consumed_samples");
   cJSON *seed = cJSON_GetObjectItem(root, "seed");
   if (!cJSON_IsNumber(it) || !cJSON_IsNumber(cs) || !cJSON_IsNumber(seed) ||
-      (uint64_t)it->valuedouble != h.step) {
+      (uint64_t)it->valuedouble != step) {
     rc = prm_errf(err, PRM_EPARSE, "%s: expected iteration %llu, consumed_samples and seed", path,
-                  (unsigned long long)h.step);
+                  (unsigned long long)step);
     goto done;
   }
   st->iteration = (int64_t)it->valuedouble;
@@ -144,9 +257,13 @@ int prm_ckpt_load_state(const char *dir, const prm_llama_t *m, float *adam_m, fl
 done:
   cJSON_Delete(root);
   free(json);
-  free(data);
   free(path);
   return rc;
+}
+
+int prm_ckpt_load_state(const char *dir, const prm_llama_t *m, float *adam_m, float *adam_v,
+                        prm_ckpt_state_t *st, prm_err_t *err) {
+  return prm_ckpt_load_state_range(dir, m, 0, m->nparams, adam_m, adam_v, st, err);
 }
 
 static int prm__by_name_desc(const void *a, const void *b) {
@@ -155,6 +272,11 @@ static int prm__by_name_desc(const void *a, const void *b) {
 
 int prm_ckpt_resume(prm_llama_t *m, const char *save, float *adam_m, float *adam_v,
                     prm_ckpt_state_t *st, prm_err_t *err) {
+  return prm_ckpt_resume_range(m, save, 0, m->nparams, adam_m, adam_v, st, err);
+}
+
+int prm_ckpt_resume_range(prm_llama_t *m, const char *save, int64_t lo, int64_t hi,
+                          float *adam_m, float *adam_v, prm_ckpt_state_t *st, prm_err_t *err) {
   st->iteration = st->consumed_samples = 0;
   prm_argv_t names = {0};
   if (!prm_fs_is_dir(save)) return 0; /* nothing saved yet: a fresh start */
@@ -167,7 +289,7 @@ int prm_ckpt_resume(prm_llama_t *m, const char *save, float *adam_m, float *adam
     prm_err_t e = {0};
     if (!prm_fs_exists(done)) {
       PRM_WARN("%s: no DONE marker (an interrupted save); skipped", dir);
-    } else if (prm_ckpt_load_hf(m, dir, &e) || prm_ckpt_load_state(dir, m, adam_m, adam_v, st, &e)) {
+    } else if (prm_ckpt_load_hf(m, dir, &e) || prm_ckpt_load_state_range(dir, m, lo, hi, adam_m, adam_v, st, &e)) {
       PRM_WARN("%s: skipped: %s", dir, e.msg);
     } else {
       PRM_INFO("resuming from %s (iteration %lld, %lld samples consumed)", dir,

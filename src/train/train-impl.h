@@ -43,10 +43,32 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
 int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
                   int64_t iters, prm_eval_result_t *res, prm_err_t *err);
 
-/* Writes optim-rank-00000.bin, state-rank-00000.json and, last, DONE into
- * a checkpoint folder being built (state.c). */
+/* Writes optim-rank-RRRRR.bin and state-rank-RRRRR.json of st's rank and
+ * shard into a checkpoint folder being built (state.c). */
 int prm__state_write(const char *dir, const prm_llama_t *m, const prm_ckpt_state_t *st,
                      prm_err_t *err);
+/* Writes DIR/DONE: the checkpoint is complete (after every rank's files). */
+int prm__state_done(const char *dir, prm_err_t *err);
+
+/* ---- ckpt.c: the pieces of a save, for one that several ranks share ---- */
+
+/* Removes leftovers of saves cut short by processes that are gone. */
+void prm__ckpt_clean_leftovers(const char *save);
+/* SAVE/iter_NNNNNNN (caller frees). */
+char *prm__ckpt_iter_dir(const char *save, int64_t iter);
+/* *tmp (caller frees) = DIR.tmp.PID, created empty. */
+int prm__ckpt_mktemp(const char *dir, int pid, char **tmp, prm_err_t *err);
+/* model.safetensors, config.json (and tokenizer.json) into an existing folder. */
+int prm__ckpt_write_model(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
+                          const char *tokenizer_model, prm_err_t *err);
+/* fsyncs tmp and renames it to dir (replacing an old one); tmp is removed
+ * on failure. */
+int prm__ckpt_commit(const char *tmp, const char *dir, prm_err_t *err);
+/* SAVE/latest_checkpointed_iteration.txt <- iter, atomically. */
+int prm__ckpt_latest(const char *save, int64_t iter, prm_err_t *err);
+/* Rewrites err for a failed save of iter (naming the intact previous
+ * checkpoint) and returns rc. */
+int prm__ckpt_failed(const char *save, int64_t iter, int rc, prm_err_t *err);
 
 /* ---- fault.c: heartbeat, fault injection, bad steps (docs/safe.md) ---- */
 
@@ -146,6 +168,12 @@ struct prm__dp {
   int rc;                  /* the first error inside the hook, and its text */
   prm_err_t err;
   double wait_s;           /* exposed communication of the last step */
+  /* ZeRO-1 (zero.c), set by prm__zero_open: this rank owns the parameters
+   * [shard_lo, shard_hi) of the flat vector and their AdamW moments. */
+  int zero;
+  int64_t block;           /* nparams / size: the reduce-scatter's blocks */
+  int64_t shard_lo, shard_hi;
+  float *gshard;           /* (shard_hi - shard_lo) summed gradients, PRM_MEM_GRADS */
 };
 
 /* Joins MPI's world when o->world > 1; otherwise a one-rank no-op. */
@@ -159,5 +187,25 @@ int prm__dp_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err);
 int prm__dp_sum(prm__dp_t *dp, double *v, int n, prm_err_t *err); /* in place */
 int prm__dp_max(prm__dp_t *dp, int *v, prm_err_t *err);
 int prm__dp_barrier(prm__dp_t *dp, prm_err_t *err);
+
+/* ---- zero.c: the distributed optimizer (ZeRO-1) over dp's ranks ---- */
+
+/* Turns dp (open, more than one rank) into ZeRO-1: the shard layout and
+ * the gradient shard (freed by prm__dp_close). */
+int prm__zero_open(prm__dp_t *dp, int64_t nparams, prm_err_t *err);
+void prm__zero_close(prm__dp_t *dp);
+/* m->grads summed over the ranks into dp->gshard (prm__dp_reduce calls it). */
+int prm__zero_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err);
+/* This rank's share of the squared gradient norm (sum it over the ranks). */
+double prm__zero_sumsq(const prm__dp_t *dp, const prm_llama_t *m);
+/* Scales the shard's gradients by coef when coef < 1, AdamW on the shard
+ * (adam_m/adam_v: the shard's moments), then all-gathers the parameters. */
+int prm__zero_update(prm__dp_t *dp, prm_llama_t *m, float *adam_m, float *adam_v,
+                     const prm_train_opts_t *o, double lr, double coef, int64_t step,
+                     prm_err_t *err);
+/* The checkpoint SAVE/iter_N of st->iteration, written by every rank
+ * together (collective); st's moments are this rank's shard. */
+int prm__zero_save(prm__dp_t *dp, const prm_llama_t *m, const prm_train_opts_t *o,
+                   const prm_ckpt_state_t *st, prm_err_t *err);
 
 #endif

@@ -2,7 +2,9 @@
  * gradient accumulation, the global gradient norm and clipping as
  * torch.nn.utils.clip_grad_norm_, AdamW as torch.optim.AdamW, the
  * learning-rate schedule, periodic logs, evaluation and checkpoints, and one
- * events.jsonl line per step. Nothing in the step loop allocates. */
+ * events.jsonl line per step. Data parallel (dp.c) and the distributed
+ * optimizer (zero.c) plug in around the gradients. Nothing in the step
+ * loop allocates. */
 #define _GNU_SOURCE
 #include "train-impl.h"
 
@@ -135,6 +137,20 @@ static int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp
   return rc;
 }
 
+/* Every rank must start from the same iteration: the ranks read the same
+ * files, but a file that changes under them would split the job. */
+static int prm__same_start(prm__dp_t *dp, const char *dir, int64_t iteration, prm_err_t *err) {
+  if (!dp->world) return 0;
+  int64_t x[2] = {iteration, -iteration}; /* max and -min */
+  int rc = prm_comm_allreduce(dp->world, x, 2, PRM_COMM_I64, PRM_COMM_MAX, err);
+  if (rc) return rc;
+  if (x[0] != -x[1])
+    return prm_errf(err, PRM_ERUNTIME, "%s: the ranks resumed from different iterations (%lld to "
+                    "%lld); a checkpoint changed while it was read", dir ? dir : "(none)",
+                    (long long)-x[1], (long long)x[0]);
+  return 0;
+}
+
 static double prm__grad_norm(const prm_llama_t *m) {
   double ss = 0;
   for (int i = 0; i < m->ntensors; i++) {
@@ -241,14 +257,16 @@ static const char *prm__jnum(char *buf, size_t n, double x) {
 
 /* The state a run starts from: the newest complete checkpoint in
  * resume_dir when there is one, else the weights of `load` (when it is not
- * resume_dir itself) or of the seed, with zeroed moments. */
+ * resume_dir itself) or of the seed, with zeroed moments. The moments are
+ * those of the parameters [lo, hi) (this rank's shard under ZeRO-1). */
 static int prm__start_state(prm__session_t *s, const prm_train_opts_t *o, const char *resume_dir,
-                            float *adam_m, float *adam_v, prm_ckpt_state_t *st, prm_err_t *err) {
+                            int64_t lo, int64_t hi, float *adam_m, float *adam_v,
+                            prm_ckpt_state_t *st, prm_err_t *err) {
   prm_llama_t *m = s->model;
-  size_t obytes = (size_t)m->nparams * sizeof(float);
+  size_t obytes = (size_t)(hi - lo) * sizeof(float);
   st->iteration = st->consumed_samples = 0;
   if (resume_dir) {
-    int rc = prm_ckpt_resume(m, resume_dir, adam_m, adam_v, st, err);
+    int rc = prm_ckpt_resume_range(m, resume_dir, lo, hi, adam_m, adam_v, st, err);
     if (rc) return rc;
     if (st->iteration > 0) {
       if (st->consumed_samples != st->iteration * o->global_batch)
@@ -335,19 +353,18 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   }
   prm_llama_t *m = s.model;
   FILE *events = NULL;
-  size_t obytes = (size_t)m->nparams * sizeof(float);
-  float *adam_m = prm_mem_alloc(PRM_MEM_OPTIM, obytes);
-  float *adam_v = prm_mem_alloc(PRM_MEM_OPTIM, obytes);
+  float *adam_m = NULL, *adam_v = NULL;
+  size_t obytes = 0;
+  if ((rc = prm__dp_open(&dp, o, m->nparams, err))) goto done;
+  /* ZeRO-1: this rank keeps the moments of its shard [lo, hi) only. */
+  if (o->distributed_optimizer && dp.size > 1 && (rc = prm__zero_open(&dp, m->nparams, err)))
+    goto done;
+  int64_t lo = dp.zero ? dp.shard_lo : 0, hi = dp.zero ? dp.shard_hi : m->nparams;
+  obytes = (size_t)(hi - lo) * sizeof(float);
+  adam_m = prm_mem_alloc(PRM_MEM_OPTIM, obytes);
+  adam_v = prm_mem_alloc(PRM_MEM_OPTIM, obytes);
   if (!adam_m || !adam_v) {
     rc = prm_errf(err, PRM_ENOMEM, "cannot allocate the AdamW state (2 x %zu bytes)", obytes);
-    goto done;
-  }
-  if ((rc = prm__dp_open(&dp, o, m->nparams, err))) goto done;
-  if (o->distributed_optimizer && dp.size > 1) {
-    rc = prm_errf(err, PRM_ECONFIG,
-                  "use_distributed_optimizer: the sharded optimizer (ZeRO-1) is not implemented "
-                  "yet; set it to false to train %d data-parallel ranks with a full optimizer "
-                  "each", dp.size);
     goto done;
   }
   if (o->global_batch % (o->micro_batch * dp.size)) {
@@ -357,10 +374,15 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
                   (long long)o->global_batch, (long long)o->micro_batch, dp.size);
     goto done;
   }
-  /* Every rank holds the same weights and optimizer: rank 0 alone writes
-   * checkpoints and events. */
+  /* Every rank holds the same weights (and, without ZeRO-1, optimizer):
+   * rank 0 alone writes events and checkpoints; under ZeRO-1 every rank
+   * writes its optimizer shard into the checkpoint too (prm__zero_save). */
   int writer = dp.rank == 0;
-  if (writer && o->async_save && o->save && (rc = prm__asave_init(&as, m, err))) goto done;
+  if (dp.zero && o->async_save && o->save)
+    PRM_WARN("async_save: not with use_distributed_optimizer yet (the shards are saved "
+             "collectively over MPI); checkpoints are written synchronously");
+  else if (writer && o->async_save && o->save && (rc = prm__asave_init(&as, m, err)))
+    goto done;
   if (run_dir && writer) {
     char *path = prm_path_join(run_dir, "events.jsonl");
     events = fopen(path, "a");
@@ -369,7 +391,9 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (rc) goto done;
   }
   prm_ckpt_state_t st = {.seed = o->seed};
-  if ((rc = prm__start_state(&s, o, resume_dir, adam_m, adam_v, &st, err))) goto done;
+  if ((rc = prm__start_state(&s, o, resume_dir, lo, hi, adam_m, adam_v, &st, err)) ||
+      (rc = prm__same_start(&dp, resume_dir, st.iteration, err)))
+    goto done;
   if (s.loaded_iter > 0 && !resume_dir)
     PRM_INFO("starting at step 1 from the weights of iteration %lld with a fresh optimizer "
              "(auto_continue_train: true resumes the optimizer and the data position too)",
@@ -395,7 +419,12 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
            (long long)(o->global_batch * o->seq_length), (long long)o->micro_batch,
            (long long)(o->global_batch / o->micro_batch / dp.size), dp.size, dp.size == 1 ? "" : "s",
            s.gemm.i->name, prm_kernels_threads());
-  if (dp.world && dp.overlap)
+  if (dp.zero)
+    PRM_INFO("data parallel: %d ranks with the distributed optimizer (ZeRO-1): this rank owns "
+             "parameters [%lld, %lld); gradients reduce-scattered after backward in one call%s",
+             dp.size, (long long)dp.shard_lo, (long long)dp.shard_hi,
+             dp.overlap ? " (overlap_grad_reduce does not apply)" : "");
+  else if (dp.world && dp.overlap)
     PRM_INFO("data parallel: %d ranks; gradients summed in buckets of %lld parameters while "
              "backward runs (overlap_grad_reduce)", dp.size, (long long)dp.bucket);
   else if (dp.world)
@@ -404,6 +433,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   char ob[32];
   prm_fmt_bytes(ob, sizeof ob, 2.0 * (double)obytes);
   prm_sb_appendf(&line, ", optimizer %s", ob);
+  if (dp.zero) {
+    prm_sb_appendf(&line, " (shard %d/%d)", 1, dp.size);
+    prm_fmt_bytes(ob, sizeof ob, (double)obytes);
+    prm_sb_appendf(&line, ", gradient shard %s", ob);
+  }
   if (as.bytes) {
     prm_fmt_bytes(ob, sizeof ob, 3.0 * (double)as.bytes);
     prm_sb_appendf(&line, ", async-save copy %s", ob);
@@ -435,8 +469,15 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     double t0 = prm_time_now(), loss = 0;
     if ((rc = prm__accumulate(&s, o, &dp, step - 1, &loss, err))) goto done;
     if (prm__fault_due(PRM__FAULT_SPIKE, step)) loss *= 10; /* the reported loss only */
-    if (prm__fault_due(PRM__FAULT_NAN, step)) m->grads[0] = NAN;
-    double norm = prm__grad_norm(m), z = 0;
+    if (prm__fault_due(PRM__FAULT_NAN, step)) *(dp.zero ? dp.gshard : m->grads) = NAN;
+    double norm, z = 0;
+    if (dp.zero) { /* the shards' sums of squares, summed over the ranks */
+      double ss = prm__zero_sumsq(&dp, m);
+      if ((rc = prm__dp_sum(&dp, &ss, 1, err))) goto done;
+      norm = sqrt(ss);
+    } else {
+      norm = prm__grad_norm(m);
+    }
     const char *cause = prm__bad_check(&bad, loss, norm, &z);
     int skip = 0;
     if (cause) {
@@ -470,7 +511,9 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         if ((rc = prm__dp_barrier(&dp, err))) goto done; /* rank 0's save is complete */
         bad_steps = prm_xrealloc(bad_steps, (size_t)(nbad + 1) * sizeof *bad_steps);
         bad_steps[nbad++] = step;
-        if ((rc = prm__start_state(&s, o, o->save, adam_m, adam_v, &st, err))) goto done;
+        if ((rc = prm__start_state(&s, o, o->save, lo, hi, adam_m, adam_v, &st, err)) ||
+            (rc = prm__same_start(&dp, o->save, st.iteration, err)))
+          goto done;
         PRM_WARN("step %lld: loss %g, gradient norm %g (%s): rolled back to step %lld",
                  (long long)step, loss, norm, cause, (long long)st.iteration);
         prm__emit(events, "\"event\":\"rollback\",\"from_step\":%lld,\"to_step\":%lld,\"cause\":\"%s\"",
@@ -481,7 +524,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       }
     }
     double lr = prm_lr_at(o, step);
-    if (!skip) {
+    if (!skip && dp.zero) {
+      prm__bad_push(&bad, loss);
+      double coef = o->clip_grad > 0 ? o->clip_grad / (norm + 1e-6) : 1.0;
+      if ((rc = prm__zero_update(&dp, m, adam_m, adam_v, o, lr, coef, step, err))) goto done;
+    } else if (!skip) {
       prm__bad_push(&bad, loss);
       if (o->clip_grad > 0) {
         double coef = o->clip_grad / (norm + 1e-6);
@@ -538,7 +585,18 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     int sig = (int)prm__preempt_signal;
     if ((rc = prm__dp_max(&dp, &sig, err))) goto done;
     int preempted = sig != 0;
-    if (writer && o->save && (step % o->save_interval == 0 || step == o->train_iters || preempted)) {
+    int save_now = o->save && (step % o->save_interval == 0 || step == o->train_iters || preempted);
+    if (save_now && dp.zero) { /* collective: every rank writes its shard */
+      prm__hb_beat(&hb, step, "save");
+      double ts = prm_time_now();
+      prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
+                              .seed = o->seed, .adam_m = adam_m, .adam_v = adam_v};
+      if ((rc = prm__zero_save(&dp, m, o, &now, err))) goto done;
+      double secs = prm_time_now() - ts;
+      ckpt_waited += secs;
+      if (writer && (rc = prm__saved(o, events, step, secs, 0, secs, err))) goto done;
+      prm__hb_beat(&hb, step, "step");
+    } else if (writer && save_now) {
       prm__hb_beat(&hb, step, "save");
       /* The last save and a preemption's are synchronous: the process is
        * about to end. */

@@ -80,6 +80,14 @@ tiny_model() {
 Y
 }
 
+# small_corpus FILE: 80 documents of 30 words from a 13-word vocabulary,
+# the same every time (awk's seeded rand), blank-line separated.
+small_corpus() {
+  awk 'BEGIN { srand(5); split("the a jury said grand county election was to of and in that", w, " ");
+    for (p = 0; p < 80; p++) { s = ""; for (i = 0; i < 30; i++) s = s w[1 + int(rand() * 13)] " ";
+      print s; print "" } }' > "$1"
+}
+
 finish() {
   echo "$_pass passed, $_fail failed"
   [[ $_fail == 0 ]]

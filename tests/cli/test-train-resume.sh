@@ -6,9 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 cd "$T"
 export OMP_NUM_THREADS=2
-awk 'BEGIN { srand(5); split("the a jury said grand county election was to of and in that", w, " ");
-  for (p = 0; p < 80; p++) { s = ""; for (i = 0; i < 30; i++) s = s w[1 + int(rand() * 13)] " ";
-    print s; print "" } }' > corpus.txt
+small_corpus corpus.txt
 
 exp() { # NAME SAVE
   { exp_header "$1"; tiny_model; cat <<Y
