@@ -43,6 +43,26 @@ same_weights() { # NAME
   else bad "$1: final weights differ from the fault-free run"; fi
 }
 events() { cat "$(newest_run "$1")/events.jsonl" 2>/dev/null; }
+# bg_train NAME: `train pretrain --config NAME.yaml` in the background, its
+# pid in $lpid and its stderr in $T/NAME.err; stopped at exit if still there.
+BG=()
+bg_train() {
+  "$PRIMUS_BIN" train pretrain --config "$1.yaml" 2>"$T/$1.err" &
+  lpid=$!
+  BG+=("$lpid")
+}
+trap 'for p in "${BG[@]}"; do kill -TERM "$p" 2>/dev/null; done; _cleanup' EXIT
+# wait_step NAME N: until rank 0's heartbeat shows step >= N (15 s at
+# most); sets hpid (the rank's pid) and hstep.
+wait_step() {
+  local hb
+  for _ in $(seq 1500); do
+    hb=$(newest_run "$1")/heartbeat/rank-0
+    if [[ -s $hb ]] && read -r hpid hstep _ < "$hb" && [[ ${hstep:-0} -ge $2 ]]; then return 0; fi
+    sleep 0.01
+  done
+  return 1
+}
 # The metadata's goodput object on one line, whitespace dropped.
 goodput() { tr -d ' \t\n' < "$(newest_run "$1")/metadata.json" | grep -o '"goodput":{[^}]*}'; }
 
@@ -89,15 +109,9 @@ same_weights hang
 # 3. SIGKILL from outside to the rank at a random step.
 exp kill 3 0
 AT=$((5 + RANDOM % 150))
-"$PRIMUS_BIN" train pretrain --config kill.yaml 2>"$T/kill.err" &
-lpid=$!
+bg_train kill
 killed=
-for _ in $(seq 1500); do
-  HB=$(newest_run kill)/heartbeat/rank-0
-  [[ -s $HB ]] && read -r hpid hstep _ < "$HB" || { sleep 0.01; continue; }
-  if [[ ${hstep:-0} -ge $AT ]]; then kill -KILL "$hpid" && killed=$hpid; break; fi
-  sleep 0.01
-done
+wait_step kill "$AT" && kill -KILL "$hpid" && killed=$hpid
 wait "$lpid"
 RC=$?
 ERR=$(cat "$T/kill.err")
@@ -109,13 +123,8 @@ same_weights kill
 # 4. SIGTERM to the launcher reaches the rank, which saves and exits 4:
 # preemption, not a fault, so no restart.
 exp pre 3 0
-"$PRIMUS_BIN" train pretrain --config pre.yaml 2>"$T/pre.err" &
-lpid=$!
-for _ in $(seq 1500); do
-  HB=$(newest_run pre)/heartbeat/rank-0
-  [[ -s $HB ]] && read -r _ hstep _ < "$HB" && [[ $hstep -ge 3 ]] && break
-  sleep 0.01
-done
+bg_train pre
+wait_step pre 3
 kill -TERM "$lpid"
 wait "$lpid"
 RC=$?
@@ -161,14 +170,9 @@ same_weights torn
 # 8. The launcher killed with SIGKILL: its rank gets SIGTERM (parent-death
 # signal), saves and stops instead of running on unsupervised.
 exp orphan 3 0
-"$PRIMUS_BIN" train pretrain --config orphan.yaml 2>"$T/orphan.err" &
-lpid=$!
+bg_train orphan
 rpid=
-for _ in $(seq 1500); do
-  HB=$(newest_run orphan)/heartbeat/rank-0
-  [[ -s $HB ]] && read -r rpid hstep _ < "$HB" && [[ $hstep -ge 3 ]] && break
-  sleep 0.01
-done
+wait_step orphan 3 && rpid=$hpid
 kill -KILL "$lpid"
 wait "$lpid" 2>/dev/null
 gone=
