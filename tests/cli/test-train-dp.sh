@@ -208,6 +208,16 @@ expect_rc "global batch not divisible by micro-batch x ranks" 2
 expect_in "names the numbers" "global_batch_size 6 is not a multiple of micro_batch_size 1 x 4 data-parallel ranks" "$ERR"
 
 
+# Without a supervisor, a rank that dies ends the job promptly with a
+# clear message instead of leaving the other rank waiting in a collective.
+exp dies
+t0=$SECONDS
+PRIMUS_FAULT_INJECT=crash:rank=1:step=5 run direct --nproc 2 -- train pretrain --config dies.yaml
+took=$((SECONDS - t0))
+if [[ $RC != 0 ]]; then ok "a dead rank fails the job (exit $RC)"; else bad "the job succeeded although rank 1 died"; fi
+if (( took < 60 )); then ok "and promptly (${took} s)"; else bad "the job took ${took} s to end after rank 1 died"; fi
+expect_in "mpirun names the dead rank" "rank 1" "$ERR"
+
 # The supervisor with two real ranks: rank 1 crashes before step 13, the
 # job restarts from step 10 and ends with the fault-free bytes.
 exp sup "overlap_grad_reduce: true" "fault_tolerance: {max_restarts: 2, restart_backoff_s: 0.2}"
