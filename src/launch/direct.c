@@ -475,7 +475,15 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
       goto done;
     }
     code = st;
-    if (st) rc = st;
+    if (st) {
+      rc = st;
+      /* mpirun's own lines say which rank ended the job; point at the logs. */
+      if (run_dir)
+        PRM_ERROR("%lld ranks: mpirun exited with %d; each rank's log is %s/logs/rank-R.log",
+                  (long long)nproc, st, run_dir);
+      else
+        PRM_ERROR("%lld ranks: mpirun exited with %d", (long long)nproc, st);
+    }
   } else {
     prm_sb_t why = {0};
     int fresh = prm__load_time_changes(&l->env0, &all, &why) > 0;

@@ -216,7 +216,8 @@ PRIMUS_FAULT_INJECT=crash:rank=1:step=5 run direct --nproc 2 -- train pretrain -
 took=$((SECONDS - t0))
 if [[ $RC != 0 ]]; then ok "a dead rank fails the job (exit $RC)"; else bad "the job succeeded although rank 1 died"; fi
 if (( took < 60 )); then ok "and promptly (${took} s)"; else bad "the job took ${took} s to end after rank 1 died"; fi
-expect_in "mpirun names the dead rank" "rank 1" "$ERR"
+expect_in "mpirun names the dead rank" "process rank 1 with PID" "$ERR"
+expect_in "the launcher points at the rank logs" "2 ranks: mpirun exited with 134; each rank's log is" "$ERR"
 
 # The supervisor with two real ranks: rank 1 crashes before step 13, the
 # job restarts from step 10 and ends with the fault-free bytes.
