@@ -13,5 +13,6 @@ extern const prm_task_t prm__task_generate;
 extern const prm_task_t prm__task_benchmark;
 extern const prm_task_t prm__task_data;
 extern const prm_task_t prm__task_preflight;
+extern const prm_task_t prm__task_analyze;
 
 #endif
