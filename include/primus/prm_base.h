@@ -121,6 +121,9 @@ int prm_log_set_file(const char *path, prm_err_t *err); /* appends */
 int prm_log_tee_file(const char *path, prm_err_t *err);
 void prm_log_close_file(void); /* closes both */
 void prm_log(prm_log_level_t level, const char *fmt, ...) PRM_PRINTF(2, 3);
+/* The same line to the log files only (the console has it already, e.g.
+ * the final "primus: error:" line), so a run's logs hold its end. */
+void prm_log_files(prm_log_level_t level, const char *fmt, ...) PRM_PRINTF(2, 3);
 void prm_vlog(prm_log_level_t level, const char *fmt, va_list ap);
 
 /* A one-line progress bar on stderr, drawn only when stderr is a terminal

@@ -112,6 +112,23 @@ out:
   pthread_mutex_unlock(&prm__log_mu);
 }
 
+void prm_log_files(prm_log_level_t level, const char *fmt, ...) {
+  if (!prm__log.file && !prm__log.tee) return;
+  char ts[32], msg[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  prm_time_format(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", prm_time_wall());
+  pthread_mutex_lock(&prm__log_mu);
+  FILE *files[2] = {prm__log.file, prm__log.tee};
+  for (int i = 0; i < 2; i++)
+    if (files[i])
+      fprintf(files[i], "[%s] [rank %d/%d %s] [%s] %s\n", ts, prm__log.rank, prm__log.world,
+              prm_hostname(), prm__level_names[level], msg);
+  pthread_mutex_unlock(&prm__log_mu);
+}
+
 void prm_log(prm_log_level_t level, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

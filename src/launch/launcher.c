@@ -316,7 +316,9 @@ void prm__print_env(FILE *f, const prm_env_t *env) {
 static int prm__is_help(const char *w) { return !strcmp(w, "-h") || !strcmp(w, "--help"); }
 
 static int prm__fail(int rc, const prm_err_t *err) {
-  fprintf(stderr, "primus: error: %s\n", err->msg[0] ? err->msg : prm_strerror(rc));
+  const char *msg = err->msg[0] ? err->msg : prm_strerror(rc);
+  fprintf(stderr, "primus: error: %s\n", msg);
+  prm_log_files(PRM_LOG_ERROR, "%s", msg);
   return prm_exit_code(rc);
 }
 
