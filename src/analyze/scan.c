@@ -244,7 +244,9 @@ static void prm__an_log(prm__an_scan_t *s, prm_an_diag_t *d, const char *name) {
     double t = prm__an_log_time(p, &msg);
     long long st, of;
     if (sscanf(msg, "step %lld/%lld", &st, &of) == 2) step = st; /* a completed step's line */
-    prm__an_where_t w = {rel, lineno, file_rank >= 0 ? file_rank : prm__an_rank_in(msg), step, t};
+    /* A line about one step ("step 5: loss nan ...") names it itself. */
+    int64_t here = sscanf(msg, "step %lld: ", &st) == 1 ? (int64_t)st : step;
+    prm__an_where_t w = {rel, lineno, file_rank >= 0 ? file_rank : prm__an_rank_in(msg), here, t};
     prm__an_line(s, d, PRM_AN_IN_LOGS, p, len, &w);
     p += len + (nl ? 1 : 0);
   }

@@ -467,7 +467,10 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
     PRM_INFO("launching %lld ranks: %s", (long long)nproc, line);
     free(line);
     int st = 0;
-    rc = prm_proc_run(cmd.v, NULL, &st, NULL, err);
+    /* A signal for the launcher goes to mpirun, which passes it to the ranks
+     * (SIGUSR1/2) or stops them (SIGTERM, SIGINT): none is left running. */
+    prm_proc_opts_t po = {.forward_signals = 1};
+    rc = prm_proc_run(cmd.v, &po, &st, NULL, err);
     prm_argv_free(&cmd);
     if (rc) {
       if (!prm_which("mpirun"))

@@ -217,6 +217,16 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                                         "num_experts: mixture-of-experts models are not "
                                         "supported by the native engine yet"),
                                err));
+  int64_t mport = 0;
+  PRM__I("metrics_port", 0, &mport);
+  if (mport < 0 || mport > 65535)
+    return prm__prefix_origin(e, "metrics_port",
+                              (prm_errf(err, PRM_ECONFIG,
+                                        "metrics_port: expected 0 (off) or a port up to 65535, "
+                                        "got %lld", (long long)mport),
+                               err));
+  o->metrics_port = (int)mport;
+  o->metrics_bind = prm_exp_get_str(e, "metrics_bind");
   const char *gemm = getenv("PRIMUS_GEMM");
   o->gemm = gemm && *gemm ? gemm : NULL;
 #undef PRM__I

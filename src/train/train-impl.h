@@ -208,4 +208,69 @@ int prm__zero_update(prm__dp_t *dp, prm_llama_t *m, float *adam_m, float *adam_v
 int prm__zero_save(prm__dp_t *dp, const prm_llama_t *m, const prm_train_opts_t *o,
                    const prm_ckpt_state_t *st, prm_err_t *err);
 
+/* ---- trainer.c ---- */
+
+/* One events.jsonl line: the body's fields (fmt), then the time; nothing
+ * when events is NULL (ranks other than 0). */
+void prm__emit(FILE *events, const char *fmt, ...) PRM_PRINTF(2, 3);
+
+/* ---- metrics.c: live metrics and in-flight alerts (docs/metrics.md) ---- */
+
+/* Alerts compare a step with the trailing PRM__ALERT_WINDOW steps (from
+ * PRM__ALERT_MIN of them on), and fire when a condition starts, not on
+ * every step it lasts, and at most once per PRM__ALERT_COOLDOWN steps of
+ * a kind. */
+#define PRM__ALERT_WINDOW 50
+#define PRM__ALERT_MIN 10
+#define PRM__ALERT_STEP_K 3.0          /* step time above 3 x the median */
+#define PRM__ALERT_TPS_FRACTION 0.5    /* tokens/s below half the median */
+#define PRM__ALERT_STRAGGLER_K 1.5     /* a rank's compute above 1.5 x the ranks' median */
+#define PRM__ALERT_MIN_EXCESS_S 0.05   /* every time alert: at least 50 ms slower too, so
+                                        * millisecond steps do not alert on jitter */
+#define PRM__ALERT_COOLDOWN 10         /* steps before the same kind fires again */
+typedef enum {
+  PRM__ALERT_STEP_TIME,
+  PRM__ALERT_THROUGHPUT,
+  PRM__ALERT_LOSS_SPIKE,
+  PRM__ALERT_STRAGGLER,
+  PRM__ALERT_COUNT
+} prm__alert_kind_t;
+typedef struct {
+  double seconds[PRM__ALERT_WINDOW], tps[PRM__ALERT_WINDOW];
+  int n, next;
+  int active[PRM__ALERT_COUNT];
+  int64_t calls;                 /* prm__alerts_step calls so far */
+  int64_t last[PRM__ALERT_COUNT]; /* the call that last fired each kind, 0: never */
+} prm__alerts_t;
+const char *prm__alert_name(prm__alert_kind_t k); /* "step_time", ... */
+void prm__alerts_reset(prm__alerts_t *a);
+double prm__median(const double *v, int n);
+void prm__alerts_step(prm__alerts_t *a, double seconds, double tps, int fired[PRM__ALERT_COUNT],
+                      double ref[PRM__ALERT_COUNT]);
+int prm__alerts_straggler(prm__alerts_t *a, const double *compute, int world, int *slowest,
+                          double *median);
+
+typedef struct prm__tm prm__tm_t;
+typedef struct {
+  int64_t step, tokens_step, global_batch;
+  double loss, lr, grad_norm, seconds;
+  double flops_step;  /* model FLOPs of one global batch */
+  double peak_gflops; /* the FMA peak of all ranks' threads, 0: unknown */
+} prm__tm_step_t;
+/* *tm stays NULL when metrics_port is 0, and every hook accepts NULL.
+ * Rank 0 registers the series and serves them (PRM_ERUNTIME naming
+ * metrics_port when it cannot listen); with several ranks the others only
+ * take part in prm__tm_step's all-gather. dp must outlive tm. */
+int prm__tm_open(prm__tm_t **tm, const prm_train_opts_t *o, prm__dp_t *dp, prm_err_t *err);
+void prm__tm_close(prm__tm_t *tm);
+/* After every step that finished (collective with several ranks). */
+int prm__tm_step(prm__tm_t *tm, FILE *events, const prm__tm_step_t *s, prm_err_t *err);
+/* A bad step (cause "nan" or "spike"), skipped or not. */
+void prm__tm_bad(prm__tm_t *tm, FILE *events, int64_t step, const char *cause, double z,
+                 int skipped);
+void prm__tm_eval(prm__tm_t *tm, double loss);
+/* A complete checkpoint SAVE/iter_<step>. */
+void prm__tm_ckpt(prm__tm_t *tm, const char *save, int64_t step, double seconds, int async,
+                  double stall);
+
 #endif

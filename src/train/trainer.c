@@ -3,8 +3,9 @@
  * torch.nn.utils.clip_grad_norm_, AdamW as torch.optim.AdamW, the
  * learning-rate schedule, periodic logs, evaluation and checkpoints, and one
  * events.jsonl line per step. Data parallel (dp.c) and the distributed
- * optimizer (zero.c) plug in around the gradients. Nothing in the step
- * loop allocates. */
+ * optimizer (zero.c) plug in around the gradients; live metrics
+ * (metrics.c, metrics_port) hook in at a few points as prm__tm_*. Nothing
+ * in the step loop allocates. */
 #define _GNU_SOURCE
 #include "train-impl.h"
 
@@ -237,7 +238,7 @@ static volatile sig_atomic_t prm__preempt_signal;
 static void prm__on_preempt(int sig) { prm__preempt_signal = sig; }
 
 /* One events.jsonl line: the body's fields, then the time (Unix seconds). */
-static void prm__emit(FILE *events, const char *fmt, ...) {
+void prm__emit(FILE *events, const char *fmt, ...) {
   if (!events) return;
   va_list ap;
   va_start(ap, fmt);
@@ -295,8 +296,9 @@ static int prm__start_state(prm__session_t *s, const prm_train_opts_t *o, const 
 }
 
 /* Logs and records a checkpoint that is complete, then applies ckpt_keep. */
-static int prm__saved(const prm_train_opts_t *o, FILE *events, int64_t step, double seconds,
-                      int async, double stall, prm_err_t *err) {
+static int prm__saved(const prm_train_opts_t *o, FILE *events, prm__tm_t *tm, int64_t step,
+                      double seconds, int async, double stall, prm_err_t *err) {
+  prm__tm_ckpt(tm, o->save, step, seconds, async, stall);
   if (async) {
     PRM_INFO("saved checkpoint %s/iter_%07lld in %.2f s (in the background; training waited %.3f s)",
              o->save, (long long)step, seconds, stall);
@@ -311,15 +313,15 @@ static int prm__saved(const prm_train_opts_t *o, FILE *events, int64_t step, dou
 }
 
 /* Collects the async save in flight (waiting for it when `block`). */
-static int prm__collect(prm__asave_t *as, const prm_train_opts_t *o, FILE *events, int block,
-                        double *waited, prm_err_t *err) {
+static int prm__collect(prm__asave_t *as, const prm_train_opts_t *o, FILE *events, prm__tm_t *tm,
+                        int block, double *waited, prm_err_t *err) {
   prm__asave_done_t d;
   if (!as->busy) return 0;
   int rc = prm__asave_finish(as, block, &d, err);
   if (rc) return rc;
   if (!d.reported) return 0;
   *waited += d.stall;
-  return prm__saved(o, events, d.iter, d.seconds, 1, d.stall, err);
+  return prm__saved(o, events, tm, d.iter, d.seconds, 1, d.stall, err);
 }
 
 int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err) {
@@ -328,6 +330,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm__hb_t hb = {-1};
   prm__bad_t bad;
   prm__dp_t dp = {0};
+  prm__tm_t *tm = NULL; /* live metrics (metrics.c); NULL when metrics_port is 0 */
   int64_t *bad_steps = NULL, nbad = 0; /* steps that were bad once (rollback) */
   double ckpt_waited = 0;
   struct sigaction sa, old_term, old_usr1;
@@ -356,6 +359,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   float *adam_m = NULL, *adam_v = NULL;
   size_t obytes = 0;
   if ((rc = prm__dp_open(&dp, o, m->nparams, err))) goto done;
+  if ((rc = prm__tm_open(&tm, o, &dp, err))) goto done;
   /* ZeRO-1: this rank keeps the moments of its shard [lo, hi) only. */
   if (o->distributed_optimizer && dp.size > 1 && (rc = prm__zero_open(&dp, m->nparams, err)))
     goto done;
@@ -487,6 +491,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
                 prm__jnum(jl, sizeof jl, loss), prm__jnum(jn, sizeof jn, norm), z);
       int again = 0;
       for (int64_t i = 0; i < nbad; i++) again |= bad_steps[i] == step;
+      prm__tm_bad(tm, events, step, cause, z,
+                  o->nan_policy != PRM_NAN_STOP && (o->nan_policy == PRM_NAN_SKIP || again));
       if (o->nan_policy == PRM_NAN_STOP) {
         char zs[48] = "";
         if (!strcmp(cause, "spike")) snprintf(zs, sizeof zs, ", z-score %.1f", z);
@@ -506,7 +512,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       } else {
         /* Rollback: back to the newest complete checkpoint, then replay. */
         double waited = 0;
-        if ((rc = prm__collect(&as, o, events, 1, &waited, err))) goto done;
+        if ((rc = prm__collect(&as, o, events, tm, 1, &waited, err))) goto done;
         ckpt_waited += waited;
         if ((rc = prm__dp_barrier(&dp, err))) goto done; /* rank 0's save is complete */
         bad_steps = prm_xrealloc(bad_steps, (size_t)(nbad + 1) * sizeof *bad_steps);
@@ -549,6 +555,10 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
               "\"step_ms\":%.3f%s%s",
               (long long)step, prm__jnum(jl, sizeof jl, loss), lr, prm__jnum(jn, sizeof jn, norm),
               (long long)tokens_step, ms, comm, skip ? ",\"skipped\":true" : "");
+    prm__tm_step_t tms = {.step = step, .tokens_step = tokens_step, .global_batch = o->global_batch,
+                          .loss = loss, .lr = lr, .grad_norm = norm, .seconds = ms / 1e3,
+                          .flops_step = flops_step, .peak_gflops = peak * dp.size};
+    if ((rc = prm__tm_step(tm, events, &tms, err))) goto done;
     prm__hb_beat(&hb, step, "step");
     if (step % o->log_interval == 0 || step == 1 || step == o->train_iters) {
       double tps = (double)tokens_step / (ms / 1e3);
@@ -577,10 +587,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
                  ev.loss, ev.perplexity, (long long)ev.tokens);
         prm__emit(events, "\"event\":\"eval\",\"step\":%lld,\"loss\":%.9g,\"perplexity\":%.9g,\"tokens\":%lld",
                   (long long)step, ev.loss, ev.perplexity, (long long)ev.tokens);
+        prm__tm_eval(tm, ev.loss);
       }
     }
     /* A finished background save is reported (and its error surfaces) here. */
-    if ((rc = prm__collect(&as, o, events, 0, &ckpt_waited, err))) goto done;
+    if ((rc = prm__collect(&as, o, events, tm, 0, &ckpt_waited, err))) goto done;
     /* Every rank stops after the same step, whichever saw the signal. */
     int sig = (int)prm__preempt_signal;
     if ((rc = prm__dp_max(&dp, &sig, err))) goto done;
@@ -594,14 +605,14 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       if ((rc = prm__zero_save(&dp, m, o, &now, err))) goto done;
       double secs = prm_time_now() - ts;
       ckpt_waited += secs;
-      if (writer && (rc = prm__saved(o, events, step, secs, 0, secs, err))) goto done;
+      if (writer && (rc = prm__saved(o, events, tm, step, secs, 0, secs, err))) goto done;
       prm__hb_beat(&hb, step, "step");
     } else if (writer && save_now) {
       prm__hb_beat(&hb, step, "save");
       /* The last save and a preemption's are synchronous: the process is
        * about to end. */
       int async = as.bytes && !preempted && step < o->train_iters;
-      if ((rc = prm__collect(&as, o, events, 1, &ckpt_waited, err))) goto done;
+      if ((rc = prm__collect(&as, o, events, tm, 1, &ckpt_waited, err))) goto done;
       if (async) {
         if ((rc = prm__asave_start(&as, m, adam_m, adam_v, o, step, err))) goto done;
       } else {
@@ -612,7 +623,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
           goto done;
         double secs = prm_time_now() - ts;
         ckpt_waited += secs;
-        if ((rc = prm__saved(o, events, step, secs, 0, secs, err))) goto done;
+        if ((rc = prm__saved(o, events, tm, step, secs, 0, secs, err))) goto done;
       }
       prm__hb_beat(&hb, step, "step");
     }
@@ -629,7 +640,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       goto done;
     }
   }
-  if ((rc = prm__collect(&as, o, events, 1, &ckpt_waited, err))) goto done;
+  if ((rc = prm__collect(&as, o, events, tm, 1, &ckpt_waited, err))) goto done;
   char stall[64] = "";
   if (o->save) snprintf(stall, sizeof stall, "; checkpoints stalled training %.2f s", ckpt_waited);
   PRM_INFO("trained %lld steps in %.1f s%s", (long long)(o->train_iters - first_step + 1),
@@ -642,6 +653,7 @@ done:
     prm__asave_finish(&as, 1, &d, &e2);
   }
   prm__asave_free(&as);
+  prm__tm_close(tm);
   prm__dp_close(&dp);
   if (handlers) {
     sigaction(SIGTERM, &old_term, NULL);

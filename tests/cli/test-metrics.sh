@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Live metrics (docs/metrics.md): a training with metrics_port serves
+# /metrics in the Prometheus text format (loss, step-time histogram, /proc
+# collectors, a loss-spike alert); Debian's prometheus scrapes it and
+# returns primus_train_loss through its HTTP API; a port in use is an error
+# naming metrics_port; metrics_bind is used when given. Every server is
+# stopped by pid on exit, even when a check fails.
+source "$(dirname "$0")/lib.sh"
+cd "$T"
+export OMP_NUM_THREADS=1
+unset PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
+PY=/usr/bin/python3
+PIDS=()   # servers started here, stopped by pid
+PGIDS=()  # `primus direct --nproc` runs: setsid leaders, stopped with their group
+          # (mpirun and the ranks outlive a SIGTERM to primus direct alone)
+stop_all() {
+  local p
+  for p in "${PGIDS[@]}"; do kill -- "-$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}" "${PGIDS[@]}"; do wait "$p" 2>/dev/null; done
+  PIDS=()
+  PGIDS=()
+}
+trap 'stop_all; _cleanup' EXIT
+
+free_port() {
+  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+# fetch URL: the body on stdout, or "HTTP <code>" / "ERROR <why>".
+fetch() {
+  "$PY" - "$1" <<'P'
+import sys, urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen(sys.argv[1], timeout=5)
+    sys.stdout.write("CT " + r.headers.get("Content-Type", "") + "\n" + r.read().decode())
+except urllib.error.HTTPError as e:
+    print("HTTP %d" % e.code)
+except Exception as e:
+    print("ERROR %s" % e)
+P
+}
+# value NAME: the sample NAME (no labels) in $BODY, 0 when absent.
+value() { echo "$BODY" | awk -v n="$1" '$1 == n { v = $2 } END { print v + 0 }'; }
+# wait_step URL N SECONDS: polls until primus_train_step >= N.
+wait_step() {
+  local end=$((SECONDS + $3))
+  while ((SECONDS < end)); do
+    BODY=$(fetch "$1")
+    (($(value primus_train_step) >= $2)) && return 0
+    sleep 0.2
+  done
+  return 1
+}
+# wait_for URL NEEDLE SECONDS: polls until the body holds NEEDLE.
+wait_for() {
+  local end=$((SECONDS + $3))
+  while ((SECONDS < end)); do
+    BODY=$(fetch "$1")
+    [[ $BODY == *"$2"* ]] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+exp() { # NAME PORT [YAML LINE...]: a long run on mock data
+  local n=$1 port=$2
+  shift 2
+  { exp_header "$n"; tiny_model; cat <<Y
+      mock_data: true
+      micro_batch_size: 1
+      global_batch_size: 2
+      train_iters: 1000000
+      lr: 1.0e-3
+      log_interval: 1000
+      metrics_port: $port
+Y
+    for line in "$@"; do echo "      $line"; done
+  } > "$n.yaml"
+}
+
+PORT=$(free_port)
+# The planted spike multiplies the loss by 10: far above a z-score of 100,
+# which the flat loss of random tokens never reaches by itself.
+exp live "$PORT" "fault_tolerance: {nan_policy: skip, spike_zscore: 100}" "save: $T/ckpt" \
+  "save_interval: 30" "ckpt_keep: 1" "async_save: true" "eval_interval: 30" "eval_iters: 1"
+PRIMUS_FAULT_INJECT=spike:step=15 "$PRIMUS_BIN" train pretrain --config live.yaml >live.out 2>live.err &
+PIDS+=($!)
+URL=http://127.0.0.1:$PORT/metrics
+if wait_step "$URL" 20 30; then ok "endpoint serves a running training"
+else bad "no primus_train_step 20 at $URL: ${BODY:0:300}; stderr: $(tail -5 live.err)"; fi
+expect_in "content type 0.0.4" "CT text/plain; version=0.0.4; charset=utf-8" "$BODY"
+wait_for "$URL" "primus_checkpoint_bytes " 20 || bad "no checkpoint series: ${BODY:0:200}"
+for s in primus_train_loss primus_learning_rate primus_grad_norm primus_tokens_per_second \
+  primus_tflops primus_mfu primus_consumed_tokens_total primus_consumed_samples_total \
+  primus_restarts primus_process_resident_memory_bytes primus_process_cpu_seconds_total \
+  primus_node_cpu_busy_ratio primus_node_memory_available_bytes primus_node_load1 \
+  primus_node_network_receive_bytes_total primus_eval_loss primus_checkpoint_save_seconds \
+  primus_checkpoint_bytes primus_async_save_wait_seconds_total primus_nan_steps_total; do
+  expect_in "series $s" $'\n'"$s " "$BODY"
+done
+expect_in "HELP line" "# HELP primus_train_loss " "$BODY"
+expect_in "TYPE of the histogram" "# TYPE primus_step_seconds histogram" "$BODY"
+expect_in "histogram +Inf bucket" 'primus_step_seconds_bucket{le="+Inf"} ' "$BODY"
+expect_in "histogram count" "primus_step_seconds_count " "$BODY"
+expect_in "loss-spike alert counted" 'primus_alerts_total{kind="loss_spike"} 1'$'\n' "$BODY"
+expect_in "skipped step counted" 'primus_skipped_steps_total 1'$'\n' "$BODY"
+expect_in "log names the endpoint" "metrics: Prometheus endpoint at http://127.0.0.1:$PORT/metrics" "$(cat live.err)"
+expect_in "alert WARN line" "alert loss_spike at step 15" "$(cat live.err)"
+EV=$(cat "$(ls -d "$T"/ws/team/tester/live/run-* | tail -1)/events.jsonl")
+expect_in "alert event" '{"event":"alert","kind":"loss_spike","step":15,' "$EV"
+expect_eq "other paths are 404" "$(fetch "http://127.0.0.1:$PORT/")" "HTTP 404"
+LOSS=$(echo "$BODY" | sed -n 's/^primus_train_loss \([0-9.e+-]*\)$/\1/p')
+[[ -n $LOSS ]] && ok "loss is a number ($LOSS)" || bad "primus_train_loss has no numeric value"
+
+# ---- the same port again: a clear error naming the key and the address ----
+exp clash "$PORT"
+run train pretrain --config clash.yaml
+expect_rc "port in use" 3
+expect_in "error names metrics_port" "metrics_port $PORT (metrics_bind 127.0.0.1): 127.0.0.1:$PORT: cannot listen: Address already in use" "$ERR"
+
+# ---- metrics_bind is used when given (another loopback address) ----
+exp bound "$PORT" "metrics_bind: 127.0.0.2"
+"$PRIMUS_BIN" train pretrain --config bound.yaml >bound.out 2>bound.err &
+PIDS+=($!)
+if wait_step "http://127.0.0.2:$PORT/metrics" 1 30; then ok "metrics_bind 127.0.0.2 serves there"
+else bad "nothing on 127.0.0.2:$PORT: ${BODY:0:200}; $(tail -3 bound.err)"; fi
+expect_in "log names the bind address" "http://127.0.0.2:$PORT/metrics" "$(cat bound.err)"
+kill "${PIDS[1]}" 2>/dev/null
+
+# ---- two ranks: rank 0 serves the per-rank step times ----
+DPORT=$(free_port)
+exp dp2 "$DPORT"
+setsid "$PRIMUS_BIN" direct --nproc 2 -- train pretrain --config dp2.yaml >dp2.out 2>dp2.err &
+PGIDS+=($!)
+if wait_for "http://127.0.0.1:$DPORT/metrics" 'primus_rank_compute_seconds{rank="1"} ' 40; then
+  ok "two ranks: per-rank step times served by rank 0"
+  expect_in "spread between the ranks" "primus_rank_compute_spread_seconds " "$BODY"
+  expect_in "exposed communication" "primus_comm_exposed_seconds " "$BODY"
+else bad "two ranks: no per-rank series: ${BODY:0:200}; $(tail -3 dp2.err)"; fi
+kill -- "-${PGIDS[0]}" 2>/dev/null
+
+# ---- prometheus scrapes the training and answers a query ----
+if command -v prometheus >/dev/null; then
+  PPORT=$(free_port)
+  cat > prom.yml <<Y
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: primus
+    static_configs:
+      - targets: ["127.0.0.1:$PORT"]
+Y
+  prometheus --config.file=prom.yml --storage.tsdb.path="$T/prom-data" \
+    --web.listen-address=127.0.0.1:$PPORT >prom.log 2>&1 &
+  PIDS+=($!)
+  Q="http://127.0.0.1:$PPORT/api/v1/query?query=primus_train_loss"
+  if wait_for "$Q" '"__name__":"primus_train_loss"' 20; then
+    ok "prometheus returns primus_train_loss"
+    expect_in "scraped from the training" "\"instance\":\"127.0.0.1:$PORT\"" "$BODY"
+  else
+    bad "prometheus has no primus_train_loss: ${BODY:0:300}; $(tail -3 prom.log)"
+  fi
+  # Every query of the Grafana dashboard parses, and every primus_ series
+  # it names is one the training serves (primus_rank_*: the two-rank run).
+  SERVED=$(fetch "$URL")
+  DASH=$("$PY" - "$PRIMUS_SRC/deploy/grafana/primus-training.json" "http://127.0.0.1:$PPORT" \
+    "$SERVED" <<'P'
+import json, re, sys, urllib.parse, urllib.request
+dash, prom, served = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+names = set(re.findall(r"^(primus_[a-z0-9_]+)", served, re.M))
+bad = []
+exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+for e in exprs:
+    q = e.replace("$instance", ".*")
+    r = json.load(urllib.request.urlopen(prom + "/api/v1/query?" + urllib.parse.urlencode({"query": q})))
+    if r.get("status") != "success": bad.append("query fails: " + e)
+    for n in re.findall(r"primus_[a-z0-9_]+", e):
+        if n not in names and not n.startswith("primus_rank_"): bad.append("not served: " + n)
+print("%d queries; %s" % (len(exprs), "; ".join(bad) if bad else "all fine"))
+P
+  )
+  expect_in "dashboard queries valid and served" "all fine" "$DASH"
+else
+  bad "prometheus is not installed (scripts/deps.sh installs it)"
+fi
+stop_all
+finish
