@@ -126,6 +126,9 @@ static int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp
   float scale = (float)(1.0 / ((double)G * (double)S));
   double sum = 0;
   prm_llama_zero_grad(s->model);
+  /* Fault injection: a NaN in this rank's gradient before the reduction, so
+   * that, as a real one would, it reaches every rank through the sum. */
+  if (prm__fault_due(PRM__FAULT_NAN, step0 + 1)) s->model->grads[0] = NAN;
   for (int64_t first = begin; first < begin + share; first += B) {
     int64_t count = 0;
     if (first + B >= begin + share) prm__dp_last_microbatch(dp, s->model);
@@ -473,7 +476,6 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     double t0 = prm_time_now(), loss = 0;
     if ((rc = prm__accumulate(&s, o, &dp, step - 1, &loss, err))) goto done;
     if (prm__fault_due(PRM__FAULT_SPIKE, step)) loss *= 10; /* the reported loss only */
-    if (prm__fault_due(PRM__FAULT_NAN, step)) *(dp.zero ? dp.gshard : m->grads) = NAN;
     double norm, z = 0;
     if (dp.zero) { /* the shards' sums of squares, summed over the ranks */
       double ss = prm__zero_sumsq(&dp, m);

@@ -201,6 +201,15 @@ expect_in "async_save falls back with a warning" "async_save: not with use_distr
 if cmp -s "$(final zero2)" "$(final znan)"; then ok "ZeRO-1 rollback: byte-identical to the fault-free run"
 else bad "ZeRO-1 rollback differs from the fault-free run"; fi
 
+# The same with plain data parallel and overlapped buckets: the NaN planted
+# in rank 1's gradient reaches rank 0 through the all-reduce, both roll back.
+exp dnan "overlap_grad_reduce: true" "fault_tolerance: {nan_policy: rollback}"
+PRIMUS_FAULT_INJECT=nan:rank=1:step=13 run direct --nproc 2 -- train pretrain --config dnan.yaml
+expect_rc "DP NaN on rank 1: rolled back" 0
+expect_in "rollback recorded" '"event":"rollback","from_step":13,"to_step":10' "$(events dnan)"
+if cmp -s "$(final dp2-true)" "$(final dnan)"; then ok "DP rollback: byte-identical to the fault-free run"
+else bad "DP rollback differs from the fault-free run"; fi
+
 # A global batch that does not split over the ranks.
 exp odd
 run direct --nproc 4 -- train pretrain --config odd.yaml global_batch_size=6
