@@ -88,6 +88,27 @@ small_corpus() {
       print s; print "" } }' > "$1"
 }
 
+# tiny_exp NAME [KEY: VALUE]...: writes NAME.yaml, an experiment for the
+# tiny model on $T/corpus.txt (small_corpus) with the defaults below; each
+# "KEY: VALUE" argument (one line, flow style for maps) replaces the
+# default or an earlier argument with the same key, or is added.
+tiny_exp() {
+  local name=$1 kv key i
+  shift
+  local -a keys=() vals=()
+  for kv in "data_path: $T/corpus.txt" 'split: "95,5,0"' "micro_batch_size: 2" \
+    "global_batch_size: 4" "train_iters: 8" "lr: 3.0e-3" "eval_iters: 0" "log_interval: 2" "$@"; do
+    key=${kv%%:*}
+    for i in "${!keys[@]}"; do [[ ${keys[i]} == "$key" ]] && break; done
+    if [[ ${#keys[@]} -gt 0 && ${keys[i]} == "$key" ]]; then vals[i]=$kv; else keys+=("$key"); vals+=("$kv"); fi
+  done
+  { exp_header "$name"; tiny_model; for kv in "${vals[@]}"; do echo "      $kv"; done; } > "$name.yaml"
+}
+# newest_run NAME: the newest run directory of experiment NAME (empty if none).
+newest_run() { ls -d "$T"/ws/team/tester/"$1"/run-* 2>/dev/null | tail -1; }
+# run_events NAME: events.jsonl of that run.
+run_events() { cat "$(newest_run "$1")/events.jsonl" 2>/dev/null; }
+
 finish() {
   echo "$_pass passed, $_fail failed"
   [[ $_fail == 0 ]]

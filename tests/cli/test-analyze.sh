@@ -55,25 +55,12 @@ expect_in "says what it expected" "expected metadata.json, events.jsonl or logs/
 
 # ---- fresh failures from the binary ----
 small_corpus corpus.txt
-exp() { # NAME [YAML LINE...]
+exp() { # NAME [KEY: VALUE...]
   local n=$1
   shift
-  { exp_header "$n"; tiny_model; cat <<Y
-      data_path: $T/corpus.txt
-      split: "95,5,0"
-      micro_batch_size: 2
-      global_batch_size: 4
-      train_iters: 8
-      lr: 3.0e-3
-      eval_iters: 0
-      log_interval: 2
-      save: $T/$n
-      save_interval: 4
-Y
-    for line in "$@"; do echo "      $line"; done
-  } > "$n.yaml"
+  tiny_exp "$n" "save: $T/$n" "save_interval: 4" "$@"
 }
-rundir() { ls -d "$T"/ws/team/tester/"$1"/run-* | tail -1; }
+rundir() { newest_run "$1"; }
 
 exp crash "fault_tolerance: {max_restarts: 0, hang_timeout_s: 60}"
 PRIMUS_FAULT_INJECT=crash:step=3 run train pretrain --config crash.yaml

@@ -13,27 +13,13 @@ export OMP_NUM_THREADS=2
 unset PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
 small_corpus corpus.txt
 
-exp() { # NAME [YAML LINE...]: 12 steps, a checkpoint every 4, in $T/NAME
+exp() { # NAME [KEY: VALUE...]: 12 steps, a checkpoint every 4, in $T/NAME
   local n=$1
   shift
-  { exp_header "$n"; tiny_model; cat <<Y
-      data_path: $T/corpus.txt
-      split: "95,5,0"
-      micro_batch_size: 2
-      global_batch_size: 4
-      train_iters: 12
-      lr: 3.0e-3
-      eval_iters: 0
-      log_interval: 4
-      save: $T/$n
-      load: $T/$n
-      save_interval: 4
-      auto_continue_train: true
-Y
-    for line in "$@"; do echo "      $line"; done
-  } > "$n.yaml"
+  tiny_exp "$n" "train_iters: 12" "log_interval: 4" "save: $T/$n" "load: $T/$n" "save_interval: 4" \
+    "auto_continue_train: true" "$@"
 }
-events() { cat "$(ls -d "$T"/ws/team/tester/"$1"/run-* | tail -1)/events.jsonl"; }
+events() { run_events "$1"; }
 losses() { grep '^{"step"' | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
 same_state() { # NAME ITER: model and optimizer of NAME at ITER equal the base run's
   local f

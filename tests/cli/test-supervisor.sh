@@ -14,35 +14,16 @@ small_corpus corpus.txt
 
 ITERS=300
 exp() { # NAME MAX_RESTARTS HANG_TIMEOUT_S
-  { exp_header "$1"; tiny_model; cat <<Y
-      data_path: $T/corpus.txt
-      split: "95,5,0"
-      micro_batch_size: 2
-      global_batch_size: 4
-      train_iters: $ITERS
-      lr: 3.0e-3
-      lr_warmup_iters: 2
-      lr_decay_iters: $ITERS
-      eval_iters: 0
-      log_interval: 100
-      save: $T/ck-$1
-      load: $T/ck-$1
-      save_interval: 10
-      auto_continue_train: true
-      fault_tolerance:
-        max_restarts: $2
-        restart_backoff_s: 0.2
-        hang_timeout_s: $3
-Y
-  } > "$1.yaml"
+  tiny_exp "$1" "train_iters: $ITERS" "lr_warmup_iters: 2" "lr_decay_iters: $ITERS" \
+    "log_interval: 100" "save: $T/ck-$1" "load: $T/ck-$1" "save_interval: 10" "auto_continue_train: true" \
+    "fault_tolerance: {max_restarts: $2, restart_backoff_s: 0.2, hang_timeout_s: $3}"
 }
-newest_run() { ls -d "$T"/ws/team/tester/"$1"/run-* 2>/dev/null | tail -1; }
 final() { echo "$T/ck-$1/$(printf 'iter_%07d' $ITERS)/model.safetensors"; }
 same_weights() { # NAME
   if cmp -s "$(final ref)" "$(final "$1")"; then ok "$1: final weights byte-identical to the fault-free run"
   else bad "$1: final weights differ from the fault-free run"; fi
 }
-events() { cat "$(newest_run "$1")/events.jsonl" 2>/dev/null; }
+events() { run_events "$1"; }
 # bg_train NAME: `train pretrain --config NAME.yaml` in the background, its
 # pid in $lpid and its stderr in $T/NAME.err; stopped at exit if still there.
 BG=()

@@ -18,29 +18,14 @@ if ! command -v mpirun >/dev/null; then echo "mpirun missing (scripts/deps.sh in
 PY=/usr/bin/python3
 small_corpus corpus.txt
 
-exp() { # NAME [YAML LINE...]
+exp() { # NAME [KEY: VALUE...]
   local n=$1
   shift
-  { exp_header "$n"; tiny_model; cat <<Y
-      data_path: $T/corpus.txt
-      split: "95,5,0"
-      micro_batch_size: 1
-      global_batch_size: 8
-      train_iters: 20
-      lr: 3.0e-3
-      eval_iters: 2
-      eval_interval: 20
-      log_interval: 10
-      save: $T/ck-$n
-      load: $T/ck-$n
-      save_interval: 10
-      auto_continue_train: true
-      ddp_bucket_size: 3000
-Y
-    for line in "$@"; do echo "      $line"; done
-  } > "$n.yaml"
+  tiny_exp "$n" "micro_batch_size: 1" "global_batch_size: 8" "train_iters: 20" "eval_iters: 2" \
+    "eval_interval: 20" "log_interval: 10" "save: $T/ck-$n" "load: $T/ck-$n" "save_interval: 10" \
+    "auto_continue_train: true" "ddp_bucket_size: 3000" "$@"
 }
-events() { cat "$(ls -d "$T"/ws/team/tester/"$1"/run-* | tail -1)/events.jsonl"; }
+events() { run_events "$1"; }
 losses() { events "$1" | grep '^{"step"' | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
 final() { echo "$T/ck-$1/iter_0000020/model.safetensors"; }
 # Worst relative difference of the per-step losses of two runs.

@@ -9,26 +9,10 @@ export OMP_NUM_THREADS=2
 small_corpus corpus.txt
 
 exp() { # NAME SAVE
-  { exp_header "$1"; tiny_model; cat <<Y
-      data_path: $T/corpus.txt
-      split: "95,5,0"
-      micro_batch_size: 2
-      global_batch_size: 4
-      train_iters: 8
-      lr: 3.0e-3
-      lr_warmup_iters: 2
-      lr_decay_iters: 8
-      eval_iters: 0
-      log_interval: 1
-      save: $2
-      load: $2
-      save_interval: 5
-      auto_continue_train: true
-Y
-  } > "$1.yaml"
+  tiny_exp "$1" "lr_warmup_iters: 2" "lr_decay_iters: 8" "log_interval: 1" "save: $2" "load: $2" \
+    "save_interval: 5" "auto_continue_train: true"
 }
 losses() { cat "$@" | grep '^{"step"' | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
-newest_run() { ls -d "$T"/ws/team/tester/"$1"/run-* | tail -1; }
 
 exp full "$T/full"
 run train pretrain --config full.yaml
