@@ -394,37 +394,32 @@ void prm__pf_perf_dispatch_pool(prm_pf_run_t *r) {
   prm__pf_judge(r, PRM_PF_M_DISPATCH_POOL, r->disp_pool, NULL);
 }
 
+/* A check measured by two local ranks: SKIP without mpirun, FAIL when the
+ * ranks cannot run (valid: the figure, or < 0 for "could not"). */
+static void prm__pf_two_rank_check(prm_pf_run_t *r, prm_pf_metric_t m, double v, int no_mpirun,
+                                   const char *why, const char *by_hand) {
+  if (no_mpirun) {
+    prm__pf_add(r, PRM_PF_SKIP, "install Open MPI's launcher (Debian: apt-get install openmpi-bin)",
+                "not measured: %s", why);
+  } else if (v < 0) {
+    prm__pf_add(r, PRM_PF_FAIL, by_hand, "two local ranks could not run it: %s", why);
+  } else {
+    prm__pf_judge(r, m, v, NULL);
+  }
+}
+
 void prm__pf_perf_allreduce(prm_pf_run_t *r) {
   char why[1200];
   int no_mpirun;
   double v = prm_pf_allreduce_busbw(r->o->quick, &no_mpirun, why, sizeof why);
-  if (no_mpirun) {
-    prm__pf_add(r, PRM_PF_SKIP, "install Open MPI's launcher (Debian: apt-get install openmpi-bin)",
-                "not measured: %s", why);
-    return;
-  }
-  if (!(v > 0)) {
-    prm__pf_add(r, PRM_PF_FAIL,
-                "run it by hand: primus direct --nproc 2 -- benchmark allreduce --check",
-                "two local ranks could not all-reduce: %s", why);
-    return;
-  }
-  prm__pf_judge(r, PRM_PF_M_ALLREDUCE_BUSBW, v, NULL);
+  prm__pf_two_rank_check(r, PRM_PF_M_ALLREDUCE_BUSBW, v > 0 ? v : -1, no_mpirun, why,
+                         "run it by hand: primus direct --nproc 2 -- benchmark allreduce --check");
 }
 
 void prm__pf_perf_overlap(prm_pf_run_t *r) {
   char why[1200];
   int no_mpirun;
   double v = prm_pf_overlap_hidden(r->o->quick, &no_mpirun, why, sizeof why);
-  if (no_mpirun) {
-    prm__pf_add(r, PRM_PF_SKIP, "install Open MPI's launcher (Debian: apt-get install openmpi-bin)",
-                "not measured: %s", why);
-    return;
-  }
-  if (v < 0) {
-    prm__pf_add(r, PRM_PF_FAIL, "run it by hand: primus direct --nproc 2 -- benchmark overlap",
-                "two local ranks could not run the overlap benchmark: %s", why);
-    return;
-  }
-  prm__pf_judge(r, PRM_PF_M_OVERLAP, v, NULL);
+  prm__pf_two_rank_check(r, PRM_PF_M_OVERLAP, v, no_mpirun, why,
+                         "run it by hand: primus direct --nproc 2 -- benchmark overlap");
 }
