@@ -278,7 +278,9 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
   if (getenv("PRIMUS_LAUNCHED")) return prm__run_rank(l, err);
   double start = prm_time_wall();
   int run = (l->sub->flags & PRM_SUB_RUN) != 0;
-  int supervisable = run && (l->sub->flags & PRM_SUB_SUPERVISED);
+  /* Under `primus slurm srun`, the supervisor around srun watches already. */
+  const char *outer = getenv("PRIMUS_SUPERVISOR");
+  int supervisable = run && (l->sub->flags & PRM_SUB_SUPERVISED) && !(outer && *outer);
   int64_t nproc = prm_args_int(l->rt_args, "nproc", 1);
   if (nproc < 1) return prm_errf(err, PRM_EINVAL, "--nproc %lld: expected at least 1", (long long)nproc);
   if (nproc > 1 && !(l->sub->flags & PRM_SUB_MULTIRANK))

@@ -17,6 +17,49 @@ static void prm__inner_argv(const prm_launch_t *l, const char *exe, prm_argv_t *
   prm_argv_pushv(out, l->task_words.n, l->task_words.v);
 }
 
+/* Ranks srun starts: -n N, --ntasks N, --ntasks=N; 1 when not given. */
+static int prm__srun_ntasks(const prm_argv_t *flags) {
+  for (int i = 0; i < flags->n; i++) {
+    const char *f = flags->v[i], *v = NULL;
+    if ((!strcmp(f, "-n") || !strcmp(f, "--ntasks")) && i + 1 < flags->n) v = flags->v[i + 1];
+    else if (prm_startswith(f, "--ntasks=")) v = f + 9;
+    else if (prm_startswith(f, "-n") && f[2]) v = f + 2;
+    int64_t n;
+    if (v && prm_parse_i64(v, &n) == 0 && n >= 1 && n <= 1 << 20) return (int)n;
+  }
+  return 1;
+}
+
+/* srun under the SaFE supervisor when the experiment asks for it: the whole
+ * step is restarted after a crash or a hang (the ranks read PRIMUS_RESTART
+ * from the environment srun passes on), and the direct launcher inside
+ * does not supervise again (PRIMUS_SUPERVISOR). *done = 0: not supervised. */
+static int prm__srun_supervised(const prm_launch_t *l, const prm_argv_t *flags,
+                                const prm_argv_t *cmd, const char *run_dir, int *done,
+                                prm_err_t *err) {
+  *done = 0;
+  if (!run_dir || !(l->sub->flags & PRM_SUB_SUPERVISED)) return 0;
+  prm_args_t *args;
+  prm_exp_t *exp;
+  prm__ft_t ft;
+  int rc = prm__task_prepare(l, &l->task_words, &args, &exp, err);
+  if (rc) return rc;
+  int on = prm__supervise_enabled(exp, &ft);
+  prm_args_free(args);
+  prm_exp_free(exp);
+  if (!on) return 0;
+  *done = 1;
+  prm_env_t env = {0};
+  prm_env_from_environ(&env);
+  prm_env_set(&env, "PRIMUS_RUN_DIR", run_dir);
+  prm_env_set(&env, "PRIMUS_SUPERVISOR", "slurm");
+  prm__sup_t sup = {.ft = ft, .run_dir = run_dir, .nranks = prm__srun_ntasks(flags),
+                    .argv = cmd->v, .env = &env};
+  rc = prm__supervise(&sup, err);
+  prm_env_free(&env);
+  return rc;
+}
+
 /* Real runs get their run directory here, so the outer launcher and every
  * node share it (PRIMUS_RUN_DIR). */
 static int prm__outer_rundir(const prm_launch_t *l, int always, char **run_dir, prm_err_t *err) {
@@ -174,7 +217,9 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
     else {
       if (run_dir) setenv("PRIMUS_RUN_DIR", run_dir, 1);
       PRM_INFO("slurm: %s", line);
-      rc = prm__run_and_report(&cmd, "primus slurm srun", err);
+      int supervised = 0;
+      rc = prm__srun_supervised(l, &flags, &cmd, run_dir, &supervised, err);
+      if (!supervised) rc = prm__run_and_report(&cmd, "primus slurm srun", err);
     }
     free(line);
     goto done;

@@ -166,4 +166,28 @@ else bad "orphan: rank ${rpid:-?} still running after its launcher was killed"; 
 expect_in "orphan: the rank saved on the way out" '"event":"preempted"' "$(events orphan)"
 expect_in "orphan: and said so" "preempted by SIGTERM after step" "$(cat "$T/orphan.err")"
 
+# 9. Under `primus slurm srun` the supervisor wraps srun (here a stand-in
+# that runs the command as task 0 of 1): the step is restarted from the
+# checkpoint, and the direct launcher inside does not supervise again.
+mkdir -p "$T/bin"
+cat > "$T/bin/srun" <<'SH'
+#!/bin/bash
+# srun stand-in: skips srun's options, runs the command as task 0 of 1.
+while [[ $# -gt 0 && $1 == -* ]]; do
+  case $1 in -n | -N | -p | --ntasks | --nodes | --partition) shift 2 ;; *) shift ;; esac
+done
+export SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0
+exec "$@"
+SH
+chmod +x "$T/bin/srun"
+exp slurm 3 0
+OUT=$(PATH="$T/bin:$PATH" PRIMUS_FAULT_INJECT=crash:step=37 "$PRIMUS_BIN" slurm srun -n 1 -- train pretrain --config slurm.yaml 2>"$T/slurm.err")
+RC=$?
+ERR=$(cat "$T/slurm.err")
+expect_rc "slurm srun: restarted and finished" 0
+expect_in "slurm srun: the supervisor saw the crash" "supervisor: rank 0 crashed: killed by SIGABRT" "$ERR"
+expect_eq "slurm srun: one supervisor (one fault line)" "$(grep -c '"event":"fault"' <<<"$(events slurm)")" 1
+expect_in "slurm srun: restart event" '"event":"restart"' "$(events slurm)"
+same_weights slurm
+
 finish
