@@ -23,8 +23,25 @@ stop_all() {
 }
 trap 'stop_all; _cleanup' EXIT
 
+# free_port: a port that is free now, below the kernel's ephemeral range
+# (ip_local_port_range), so that no other program's outgoing or
+# bind-to-0 socket (mpirun's, a parallel test's) can take it meanwhile.
 free_port() {
-  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  "$PY" - <<'P'
+import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    port = random.randrange(max(1024, lo - 12000), lo)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+P
 }
 # fetch URL: the body on stdout, or "HTTP <code>" / "ERROR <why>".
 fetch() {
@@ -136,7 +153,7 @@ if wait_for "http://127.0.0.1:$DPORT/metrics" 'primus_rank_compute_seconds{rank=
   ok "two ranks: per-rank step times served by rank 0"
   expect_in "spread between the ranks" "primus_rank_compute_spread_seconds " "$BODY"
   expect_in "exposed communication" "primus_comm_exposed_seconds " "$BODY"
-else bad "two ranks: no per-rank series: ${BODY:0:200}; $(tail -3 dp2.err)"; fi
+else bad "two ranks: no per-rank series: ${BODY:0:200}; $(grep -v '^\[' dp2.err | tail -8)"; fi
 kill -- "-${PGIDS[0]}" 2>/dev/null
 
 # ---- prometheus scrapes the training and answers a query ----
