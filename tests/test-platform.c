@@ -61,27 +61,6 @@ static void detect_fixture(const char *name, prm_platform_t *p) {
   free(root);
 }
 
-/* Copies the stand-in tools of fixtures/smi/<scenario> into a fresh temp
- * folder (so their exec bits do not depend on the checkout) and returns it
- * (caller frees). */
-static char *smi_dir(const char *scenario) {
-  char *src = prm_xasprintf("%s/smi/%s", PRM_TEST_FIXTURES, scenario);
-  char *dst = prm_xasprintf("%s/smi-%s", prm_test_tmpdir(), scenario);
-  prm_err_t err = {0};
-  prm_argv_t names = {0};
-  if (prm_fs_list_dir(src, &names, &err)) fail_msg("%s", err.msg);
-  for (int i = 0; i < names.n; i++) {
-    char *from = prm_path_join(src, names.v[i]);
-    char *text = prm_test_read(from);
-    char *to = prm_test_write(dst, names.v[i], text);
-    assert_int_equal(chmod(to, 0755), 0);
-    free(from), free(text), free(to);
-  }
-  prm_argv_free(&names);
-  free(src);
-  return dst;
-}
-
 /* Detects with a sysfs fixture and the SMI stand-ins of `dir` first in
  * PATH. Returns detect's result. */
 static int detect_with_smi(const char *fixture, const char *dir, prm_platform_t *p,
@@ -345,7 +324,7 @@ static void test_detect_real_host(void **state) {
 
 static void test_smi_amd(void **state) {
   (void)state;
-  char *dir = smi_dir("amd-mi300x");
+  char *dir = prm_test_tool_dir("smi/amd-mi300x", "amd-mi300x");
   prm_platform_t p;
   prm_err_t err = {0};
   assert_int_equal(detect_with_smi("mi300x-8", dir, &p, &err), 0);
@@ -361,7 +340,7 @@ static void test_smi_amd(void **state) {
   free(dir);
 
   /* Without amd-smi, rocm-smi is asked. */
-  dir = smi_dir("rocm-mi300x");
+  dir = prm_test_tool_dir("smi/rocm-mi300x", "rocm-mi300x");
   assert_int_equal(detect_with_smi("mi300x-8", dir, &p, &err), 0);
   assert_int_equal(p.n_accel, 4);
   assert_string_equal(p.accel_source, "rocm-smi");
@@ -375,7 +354,7 @@ static void test_smi_amd(void **state) {
 
 static void test_smi_nvidia(void **state) {
   (void)state;
-  char *dir = smi_dir("nvidia-h100");
+  char *dir = prm_test_tool_dir("smi/nvidia-h100", "nvidia-h100");
   prm_platform_t p;
   prm_err_t err = {0};
   assert_int_equal(detect_with_smi("h100-8", dir, &p, &err), 0);
@@ -392,7 +371,7 @@ static void test_smi_nvidia(void **state) {
 
 static void test_smi_garbage_and_failure(void **state) {
   (void)state;
-  char *dir = smi_dir("garbage");
+  char *dir = prm_test_tool_dir("smi/garbage", "garbage");
   prm_platform_t p;
   prm_err_t err = {0};
   assert_int_equal(detect_with_smi("mi300x-8", dir, &p, &err), 0);
@@ -466,7 +445,7 @@ static void test_json_round_trip(void **state) {
   (void)state;
   prm_platform_t a, b;
   prm_err_t err = {0};
-  char *dir = smi_dir("amd-mi300x");
+  char *dir = prm_test_tool_dir("smi/amd-mi300x", "amd-mi300x");
   assert_int_equal(detect_with_smi("mi300x-8", dir, &a, &err), 0);
   free(dir);
   char *json = prm_platform_to_json(&a);

@@ -65,25 +65,6 @@ static void expect_msg(const prm_pf_results_t *r, const char *id, const char *ne
   if (!strstr(x->message, needle)) fail_msg("%s: \"%s\" not in \"%s\"", id, needle, x->message);
 }
 
-/* A copy of a stand-in tool folder with exec bits set (caller frees). */
-static char *tool_dir(const char *rel, const char *name) {
-  char *src = prm_xasprintf("%s/%s", PRM_TEST_FIXTURES, rel);
-  char *dst = prm_xasprintf("%s/tools-%s", prm_test_tmpdir(), name);
-  prm_argv_t names = {0};
-  prm_err_t err = {0};
-  if (prm_fs_list_dir(src, &names, &err)) fail_msg("%s", err.msg);
-  for (int i = 0; i < names.n; i++) {
-    char *from = prm_path_join(src, names.v[i]);
-    char *text = prm_test_read(from);
-    char *to = prm_test_write(dst, names.v[i], text);
-    assert_int_equal(chmod(to, 0755), 0);
-    free(from), free(text), free(to);
-  }
-  prm_argv_free(&names);
-  free(src);
-  return dst;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Table and names                                                           */
 /* ------------------------------------------------------------------------ */
@@ -155,7 +136,7 @@ static void test_host_good_node(void **state) {
 
 static void test_clock(void **state) {
   (void)state;
-  char *bin = tool_dir("preflight/bin", "chronyc");
+  char *bin = prm_test_tool_dir("preflight/bin", "chronyc");
   static const struct {
     const char *offset;
     prm_pf_level_t want;
@@ -222,7 +203,7 @@ static void test_gpu(void **state) {
   prm_pf_results_free(&r);
 
   /* Busy: the amd-smi stand-in reports a process on GPU 2 (WARN). */
-  char *smi = tool_dir("smi/amd-mi300x", "amd");
+  char *smi = prm_test_tool_dir("smi/amd-mi300x", "amd");
   run_fixture("mi300x-8", g, 8, smi, &r);
   expect_level(&r, "gpu.busy", PRM_PF_WARN);
   expect_msg(&r, "gpu.busy", "1 of 8 devices in use");

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char *prm__tmp;
@@ -38,6 +39,24 @@ char *prm_test_read(const char *path) {
   prm_err_t err = {0};
   if (prm_fs_read_all(path, &s, NULL, &err)) fail_msg("%s", err.msg);
   return s;
+}
+
+char *prm_test_tool_dir(const char *rel, const char *name) {
+  char *src = prm_xasprintf("%s/%s", PRM_TEST_FIXTURES, rel);
+  char *dst = prm_xasprintf("%s/tools-%s", prm_test_tmpdir(), name);
+  prm_argv_t names = {0};
+  prm_err_t err = {0};
+  if (prm_fs_list_dir(src, &names, &err)) fail_msg("%s", err.msg);
+  for (int i = 0; i < names.n; i++) {
+    char *from = prm_path_join(src, names.v[i]);
+    char *text = prm_test_read(from);
+    char *to = prm_test_write(dst, names.v[i], text);
+    assert_int_equal(chmod(to, 0755), 0);
+    free(from), free(text), free(to);
+  }
+  prm_argv_free(&names);
+  free(src);
+  return dst;
 }
 
 void prm_test_assert_argv(const prm_argv_t *a, const char *const *want) {

@@ -19,6 +19,10 @@ const char *prm_test_tmpdir(void);
 char *prm_test_write(const char *dir, const char *name, const char *text);
 /* Reads a whole file into a NUL-terminated string (caller frees). */
 char *prm_test_read(const char *path);
+/* Copies the stand-in tools of fixtures/<rel> into <tmpdir>/tools-<name>
+ * with exec bits set (so they do not depend on the checkout) and returns
+ * that folder (caller frees). */
+char *prm_test_tool_dir(const char *rel, const char *name);
 
 /* Asserts that a equals the NULL-terminated list want and is itself
  * NULL-terminated, printing both on a mismatch so a failure shows the whole
