@@ -2,12 +2,15 @@
  * world, no mpirun): lazy initialisation, world size 1, collectives as
  * identities, non-blocking requests, splits, dtype/op tables, and errors
  * that name the rank, the group and the operation. Two and more ranks are
- * tested end to end by tests/cli/test-comm.sh. */
+ * tested end to end by tests/cli/test-comm.sh, which also starts this
+ * program under mpirun: with more than one rank it runs the multi-rank
+ * group instead (reduce to a root, blocking and not, at the end). */
 #include "testlib.h"
 
 #include "primus/prm_bench.h"
 #include "primus/prm_comm.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static void test_lazy_init(void **state) {
@@ -70,6 +73,11 @@ static void test_collectives_identity(void **state) {
   int cnt[1] = {3}, dsp[1] = {0};
   assert_int_equal(prm_comm_alltoallv(w, iv, cnt, dsp, ov, cnt, dsp, PRM_COMM_I32, &err), 0);
   assert_memory_equal(iv, ov, sizeof iv);
+  double d[3] = {1.5, -2, 8}, e[3] = {0};
+  assert_int_equal(prm_comm_reduce(w, d, e, 3, PRM_COMM_F64, PRM_COMM_SUM, 0, &err), 0);
+  assert_memory_equal(d, e, sizeof d);
+  assert_int_equal(prm_comm_reduce(w, NULL, e, 3, PRM_COMM_F64, PRM_COMM_MAX, 0, &err), 0);
+  assert_memory_equal(d, e, sizeof d); /* in place */
   assert_int_equal(prm_comm_bcast(w, x, 5, PRM_COMM_F32, 0, &err), 0);
   assert_int_equal(prm_comm_barrier(w, &err), 0);
   /* zero counts are fine */
@@ -100,6 +108,14 @@ static void test_nonblocking(void **state) {
   assert_memory_equal(in, out, sizeof in);
   prm_comm_req_t zero = {0};
   assert_int_equal(prm_comm_wait(&zero, &err), 0);
+  /* A reduce to the root, non-blocking, out of one buffer into another. */
+  float red[1024] = {0};
+  assert_int_equal(
+      prm_comm_ireduce(w, buf, red, 1024, PRM_COMM_F32, PRM_COMM_SUM, 0, &req[0], &err), 0);
+  assert_true(req[0].active);
+  assert_string_equal(req[0].op, "MPI_Ireduce");
+  assert_int_equal(prm_comm_wait(&req[0], &err), 0);
+  assert_memory_equal(buf, red, sizeof red);
 }
 
 static void test_split(void **state) {
@@ -138,6 +154,13 @@ static void test_errors_name_rank_and_call(void **state) {
   rc = prm_comm_bcast(w, x, 4, PRM_COMM_F32, 1, &err);
   assert_int_equal(rc, PRM_EINVAL);
   assert_non_null(strstr(err.msg, "MPI_Bcast: root 1 outside [0, 1)"));
+  prm_comm_req_t req;
+  rc = prm_comm_ireduce(w, x, x + 1, 2, PRM_COMM_F32, PRM_COMM_SUM, 1, &req, &err);
+  assert_int_equal(rc, PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "rank 0 of 1 (world): MPI_Ireduce: root 1 outside [0, 1)"));
+  rc = prm_comm_reduce(w, x, NULL, 2, PRM_COMM_F32, PRM_COMM_SUM, 0, &err);
+  assert_int_equal(rc, PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "MPI_Reduce (root 0): no receive buffer"));
   rc = prm_comm_allreduce(w, x, -1, PRM_COMM_F32, PRM_COMM_SUM, &err);
   assert_int_equal(rc, PRM_EINVAL);
   assert_non_null(strstr(err.msg, "MPI_Allreduce: count -1"));
@@ -184,7 +207,110 @@ static void test_finalize(void **state) {
   assert_non_null(strstr(err.msg, "finalized"));
 }
 
+/* ------------------------------------------------------------------------ */
+/* Several ranks (started by tests/cli/test-comm.sh under mpirun)            */
+/* ------------------------------------------------------------------------ */
+
+/* Rank r's contribution to element i: not exactly summable in f32 in every
+ * order, so a sum whose order changed between calls would show. */
+static float contrib(int r, int64_t i) {
+  return (float)(r + 1) * 0.1f + (float)(i % 97) * 1e-3f + 1e3f * (float)(i % 3);
+}
+
+static void test_ranks_reduce(void **state) {
+  (void)state;
+  prm_comm_t *w;
+  prm_err_t err = {0};
+  assert_int_equal(prm_comm_world(&w, &err), 0);
+  int P = prm_comm_size(w), me = prm_comm_rank(w);
+  assert_true(P > 1);
+  /* Every root, a small and a large count; recv NULL away from the root,
+   * and a sentinel buffer there left untouched. */
+  int64_t counts[2] = {7, 100003};
+  for (int k = 0; k < 2; k++) {
+    int64_t n = counts[k];
+    int64_t *send = malloc((size_t)n * sizeof *send), *recv = malloc((size_t)n * sizeof *recv);
+    for (int64_t i = 0; i < n; i++) send[i] = (int64_t)me * 1000003 + i;
+    for (int root = 0; root < P; root++) {
+      for (int64_t i = 0; i < n; i++) recv[i] = -1;
+      void *dst = me == root || root % 2 ? recv : NULL;
+      assert_int_equal(prm_comm_reduce(w, send, dst, n, PRM_COMM_I64, PRM_COMM_SUM, root, &err),
+                     0);
+      for (int64_t i = 0; i < n; i++) {
+        int64_t want = me == root ? (int64_t)P * (P - 1) / 2 * 1000003 + P * i : -1;
+        if (recv[i] != want)
+          fail_msg("rank %d, root %d, n %lld: element %lld is %lld, expected %lld", me, root,
+                   (long long)n, (long long)i, (long long)recv[i], (long long)want);
+      }
+    }
+    /* In place: the contribution sits in recv. */
+    for (int64_t i = 0; i < n; i++) recv[i] = send[i];
+    assert_int_equal(prm_comm_reduce(w, NULL, recv, n, PRM_COMM_I64, PRM_COMM_MAX, P - 1, &err), 0);
+    if (me == P - 1)
+      for (int64_t i = 0; i < n; i++) assert_true(recv[i] == (int64_t)(P - 1) * 1000003 + i);
+    free(send);
+    free(recv);
+  }
+}
+
+/* The distributed optimizer's pattern: one buffer cut into pieces, each
+ * reduced (non-blocking, all in flight together) into its owner's shard,
+ * the pieces crossing the owners' boundaries; twice, to the same bits. */
+static void test_ranks_ireduce_pieces(void **state) {
+  (void)state;
+  prm_comm_t *w;
+  prm_err_t err = {0};
+  assert_int_equal(prm_comm_world(&w, &err), 0);
+  int P = prm_comm_size(w), me = prm_comm_rank(w);
+  int64_t N = 50021, block = N / P, lo = me * block, hi = me == P - 1 ? N : lo + block;
+  int64_t piece = 3001; /* crosses the shard boundaries */
+  float *g = malloc((size_t)N * sizeof *g), *shard[2];
+  for (int64_t i = 0; i < N; i++) g[i] = contrib(me, i);
+  prm_comm_req_t *reqs = calloc((size_t)(N / piece + P + 2), sizeof *reqs);
+  for (int pass = 0; pass < 2; pass++) {
+    shard[pass] = malloc((size_t)(hi - lo) * sizeof(float));
+    int nreq = 0;
+    for (int64_t b = N; b > 0; b -= piece) { /* last first, like backward */
+      int64_t a = b - piece < 0 ? 0 : b - piece;
+      while (a < b) {
+        int r = (int)(a / block) < P - 1 ? (int)(a / block) : P - 1;
+        int64_t e = r == P - 1 ? b : (r + 1) * block;
+        if (e > b) e = b;
+        float *dst = r == me ? shard[pass] + (a - lo) : NULL;
+        assert_int_equal(prm_comm_ireduce(w, g + a, dst, e - a, PRM_COMM_F32, PRM_COMM_SUM, r,
+                                          &reqs[nreq++], &err), 0);
+        a = e;
+      }
+    }
+    assert_int_equal(prm_comm_waitall(reqs, nreq, &err), 0);
+  }
+  for (int64_t i = lo; i < hi; i++) {
+    double want = 0;
+    for (int r = 0; r < P; r++) want += contrib(r, i);
+    float got = shard[0][i - lo];
+    if (!(got >= want - 1e-3 * (1 + want) && got <= want + 1e-3 * (1 + want)))
+      fail_msg("rank %d: element %lld is %g, expected %g", me, (long long)i, got, want);
+  }
+  assert_memory_equal(shard[0], shard[1], (size_t)(hi - lo) * sizeof(float));
+  /* A root outside the group names the call. */
+  assert_int_equal(prm_comm_ireduce(w, g, NULL, 1, PRM_COMM_F32, PRM_COMM_SUM, P, &reqs[0], &err),
+                   PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "(world): MPI_Ireduce: root"));
+  free(shard[0]);
+  free(shard[1]);
+  free(reqs);
+  free(g);
+}
+
 int main(void) {
+  const char *np = getenv("OMPI_COMM_WORLD_SIZE");
+  if (np && atoi(np) > 1) {
+    const struct CMUnitTest ranks[] = {
+        cmocka_unit_test(test_ranks_reduce),
+        cmocka_unit_test(test_ranks_ireduce_pieces),
+    };
+    return cmocka_run_group_tests(ranks, NULL, NULL);
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lazy_init),
       cmocka_unit_test(test_tables),

@@ -120,6 +120,15 @@ int prm_comm_allgather(prm_comm_t *c, const void *send, void *recv, int64_t coun
 /* recv (count) <- block `rank` of op over every rank's send (size x count). */
 int prm_comm_reduce_scatter(prm_comm_t *c, const void *send, void *recv, int64_t count,
                             prm_comm_dtype_t t, prm_comm_op_t op, prm_err_t *err);
+/* The root's recv (count) <- op over every rank's send (count); recv is
+ * not touched elsewhere (it may be NULL there). send NULL, or send == recv
+ * on the root: in place, each rank's contribution sits in its recv (the
+ * root's is replaced by the result). Open MPI combines the ranks in an
+ * order fixed by the group size, the count and the root, not by arrival,
+ * so repeating a call repeats its bits (the blocking and non-blocking
+ * forms may use different orders). */
+int prm_comm_reduce(prm_comm_t *c, const void *send, void *recv, int64_t count,
+                    prm_comm_dtype_t t, prm_comm_op_t op, int root, prm_err_t *err);
 /* Block j of send (size x count) goes to rank j; block i of recv comes from
  * rank i. */
 int prm_comm_alltoall(prm_comm_t *c, const void *send, void *recv, int64_t count,
@@ -142,6 +151,9 @@ int prm_comm_iallgather(prm_comm_t *c, const void *send, void *recv, int64_t cou
 int prm_comm_ireduce_scatter(prm_comm_t *c, const void *send, void *recv, int64_t count,
                              prm_comm_dtype_t t, prm_comm_op_t op, prm_comm_req_t *req,
                              prm_err_t *err);
+int prm_comm_ireduce(prm_comm_t *c, const void *send, void *recv, int64_t count,
+                     prm_comm_dtype_t t, prm_comm_op_t op, int root, prm_comm_req_t *req,
+                     prm_err_t *err);
 int prm_comm_ialltoall(prm_comm_t *c, const void *send, void *recv, int64_t count,
                        prm_comm_dtype_t t, prm_comm_req_t *req, prm_err_t *err);
 int prm_comm_ialltoallv(prm_comm_t *c, const void *send, const int *send_counts,

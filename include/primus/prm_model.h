@@ -13,6 +13,7 @@
 #define PRM_MODEL_H
 
 #include "primus/prm_base.h"
+#include "primus/prm_comm.h"
 #include "primus/prm_kernels.h"
 
 #ifdef __cplusplus
@@ -47,7 +48,16 @@ int64_t prm_llama_param_count(const prm_llama_config_t *c);
  * counted). */
 double prm_llama_flops_per_token(const prm_llama_config_t *c, int64_t T);
 
-/* One named parameter tensor, a view into the model's parameter block. */
+/* How a tensor is divided among tensor-parallel ranks. */
+typedef enum {
+  PRM_TP_WHOLE = -1, /* every rank holds all of it (the norms) */
+  PRM_TP_ROWS = 0,  /* rank r holds rows [r R/T, (r+1) R/T) (column-parallel) */
+  PRM_TP_COLS = 1,  /* rank r holds columns [r K/T, (r+1) K/T) (row-parallel) */
+} prm_tp_split_t;
+
+/* One named parameter tensor, a view into the model's parameter block.
+ * Under tensor parallelism shape/numel/offset are this rank's shard and
+ * full_* the whole tensor as Hugging Face stores it. */
 typedef struct {
   char name[96];   /* Hugging Face name */
   int64_t offset;  /* in floats from the start of the block */
@@ -55,7 +65,22 @@ typedef struct {
   int ndim;
   int64_t shape[2];
   int decay;       /* weight decay applies (tensors of two or more dims) */
+  prm_tp_split_t split;
+  int64_t full_shape[2], full_numel, full_offset; /* full_offset: in the T = 1 layout */
 } prm_tensor_t;
+
+/* Tensor parallelism (Megatron-style): a group of `size` ranks shares each
+ * layer. Column-parallel q/k/v and gate/up (each rank computes its own
+ * heads, key/value groups and ffn slice), row-parallel o_proj and
+ * down_proj (partial outputs summed over the group), a vocab-parallel
+ * embedding (each rank looks up the tokens of its vocab slice, the rows
+ * summed) and LM head with a parallel cross-entropy (the row maxima,
+ * exponential sums and target logits combined over the group). Every rank
+ * of the group sees the same tokens and ends with the same loss. */
+typedef struct {
+  int size, rank;   /* size 1 (or 0): no tensor parallelism */
+  prm_comm_t *comm; /* the group (borrowed), NULL when size <= 1 */
+} prm_llama_tp_t;
 
 /* Pointers of one layer's tensors inside a block (params or grads). */
 typedef struct {
@@ -92,6 +117,15 @@ typedef struct prm_llama {
   void (*grads_ready)(void *ctx, int64_t offset, int64_t numel);
   void *grads_ctx;
   size_t acts_bytes, scratch_bytes;
+  /* Tensor parallelism: the group, this rank's slices (Hl heads, Gl key/
+   * value groups, Fl ffn columns, vocab rows [v0, v0 + Vl)), and the first
+   * communication error inside a pass (prm_llama_tp_check). */
+  prm_llama_tp_t tp;
+  int64_t Hl, Gl, Fl, Vl, v0;
+  int64_t full_nparams;  /* prm_llama_param_count: the whole model */
+  int tp_rc;
+  prm_err_t tp_err;
+  double tp_seconds;     /* time spent in the group's collectives (the caller resets it) */
 } prm_llama_t;
 
 /* Builds a model for micro-batches of B sequences of T tokens (T <=
@@ -100,6 +134,29 @@ typedef struct prm_llama {
 int prm_llama_new(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
                   const prm_gemm_t *gemm, prm_llama_t **out, prm_err_t *err);
 void prm_llama_free(prm_llama_t *m);
+
+/* The same, as this rank's shard of a tensor-parallel group (tp NULL or
+ * size 1: prm_llama_new). PRM_ECONFIG naming the key when heads, query
+ * groups, ffn or vocab do not divide by tp->size. Parameters are zeroed:
+ * load or initialise a whole model (tp NULL) and copy this rank's part
+ * with prm_llama_tp_slice, so that every tensor-parallel size starts from
+ * the same weights. */
+int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
+                     const prm_gemm_t *gemm, const prm_llama_tp_t *tp, prm_llama_t **out,
+                     prm_err_t *err);
+/* PRM_ECONFIG when the model cannot be split over `size` ranks. */
+int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *err);
+/* local (m's layout, nparams) <- this rank's part of full (the whole
+ * model's layout, full_nparams): parameters, or optimizer moments laid
+ * out like them. */
+void prm_llama_tp_slice(const prm_llama_t *m, const float *full, float *local);
+/* The reverse, collective over the group: every rank's `local` gathered
+ * into `full` on the group's rank 0 (full is ignored, may be NULL, on the
+ * others). PRM_ERUNTIME from MPI. */
+int prm_llama_tp_gather(const prm_llama_t *m, const float *local, float *full, prm_err_t *err);
+/* After a pass: the first tensor-parallel communication error, or 0
+ * (cleared by the call). */
+int prm_llama_tp_check(prm_llama_t *m, prm_err_t *err);
 
 /* normal(0, init_std) for matrices, output projections (o_proj, down_proj)
  * scaled by 1/sqrt(2 L), norms at 1; tensor by tensor in layout order from

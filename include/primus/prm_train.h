@@ -35,7 +35,8 @@ typedef struct {
                                  * (data_path is then the first prefix, for messages) */
   const char *save, *load;
   int64_t save_interval, eval_interval, eval_iters, log_interval, ckpt_keep;
-  int world;                    /* ranks, all data parallel (1: no MPI) */
+  int world;                    /* ranks: tensor x data parallel (1: no MPI) */
+  int tp;                       /* tensor_model_parallel_size (1: off); divides world */
   int64_t ddp_bucket_size;      /* parameters per all-reduce bucket */
   int overlap_grad_reduce;      /* all-reduce buckets while backward runs */
   int distributed_optimizer;    /* use_distributed_optimizer: ZeRO-1 with > 1 rank */

@@ -1,6 +1,6 @@
 /* coll.c - collectives over a group, blocking and non-blocking: all-reduce
- * (in place), all-gather, reduce-scatter, all-to-all(v), broadcast and
- * barrier. Each checks what it can, calls MPI, and turns a failure into an
+ * (in place), all-gather, reduce-scatter, reduce to one root, all-to-all(v),
+ * broadcast and barrier. Each checks what it can, calls MPI, and turns a failure into an
  * error naming the rank, the group and the call with its arguments. */
 #define _GNU_SOURCE
 #include "comm-impl.h"
@@ -100,6 +100,42 @@ int prm_comm_ireduce_scatter(prm_comm_t *c, const void *send, void *recv, int64_
                              prm_comm_dtype_t t, prm_comm_op_t op, prm_comm_req_t *req,
                              prm_err_t *err) {
   return prm__reduce_scatter(c, send, recv, count, t, op, req, err);
+}
+
+/* ---- reduce ------------------------------------------------------------ */
+
+/* send NULL, or send == recv on the root: in place (MPI_IN_PLACE on the
+ * root; elsewhere the contribution is read from recv). */
+static int prm__reduce(prm_comm_t *c, const void *send, void *recv, int64_t count,
+                       prm_comm_dtype_t t, prm_comm_op_t op, int root, prm_comm_req_t *req,
+                       prm_err_t *err) {
+  const char *call = req ? "MPI_Ireduce" : "MPI_Reduce";
+  int n, rc = prm__comm_args(c, call, count, t, (int)op, &n, err);
+  if (rc || (rc = prm__comm_root(c, call, root, err))) return rc;
+  int in_place = !send || send == recv;
+  if (n > 0 && ((c->rank == root || in_place) ? !recv : !send))
+    return prm_errf(err, PRM_EINVAL, "rank %d of %d (%s): %s (root %d): no %s buffer (NULL)",
+                    c->rank, c->size, c->name, call, root,
+                    c->rank == root ? "receive" : "send");
+  const void *s = send;
+  if (in_place) s = c->rank == root ? MPI_IN_PLACE : recv;
+  void *r_buf = c->rank == root ? recv : NULL;
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_Datatype dt = prm__comm_mpi_dtype(t);
+  MPI_Op mop = prm__comm_mpi_op(op);
+  rc = req ? MPI_Ireduce(s, r_buf, n, dt, mop, root, c->mpi, &r)
+           : MPI_Reduce(s, r_buf, n, dt, mop, root, c->mpi);
+  return prm__done(c, rc, call, n, t, (int)op, r, req, err);
+}
+
+int prm_comm_reduce(prm_comm_t *c, const void *send, void *recv, int64_t count,
+                    prm_comm_dtype_t t, prm_comm_op_t op, int root, prm_err_t *err) {
+  return prm__reduce(c, send, recv, count, t, op, root, NULL, err);
+}
+int prm_comm_ireduce(prm_comm_t *c, const void *send, void *recv, int64_t count,
+                     prm_comm_dtype_t t, prm_comm_op_t op, int root, prm_comm_req_t *req,
+                     prm_err_t *err) {
+  return prm__reduce(c, send, recv, count, t, op, root, req, err);
 }
 
 /* ---- all-to-all -------------------------------------------------------- */

@@ -42,6 +42,23 @@ int prm_llama_config_check(const prm_llama_config_t *c, prm_err_t *err) {
   return 0;
 }
 
+int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *err) {
+  if (size <= 1) return 0;
+  struct {
+    const char *key;
+    int64_t v;
+  } split[] = {{"num_attention_heads", c->heads},
+               {"num_query_groups", c->groups},
+               {"ffn_hidden_size", c->ffn},
+               {"vocab_size", c->vocab}};
+  for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
+    if (split[i].v % size)
+      return prm_errf(err, PRM_ECONFIG,
+                      "tensor_model_parallel_size %d must divide %s (%lld): each rank takes an "
+                      "equal slice", size, split[i].key, (long long)split[i].v);
+  return 0;
+}
+
 static int64_t prm__layer_params(const prm_llama_config_t *c) {
   int64_t C = c->hidden, D = prm_llama_head_dim(c);
   int64_t HD = c->heads * D, GD = c->groups * D, F = c->ffn;
@@ -67,17 +84,27 @@ double prm_llama_flops_per_token(const prm_llama_config_t *c, int64_t T) {
 /* Parameter layout                                                          */
 /* ------------------------------------------------------------------------ */
 
-static void prm__add_tensor(prm_llama_t *m, int64_t *off, const char *name, int64_t rows,
-                            int64_t cols) {
+/* Adds a tensor of full shape (rows, cols) (cols 0: a vector) split
+ * `how` among the tensor-parallel ranks; *off and *full_off advance by
+ * this rank's and the whole tensor's sizes. */
+static void prm__add_tensor(prm_llama_t *m, int64_t *off, int64_t *full_off, const char *name,
+                            int64_t rows, int64_t cols, prm_tp_split_t how) {
   prm_tensor_t *t = &m->tensors[m->ntensors++];
+  int T = m->tp.size > 1 ? m->tp.size : 1;
   snprintf(t->name, sizeof t->name, "%s", name);
-  t->offset = *off;
   t->ndim = cols ? 2 : 1;
-  t->shape[0] = rows;
-  t->shape[1] = cols;
-  t->numel = cols ? rows * cols : rows;
+  t->full_shape[0] = rows;
+  t->full_shape[1] = cols;
+  t->full_numel = cols ? rows * cols : rows;
+  t->full_offset = *full_off;
+  t->split = T > 1 ? how : PRM_TP_WHOLE;
+  t->shape[0] = t->split == PRM_TP_ROWS ? rows / T : rows;
+  t->shape[1] = t->split == PRM_TP_COLS ? cols / T : cols;
+  t->numel = cols ? t->shape[0] * t->shape[1] : t->shape[0];
+  t->offset = *off;
   t->decay = t->ndim >= 2;
   *off += t->numel;
+  *full_off += t->full_numel;
 }
 
 /* Lays out the tensors (names, offsets) in Hugging Face order. */
@@ -85,27 +112,27 @@ static void prm__layout(prm_llama_t *m) {
   const prm_llama_config_t *c = &m->cfg;
   int64_t C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
   int64_t HD = c->heads * D, GD = c->groups * D;
-  int64_t off = 0;
+  int64_t off = 0, full = 0;
   char name[96];
-  prm__add_tensor(m, &off, "model.embed_tokens.weight", c->vocab, C);
+  prm__add_tensor(m, &off, &full, "model.embed_tokens.weight", c->vocab, C, PRM_TP_ROWS);
   for (int64_t l = 0; l < c->layers; l++) {
-#define PRM__T(suffix, r, k)                                                   \
+#define PRM__T(suffix, r, k, how)                                              \
   snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, suffix);   \
-  prm__add_tensor(m, &off, name, r, k)
-    PRM__T("input_layernorm.weight", C, 0);
-    PRM__T("self_attn.q_proj.weight", HD, C);
-    PRM__T("self_attn.k_proj.weight", GD, C);
-    PRM__T("self_attn.v_proj.weight", GD, C);
-    PRM__T("self_attn.o_proj.weight", C, HD);
-    PRM__T("post_attention_layernorm.weight", C, 0);
-    PRM__T("mlp.gate_proj.weight", F, C);
-    PRM__T("mlp.up_proj.weight", F, C);
-    PRM__T("mlp.down_proj.weight", C, F);
+  prm__add_tensor(m, &off, &full, name, r, k, how)
+    PRM__T("input_layernorm.weight", C, 0, PRM_TP_WHOLE);
+    PRM__T("self_attn.q_proj.weight", HD, C, PRM_TP_ROWS);
+    PRM__T("self_attn.k_proj.weight", GD, C, PRM_TP_ROWS);
+    PRM__T("self_attn.v_proj.weight", GD, C, PRM_TP_ROWS);
+    PRM__T("self_attn.o_proj.weight", C, HD, PRM_TP_COLS);
+    PRM__T("post_attention_layernorm.weight", C, 0, PRM_TP_WHOLE);
+    PRM__T("mlp.gate_proj.weight", F, C, PRM_TP_ROWS);
+    PRM__T("mlp.up_proj.weight", F, C, PRM_TP_ROWS);
+    PRM__T("mlp.down_proj.weight", C, F, PRM_TP_COLS);
 #undef PRM__T
   }
-  prm__add_tensor(m, &off, "model.norm.weight", C, 0);
-  if (!c->tied) prm__add_tensor(m, &off, "lm_head.weight", c->vocab, C);
-  PRM_ASSERT(off == m->nparams);
+  prm__add_tensor(m, &off, &full, "model.norm.weight", C, 0, PRM_TP_WHOLE);
+  if (!c->tied) prm__add_tensor(m, &off, &full, "lm_head.weight", c->vocab, C, PRM_TP_ROWS);
+  PRM_ASSERT(off == m->nparams && full == m->full_nparams);
 }
 
 /* Points embed/layer/norm/head (or their gradient twins) into a block. */
@@ -140,8 +167,8 @@ static float *prm__carve(float *base, int64_t *cur, int64_t n) {
 /* Lays out the activation block (base NULL: returns the size only). */
 static size_t prm__layout_acts(prm_llama_t *m, prm_llama_acts_t *a, float *base) {
   const prm_llama_config_t *c = &m->cfg;
-  int64_t N = m->B * m->T, C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
-  int64_t HD = c->heads * D, GD = c->groups * D;
+  int64_t N = m->B * m->T, C = c->hidden, D = prm_llama_head_dim(c), F = m->Fl;
+  int64_t HD = m->Hl * D, GD = m->Gl * D;
   int64_t cur = 0;
   a->resid = prm__carve(base, &cur, (c->layers + 1) * N * C);
   for (int s = 0; s < a->nsets; s++) {
@@ -152,7 +179,7 @@ static size_t prm__layout_acts(prm_llama_t *m, prm_llama_acts_t *a, float *base)
     x->k = prm__carve(base, &cur, N * GD);
     x->v = prm__carve(base, &cur, N * GD);
     x->att = prm__carve(base, &cur, N * HD);
-    x->lse = prm__carve(base, &cur, N * c->heads);
+    x->lse = prm__carve(base, &cur, N * m->Hl);
     x->mid = prm__carve(base, &cur, N * C);
     x->ln2 = prm__carve(base, &cur, N * C);
     x->rstd2 = prm__carve(base, &cur, N);
@@ -168,8 +195,8 @@ static size_t prm__layout_acts(prm_llama_t *m, prm_llama_acts_t *a, float *base)
 /* The scratch block: backward buffers and the LM-head chunk. */
 static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *base) {
   const prm_llama_config_t *c = &m->cfg;
-  int64_t N = m->B * m->T, C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
-  int64_t HD = c->heads * D, GD = c->groups * D;
+  int64_t N = m->B * m->T, C = c->hidden, D = prm_llama_head_dim(c), F = m->Fl;
+  int64_t HD = m->Hl * D, GD = m->Gl * D;
   int64_t cur = 0;
   if (m->flags & PRM_LLAMA_TRAIN) {
     a->dres = prm__carve(base, &cur, N * C);
@@ -183,7 +210,10 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
     a->dgate = prm__carve(base, &cur, N * F);
     a->dup = prm__carve(base, &cur, N * F);
   }
-  a->logits = prm__carve(base, &cur, a->chunk * c->vocab);
+  a->logits = prm__carve(base, &cur, a->chunk * m->Vl);
+  /* The parallel cross-entropy's row statistics: a float maximum and two
+   * doubles (exponential sum, target logit) per row. */
+  if (m->tp.size > 1) a->tpstat = prm__carve(base, &cur, 5 * a->chunk + 2);
   return (size_t)cur * sizeof(float);
 }
 
@@ -193,9 +223,18 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
 
 int prm_llama_new(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
                   const prm_gemm_t *gemm, prm_llama_t **out, prm_err_t *err) {
+  return prm_llama_new_tp(c, B, T, flags, gemm, NULL, out, err);
+}
+
+int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
+                     const prm_gemm_t *gemm, const prm_llama_tp_t *tp, prm_llama_t **out,
+                     prm_err_t *err) {
   *out = NULL;
   int rc = prm_llama_config_check(c, err);
   if (rc) return rc;
+  int tsize = tp && tp->size > 1 ? tp->size : 1;
+  if ((rc = prm_llama_tp_check_config(c, tsize, err))) return rc;
+  PRM_ASSERT(tsize == 1 || (tp->comm && tp->rank >= 0 && tp->rank < tsize));
   if (B < 1 || T < 1 || T > c->max_pos)
     return prm_errf(err, PRM_ECONFIG,
                     "seq_length %lld must be between 1 and max_position_embeddings %lld",
@@ -207,7 +246,20 @@ int prm_llama_new(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned fl
   m->B = B;
   m->T = T;
   m->gemm = *gemm;
-  m->nparams = prm_llama_param_count(c);
+  if (tsize > 1) m->tp = *tp;
+  else m->tp = (prm_llama_tp_t){.size = 1, .rank = 0, .comm = NULL};
+  m->Hl = c->heads / tsize;
+  m->Gl = c->groups / tsize;
+  m->Fl = c->ffn / tsize;
+  m->Vl = c->vocab / tsize;
+  m->v0 = m->Vl * m->tp.rank;
+  m->full_nparams = prm_llama_param_count(c);
+  /* This rank's share: the split matrices divided by T, the norms whole. */
+  {
+    int64_t C = c->hidden, D = prm_llama_head_dim(c);
+    int64_t layer = 2 * C + (m->Hl * D) * C * 2 + 2 * (m->Gl * D) * C + 3 * m->Fl * C;
+    m->nparams = m->Vl * C * (c->tied ? 1 : 2) + c->layers * layer + C;
+  }
   m->tensors = prm_xcalloc((size_t)(c->layers * 9 + 3), sizeof *m->tensors);
   m->layer = prm_xcalloc((size_t)c->layers, sizeof *m->layer);
   prm__layout(m);
@@ -242,7 +294,7 @@ int prm_llama_new(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned fl
   a->set = prm_xcalloc((size_t)a->nsets, sizeof *a->set);
   /* LM-head chunk: at most ~4M logits (16 MiB) at a time. */
   int64_t N = B * T;
-  a->chunk = (4 << 20) / c->vocab;
+  a->chunk = (4 << 20) / m->Vl;
   if (a->chunk < 1) a->chunk = 1;
   if (a->chunk > N) a->chunk = N;
   m->acts_bytes = prm__layout_acts(m, a, NULL);
@@ -305,6 +357,9 @@ void prm_llama_init(prm_llama_t *m, uint64_t seed) {
   prm_rng_seed(&rng, seed);
   double std = m->cfg.init_std;
   double out_std = std / sqrt(2.0 * (double)m->cfg.layers);
+  /* Under tensor parallelism every rank draws each whole tensor from the
+   * same stream and keeps its slice: the same weights as one rank. */
+  float *whole = NULL;
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
     float *p = m->params + t->offset;
@@ -314,8 +369,12 @@ void prm_llama_init(prm_llama_t *m, uint64_t seed) {
     }
     int out_proj = prm_endswith(t->name, "o_proj.weight") || prm_endswith(t->name, "down_proj.weight");
     double s = out_proj ? out_std : std;
-    for (int64_t j = 0; j < t->numel; j++) p[j] = (float)(s * prm_rng_normal(&rng));
+    float *dst = p;
+    if (t->split != PRM_TP_WHOLE) dst = whole = prm_xrealloc(whole, (size_t)t->full_numel * sizeof(float));
+    for (int64_t j = 0; j < t->full_numel; j++) dst[j] = (float)(s * prm_rng_normal(&rng));
+    if (dst != p) prm__tp_slice_tensor(m, t, whole, p);
   }
+  free(whole);
 }
 
 void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
@@ -327,4 +386,6 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
   prm_fmt_bytes(s, sizeof s, (double)m->scratch_bytes);
   prm_sb_appendf(out, "params %s, grads %s, activations %s%s, scratch %s", p, g, a,
                  (m->flags & PRM_LLAMA_RECOMPUTE) ? " (full recompute)" : "", s);
+  if (m->tp.size > 1)
+    prm_sb_appendf(out, " (tensor-parallel shard %d of %d)", m->tp.rank + 1, m->tp.size);
 }

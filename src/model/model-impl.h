@@ -24,9 +24,30 @@ struct prm_llama_acts {
   float *dq, *datt;          /* (N,H*D) x 2 */
   float *dk, *dv;            /* (N,G*D) x 2 */
   float *dh, *dgate, *dup;   /* (N,F) x 3 */
-  float *logits;             /* (chunk,V) */
+  float *logits;             /* (chunk,Vl) */
+  float *tpstat;             /* (5 chunk) tensor parallel only: row statistics */
   int64_t chunk;
   float *block, *sblock;     /* the two allocations (activations, scratch) */
 };
+
+/* ---- tp.c: the tensor-parallel pieces of the passes ---- */
+
+/* One tensor: local <- this rank's part of the whole tensor `whole`. */
+void prm__tp_slice_tensor(const prm_llama_t *m, const prm_tensor_t *t, const float *whole,
+                          float *local);
+/* buf (n floats) <- its sum over the tensor-parallel group, in place; the
+ * first failure is kept in m->tp_rc (the pass goes on; see
+ * prm_llama_tp_check). Nothing without tensor parallelism. */
+void prm__tp_sum(prm_llama_t *m, float *buf, int64_t n);
+/* The vocab-parallel embedding: rows of this rank's vocab slice, zeros
+ * for the other tokens, summed over the group. */
+void prm__tp_embedding_forward(prm_llama_t *m, float *out, const int32_t *tokens, int64_t N);
+void prm__tp_embedding_backward(prm_llama_t *m, float *dembed, const float *dout,
+                                const int32_t *tokens, int64_t N);
+/* prm_lmhead_xent over a vocab-parallel head: the same loss on every rank;
+ * dx (when not NULL) is the full gradient (summed over the group), dw this
+ * rank's slice's gradient (added). */
+double prm__tp_lmhead_xent(prm_llama_t *m, float *dx, float *dw, int64_t *count, const float *x,
+                           const float *w, const int32_t *targets, int64_t N, float grad_scale);
 
 #endif

@@ -1,7 +1,13 @@
 /* pass.c - the training and evaluation passes of the Llama model: forward
  * through the layers, the LM head fused with its loss (and, in training,
  * with the head's backward), then backward through the layers in reverse,
- * recomputing a layer's activations first under full recomputation. */
+ * recomputing a layer's activations first under full recomputation.
+ *
+ * Under tensor parallelism (tp.c) each rank runs the same code on its
+ * slices (Hl heads, Gl groups, Fl ffn columns); the outputs of the
+ * row-parallel o_proj and down_proj are summed over the group in forward,
+ * and so are the input gradients of the column-parallel q/k/v and gate/up
+ * in backward (Megatron's g and f operators). */
 #include "model-impl.h"
 
 #include <string.h>
@@ -11,12 +17,12 @@
 /* ------------------------------------------------------------------------ */
 
 /* x (N,C) -> y (N,C); every intermediate goes to `a`. */
-static void prm__layer_forward(const prm_llama_t *m, const prm_llama_layer_t *w,
+static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
                                prm__layer_acts_t *a, const float *x, float *y, int64_t B) {
   const prm_llama_config_t *c = &m->cfg;
   const prm_gemm_t *g = &m->gemm;
-  int64_t T = m->T, N = B * T, C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
-  int64_t H = c->heads, G = c->groups, HD = H * D, GD = G * D;
+  int64_t T = m->T, N = B * T, C = c->hidden, D = prm_llama_head_dim(c), F = m->Fl;
+  int64_t H = m->Hl, G = m->Gl, HD = H * D, GD = G * D;
 
   prm_rmsnorm_forward(a->ln1, a->rstd1, x, w->ln1, N, C, (float)c->norm_eps);
   prm_linear_forward(g, a->q, a->ln1, w->wq, N, C, HD);
@@ -26,6 +32,7 @@ static void prm__layer_forward(const prm_llama_t *m, const prm_llama_layer_t *w,
   prm_rope_forward(a->k, m->rope_cos, m->rope_sin, B, T, G, D, 0);
   prm_attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, H, G, D);
   prm_linear_forward(g, a->mid, a->att, w->wo, N, HD, C);
+  prm__tp_sum(m, a->mid, N * C);
   prm_add(a->mid, a->mid, x, N * C);
 
   prm_rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, N, C, (float)c->norm_eps);
@@ -33,6 +40,7 @@ static void prm__layer_forward(const prm_llama_t *m, const prm_llama_layer_t *w,
   prm_linear_forward(g, a->up, a->ln2, w->wup, N, C, F);
   prm_swiglu_forward(a->h, a->gate, a->up, N * F);
   prm_linear_forward(g, y, a->h, w->wdown, N, F, C);
+  prm__tp_sum(m, y, N * C);
   prm_add(y, y, a->mid, N * C);
 }
 
@@ -42,20 +50,21 @@ static void prm__layer_forward(const prm_llama_t *m, const prm_llama_layer_t *w,
 
 /* On entry acts->dres holds dL/dy; on return dL/dx. Weight gradients are
  * added to dw. */
-static void prm__layer_backward(const prm_llama_t *m, const prm_llama_layer_t *w,
+static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
                                 const prm_llama_layer_t *dw, const prm__layer_acts_t *a,
                                 const float *x, int64_t B) {
   const prm_llama_config_t *c = &m->cfg;
   const prm_gemm_t *g = &m->gemm;
   prm_llama_acts_t *s = m->acts;
-  int64_t T = m->T, N = B * T, C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
-  int64_t H = c->heads, G = c->groups, HD = H * D, GD = G * D;
+  int64_t T = m->T, N = B * T, C = c->hidden, D = prm_llama_head_dim(c), F = m->Fl;
+  int64_t H = m->Hl, G = m->Gl, HD = H * D, GD = G * D;
 
   /* MLP: y = mid + down(silu(gate) * up). dres flows to mid unchanged. */
   prm_linear_backward(g, s->dh, dw->wdown, s->dres, a->h, w->wdown, N, F, C, 0);
   prm_swiglu_backward(s->dgate, s->dup, s->dh, a->gate, a->up, N * F);
   prm_linear_backward(g, s->dln, dw->wgate, s->dgate, a->ln2, w->wgate, N, C, F, 0);
   prm_linear_backward(g, s->dln, dw->wup, s->dup, a->ln2, w->wup, N, C, F, 1);
+  prm__tp_sum(m, s->dln, N * C);
   prm_rmsnorm_backward(s->dres, dw->ln2, s->dln, a->mid, w->ln2, a->rstd2, N, C);
 
   /* Attention: mid = x + o(att(rope(q), rope(k), v)). */
@@ -67,6 +76,7 @@ static void prm__layer_backward(const prm_llama_t *m, const prm_llama_layer_t *w
   prm_linear_backward(g, s->dln, dw->wq, s->dq, a->ln1, w->wq, N, C, HD, 0);
   prm_linear_backward(g, s->dln, dw->wk, s->dk, a->ln1, w->wk, N, C, GD, 1);
   prm_linear_backward(g, s->dln, dw->wv, s->dv, a->ln1, w->wv, N, C, GD, 1);
+  prm__tp_sum(m, s->dln, N * C);
   prm_rmsnorm_backward(s->dres, dw->ln1, s->dln, x, w->ln1, a->rstd1, N, C);
 }
 
@@ -83,7 +93,10 @@ static void prm__forward_layers(prm_llama_t *m, const int32_t *tokens, int64_t B
   const prm_llama_config_t *c = &m->cfg;
   prm_llama_acts_t *a = m->acts;
   int64_t N = B * m->T, NC = m->B * m->T * c->hidden; /* resid stride: built size */
-  prm_embedding_forward(a->resid, tokens, m->embed, N, c->hidden);
+  if (m->tp.size > 1)
+    prm__tp_embedding_forward(m, a->resid, tokens, N);
+  else
+    prm_embedding_forward(a->resid, tokens, m->embed, N, c->hidden);
   for (int64_t l = 0; l < c->layers; l++)
     prm__layer_forward(m, &m->layer[l], prm__set(m, l), a->resid + l * NC,
                        a->resid + (l + 1) * NC, B);
@@ -97,6 +110,8 @@ double prm_llama_forward(prm_llama_t *m, const int32_t *tokens, const int32_t *t
   const prm_llama_config_t *c = &m->cfg;
   prm_llama_acts_t *a = m->acts;
   prm__forward_layers(m, tokens, B);
+  if (m->tp.size > 1)
+    return prm__tp_lmhead_xent(m, NULL, NULL, count, a->lnf, m->head, targets, B * m->T, 0.0f);
   return prm_lmhead_xent(&m->gemm, NULL, NULL, count, a->lnf, m->head, targets, B * m->T,
                          c->hidden, c->vocab, 0.0f, a->logits, a->chunk);
 }
@@ -111,8 +126,11 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   prm__forward_layers(m, tokens, B);
 
   /* The head and its loss, with the head's backward fused in. */
-  double loss = prm_lmhead_xent(&m->gemm, a->dlnf, m->dhead, count, a->lnf, m->head, targets, N,
-                                C, c->vocab, grad_scale, a->logits, a->chunk);
+  double loss =
+      m->tp.size > 1
+          ? prm__tp_lmhead_xent(m, a->dlnf, m->dhead, count, a->lnf, m->head, targets, N, grad_scale)
+          : prm_lmhead_xent(&m->gemm, a->dlnf, m->dhead, count, a->lnf, m->head, targets, N, C,
+                            c->vocab, grad_scale, a->logits, a->chunk);
   memset(a->dres, 0, (size_t)(N * C) * sizeof(float));
   prm_rmsnorm_backward(a->dres, m->dnorm, a->dlnf, a->resid + c->layers * NC, m->norm, a->rstdf,
                        N, C);
@@ -136,7 +154,10 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
       m->grads_ready(m->grads_ctx, lo, hi - lo);
     }
   }
-  prm_embedding_backward(m->dembed, a->dres, tokens, N, C);
+  if (m->tp.size > 1)
+    prm__tp_embedding_backward(m, m->dembed, a->dres, tokens, N);
+  else
+    prm_embedding_backward(m->dembed, a->dres, tokens, N, C);
   if (m->grads_ready) m->grads_ready(m->grads_ctx, 0, embed_n);
   return loss;
 }

@@ -10,26 +10,30 @@
  * that later hooks nudge along. Without it, one blocking all-reduce after
  * backward. The buckets are the same on every rank and every step, so the
  * result does not depend on timing. With the distributed optimizer
- * (zero.c) the gradients are reduce-scattered instead, after backward. */
+ * (zero.c) the same buckets are summed into their owners' gradient shards
+ * instead: each bucket is split at the shard boundaries and each piece is
+ * reduced (MPI_Ireduce) to the rank that owns it; without overlap, one
+ * blocking reduce-scatter after backward. */
 #define _GNU_SOURCE
 #include "train-impl.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int prm__dp_open(prm__dp_t *dp, const prm_train_opts_t *o, int64_t nparams, prm_err_t *err) {
+int prm__dp_open(prm__dp_t *dp, const prm_train_opts_t *o, const prm__par_t *par,
+                 int64_t nparams, prm_err_t *err) {
+  (void)err;
   memset(dp, 0, sizeof *dp);
   dp->size = 1;
   dp->overlap = o->overlap_grad_reduce;
   dp->bucket = o->ddp_bucket_size > 0 ? o->ddp_bucket_size : nparams;
-  if (o->world <= 1) return 0; /* one rank: MPI is never touched */
-  int rc = prm_comm_world(&dp->world, err);
-  if (rc) return rc;
-  dp->rank = prm_comm_rank(dp->world);
-  dp->size = prm_comm_size(dp->world);
-  if (dp->size != o->world)
-    return prm_errf(err, PRM_ERUNTIME, "the launcher started %d ranks but MPI's world has %d",
-                    o->world, dp->size);
+  dp->all = par->world;
+  dp->all_rank = par->rank;
+  dp->all_size = par->size;
+  if (!par->dp) return 0; /* one data-parallel rank: no gradient sums */
+  dp->world = par->dp;
+  dp->rank = par->dp_rank;
+  dp->size = par->dp_size;
   /* At most one request per bucket, plus the tail. */
   dp->cap = (int)((nparams + dp->bucket - 1) / dp->bucket) + 2;
   dp->reqs = prm_xcalloc((size_t)dp->cap, sizeof *dp->reqs);
@@ -46,9 +50,14 @@ void prm__dp_close(prm__dp_t *dp) {
   memset(dp, 0, sizeof *dp);
 }
 
-/* Starts the all-reduce of grads[lo, hi). */
+/* Starts the all-reduce of grads[lo, hi); under ZeRO-1, its reduction to
+ * the owners of the shards it covers (prm__zero_launch). */
 static void prm__dp_launch(prm__dp_t *dp, int64_t lo, int64_t hi) {
   if (dp->rc || hi <= lo) return;
+  if (dp->zero) {
+    dp->rc = prm__zero_launch(dp, lo, hi, &dp->err);
+    return;
+  }
   PRM_ASSERT(dp->nreq < dp->cap);
   dp->rc = prm_comm_iallreduce(dp->world, dp->grads + lo, hi - lo, PRM_COMM_F32, PRM_COMM_SUM,
                                &dp->reqs[dp->nreq], &dp->err);
@@ -73,7 +82,7 @@ static void prm__dp_ready(void *ctx, int64_t offset, int64_t numel) {
 }
 
 void prm__dp_last_microbatch(prm__dp_t *dp, prm_llama_t *m) {
-  if (!dp->world || !dp->overlap || dp->zero) return;
+  if (!dp->world || !dp->overlap) return;
   dp->grads = m->grads;
   dp->lo = dp->hi = m->nparams;
   dp->nreq = 0;
@@ -85,15 +94,15 @@ int prm__dp_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err) {
   if (!dp->world) return 0;
   double t0 = prm_time_now();
   int rc;
-  if (dp->zero) {
-    rc = prm__zero_reduce(dp, m, err);
-  } else if (dp->overlap) {
+  if (dp->overlap) {
     prm_llama_set_grads_hook(m, NULL, NULL);
     prm__dp_launch(dp, dp->lo, dp->hi); /* the last, partial bucket */
     dp->hi = dp->lo;
     rc = dp->rc ? (*err = dp->err, dp->rc) : prm_comm_waitall(dp->reqs, dp->nreq, err);
     dp->nreq = 0;
     dp->rc = 0;
+  } else if (dp->zero) {
+    rc = prm__zero_reduce(dp, m, err);
   } else {
     rc = prm_comm_allreduce(dp->world, m->grads, m->nparams, PRM_COMM_F32, PRM_COMM_SUM, err);
   }
@@ -107,13 +116,13 @@ int prm__dp_sum(prm__dp_t *dp, double *v, int n, prm_err_t *err) {
 }
 
 int prm__dp_max(prm__dp_t *dp, int *v, prm_err_t *err) {
-  if (!dp->world) return 0;
+  if (!dp->all) return 0;
   int64_t x = *v;
-  int rc = prm_comm_allreduce(dp->world, &x, 1, PRM_COMM_I64, PRM_COMM_MAX, err);
+  int rc = prm_comm_allreduce(dp->all, &x, 1, PRM_COMM_I64, PRM_COMM_MAX, err);
   *v = (int)x;
   return rc;
 }
 
 int prm__dp_barrier(prm__dp_t *dp, prm_err_t *err) {
-  return dp->world ? prm_comm_barrier(dp->world, err) : 0;
+  return dp->all ? prm_comm_barrier(dp->all, err) : 0;
 }

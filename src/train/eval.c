@@ -10,7 +10,7 @@ int prm_eval_run(const prm_train_opts_t *o, const char *load, int64_t iters,
                                      "experiment");
   if (iters < 1) return prm_errf(err, PRM_EINVAL, "eval_iters must be at least 1, got %lld", (long long)iters);
   prm__session_t s;
-  int rc = prm__session_open(o, 0, load, PRM_SPLIT_VALID, &s, err);
+  int rc = prm__session_open(o, 0, load, PRM_SPLIT_VALID, NULL, &s, err);
   if (rc) return rc;
   rc = prm__evaluate(&s, o, NULL, iters, res, err);
   if (rc == PRM_ENOENT)

@@ -24,6 +24,7 @@ struct prm__tm {
   prm_metric_t *loss, *lr, *norm, *step_s, *tps, *tflops, *mfu, *tokens, *samples, *step;
   prm_metric_t *skipped, *nan, *ckpt_s, *ckpt_bytes, *ckpts, *async_wait, *eval_loss, *restarts;
   prm_metric_t *comm, *alerts_total, *rank_step, *rank_compute, *spread;
+  prm_metric_t *restarts_by, *data_wait, *tp_comm;
 };
 
 static const double prm__step_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -119,7 +120,8 @@ static void prm__alert(prm__tm_t *tm, FILE *events, prm__alert_kind_t kind, int6
 
 static void prm__tm_register(prm__tm_t *tm) {
   prm_metrics_t *r = tm->reg;
-  static const char *const kind[] = {"kind", NULL}, *const rank[] = {"rank", NULL};
+  static const char *const kind[] = {"kind", NULL}, *const rank[] = {"rank", NULL},
+                           *const cause[] = {"cause", NULL};
   tm->loss = prm_metrics_gauge(r, "primus_train_loss", "Training loss of the last step (mean over the global batch).", NULL);
   tm->lr = prm_metrics_gauge(r, "primus_learning_rate", "Learning rate of the last step.", NULL);
   tm->norm = prm_metrics_gauge(r, "primus_grad_norm", "Global gradient norm of the last step, before clipping.", NULL);
@@ -139,6 +141,9 @@ static void prm__tm_register(prm__tm_t *tm) {
   tm->async_wait = prm_metrics_counter(r, "primus_async_save_wait_seconds_total", "Seconds training waited for background checkpoint saves (copy and join).", NULL);
   tm->eval_loss = prm_metrics_gauge(r, "primus_eval_loss", "Validation loss of the last evaluation.", NULL);
   tm->restarts = prm_metrics_gauge(r, "primus_restarts", "Restarts of this job so far (PRIMUS_RESTART).", NULL);
+  tm->restarts_by = prm_metrics_counter(r, "primus_restarts_total", "Restarts of this job so far, by the cause the supervisor saw (crash, hang, nan).", cause);
+  tm->data_wait = prm_metrics_gauge(r, "primus_data_wait_seconds", "Seconds the last step spent reading and assembling its samples (the data loader).", NULL);
+  tm->tp_comm = prm_metrics_gauge(r, "primus_tp_comm_seconds", "Seconds the last step spent in tensor-parallel all-reduces (all exposed).", NULL);
   tm->comm = prm_metrics_gauge(r, "primus_comm_exposed_seconds", "Seconds the last step waited for the data-parallel gradient reduction.", NULL);
   tm->alerts_total = prm_metrics_counter(r, "primus_alerts_total", "In-flight alerts raised, by kind.", kind);
   tm->rank_step = prm_metrics_gauge(r, "primus_rank_step_seconds", "Step time of each rank for the last step.", rank);
@@ -146,6 +151,25 @@ static void prm__tm_register(prm__tm_t *tm) {
   tm->spread = prm_metrics_gauge(r, "primus_rank_compute_spread_seconds", "Slowest minus fastest rank compute time of the last step.", NULL);
   prm_metrics_add_proc(r, NULL);
   prm_metric_set(tm->restarts, NULL, (double)prm__this_attempt());
+  /* The supervisor's PRIMUS_RESTART_CAUSES: "crash=1,hang=2". The three
+   * causes it knows always show, at 0 when they never happened. */
+  static const char *const causes[] = {"crash", "hang", "nan"};
+  for (size_t i = 0; i < sizeof causes / sizeof causes[0]; i++) {
+    const char *lv[] = {causes[i]};
+    prm_metric_add(tm->restarts_by, lv, 0);
+  }
+  const char *env = getenv("PRIMUS_RESTART_CAUSES");
+  for (const char *p = env ? env : ""; *p;) {
+    const char *eq = strchr(p, '='), *end = strchr(p, ',');
+    if (!end) end = p + strlen(p);
+    if (eq && eq < end && eq > p) {
+      char name[32];
+      snprintf(name, sizeof name, "%.*s", (int)(eq - p), p);
+      const char *lv[] = {name};
+      prm_metric_add(tm->restarts_by, lv, atof(eq + 1));
+    }
+    p = *end ? end + 1 : end;
+  }
   /* Counters show from the start, at 0; gauges only once they mean something. */
   prm_metric_t *zero[] = {tm->skipped, tm->nan, tm->ckpts, tm->async_wait};
   for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++) prm_metric_add(zero[i], NULL, 0);
@@ -161,8 +185,8 @@ int prm__tm_open(prm__tm_t **out, const prm_train_opts_t *o, prm__dp_t *dp, prm_
   prm__tm_t *tm = prm_xcalloc(1, sizeof *tm);
   tm->dp = dp;
   tm->spike_zscore = o->spike_zscore;
-  tm->gather = prm_xcalloc(2 * (size_t)dp->size, sizeof *tm->gather);
-  if (dp->rank == 0) {
+  tm->gather = prm_xcalloc(2 * (size_t)dp->all_size, sizeof *tm->gather);
+  if (dp->all_rank == 0) {
     tm->reg = prm_metrics_new();
     prm__tm_register(tm);
     const char *bind = o->metrics_bind && *o->metrics_bind ? o->metrics_bind : "127.0.0.1";
@@ -194,11 +218,11 @@ void prm__tm_close(prm__tm_t *tm) {
 int prm__tm_step(prm__tm_t *tm, FILE *events, const prm__tm_step_t *s, prm_err_t *err) {
   if (!tm) return 0;
   prm__dp_t *dp = tm->dp;
-  int world = dp->size;
+  int world = dp->all_size;
   double comm = dp->world ? dp->wait_s : 0;
   if (world > 1) { /* collective: every rank, every step */
     double mine[2] = {s->seconds, s->seconds - comm};
-    int rc = prm_comm_allgather(dp->world, mine, tm->gather, 2, PRM_COMM_F64, err);
+    int rc = prm_comm_allgather(dp->all, mine, tm->gather, 2, PRM_COMM_F64, err);
     if (rc) return rc;
   }
   if (!tm->reg) return 0;
@@ -215,6 +239,8 @@ int prm__tm_step(prm__tm_t *tm, FILE *events, const prm__tm_step_t *s, prm_err_t
   prm_metric_set(tm->samples, NULL, (double)s->step * (double)s->global_batch);
   prm_metric_set(tm->step, NULL, (double)s->step);
   prm_metric_set(tm->comm, NULL, comm);
+  prm_metric_set(tm->data_wait, NULL, s->data_s);
+  prm_metric_set(tm->tp_comm, NULL, s->tp_comm_s);
   if (world > 1) {
     double lo = INFINITY, hi = -INFINITY, compute[world];
     for (int r = 0; r < world; r++) {

@@ -204,11 +204,17 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   PRM__I("tensor_model_parallel_size", 1, &tp);
   PRM__I("pipeline_model_parallel_size", 1, &pp);
   PRM__I("expert_model_parallel_size", 1, &ep);
-  if (tp != 1 || pp != 1 || ep != 1)
+  if (pp != 1 || ep != 1)
     return prm_errf(err, PRM_ECONFIG,
-                    "tensor/pipeline/expert parallel sizes other than 1 are not supported yet "
-                    "(got %lld/%lld/%lld)",
-                    (long long)tp, (long long)pp, (long long)ep);
+                    "pipeline/expert parallel sizes other than 1 are not supported yet "
+                    "(got %lld/%lld)", (long long)pp, (long long)ep);
+  if (tp < 1 || tp > 4096)
+    return prm__prefix_origin(e, "tensor_model_parallel_size",
+                              (prm_errf(err, PRM_ECONFIG, "tensor_model_parallel_size: must be "
+                                        "between 1 and 4096, got %lld", (long long)tp), err));
+  o->tp = (int)tp;
+  if ((rc = prm_llama_tp_check_config(&o->model, o->tp, err)))
+    return prm__prefix_origin(e, "tensor_model_parallel_size", err);
   int64_t experts = 0;
   PRM__I("num_experts", 0, &experts);
   if (experts)

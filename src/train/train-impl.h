@@ -12,6 +12,21 @@
 
 typedef struct prm__dp prm__dp_t; /* dp.c */
 
+/* ---- par.c: the job's parallel layout (world = T x D) ---- */
+typedef struct {
+  prm_comm_t *world;   /* every rank (borrowed); NULL: one rank, MPI untouched */
+  prm_comm_t *tp;      /* the tensor-parallel group (owned); NULL when T = 1 */
+  prm_comm_t *dp;      /* the data-parallel group (owned, or the world when T = 1);
+                        * NULL when D = 1 */
+  int tp_size, tp_rank, dp_size, dp_rank;
+  int rank, size;      /* in the world (0 and 1 alone) */
+} prm__par_t;
+/* Joins MPI when o->world > 1 and splits it; PRM_ECONFIG when T does not
+ * divide the world or asks for more ranks than there are. */
+int prm__par_open(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *err);
+void prm__par_close(prm__par_t *p);
+void prm__par_model_tp(const prm__par_t *p, prm_llama_tp_t *tp);
+
 typedef struct {
   prm_gemm_t gemm;
   prm_dataset_t *data;    /* one dataset read in order; NULL otherwise */
@@ -21,13 +36,20 @@ typedef struct {
   int64_t loaded_iter;    /* iteration of the checkpoint loaded, 0 otherwise */
   int32_t *seq;           /* (S+1) */
   int32_t *tokens, *targets; /* (B,S) */
+  double data_s;          /* the last prm__accumulate's time in prm__session_batch */
+  /* Tensor parallelism, on the rank that writes checkpoints: the whole
+   * model and moments gathered from the group (tpstate.c); NULL otherwise. */
+  prm_llama_t *full;
+  float *full_m, *full_v;
 } prm__session_t;
 
 /* Opens the data (the `need` split must have tokens), builds the model with
- * `flags`, and loads it from `load` (a HF folder or a save folder) or
+ * `flags` (this rank's shard under tensor parallelism: tp not NULL, size >
+ * 1), and loads it from `load` (a HF folder or a save folder) or
  * initialises it from the seed. */
 int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
-                      prm_split_t need, prm__session_t *s, prm_err_t *err);
+                      prm_split_t need, const prm_llama_tp_t *tp, prm__session_t *s,
+                      prm_err_t *err);
 void prm__session_close(prm__session_t *s);
 /* Tokens of a split over the session's data (0 with mock_data). */
 int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split);
@@ -37,6 +59,12 @@ int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split);
  * samples continues exactly from k = c. */
 void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_t split,
                         int64_t first, int64_t B);
+/* Forward+backward over one global batch (optimizer step `step0`, 0-based)
+ * into zeroed gradients, summed over the data-parallel ranks of dp (each
+ * takes the contiguous G/D samples of its rank); *loss gets the batch's
+ * mean. */
+int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, int64_t step0,
+                    double *loss, prm_err_t *err);
 /* Mean loss over `iters` global batches of the validation split, shared
  * among the data-parallel ranks of dp (NULL: this rank alone); PRM_ENOENT
  * when that split is empty. */
@@ -49,6 +77,32 @@ int prm__state_write(const char *dir, const prm_llama_t *m, const prm_ckpt_state
                      prm_err_t *err);
 /* Writes DIR/DONE: the checkpoint is complete (after every rank's files). */
 int prm__state_done(const char *dir, prm_err_t *err);
+
+/* ---- tpstate.c: whole-model files for tensor-parallel shards ---- */
+
+/* Checkpoints and Hugging Face folders always hold the whole model (and
+ * whole-layout moments), whatever tensor_model_parallel_size wrote them, so
+ * a run can resume with another T. A shard loads by reading the whole
+ * model into a temporary one (parameters only, plus moments on resume) and
+ * keeping its slice; the checkpoint writer gathers the group's shards into
+ * s->full before each save. */
+
+/* m <- the weights of the HF folder dir (this rank's slice under TP). */
+int prm__load_weights(prm__session_t *s, const char *dir, prm_err_t *err);
+/* prm_ckpt_resume_range for the session's model (a shard: lo = 0, hi =
+ * nparams, the moments sliced too). */
+int prm__resume(prm__session_t *s, const char *save, int64_t lo, int64_t hi, float *adam_m,
+                float *adam_v, prm_ckpt_state_t *st, prm_err_t *err);
+/* On the group's rank 0 of the data-parallel rank that saves: allocates
+ * s->full and its moments (nothing without TP or on other ranks). */
+int prm__tp_save_open(prm__session_t *s, int holder, prm_err_t *err);
+/* Collective over the tensor-parallel group: parameters and moments into
+ * s->full (on its rank 0). */
+int prm__tp_save_gather(prm__session_t *s, const float *adam_m, const float *adam_v,
+                        prm_err_t *err);
+/* The global gradient norm: under TP the squares of the split tensors are
+ * summed over the group, the whole ones (norms) counted once. */
+int prm__grad_norm(prm_llama_t *m, double *norm, prm_err_t *err);
 
 /* ---- ckpt.c: the pieces of a save, for one that several ranks share ---- */
 
@@ -157,8 +211,10 @@ int prm__asave_finish(prm__asave_t *a, int block, prm__asave_done_t *done, prm_e
 /* ---- dp.c: data parallel (gradients summed over the ranks) ---- */
 
 struct prm__dp {
-  prm_comm_t *world;       /* NULL: one rank (MPI untouched) */
-  int rank, size;
+  prm_comm_t *world;       /* the data-parallel group (borrowed); NULL: one rank */
+  prm_comm_t *all;         /* every rank of the job (borrowed); NULL: one rank alone */
+  int rank, size;          /* in the data-parallel group */
+  int all_rank, all_size;  /* in the job */
   int overlap;             /* overlap_grad_reduce: buckets during backward */
   int64_t bucket;          /* parameters per bucket */
   float *grads;            /* the model's, during a step */
@@ -176,8 +232,10 @@ struct prm__dp {
   float *gshard;           /* (shard_hi - shard_lo) summed gradients, PRM_MEM_GRADS */
 };
 
-/* Joins MPI's world when o->world > 1; otherwise a one-rank no-op. */
-int prm__dp_open(prm__dp_t *dp, const prm_train_opts_t *o, int64_t nparams, prm_err_t *err);
+/* Sums gradients over par's data-parallel group (a no-op with one
+ * data-parallel rank); prm__dp_max and prm__dp_barrier span every rank. */
+int prm__dp_open(prm__dp_t *dp, const prm_train_opts_t *o, const prm__par_t *par,
+                 int64_t nparams, prm_err_t *err);
 void prm__dp_close(prm__dp_t *dp);
 /* Before the step's last micro-batch: its backward starts the buckets. */
 void prm__dp_last_microbatch(prm__dp_t *dp, prm_llama_t *m);
@@ -194,7 +252,13 @@ int prm__dp_barrier(prm__dp_t *dp, prm_err_t *err);
  * the gradient shard (freed by prm__dp_close). */
 int prm__zero_open(prm__dp_t *dp, int64_t nparams, prm_err_t *err);
 void prm__zero_close(prm__dp_t *dp);
-/* m->grads summed over the ranks into dp->gshard (prm__dp_reduce calls it). */
+/* Overlapped (overlap_grad_reduce): starts the sum of dp->grads[lo, hi)
+ * into the owners' gradient shards, one non-blocking MPI_Ireduce per shard
+ * the range touches, rooted at the shard's owner, appended to dp->reqs
+ * (prm__dp_reduce waits for them). */
+int prm__zero_launch(prm__dp_t *dp, int64_t lo, int64_t hi, prm_err_t *err);
+/* m->grads summed over the ranks into dp->gshard in one blocking
+ * reduce-scatter (prm__dp_reduce calls it without overlap_grad_reduce). */
 int prm__zero_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err);
 /* This rank's share of the squared gradient norm (sum it over the ranks). */
 double prm__zero_sumsq(const prm__dp_t *dp, const prm_llama_t *m);
@@ -255,6 +319,8 @@ typedef struct {
   int64_t step, tokens_step, global_batch;
   double loss, lr, grad_norm, seconds;
   double flops_step;  /* model FLOPs of one global batch */
+  double data_s;      /* reading the step's samples (this rank) */
+  double tp_comm_s;   /* tensor-parallel all-reduces (this rank) */
   double peak_gflops; /* the FMA peak of all ranks' threads, 0: unknown */
 } prm__tm_step_t;
 /* *tm stays NULL when metrics_port is 0, and every hook accepts NULL.

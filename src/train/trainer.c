@@ -16,137 +16,12 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ------------------------------------------------------------------------ */
-/* Set-up shared by training, gradients and evaluation                       */
-/* ------------------------------------------------------------------------ */
-
-int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
-                      prm_split_t need, prm__session_t *s, prm_err_t *err) {
-  memset(s, 0, sizeof *s);
-  int rc = prm_gemm_init(&s->gemm, o->gemm, err);
-  if (rc) return rc;
-  if (!o->mock_data && (o->data_shuffle || o->data_blend)) {
-    /* Shuffled and/or blended: the samplers, sized for what this run reads
-     * (evaluation always reads the first eval_iters global batches). */
-    int n = o->data_blend ? o->data_blend->n / 2 : 1;
-    const char **paths = prm_xcalloc((size_t)n, sizeof *paths);
-    double *weights = prm_xcalloc((size_t)n, sizeof *weights);
-    for (int i = 0; i < n; i++) {
-      if (o->data_blend) {
-        if (prm_parse_f64(o->data_blend->items[2 * i]->str, &weights[i]))
-          weights[i] = 0; /* checked by the options; refused by prm_blend_open */
-        paths[i] = o->data_blend->items[2 * i + 1]->str;
-      } else {
-        weights[i] = 1;
-        paths[i] = o->data_path;
-      }
-    }
-    prm_blend_opts_t b = {.n = n, .paths = paths, .weights = weights,
-                          .tokenizer_type = o->tokenizer_type, .split = o->split,
-                          .vocab_size = o->model.vocab, .need = need,
-                          .seq_length = o->seq_length, .seed = (uint64_t)o->seed,
-                          .shuffle = o->data_shuffle};
-    b.samples[PRM_SPLIT_TRAIN] = need == PRM_SPLIT_TRAIN ? o->train_iters * o->global_batch : 0;
-    b.samples[PRM_SPLIT_VALID] = o->eval_iters * o->global_batch;
-    rc = prm_blend_open(&b, &s->blend, err);
-    free(paths);
-    free(weights);
-    if (rc) return rc;
-  } else if (!o->mock_data) {
-    prm_dataset_opts_t d = {.path = o->data_path, .tokenizer_type = o->tokenizer_type,
-                            .split = o->split, .vocab_size = o->model.vocab, .need = need};
-    if ((rc = prm_dataset_open(&d, &s->data, err))) return rc;
-  }
-  if ((rc = prm_llama_new(&o->model, o->micro_batch, o->seq_length, flags, &s->gemm, &s->model,
-                          err)))
-    goto fail;
-  if (load) {
-    char *dir = NULL;
-    if ((rc = prm_ckpt_resolve(load, &dir, &s->loaded_iter, err))) goto fail;
-    rc = prm_ckpt_load_hf(s->model, dir, err);
-    if (!rc) PRM_INFO("loaded weights from %s", dir);
-    free(dir);
-    if (rc) goto fail;
-  } else {
-    prm_llama_init(s->model, (uint64_t)o->seed);
-  }
-  int64_t n = o->micro_batch * (o->seq_length + 1);
-  s->seq = prm_xmalloc((size_t)(o->seq_length + 1) * sizeof(int32_t));
-  s->tokens = prm_xmalloc((size_t)n * sizeof(int32_t));
-  s->targets = prm_xmalloc((size_t)n * sizeof(int32_t));
-  return 0;
-fail:
-  prm__session_close(s);
-  return rc;
-}
-
-void prm__session_close(prm__session_t *s) {
-  prm_llama_free(s->model);
-  prm_dataset_close(s->data);
-  prm_blend_close(s->blend);
-  free(s->seq);
-  free(s->tokens);
-  free(s->targets);
-  memset(s, 0, sizeof *s);
-}
-
-int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split) {
-  if (s->blend) return prm_blend_tokens(s->blend, split);
-  return s->data ? prm_dataset_tokens(s->data, split) : 0;
-}
-
-/* Fills tokens/targets (B,S) with sequences first .. first+B-1 of a split. */
-void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_t split,
-                        int64_t first, int64_t B) {
-  int64_t S = o->seq_length;
-  for (int64_t b = 0; b < B; b++) {
-    int64_t k = first + b;
-    if (s->blend) {
-      prm_blend_sample(s->blend, split, k, s->seq);
-    } else if (s->data) {
-      prm_dataset_sequence(s->data, split, k, S, s->seq);
-    } else {
-      /* mock_data: tokens from a stream seeded by (seed, split, sequence). */
-      prm_rng_t r;
-      prm_rng_seed(&r, (uint64_t)o->seed * 1000003u + (uint64_t)split * 7919u + (uint64_t)k);
-      for (int64_t j = 0; j <= S; j++) s->seq[j] = (int32_t)(prm_rng_u64(&r) % (uint64_t)o->model.vocab);
-    }
-    memcpy(s->tokens + b * S, s->seq, (size_t)S * sizeof(int32_t));
-    memcpy(s->targets + b * S, s->seq + 1, (size_t)S * sizeof(int32_t));
-  }
-}
-
-/* Forward+backward over one global batch (optimizer step `step0`, 0-based)
- * into zeroed gradients, summed over the data-parallel ranks (each takes
- * the contiguous G/D samples of its rank); *loss gets the batch's mean. */
-static int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
-                           int64_t step0, double *loss, prm_err_t *err) {
-  int64_t G = o->global_batch, B = o->micro_batch, S = o->seq_length;
-  int64_t share = G / dp->size, begin = step0 * G + dp->rank * share;
-  float scale = (float)(1.0 / ((double)G * (double)S));
-  double sum = 0;
-  prm_llama_zero_grad(s->model);
-  /* Fault injection: a NaN in this rank's gradient before the reduction, so
-   * that, as a real one would, it reaches every rank through the sum. */
-  if (prm__fault_due(PRM__FAULT_NAN, step0 + 1)) s->model->grads[0] = NAN;
-  for (int64_t first = begin; first < begin + share; first += B) {
-    int64_t count = 0;
-    if (first + B >= begin + share) prm__dp_last_microbatch(dp, s->model);
-    prm__session_batch(s, o, PRM_SPLIT_TRAIN, first, B);
-    sum += prm_llama_forward_backward(s->model, s->tokens, s->targets, B, scale, &count);
-  }
-  int rc = prm__dp_reduce(dp, s->model, err);
-  if (!rc) rc = prm__dp_sum(dp, &sum, 1, err);
-  *loss = sum / ((double)G * (double)S);
-  return rc;
-}
-
 /* Every rank must start from the same iteration: the ranks read the same
  * files, but a file that changes under them would split the job. */
 static int prm__same_start(prm__dp_t *dp, const char *dir, int64_t iteration, prm_err_t *err) {
-  if (!dp->world) return 0;
+  if (!dp->all) return 0;
   int64_t x[2] = {iteration, -iteration}; /* max and -min */
-  int rc = prm_comm_allreduce(dp->world, x, 2, PRM_COMM_I64, PRM_COMM_MAX, err);
+  int rc = prm_comm_allreduce(dp->all, x, 2, PRM_COMM_I64, PRM_COMM_MAX, err);
   if (rc) return rc;
   if (x[0] != -x[1])
     return prm_errf(err, PRM_ERUNTIME, "%s: the ranks resumed from different iterations (%lld to "
@@ -155,80 +30,6 @@ static int prm__same_start(prm__dp_t *dp, const char *dir, int64_t iteration, pr
   return 0;
 }
 
-static double prm__grad_norm(const prm_llama_t *m) {
-  double ss = 0;
-  for (int i = 0; i < m->ntensors; i++) {
-    const prm_tensor_t *t = &m->tensors[i];
-    ss += prm_sumsq(m->grads + t->offset, t->numel);
-  }
-  return sqrt(ss);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Evaluation inside training                                                */
-/* ------------------------------------------------------------------------ */
-
-int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, int64_t iters,
-                  prm_eval_result_t *res, prm_err_t *err) {
-  memset(res, 0, sizeof *res);
-  if ((s->data || s->blend) && prm__session_tokens(s, PRM_SPLIT_VALID) == 0) return PRM_ENOENT;
-  int64_t G = o->global_batch, B = o->micro_batch;
-  int64_t share = dp ? G / dp->size : G, rank = dp ? dp->rank : 0;
-  double sum[2] = {0, 0}; /* loss, tokens */
-  for (int64_t it = 0; it < iters; it++)
-    for (int64_t first = it * G + rank * share; first < it * G + (rank + 1) * share; first += B) {
-      int64_t c = 0;
-      prm__session_batch(s, o, PRM_SPLIT_VALID, first, B);
-      sum[0] += prm_llama_forward(s->model, s->tokens, s->targets, B, &c);
-      sum[1] += (double)c;
-    }
-  int rc = dp ? prm__dp_sum(dp, sum, 2, err) : 0;
-  if (rc) return rc;
-  double count = sum[1];
-  res->iters = iters;
-  res->tokens = (int64_t)count;
-  res->loss = count > 0 ? sum[0] / count : 0;
-  res->perplexity = exp(res->loss);
-  return 0;
-}
-
-/* ------------------------------------------------------------------------ */
-/* train grads                                                               */
-/* ------------------------------------------------------------------------ */
-
-int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *err) {
-  prm__session_t s;
-  int rc = prm__session_open(o, PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0),
-                             o->load, PRM_SPLIT_TRAIN, &s, err);
-  if (rc) return rc;
-  prm__dp_t dp;
-  double loss = 0;
-  prm__dp_open(&dp, o, s.model->nparams, err); /* one rank: cannot fail */
-  rc = prm__accumulate(&s, o, &dp, 0, &loss, err);
-  prm__dp_close(&dp);
-  if (rc) {
-    prm__session_close(&s);
-    return rc;
-  }
-  double norm = prm__grad_norm(s.model);
-  prm_llama_t *m = s.model;
-  prm_st_entry_t *ent = prm_xcalloc((size_t)m->ntensors, sizeof *ent);
-  for (int i = 0; i < m->ntensors; i++) {
-    const prm_tensor_t *t = &m->tensors[i];
-    ent[i] = (prm_st_entry_t){.name = t->name, .data = m->grads + t->offset, .ndim = t->ndim};
-    ent[i].shape[0] = t->shape[0];
-    ent[i].shape[1] = t->shape[1];
-  }
-  char lb[32], nb[32];
-  snprintf(lb, sizeof lb, "%.9g", loss);
-  snprintf(nb, sizeof nb, "%.9g", norm);
-  const char *meta[] = {"loss", lb, "grad_norm", nb, NULL};
-  rc = prm_st_write_f32(out_path, ent, m->ntensors, meta, err);
-  free(ent);
-  if (!rc) PRM_INFO("step-1 loss %.6f, gradient norm %.6f: gradients written to %s", loss, norm, out_path);
-  prm__session_close(&s);
-  return rc;
-}
 
 /* ------------------------------------------------------------------------ */
 /* train pretrain                                                            */
@@ -270,7 +71,7 @@ static int prm__start_state(prm__session_t *s, const prm_train_opts_t *o, const 
   size_t obytes = (size_t)(hi - lo) * sizeof(float);
   st->iteration = st->consumed_samples = 0;
   if (resume_dir) {
-    int rc = prm_ckpt_resume_range(m, resume_dir, lo, hi, adam_m, adam_v, st, err);
+    int rc = prm__resume(s, resume_dir, lo, hi, adam_m, adam_v, st, err);
     if (rc) return rc;
     if (st->iteration > 0) {
       if (st->consumed_samples != st->iteration * o->global_batch)
@@ -288,7 +89,7 @@ static int prm__start_state(prm__session_t *s, const prm_train_opts_t *o, const 
     char *dir = NULL;
     int64_t it;
     int rc = prm_ckpt_resolve(o->load, &dir, &it, err);
-    if (!rc) rc = prm_ckpt_load_hf(m, dir, err);
+    if (!rc) rc = prm__load_weights(s, dir, err);
     if (!rc) PRM_INFO("no complete checkpoint in %s; starting at step 1 from %s", resume_dir, dir);
     free(dir);
     return rc;
@@ -333,6 +134,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm__hb_t hb = {-1};
   prm__bad_t bad;
   prm__dp_t dp = {0};
+  prm__par_t par = {0};
   prm__tm_t *tm = NULL; /* live metrics (metrics.c); NULL when metrics_port is 0 */
   int64_t *bad_steps = NULL, nbad = 0; /* steps that were bad once (rollback) */
   double ckpt_waited = 0;
@@ -352,8 +154,13 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
              resume_dir ? resume_dir : "(none: save is not set)");
   prm__hb_open(&hb);
   prm__hb_beat(&hb, 0, "start");
-  rc = prm__session_open(o, flags, resume_dir ? NULL : o->load, PRM_SPLIT_TRAIN, &s, err);
+  prm_llama_tp_t tp;
+  if (!(rc = prm__par_open(&par, o, err))) {
+    prm__par_model_tp(&par, &tp);
+    rc = prm__session_open(o, flags, resume_dir ? NULL : o->load, PRM_SPLIT_TRAIN, &tp, &s, err);
+  }
   if (rc) {
+    prm__par_close(&par);
     prm__hb_close(&hb);
     return rc;
   }
@@ -361,7 +168,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   FILE *events = NULL;
   float *adam_m = NULL, *adam_v = NULL;
   size_t obytes = 0;
-  if ((rc = prm__dp_open(&dp, o, m->nparams, err))) goto done;
+  if ((rc = prm__dp_open(&dp, o, &par, m->nparams, err))) goto done;
   if ((rc = prm__tm_open(&tm, o, &dp, err))) goto done;
   /* ZeRO-1: this rank keeps the moments of its shard [lo, hi) only. */
   if (o->distributed_optimizer && dp.size > 1 && (rc = prm__zero_open(&dp, m->nparams, err)))
@@ -384,11 +191,16 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   /* Every rank holds the same weights (and, without ZeRO-1, optimizer):
    * rank 0 alone writes events and checkpoints; under ZeRO-1 every rank
    * writes its optimizer shard into the checkpoint too (prm__zero_save). */
-  int writer = dp.rank == 0;
+  int writer = dp.all_rank == 0;
+  /* Tensor parallel: the group of data-parallel rank 0 gathers the whole
+   * model into the writer's s.full before each save (tpstate.c). */
+  int tp_gathers = par.tp_size > 1 && par.dp_rank == 0 && o->save;
+  if (tp_gathers && (rc = prm__tp_save_open(&s, writer, err))) goto done;
   if (dp.zero && o->async_save && o->save)
     PRM_WARN("async_save: not with use_distributed_optimizer yet (the shards are saved "
              "collectively over MPI); checkpoints are written synchronously");
-  else if (writer && o->async_save && o->save && (rc = prm__asave_init(&as, m, err)))
+  else if (writer && o->async_save && o->save &&
+           (rc = prm__asave_init(&as, s.full ? s.full : m, err)))
     goto done;
   if (run_dir && writer) {
     char *path = prm_path_join(run_dir, "events.jsonl");
@@ -410,7 +222,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   const prm_llama_config_t *c = &m->cfg;
   prm_sb_t line = {0};
   prm_sb_appendf(&line, "model: %lld parameters (hidden %lld, layers %lld, heads %lld/%lld kv, ffn %lld, vocab %lld, %s head)",
-                 (long long)m->nparams, (long long)c->hidden, (long long)c->layers,
+                 (long long)m->full_nparams, (long long)c->hidden, (long long)c->layers,
                  (long long)c->heads, (long long)c->groups, (long long)c->ffn,
                  (long long)c->vocab, c->tied ? "tied" : "untied");
   PRM_INFO("%s", prm_sb_str(&line));
@@ -426,11 +238,24 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
            (long long)(o->global_batch * o->seq_length), (long long)o->micro_batch,
            (long long)(o->global_batch / o->micro_batch / dp.size), dp.size, dp.size == 1 ? "" : "s",
            s.gemm.i->name, prm_kernels_threads());
-  if (dp.zero)
+  if (par.tp_size > 1)
+    PRM_INFO("tensor parallel: %d ranks per group (this is rank %d of group %d: %lld of %lld "
+             "parameters, %lld/%lld heads, %lld/%lld kv groups, ffn %lld/%lld, vocab rows "
+             "[%lld, %lld)); %d tensor-parallel group%s",
+             par.tp_size, par.tp_rank, par.dp_rank, (long long)m->nparams,
+             (long long)m->full_nparams, (long long)m->Hl, (long long)c->heads,
+             (long long)m->Gl, (long long)c->groups, (long long)m->Fl, (long long)c->ffn,
+             (long long)m->v0, (long long)(m->v0 + m->Vl), par.dp_size,
+             par.dp_size == 1 ? "" : "s");
+  if (dp.zero && dp.overlap)
     PRM_INFO("data parallel: %d ranks with the distributed optimizer (ZeRO-1): this rank owns "
-             "parameters [%lld, %lld); gradients reduce-scattered after backward in one call%s",
-             dp.size, (long long)dp.shard_lo, (long long)dp.shard_hi,
-             dp.overlap ? " (overlap_grad_reduce does not apply)" : "");
+             "parameters [%lld, %lld); gradients reduced to their shard owners in buckets of "
+             "%lld parameters while backward runs (overlap_grad_reduce)",
+             dp.size, (long long)dp.shard_lo, (long long)dp.shard_hi, (long long)dp.bucket);
+  else if (dp.zero)
+    PRM_INFO("data parallel: %d ranks with the distributed optimizer (ZeRO-1): this rank owns "
+             "parameters [%lld, %lld); gradients reduce-scattered after backward in one call",
+             dp.size, (long long)dp.shard_lo, (long long)dp.shard_hi);
   else if (dp.world && dp.overlap)
     PRM_INFO("data parallel: %d ranks; gradients summed in buckets of %lld parameters while "
              "backward runs (overlap_grad_reduce)", dp.size, (long long)dp.bucket);
@@ -481,8 +306,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       double ss = prm__zero_sumsq(&dp, m);
       if ((rc = prm__dp_sum(&dp, &ss, 1, err))) goto done;
       norm = sqrt(ss);
-    } else {
-      norm = prm__grad_norm(m);
+    } else if ((rc = prm__grad_norm(m, &norm, err))) {
+      goto done;
     }
     const char *cause = prm__bad_check(&bad, loss, norm, &z);
     int skip = 0;
@@ -550,16 +375,20 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       }
     }
     double ms = (prm_time_now() - t0) * 1e3;
-    char jl[32], jn[32], comm[48] = "";
+    char jl[32], jn[32], comm[96] = "";
     if (dp.world) snprintf(comm, sizeof comm, ",\"comm_ms\":%.3f", dp.wait_s * 1e3);
+    if (par.tp_size > 1)
+      snprintf(comm + strlen(comm), sizeof comm - strlen(comm), ",\"tp_comm_ms\":%.3f",
+               m->tp_seconds * 1e3);
     prm__emit(events,
               "\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld,"
-              "\"step_ms\":%.3f%s%s",
+              "\"step_ms\":%.3f,\"data_ms\":%.3f%s%s",
               (long long)step, prm__jnum(jl, sizeof jl, loss), lr, prm__jnum(jn, sizeof jn, norm),
-              (long long)tokens_step, ms, comm, skip ? ",\"skipped\":true" : "");
+              (long long)tokens_step, ms, s.data_s * 1e3, comm, skip ? ",\"skipped\":true" : "");
     prm__tm_step_t tms = {.step = step, .tokens_step = tokens_step, .global_batch = o->global_batch,
                           .loss = loss, .lr = lr, .grad_norm = norm, .seconds = ms / 1e3,
-                          .flops_step = flops_step, .peak_gflops = peak * dp.size};
+                          .flops_step = flops_step, .peak_gflops = peak * dp.all_size,
+                          .data_s = s.data_s, .tp_comm_s = m->tp_seconds};
     if ((rc = prm__tm_step(tm, events, &tms, err))) goto done;
     prm__hb_beat(&hb, step, "step");
     if (step % o->log_interval == 0 || step == 1 || step == o->train_iters) {
@@ -568,10 +397,15 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       char rss[32];
       prm_fmt_bytes(rss, sizeof rss, (double)prm_mem_rss());
       char cm[40] = "";
-      if (dp.world) snprintf(cm, sizeof cm, " (comm %.1f)", dp.wait_s * 1e3);
+      if (dp.world && par.tp_size > 1)
+        snprintf(cm, sizeof cm, " (comm %.1f, tp %.1f)", dp.wait_s * 1e3, m->tp_seconds * 1e3);
+      else if (dp.world)
+        snprintf(cm, sizeof cm, " (comm %.1f)", dp.wait_s * 1e3);
+      else if (par.tp_size > 1)
+        snprintf(cm, sizeof cm, " (tp comm %.1f)", m->tp_seconds * 1e3);
       PRM_INFO("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.1f ms%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | rss %s",
                (long long)step, (long long)o->train_iters, loss, lr, norm, ms, cm, tps, tflops,
-               peak > 0 ? 100.0 * tflops * 1e3 / peak / dp.size : 0.0, rss);
+               peak > 0 ? 100.0 * tflops * 1e3 / peak / dp.all_size : 0.0, rss);
     } else {
       prm_progress((double)step / (double)o->train_iters, "%lld/%lld loss %.4f",
                    (long long)step, (long long)o->train_iters, loss);
@@ -609,23 +443,38 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       ckpt_waited += secs;
       if (writer && (rc = prm__saved(o, events, tm, step, secs, 0, secs, err))) goto done;
       prm__hb_beat(&hb, step, "step");
-    } else if (writer && save_now) {
+    } else if (save_now && (writer || tp_gathers)) {
       prm__hb_beat(&hb, step, "save");
-      /* The last save and a preemption's are synchronous: the process is
-       * about to end. */
-      int async = as.bytes && !preempted && step < o->train_iters;
-      if ((rc = prm__collect(&as, o, events, tm, 1, &ckpt_waited, err))) goto done;
-      if (async) {
-        if ((rc = prm__asave_start(&as, m, adam_m, adam_v, o, step, err))) goto done;
-      } else {
-        double ts = prm_time_now();
-        prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
-                                .seed = o->seed, .adam_m = adam_m, .adam_v = adam_v};
-        if ((rc = prm_ckpt_save(m, o->save, step, o->tokenizer_type, o->tokenizer_model, &now, err)))
-          goto done;
-        double secs = prm_time_now() - ts;
-        ckpt_waited += secs;
-        if ((rc = prm__saved(o, events, tm, step, secs, 0, secs, err))) goto done;
+      /* Under tensor parallelism the writer saves the whole model the
+       * group gathers into s.full; the others only send their shards. */
+      const prm_llama_t *sm = m;
+      float *sam = adam_m, *sav = adam_v;
+      double tg = prm_time_now();
+      if (tp_gathers) {
+        if ((rc = prm__tp_save_gather(&s, adam_m, adam_v, err))) goto done;
+        sm = s.full;
+        sam = s.full_m;
+        sav = s.full_v;
+      }
+      double gathered = prm_time_now() - tg;
+      if (writer) {
+        /* The last save and a preemption's are synchronous: the process is
+         * about to end. */
+        int async = as.bytes && !preempted && step < o->train_iters;
+        if ((rc = prm__collect(&as, o, events, tm, 1, &ckpt_waited, err))) goto done;
+        if (async) {
+          if ((rc = prm__asave_start(&as, sm, sam, sav, o, step, err))) goto done;
+        } else {
+          double ts = prm_time_now();
+          prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
+                                  .seed = o->seed, .adam_m = sam, .adam_v = sav};
+          if ((rc = prm_ckpt_save(sm, o->save, step, o->tokenizer_type, o->tokenizer_model, &now,
+                                  err)))
+            goto done;
+          double secs = prm_time_now() - ts + gathered;
+          ckpt_waited += secs;
+          if ((rc = prm__saved(o, events, tm, step, secs, 0, secs, err))) goto done;
+        }
       }
       prm__hb_beat(&hb, step, "step");
     }
@@ -657,6 +506,7 @@ done:
   prm__asave_free(&as);
   prm__tm_close(tm);
   prm__dp_close(&dp);
+  prm__par_close(&par);
   if (handlers) {
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);

@@ -4,15 +4,28 @@
  *
  * Shard layout: block = nparams / D; rank r owns [r*block, (r+1)*block),
  * and the last rank also the tail [D*block, nparams) (fewer than D
- * parameters), so shards are nearly equal and nothing is padded. After
- * backward the gradients are reduce-scattered (sum) in one blocking
- * MPI_Reduce_scatter_block over the D equal blocks, plus an all-reduce of
- * the tail; every rank then holds the summed gradients of its shard only
- * (dp->gshard). The gradient norm is the square root of the all-reduced
- * shard sums of squares; clipping and AdamW (each tensor's part inside
- * the shard, with the tensor's decay flag) touch the shard only; the
- * parameters are then all-gathered in place (plus a broadcast of the tail
- * from the last rank), so every rank holds the whole model again.
+ * parameters), so shards are nearly equal and nothing is padded.
+ *
+ * Gradients are summed into the owners' shards (dp->gshard), so that
+ * every rank then holds the summed gradients of its shard only:
+ *  - overlap_grad_reduce: while the last micro-batch's backward runs,
+ *    dp.c gathers the final gradient ranges into the same buckets of
+ *    ddp_bucket_size as plain data parallel (reverse order, the same on
+ *    every rank and step); prm__zero_launch splits each bucket at the
+ *    shard boundaries and starts one MPI_Ireduce (sum) per piece, rooted
+ *    at the piece's owner and received straight into its gshard at the
+ *    piece's offset (the tail is simply part of the last shard). Every
+ *    element is summed by one reduction with a fixed root and count, so
+ *    the result does not depend on timing. prm__dp_reduce waits for all of
+ *    them after backward; that wait is the exposed communication.
+ *  - otherwise, after backward, one blocking MPI_Reduce_scatter_block
+ *    over the D equal blocks, plus an all-reduce of the tail.
+ *
+ * The gradient norm is the square root of the all-reduced shard sums of
+ * squares; clipping and AdamW (each tensor's part inside the shard, with
+ * the tensor's decay flag) touch the shard only; the parameters are then
+ * all-gathered in place (plus a broadcast of the tail from the last rank),
+ * so every rank holds the whole model again.
  *
  * Checkpoints: every rank writes its optimizer shard into the same
  * temporary folder (rank 0 creates it and broadcasts its pid, which names
@@ -34,6 +47,11 @@ int prm__zero_open(prm__dp_t *dp, int64_t nparams, prm_err_t *err) {
   dp->block = nparams / dp->size;
   dp->shard_lo = (int64_t)dp->rank * dp->block;
   dp->shard_hi = dp->rank == dp->size - 1 ? nparams : dp->shard_lo + dp->block;
+  /* Overlapped, a bucket that straddles k shard boundaries is k + 1
+   * reductions: one request more per boundary than prm__dp_open counted. */
+  dp->cap += dp->size - 1;
+  dp->reqs = prm_xrealloc(dp->reqs, (size_t)dp->cap * sizeof *dp->reqs);
+  memset(dp->reqs, 0, (size_t)dp->cap * sizeof *dp->reqs);
   size_t bytes = (size_t)(dp->shard_hi - dp->shard_lo) * sizeof(float);
   dp->gshard = prm_mem_alloc(PRM_MEM_GRADS, bytes);
   if (!dp->gshard)
@@ -48,6 +66,25 @@ void prm__zero_close(prm__dp_t *dp) {
                  (size_t)(dp->shard_hi - dp->shard_lo) * sizeof(float));
   dp->gshard = NULL;
   dp->zero = 0;
+}
+
+int prm__zero_launch(prm__dp_t *dp, int64_t lo, int64_t hi, prm_err_t *err) {
+  /* Piece by piece along the shards: [lo, e) lies inside shard r; the last
+   * shard runs to the end of the vector (the tail included). */
+  while (lo < hi) {
+    int r = (int)(lo / dp->block);
+    if (r > dp->size - 1) r = dp->size - 1;
+    int64_t e = r == dp->size - 1 ? hi : (int64_t)(r + 1) * dp->block;
+    if (e > hi) e = hi;
+    float *dst = r == dp->rank ? dp->gshard + (lo - dp->shard_lo) : NULL;
+    PRM_ASSERT(dp->nreq < dp->cap);
+    int rc = prm_comm_ireduce(dp->world, dp->grads + lo, dst, e - lo, PRM_COMM_F32, PRM_COMM_SUM,
+                              r, &dp->reqs[dp->nreq], err);
+    if (rc) return rc;
+    dp->nreq++;
+    lo = e;
+  }
+  return 0;
 }
 
 int prm__zero_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err) {

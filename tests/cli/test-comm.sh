@@ -5,8 +5,10 @@
 # documented columns and positive finite figures; busbw = algbw x the
 # nccl-tests factor; --check catches a corrupted element
 # (PRIMUS_COMM_CORRUPT_TEST, a test-only knob) and exits 3 naming it; a
-# single-rank run works (busbw 0); the preflight all-reduce check runs, and
-# SKIPs with a hint without mpirun. Speed is never asserted.
+# single-rank run works (busbw 0); reduce to a root, blocking and
+# non-blocking, over 2 and 3 ranks (the unit test tests/test-comm.c under
+# mpirun); the preflight all-reduce check runs, and SKIPs with a hint
+# without mpirun. Speed is never asserted.
 source "$(dirname "$0")/lib.sh"
 cd "$T"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
@@ -98,6 +100,27 @@ PY
 ); then ok "overlap .jsonl: columns, positive times, hidden in [0,1]"; else bad "overlap .jsonl: $msg"; fi
 run benchmark overlap --M 64 --N 64 --K 64 --bytes 4096 --iters 2
 expect_rc "overlap with one rank" 0
+
+# ---- reduce to one root: the unit test's multi-rank group -------------------------------
+# tests/test-comm.c started by mpirun runs its multi-rank tests: blocking
+# reduce at every root (NULL and untouched receive buffers away from it, in
+# place), and the distributed optimizer's pattern of non-blocking reduces of
+# pieces into their owners' shards, twice to the same bits. 3 ranks gives
+# uneven shards and a non-power-of-two tree.
+unit=${PRIMUS_BUILD:-$(dirname "$PRIMUS_BIN")}/tests/test-comm
+if [[ -x $unit ]]; then
+  mpiflags=(--oversubscribe)
+  [[ $(id -u) == 0 ]] && mpiflags+=(--allow-run-as-root)
+  for np in 2 3; do
+    OUT=$(timeout 300 mpirun "${mpiflags[@]}" -np "$np" "$unit" 2>&1)
+    RC=$?
+    ERR=$OUT
+    expect_rc "reduce and ireduce over $np ranks (test-comm under mpirun)" 0
+    expect_eq "every rank passed both multi-rank tests" "$(grep -c 'PASSED  \] 2 test' <<<"$OUT")" "$np"
+  done
+else
+  bad "reduce over several ranks: $unit is missing (set PRIMUS_BUILD)"
+fi
 
 # ---- bad arguments ------------------------------------------------------------------
 run benchmark allreduce --min_bytes 4096 --max_bytes 1024

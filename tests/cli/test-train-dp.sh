@@ -5,9 +5,11 @@
 # overlapped bucketed all-reduce; two runs with the same rank count are
 # byte-identical; the distributed optimizer (ZeRO-1) at 2 and 4 ranks
 # (also with a parameter count that does not divide by the ranks) follows
-# them with the optimizer memory per rank divided by the ranks; its
-# checkpoints resume at other rank counts (resharding) and from version-1
-# optimizer files; a NaN on one rank rolls every rank back; a batch that
+# them with the optimizer memory per rank divided by the ranks, both with
+# the blocking reduce-scatter and with overlapped per-bucket reductions
+# (small buckets cut at the shard boundaries; byte-identical across runs);
+# its checkpoints resume at other rank counts (resharding), from the
+# overlapped path, and from version-1 optimizer files; a NaN on one rank rolls every rank back; a batch that
 # does not split over the ranks is refused; and the supervisor restarts a
 # crashed rank of a 2-rank run to the same bytes as a fault-free one.
 source "$(dirname "$0")/lib.sh"
@@ -104,6 +106,33 @@ for np in 2 4; do
   else bad "$name: optimizer memory per rank $Z_OPT vs one rank's $ONE_OPT (expected / $np)"; fi
 done
 
+# ZeRO-1 with overlap_grad_reduce and buckets of 16 parameters: the final
+# norm, each layer and the embedding are buckets of their own (the model
+# announces whole layers), and at 2 and 4 ranks buckets straddle shard
+# boundaries, so they are cut into several reductions to their owners.
+# Follows plain data parallel and the one-rank run, and two runs are
+# byte-identical.
+for np in 2 4; do
+  name=zov$np
+  for r in "$name" "$name-again"; do
+    exp "$r" "use_distributed_optimizer: true" "overlap_grad_reduce: true" "ddp_bucket_size: 16"
+    run direct --nproc "$np" -- train pretrain --config "$r.yaml"
+    expect_rc "$r: ZeRO-1 overlapped, $np ranks, buckets of 16" 0
+  done
+  expect_eq "$name: 20 steps logged once" "$(losses "$name" | wc -l)" 20
+  expect_in "$name: exposed communication recorded" '"comm_ms":' "$(events "$name")"
+  d=$(loss_diff one "$name")
+  if within "$d" 1e-6; then ok "$name: losses within 1e-6 of one rank (worst $d)"; else bad "$name: losses differ by $d"; fi
+  w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final dp$np-true)" "$(final "$name")")
+  if within "$w" 1e-5; then ok "$name: weights within 1e-5 of plain DP ($w)"; else bad "$name: weights differ from plain DP by $w"; fi
+  w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final one)" "$(final "$name")")
+  if within "$w" 1e-5; then ok "$name: weights within 1e-5 of one rank ($w)"; else bad "$name: weights differ by $w"; fi
+  if cmp -s "$(final "$name")" "$(final "$name-again")"; then ok "$name: two runs byte-identical"
+  else bad "$name: two overlapped ZeRO-1 runs differ"; fi
+  expect_eq "$name: two runs, identical losses" "$(losses "$name-again" | tr '\n' ' ')" "$(losses "$name" | tr '\n' ' ')"
+  expect_eq "$name: one optimizer shard per rank" "$(ls "$T/ck-$name/iter_0000020"/optim-rank-*.bin | wc -l)" "$np"
+done
+
 # A parameter count that does not divide by the ranks: 24,150 parameters
 # over 4 ranks, so the last rank also owns the 2-parameter tail.
 TAIL="hidden_size=30 num_attention_heads=3 num_query_groups=1"
@@ -119,6 +148,14 @@ d=$(loss_diff tail1 tail4)
 if within "$d" 1e-6; then ok "tail: losses within 1e-6 of one rank (worst $d)"; else bad "tail: losses differ by $d"; fi
 w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final tail1)" "$(final tail4)")
 if within "$w" 1e-5; then ok "tail: weights within 1e-5 of one rank ($w)"; else bad "tail: weights differ by $w"; fi
+# The same overlapped: the tail travels in the last shard's reduction.
+exp tail4ov "use_distributed_optimizer: true" "overlap_grad_reduce: true" "ddp_bucket_size: 16"
+run direct --nproc 4 -- train pretrain --config tail4ov.yaml $TAIL
+expect_rc "tail: ZeRO-1 overlapped, 4 ranks" 0
+d=$(loss_diff tail1 tail4ov)
+if within "$d" 1e-6; then ok "tail overlapped: losses within 1e-6 of one rank (worst $d)"; else bad "tail overlapped: losses differ by $d"; fi
+w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final tail4)" "$(final tail4ov)")
+if within "$w" 1e-5; then ok "tail overlapped: weights within 1e-5 of the blocking reduce-scatter ($w)"; else bad "tail overlapped: weights differ from blocking by $w"; fi
 
 # Resharded resume: the checkpoint of step 10 of one run, continued to step
 # 20 with another rank count. The moments are carried over exactly (each
@@ -153,6 +190,16 @@ reshard z2-to-dp2 zero2 2
 reshard z2-to-z2 zero2 2 "use_distributed_optimizer: true" "overlap_grad_reduce: true"
 if cmp -s "$(final zero2)" "$(final z2-to-z2)"; then ok "ZeRO-1 resumed at the same rank count: byte-identical"
 else bad "ZeRO-1 resumed at 2 ranks differs from the uninterrupted run"; fi
+
+# A checkpoint saved under overlapped ZeRO-1 resumes: at the same rank
+# count and bucket size to the same bytes, and resharded to 2 ranks
+# (overlapped too) within tolerance.
+reshard zov4-to-zov4 zov4 4 "use_distributed_optimizer: true" "overlap_grad_reduce: true" \
+  "ddp_bucket_size: 16"
+if cmp -s "$(final zov4)" "$(final zov4-to-zov4)"; then ok "overlapped ZeRO-1 resumed at 4 ranks: byte-identical"
+else bad "overlapped ZeRO-1 resumed at 4 ranks differs from the uninterrupted run"; fi
+reshard zov4-to-zov2 zov4 2 "use_distributed_optimizer: true" "overlap_grad_reduce: true" \
+  "ddp_bucket_size: 16"
 
 # Version-1 optimizer files (one rank, full moments, no shard record) load.
 $PY - "$T/ck-one/iter_0000010/optim-rank-00000.bin" "$T/v1.bin" <<'PY'

@@ -1,0 +1,201 @@
+/* tp.c - tensor parallelism inside the model (Megatron-style): moving
+ * weights between the whole-model layout and a rank's shard, the sums
+ * over the group that row-parallel layers need, the vocab-parallel
+ * embedding, and the LM head with a parallel cross-entropy.
+ *
+ * The parallel cross-entropy, per chunk of rows: each rank computes the
+ * logits of its vocab slice, the row maxima are combined (max over the
+ * group), then each rank's sums of exp(logit - max) and the target logit
+ * (0 unless the target falls in its slice) are summed over the group, so
+ * every rank gets the same loss from (N, V/T) logits. The gradient of the
+ * logits is local (softmax minus one-hot on the slice); dx's partial
+ * products are summed over the group once, after the last chunk. */
+#include "model-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Weights: slice and gather                                                 */
+/* ------------------------------------------------------------------------ */
+
+void prm__tp_slice_tensor(const prm_llama_t *m, const prm_tensor_t *t, const float *whole,
+                          float *local) {
+  int r = m->tp.rank;
+  switch (t->split) {
+  case PRM_TP_WHOLE:
+    memcpy(local, whole, (size_t)t->numel * sizeof(float));
+    break;
+  case PRM_TP_ROWS: /* the rank's rows are one contiguous block */
+    memcpy(local, whole + (int64_t)r * t->numel, (size_t)t->numel * sizeof(float));
+    break;
+  case PRM_TP_COLS: {
+    int64_t rows = t->shape[0], kl = t->shape[1], k = t->full_shape[1];
+    for (int64_t i = 0; i < rows; i++)
+      memcpy(local + i * kl, whole + i * k + (int64_t)r * kl, (size_t)kl * sizeof(float));
+    break;
+  }
+  }
+}
+
+void prm_llama_tp_slice(const prm_llama_t *m, const float *full, float *local) {
+  for (int i = 0; i < m->ntensors; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    prm__tp_slice_tensor(m, t, full + t->full_offset, local + t->offset);
+  }
+}
+
+int prm_llama_tp_gather(const prm_llama_t *m, const float *local, float *full, prm_err_t *err) {
+  int T = m->tp.size;
+  if (T <= 1) {
+    memcpy(full, local, (size_t)m->nparams * sizeof(float));
+    return 0;
+  }
+  int root = m->tp.rank == 0, rc = 0;
+  float *tmp = NULL; /* one tensor's shards, rank after rank */
+  for (int i = 0; i < m->ntensors && !rc; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    if (t->split == PRM_TP_WHOLE) {
+      if (root) memcpy(full + t->full_offset, local + t->offset, (size_t)t->numel * sizeof(float));
+      continue;
+    }
+    tmp = prm_xrealloc(tmp, (size_t)t->full_numel * sizeof(float));
+    rc = prm_comm_allgather(m->tp.comm, local + t->offset, tmp, t->numel, PRM_COMM_F32, err);
+    if (rc || !root) continue;
+    float *dst = full + t->full_offset;
+    if (t->split == PRM_TP_ROWS) {
+      memcpy(dst, tmp, (size_t)t->full_numel * sizeof(float));
+    } else {
+      int64_t rows = t->shape[0], kl = t->shape[1], k = t->full_shape[1];
+      for (int s = 0; s < T; s++)
+        for (int64_t j = 0; j < rows; j++)
+          memcpy(dst + j * k + (int64_t)s * kl, tmp + (int64_t)s * t->numel + j * kl,
+                 (size_t)kl * sizeof(float));
+    }
+  }
+  free(tmp);
+  return rc;
+}
+
+int prm_llama_tp_check(prm_llama_t *m, prm_err_t *err) {
+  int rc = m->tp_rc;
+  if (rc) *err = m->tp_err;
+  m->tp_rc = 0;
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sums over the group                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* The first failure wins; later collectives are skipped so that a broken
+ * group fails fast instead of piling up errors. */
+static void prm__tp_allreduce(prm_llama_t *m, void *buf, int64_t n, prm_comm_dtype_t t,
+                              prm_comm_op_t op) {
+  if (m->tp.size <= 1 || m->tp_rc) return;
+  double t0 = prm_time_now();
+  m->tp_rc = prm_comm_allreduce(m->tp.comm, buf, n, t, op, &m->tp_err);
+  m->tp_seconds += prm_time_now() - t0;
+}
+
+void prm__tp_sum(prm_llama_t *m, float *buf, int64_t n) {
+  prm__tp_allreduce(m, buf, n, PRM_COMM_F32, PRM_COMM_SUM);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Vocab-parallel embedding                                                  */
+/* ------------------------------------------------------------------------ */
+
+void prm__tp_embedding_forward(prm_llama_t *m, float *out, const int32_t *tokens, int64_t N) {
+  int64_t C = m->cfg.hidden, v0 = m->v0, vl = m->Vl;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    int64_t v = (int64_t)tokens[n] - v0;
+    if (v >= 0 && v < vl)
+      memcpy(out + n * C, m->embed + v * C, (size_t)C * sizeof(float));
+    else
+      memset(out + n * C, 0, (size_t)C * sizeof(float));
+  }
+  prm__tp_sum(m, out, N * C);
+}
+
+/* Rows in order, as prm_embedding_backward: repeated tokens add up in the
+ * same order whatever the thread count (threads own column blocks). */
+void prm__tp_embedding_backward(prm_llama_t *m, float *dembed, const float *dout,
+                                const int32_t *tokens, int64_t N) {
+  int64_t C = m->cfg.hidden, v0 = m->v0, vl = m->Vl, cb = 64;
+  int64_t nblk = (C + cb - 1) / cb;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < nblk; blk++) {
+    int64_t c0 = blk * cb, nc = C - c0 < cb ? C - c0 : cb;
+    for (int64_t n = 0; n < N; n++) {
+      int64_t v = (int64_t)tokens[n] - v0;
+      if (v < 0 || v >= vl) continue;
+      float *d = dembed + v * C + c0;
+      const float *g = dout + n * C + c0;
+      for (int64_t c = 0; c < nc; c++) d[c] += g[c];
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Vocab-parallel LM head and cross-entropy                                  */
+/* ------------------------------------------------------------------------ */
+
+double prm__tp_lmhead_xent(prm_llama_t *m, float *dx, float *dw, int64_t *count, const float *x,
+                           const float *w, const int32_t *targets, int64_t N, float grad_scale) {
+  prm_llama_acts_t *a = m->acts;
+  int64_t C = m->cfg.hidden, V = m->Vl, v0 = m->v0, chunk = a->chunk;
+  float *logits = a->logits, *mx = a->tpstat;
+  double *st = (double *)(a->tpstat + chunk + (chunk & 1)); /* (rows, 2): sum, target logit */
+  const prm_gemm_t *g = &m->gemm;
+  double total = 0;
+  int64_t cnt = 0;
+  for (int64_t n = 0; n < N; n++) cnt += targets[n] >= 0;
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    int64_t rows = N - n0 < chunk ? N - n0 : chunk;
+    const float *xc = x + n0 * C;
+    const int32_t *tc = targets + n0;
+    prm_sgemm(g, 0, 1, rows, V, C, 1.0f, xc, C, w, C, 0.0f, logits, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+      const float *l = logits + r * V;
+      float best = -INFINITY;
+      for (int64_t j = 0; j < V; j++) best = l[j] > best ? l[j] : best;
+      mx[r] = best;
+    }
+    prm__tp_allreduce(m, mx, rows, PRM_COMM_F32, PRM_COMM_MAX);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+      const float *l = logits + r * V;
+      double s = 0;
+      for (int64_t j = 0; j < V; j++) s += expf(l[j] - mx[r]);
+      int64_t t = (int64_t)tc[r] - v0;
+      st[2 * r] = s;
+      st[2 * r + 1] = t >= 0 && t < V ? (double)l[t] : 0.0;
+    }
+    prm__tp_allreduce(m, st, 2 * rows, PRM_COMM_F64, PRM_COMM_SUM);
+    for (int64_t r = 0; r < rows; r++)
+      if (tc[r] >= 0) total += log(st[2 * r]) + (double)mx[r] - st[2 * r + 1];
+    if (!dx && !dw) continue;
+    /* dlogits = scale (softmax - onehot), on this rank's slice. */
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+      float *l = logits + r * V;
+      if (tc[r] < 0) {
+        memset(l, 0, (size_t)V * sizeof(float));
+        continue;
+      }
+      float inv = (float)((double)grad_scale / st[2 * r]);
+      for (int64_t j = 0; j < V; j++) l[j] = expf(l[j] - mx[r]) * inv;
+      int64_t t = (int64_t)tc[r] - v0;
+      if (t >= 0 && t < V) l[t] -= grad_scale;
+    }
+    if (dx) prm_sgemm(g, 0, 0, rows, C, V, 1.0f, logits, V, w, C, 0.0f, dx + n0 * C, C);
+    if (dw) prm_sgemm(g, 1, 0, V, C, rows, 1.0f, logits, V, xc, C, 1.0f, dw, C);
+  }
+  if (dx) prm__tp_sum(m, dx, N * C);
+  if (count) *count = cnt;
+  return total;
+}

@@ -1,0 +1,220 @@
+/* session.c - what training, `train grads` and evaluation share: the
+ * session (GEMM backend, data, model and batch buffers), one global batch's
+ * forward+backward with gradient accumulation and the data-parallel sum,
+ * evaluation over the validation split, and `train grads`. The step loop
+ * of `train pretrain` is in trainer.c. */
+#define _GNU_SOURCE
+#include "train-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Set-up shared by training, gradients and evaluation                       */
+/* ------------------------------------------------------------------------ */
+
+int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
+                      prm_split_t need, const prm_llama_tp_t *tp, prm__session_t *s,
+                      prm_err_t *err) {
+  memset(s, 0, sizeof *s);
+  int rc = prm_gemm_init(&s->gemm, o->gemm, err);
+  if (rc) return rc;
+  if (!o->mock_data && (o->data_shuffle || o->data_blend)) {
+    /* Shuffled and/or blended: the samplers, sized for what this run reads
+     * (evaluation always reads the first eval_iters global batches). */
+    int n = o->data_blend ? o->data_blend->n / 2 : 1;
+    const char **paths = prm_xcalloc((size_t)n, sizeof *paths);
+    double *weights = prm_xcalloc((size_t)n, sizeof *weights);
+    for (int i = 0; i < n; i++) {
+      if (o->data_blend) {
+        if (prm_parse_f64(o->data_blend->items[2 * i]->str, &weights[i]))
+          weights[i] = 0; /* checked by the options; refused by prm_blend_open */
+        paths[i] = o->data_blend->items[2 * i + 1]->str;
+      } else {
+        weights[i] = 1;
+        paths[i] = o->data_path;
+      }
+    }
+    prm_blend_opts_t b = {.n = n, .paths = paths, .weights = weights,
+                          .tokenizer_type = o->tokenizer_type, .split = o->split,
+                          .vocab_size = o->model.vocab, .need = need,
+                          .seq_length = o->seq_length, .seed = (uint64_t)o->seed,
+                          .shuffle = o->data_shuffle};
+    b.samples[PRM_SPLIT_TRAIN] = need == PRM_SPLIT_TRAIN ? o->train_iters * o->global_batch : 0;
+    b.samples[PRM_SPLIT_VALID] = o->eval_iters * o->global_batch;
+    rc = prm_blend_open(&b, &s->blend, err);
+    free(paths);
+    free(weights);
+    if (rc) return rc;
+  } else if (!o->mock_data) {
+    prm_dataset_opts_t d = {.path = o->data_path, .tokenizer_type = o->tokenizer_type,
+                            .split = o->split, .vocab_size = o->model.vocab, .need = need};
+    if ((rc = prm_dataset_open(&d, &s->data, err))) return rc;
+  }
+  if ((rc = prm_llama_new_tp(&o->model, o->micro_batch, o->seq_length, flags, &s->gemm, tp,
+                             &s->model, err)))
+    goto fail;
+  if (load) {
+    char *dir = NULL;
+    if ((rc = prm_ckpt_resolve(load, &dir, &s->loaded_iter, err))) goto fail;
+    rc = prm__load_weights(s, dir, err);
+    if (!rc) PRM_INFO("loaded weights from %s", dir);
+    free(dir);
+    if (rc) goto fail;
+  } else {
+    prm_llama_init(s->model, (uint64_t)o->seed);
+  }
+  int64_t n = o->micro_batch * (o->seq_length + 1);
+  s->seq = prm_xmalloc((size_t)(o->seq_length + 1) * sizeof(int32_t));
+  s->tokens = prm_xmalloc((size_t)n * sizeof(int32_t));
+  s->targets = prm_xmalloc((size_t)n * sizeof(int32_t));
+  return 0;
+fail:
+  prm__session_close(s);
+  return rc;
+}
+
+void prm__session_close(prm__session_t *s) {
+  if (s->full) {
+    size_t fb = (size_t)s->full->nparams * sizeof(float);
+    prm_mem_free(PRM_MEM_OPTIM, s->full_m, fb);
+    prm_mem_free(PRM_MEM_OPTIM, s->full_v, fb);
+    prm_llama_free(s->full);
+  }
+  prm_llama_free(s->model);
+  prm_dataset_close(s->data);
+  prm_blend_close(s->blend);
+  free(s->seq);
+  free(s->tokens);
+  free(s->targets);
+  memset(s, 0, sizeof *s);
+}
+
+int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split) {
+  if (s->blend) return prm_blend_tokens(s->blend, split);
+  return s->data ? prm_dataset_tokens(s->data, split) : 0;
+}
+
+/* Fills tokens/targets (B,S) with sequences first .. first+B-1 of a split. */
+void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_t split,
+                        int64_t first, int64_t B) {
+  int64_t S = o->seq_length;
+  for (int64_t b = 0; b < B; b++) {
+    int64_t k = first + b;
+    if (s->blend) {
+      prm_blend_sample(s->blend, split, k, s->seq);
+    } else if (s->data) {
+      prm_dataset_sequence(s->data, split, k, S, s->seq);
+    } else {
+      /* mock_data: tokens from a stream seeded by (seed, split, sequence). */
+      prm_rng_t r;
+      prm_rng_seed(&r, (uint64_t)o->seed * 1000003u + (uint64_t)split * 7919u + (uint64_t)k);
+      for (int64_t j = 0; j <= S; j++) s->seq[j] = (int32_t)(prm_rng_u64(&r) % (uint64_t)o->model.vocab);
+    }
+    memcpy(s->tokens + b * S, s->seq, (size_t)S * sizeof(int32_t));
+    memcpy(s->targets + b * S, s->seq + 1, (size_t)S * sizeof(int32_t));
+  }
+}
+
+/* Forward+backward over one global batch (optimizer step `step0`, 0-based)
+ * into zeroed gradients, summed over the data-parallel ranks (each takes
+ * the contiguous G/D samples of its rank); *loss gets the batch's mean. */
+int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
+                           int64_t step0, double *loss, prm_err_t *err) {
+  int64_t G = o->global_batch, B = o->micro_batch, S = o->seq_length;
+  int64_t share = G / dp->size, begin = step0 * G + dp->rank * share;
+  float scale = (float)(1.0 / ((double)G * (double)S));
+  double sum = 0;
+  prm_llama_zero_grad(s->model);
+  s->model->tp_seconds = 0;
+  s->data_s = 0;
+  /* Fault injection: a NaN in this rank's gradient before the reduction, so
+   * that, as a real one would, it reaches every rank through the sum. */
+  if (prm__fault_due(PRM__FAULT_NAN, step0 + 1)) s->model->grads[0] = NAN;
+  for (int64_t first = begin; first < begin + share; first += B) {
+    int64_t count = 0;
+    if (first + B >= begin + share) prm__dp_last_microbatch(dp, s->model);
+    double t0 = prm_time_now();
+    prm__session_batch(s, o, PRM_SPLIT_TRAIN, first, B);
+    s->data_s += prm_time_now() - t0;
+    sum += prm_llama_forward_backward(s->model, s->tokens, s->targets, B, scale, &count);
+  }
+  int rc = prm_llama_tp_check(s->model, err);
+  if (!rc) rc = prm__dp_reduce(dp, s->model, err);
+  if (!rc) rc = prm__dp_sum(dp, &sum, 1, err);
+  *loss = sum / ((double)G * (double)S);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Evaluation inside training                                                */
+/* ------------------------------------------------------------------------ */
+
+int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, int64_t iters,
+                  prm_eval_result_t *res, prm_err_t *err) {
+  memset(res, 0, sizeof *res);
+  if ((s->data || s->blend) && prm__session_tokens(s, PRM_SPLIT_VALID) == 0) return PRM_ENOENT;
+  int64_t G = o->global_batch, B = o->micro_batch;
+  int64_t share = dp ? G / dp->size : G, rank = dp ? dp->rank : 0;
+  double sum[2] = {0, 0}; /* loss, tokens */
+  for (int64_t it = 0; it < iters; it++)
+    for (int64_t first = it * G + rank * share; first < it * G + (rank + 1) * share; first += B) {
+      int64_t c = 0;
+      prm__session_batch(s, o, PRM_SPLIT_VALID, first, B);
+      sum[0] += prm_llama_forward(s->model, s->tokens, s->targets, B, &c);
+      sum[1] += (double)c;
+    }
+  int rc = prm_llama_tp_check(s->model, err);
+  if (!rc && dp) rc = prm__dp_sum(dp, sum, 2, err);
+  if (rc) return rc;
+  double count = sum[1];
+  res->iters = iters;
+  res->tokens = (int64_t)count;
+  res->loss = count > 0 ? sum[0] / count : 0;
+  res->perplexity = exp(res->loss);
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* train grads                                                               */
+/* ------------------------------------------------------------------------ */
+
+int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *err) {
+  prm__session_t s;
+  int rc = prm__session_open(o, PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0),
+                             o->load, PRM_SPLIT_TRAIN, NULL, &s, err);
+  if (rc) return rc;
+  prm__dp_t dp;
+  prm__par_t par;
+  double loss = 0, norm = 0;
+  if (!(rc = prm__par_open(&par, o, err))) { /* one rank: MPI untouched */
+    prm__dp_open(&dp, o, &par, s.model->nparams, err);
+    rc = prm__accumulate(&s, o, &dp, 0, &loss, err);
+    prm__dp_close(&dp);
+  }
+  prm__par_close(&par);
+  if (!rc) rc = prm__grad_norm(s.model, &norm, err);
+  if (rc) {
+    prm__session_close(&s);
+    return rc;
+  }
+  prm_llama_t *m = s.model;
+  prm_st_entry_t *ent = prm_xcalloc((size_t)m->ntensors, sizeof *ent);
+  for (int i = 0; i < m->ntensors; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    ent[i] = (prm_st_entry_t){.name = t->name, .data = m->grads + t->offset, .ndim = t->ndim};
+    ent[i].shape[0] = t->shape[0];
+    ent[i].shape[1] = t->shape[1];
+  }
+  char lb[32], nb[32];
+  snprintf(lb, sizeof lb, "%.9g", loss);
+  snprintf(nb, sizeof nb, "%.9g", norm);
+  const char *meta[] = {"loss", lb, "grad_norm", nb, NULL};
+  rc = prm_st_write_f32(out_path, ent, m->ntensors, meta, err);
+  free(ent);
+  if (!rc) PRM_INFO("step-1 loss %.6f, gradient norm %.6f: gradients written to %s", loss, norm, out_path);
+  prm__session_close(&s);
+  return rc;
+}
+

@@ -1,0 +1,91 @@
+/* tpstate.c - files and norms for tensor-parallel shards: a shard loads a
+ * whole-model folder by staging the whole model and keeping its slice, and
+ * the checkpoint writer gathers the group's shards before saving, so files
+ * never depend on tensor_model_parallel_size (see train-impl.h). Without
+ * tensor parallelism every function is the plain one-rank operation. */
+#define _GNU_SOURCE
+#include "train-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A whole model with parameters only, for staging (B = T = 1 buffers). */
+static int prm__whole(const prm_llama_t *m, prm_llama_t **out, prm_err_t *err) {
+  return prm_llama_new(&m->cfg, 1, 1, 0, &m->gemm, out, err);
+}
+
+static float *prm__moments(int64_t n) {
+  return prm_mem_alloc(PRM_MEM_OPTIM, (size_t)n * sizeof(float));
+}
+
+int prm__load_weights(prm__session_t *s, const char *dir, prm_err_t *err) {
+  prm_llama_t *m = s->model, *w = NULL;
+  if (m->tp.size <= 1) return prm_ckpt_load_hf(m, dir, err);
+  int rc = prm__whole(m, &w, err);
+  if (!rc) rc = prm_ckpt_load_hf(w, dir, err);
+  if (!rc) prm_llama_tp_slice(m, w->params, m->params);
+  prm_llama_free(w);
+  return rc;
+}
+
+int prm__resume(prm__session_t *s, const char *save, int64_t lo, int64_t hi, float *adam_m,
+                float *adam_v, prm_ckpt_state_t *st, prm_err_t *err) {
+  prm_llama_t *m = s->model, *w = NULL;
+  if (m->tp.size <= 1) return prm_ckpt_resume_range(m, save, lo, hi, adam_m, adam_v, st, err);
+  PRM_ASSERT(lo == 0 && hi == m->nparams);
+  int rc = prm__whole(m, &w, err);
+  if (rc) return rc;
+  int64_t n = w->nparams;
+  float *fm = prm__moments(n), *fv = prm__moments(n);
+  if (!fm || !fv) {
+    rc = prm_errf(err, PRM_ENOMEM, "cannot stage the whole model's AdamW moments (2 x %lld "
+                  "floats) to resume a tensor-parallel shard", (long long)n);
+  } else if (!(rc = prm_ckpt_resume_range(w, save, 0, n, fm, fv, st, err)) && st->iteration > 0) {
+    prm_llama_tp_slice(m, w->params, m->params);
+    prm_llama_tp_slice(m, fm, adam_m);
+    prm_llama_tp_slice(m, fv, adam_v);
+  }
+  prm_mem_free(PRM_MEM_OPTIM, fm, (size_t)n * sizeof(float));
+  prm_mem_free(PRM_MEM_OPTIM, fv, (size_t)n * sizeof(float));
+  prm_llama_free(w);
+  return rc;
+}
+
+int prm__tp_save_open(prm__session_t *s, int holder, prm_err_t *err) {
+  prm_llama_t *m = s->model;
+  if (m->tp.size <= 1 || !holder) return 0;
+  int rc = prm__whole(m, &s->full, err);
+  if (rc) return rc;
+  int64_t n = s->full->nparams;
+  s->full_m = prm__moments(n);
+  s->full_v = prm__moments(n);
+  if (!s->full_m || !s->full_v)
+    return prm_errf(err, PRM_ENOMEM, "cannot allocate the whole model's AdamW moments (2 x %lld "
+                    "floats) the checkpoint writer gathers", (long long)n);
+  return 0;
+}
+
+int prm__tp_save_gather(prm__session_t *s, const float *adam_m, const float *adam_v,
+                        prm_err_t *err) {
+  prm_llama_t *m = s->model;
+  int rc = prm_llama_tp_gather(m, m->params, s->full ? s->full->params : NULL, err);
+  if (!rc) rc = prm_llama_tp_gather(m, adam_m, s->full_m, err);
+  if (!rc) rc = prm_llama_tp_gather(m, adam_v, s->full_v, err);
+  return rc;
+}
+
+int prm__grad_norm(prm_llama_t *m, double *norm, prm_err_t *err) {
+  double ss = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    if (t->split == PRM_TP_WHOLE && m->tp.rank != 0) continue; /* counted by rank 0 */
+    ss += prm_sumsq(m->grads + t->offset, t->numel);
+  }
+  if (m->tp.size > 1) {
+    int rc = prm_comm_allreduce(m->tp.comm, &ss, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
+    if (rc) return rc;
+  }
+  *norm = sqrt(ss);
+  return 0;
+}
