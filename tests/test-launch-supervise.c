@@ -122,7 +122,7 @@ static void test_goodput_file_and_json(void **state) {
  * says on the attempt $PRIMUS_RESTART. */
 static const char *fake_rank =
     "hb() { printf '%d %d %s %d\\n' $$ \"$1\" \"$2\" 0 > \"$PRIMUS_HEARTBEAT_DIR/rank-0\"; }\n"
-    "echo \"attempt $PRIMUS_RESTART log line\" >> \"$RUN/logs/rank-0.log\"\n"
+    "echo \"attempt $PRIMUS_RESTART log line (restart causes: $PRIMUS_RESTART_CAUSES)\" >> \"$RUN/logs/rank-0.log\"\n"
     "[ \"$MODE:$PRIMUS_RESTART\" = silent:0 ] && exec sleep 60\n"
     "hb 0 start\n"
     "case \"$MODE:$PRIMUS_RESTART\" in\n"
@@ -203,6 +203,13 @@ static void test_supervise_crash_restart(void **state) {
   assert_non_null(strstr(t, " 10 done"));
   free(t);
   free(hb);
+  /* The restarted attempt learns what the restarts were for. */
+  char *lp = prm_path_join(fx.run_dir, "logs/rank-0.log");
+  char *log = prm_test_read(lp);
+  assert_non_null(strstr(log, "attempt 0 log line (restart causes: )"));
+  assert_non_null(strstr(log, "attempt 1 log line (restart causes: crash=1)"));
+  free(log);
+  free(lp);
   fx_free(&fx);
 }
 

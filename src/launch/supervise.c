@@ -298,6 +298,18 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
     snprintf(num, sizeof num, "%d", attempt);
     prm_env_set(&e, "PRIMUS_RESTART", num);
     prm_env_set(&e, "PRIMUS_HEARTBEAT_DIR", hb_dir);
+    /* What the restarts so far were for ("crash=1,hang=1"), for the
+     * trainer's primus_restarts_total{cause} series. */
+    prm_sb_t causes = {0};
+    for (int i = 0; i < nfaults; i++) {
+      int seen = 0, n = 0;
+      for (int k = 0; k < i; k++) seen |= !strcmp(faults[k].cause, faults[i].cause);
+      if (seen) continue;
+      for (int k = i; k < nfaults; k++) n += !strcmp(faults[k].cause, faults[i].cause);
+      prm_sb_appendf(&causes, "%s%s=%d", causes.len ? "," : "", faults[i].cause, n);
+    }
+    prm_env_set(&e, "PRIMUS_RESTART_CAUSES", prm_sb_str(&causes));
+    prm_sb_free(&causes);
     prm_env_to_envp(&e, &envp);
     if (attempt > 0) {
       char line[160];

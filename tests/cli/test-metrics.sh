@@ -100,7 +100,8 @@ PORT=$(free_port)
 # which the flat loss of random tokens never reaches by itself.
 exp live "$PORT" "fault_tolerance: {nan_policy: skip, spike_zscore: 100}" "save: $T/ckpt" \
   "save_interval: 30" "ckpt_keep: 1" "async_save: true" "eval_interval: 30" "eval_iters: 1"
-PRIMUS_FAULT_INJECT=spike:step=15 "$PRIMUS_BIN" train pretrain --config live.yaml >live.out 2>live.err &
+# PRIMUS_RESTART_CAUSES is what the supervisor passes a restarted job.
+PRIMUS_RESTART_CAUSES=crash=2,hang=1 PRIMUS_FAULT_INJECT=spike:step=15 "$PRIMUS_BIN" train pretrain --config live.yaml >live.out 2>live.err &
 PIDS+=($!)
 URL=http://127.0.0.1:$PORT/metrics
 if wait_step "$URL" 20 30; then ok "endpoint serves a running training"
@@ -112,7 +113,8 @@ for s in primus_train_loss primus_learning_rate primus_grad_norm primus_tokens_p
   primus_restarts primus_process_resident_memory_bytes primus_process_cpu_seconds_total \
   primus_node_cpu_busy_ratio primus_node_memory_available_bytes primus_node_load1 \
   primus_node_network_receive_bytes_total primus_eval_loss primus_checkpoint_save_seconds \
-  primus_checkpoint_bytes primus_async_save_wait_seconds_total primus_nan_steps_total; do
+  primus_checkpoint_bytes primus_async_save_wait_seconds_total primus_nan_steps_total \
+  primus_data_wait_seconds primus_tp_comm_seconds; do
   expect_in "series $s" $'\n'"$s " "$BODY"
 done
 expect_in "HELP line" "# HELP primus_train_loss " "$BODY"
@@ -121,6 +123,8 @@ expect_in "histogram +Inf bucket" 'primus_step_seconds_bucket{le="+Inf"} ' "$BOD
 expect_in "histogram count" "primus_step_seconds_count " "$BODY"
 expect_in "loss-spike alert counted" 'primus_alerts_total{kind="loss_spike"} 1'$'\n' "$BODY"
 expect_in "skipped step counted" 'primus_skipped_steps_total 1'$'\n' "$BODY"
+expect_in "restarts by cause, from the supervisor" 'primus_restarts_total{cause="crash"} 2'$'\n' "$BODY"
+expect_in "every cause shows" 'primus_restarts_total{cause="nan"} 0'$'\n' "$BODY"
 expect_in "log names the endpoint" "metrics: Prometheus endpoint at http://127.0.0.1:$PORT/metrics" "$(cat live.err)"
 expect_in "alert WARN line" "alert loss_spike at step 15" "$(cat live.err)"
 EV=$(cat "$(ls -d "$T"/ws/team/tester/live/run-* | tail -1)/events.jsonl")

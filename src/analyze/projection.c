@@ -1,0 +1,512 @@
+/* projection.c - `primus analyze projection`: an analytic model of one
+ * training step of a Llama-family model at scale, from hardware rates.
+ *
+ * Per micro-batch, the busiest pipeline stage (its layers and the LM head)
+ * costs GEMM FLOPs / the GEMM rate + attention work / the attention rate +
+ * element-wise bytes / memory bandwidth. A step is m micro-batches, the
+ * 1F1B bubble ((p-1)/v micro-batches), Megatron's four tensor-parallel
+ * all-reduces per layer and micro-batch, the pipeline's activation
+ * transfers, the data-parallel gradient reduction (ring all-reduce, or
+ * ZeRO-1's reduce-scatter + all-gather) less what backward hides, and the
+ * AdamW update. Memory per rank follows the engine's own accounting
+ * (src/model/llama.c: one block per category, 64-byte aligned pieces).
+ * docs/analyze.md explains each term. */
+#define _GNU_SOURCE
+#include "primus/prm_analyze.h"
+#include "primus/prm_data.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Element-wise passes over each activation per micro-batch (forward write and
+ * read, backward read, gradient write and read, accumulation): an estimate. */
+#define PRM__PJ_EW_PASSES 6.0
+/* Passes over the LM head's logits per token (write, softmax read, gradient). */
+#define PRM__PJ_HEAD_PASSES 4.0
+/* AdamW bytes per owned parameter (read p, g, m, v; write p, m, v), and per
+ * parameter of the rank (zeroing, the norm, the clip). */
+#define PRM__PJ_ADAM_BYTES 28.0
+#define PRM__PJ_GRAD_BYTES 12.0
+/* Kernel launches (parallel regions) per layer and micro-batch, forward and
+ * backward, and for the final norm, LM head and loss: an estimate of the
+ * engine's count, each costing kernel_launch_us. */
+#define PRM__PJ_KERNELS_LAYER 40.0
+#define PRM__PJ_KERNELS_HEAD 10.0
+
+/* ------------------------------------------------------------------------ */
+/* Collectives and the bubble                                                */
+/* ------------------------------------------------------------------------ */
+
+double prm_pj_allreduce_s(int64_t n, double bytes, double busbw_gbs, double lat_us) {
+  if (n < 2 || !(busbw_gbs > 0)) return 0;
+  double f = 2.0 * (double)(n - 1) / (double)n;
+  return f * bytes / (busbw_gbs * 1e9) + 2.0 * (double)(n - 1) * lat_us * 1e-6;
+}
+
+double prm_pj_half_collective_s(int64_t n, double bytes, double busbw_gbs, double lat_us) {
+  if (n < 2 || !(busbw_gbs > 0)) return 0;
+  double f = (double)(n - 1) / (double)n;
+  return f * bytes / (busbw_gbs * 1e9) + (double)(n - 1) * lat_us * 1e-6;
+}
+
+double prm_pj_bubble_fraction(int64_t p, int64_t m, int64_t v) {
+  if (p < 2 || m < 1) return 0;
+  if (v < 1) v = 1;
+  double b = (double)(p - 1) / (double)v;
+  return b / ((double)m + b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The experiment                                                            */
+/* ------------------------------------------------------------------------ */
+
+static int prm__pj_int(const prm_exp_t *e, const char *key, int64_t fallback, int64_t *out,
+                       prm_err_t *err) {
+  int rc = prm_exp_get_int(e, key, out);
+  if (rc == PRM_EUNKNOWN) {
+    if (fallback < 0) return prm_errf(err, PRM_ECONFIG, "%s: required for a projection but not set", key);
+    *out = fallback;
+    return 0;
+  }
+  return rc ? prm_errf(err, PRM_ECONFIG, "%s: expected an integer", key) : 0;
+}
+
+int prm_pj_input_from_exp(const prm_exp_t *e, prm_pj_input_t *in, prm_err_t *err) {
+  memset(in, 0, sizeof *in);
+  prm_llama_config_t *c = &in->model;
+  int rc;
+#define PRM__PJ_I(key, fb, dst) \
+  if ((rc = prm__pj_int(e, key, fb, dst, err))) return rc
+  PRM__PJ_I("hidden_size", -1, &c->hidden);
+  PRM__PJ_I("num_layers", -1, &c->layers);
+  PRM__PJ_I("num_attention_heads", -1, &c->heads);
+  PRM__PJ_I("num_query_groups", c->heads, &c->groups);
+  PRM__PJ_I("ffn_hidden_size", 4 * c->hidden, &c->ffn);
+  PRM__PJ_I("seq_length", -1, &in->seq);
+  PRM__PJ_I("max_position_embeddings", in->seq, &c->max_pos);
+  int64_t vocab = 0, divisible = 128;
+  PRM__PJ_I("vocab_size", 0, &vocab);
+  PRM__PJ_I("make_vocab_size_divisible_by", 128, &divisible);
+  if (vocab == 0) {
+    /* As the trainer: the tokenizer's vocabulary, padded. */
+    const char *type = prm_exp_get_str(e, "tokenizer_type");
+    prm_tokenizer_t *tok = NULL;
+    if ((rc = prm_tokenizer_open(type ? type : "ByteTokenizer", prm_exp_get_str(e, "tokenizer_model"), &tok,
+                                 err)))
+      return rc;
+    vocab = prm_tokenizer_vocab(tok);
+    prm_tokenizer_free(tok);
+    if (divisible > 1) vocab = (vocab + divisible - 1) / divisible * divisible;
+  }
+  c->vocab = vocab;
+  c->norm_eps = 1e-5;
+  c->rope_base = 10000;
+  c->init_std = 0.02;
+  int untie = 0;
+  prm_exp_get_bool(e, "untie_embeddings_and_output_weights", &untie);
+  c->tied = !untie;
+  if ((rc = prm_llama_config_check(c, err))) return rc;
+  PRM__PJ_I("micro_batch_size", 1, &in->micro_batch);
+  PRM__PJ_I("global_batch_size", 0, &in->global_batch);
+  PRM__PJ_I("tensor_model_parallel_size", 1, &in->tp);
+  PRM__PJ_I("pipeline_model_parallel_size", 1, &in->pp);
+  PRM__PJ_I("ddp_bucket_size", 25000000, &in->bucket);
+  int64_t experts = 0;
+  PRM__PJ_I("num_experts", 0, &experts);
+  if (experts)
+    return prm_errf(err, PRM_ECONFIG, "num_experts: the projection models dense models only");
+#undef PRM__PJ_I
+  in->vpp = 1;
+  in->nodes = 1;
+  if (prm_exp_get_bool(e, "use_distributed_optimizer", &in->dist_opt)) in->dist_opt = 0;
+  if (prm_exp_get_bool(e, "overlap_grad_reduce", &in->overlap)) in->overlap = 0;
+  if (prm_exp_get_bool(e, "bf16", &in->bf16)) in->bf16 = 0;
+  in->recompute = prm_exp_get_str(e, "recompute_granularity") != NULL;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The model                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Floats of one piece as the engine carves it (64-byte aligned). */
+static double prm__pj_pad(double n) {
+  return (double)(((int64_t)n + 15) & ~(int64_t)15);
+}
+
+/* A group of `span` consecutive ranks (Megatron's order: TP innermost, then
+ * DP, then PP) stays inside a node when it fits a node evenly. */
+static int prm__pj_intra(int64_t span, int64_t nodes, int64_t rpn) {
+  return nodes == 1 || (span <= rpn && rpn % span == 0);
+}
+
+typedef struct {
+  double bw, lat;
+  const char *name;
+} prm__pj_link_t;
+
+static prm__pj_link_t prm__pj_link(const prm_pj_hw_t *hw, int64_t size, int intra) {
+  prm__pj_link_t l = {0, 0, "-"};
+  if (size < 2) return l;
+  l.name = intra ? "intra-node" : "inter-node";
+  l.bw = hw->v[intra ? PRM_PJ_INTRA_BUSBW_GBS : PRM_PJ_INTER_BUSBW_GBS];
+  l.lat = hw->v[intra ? PRM_PJ_INTRA_LAT_US : PRM_PJ_INTER_LAT_US];
+  return l;
+}
+
+static int prm__pj_layout_err(prm_err_t *err, const char *what) {
+  return prm_errf(err, PRM_ECONFIG, "%s", what);
+}
+
+int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_result_t *r,
+                   prm_err_t *err) {
+  memset(r, 0, sizeof *r);
+  const prm_llama_config_t *c = &in->model;
+  char msg[512];
+  int rc = prm_llama_config_check(c, err);
+  if (rc) return rc;
+  int64_t tp = in->tp, pp = in->pp, vpp = in->vpp < 1 ? 1 : in->vpp;
+  int64_t rpn = in->ranks_per_node;
+  if (rpn < 1) {
+    rpn = hw->set[PRM_PJ_RANKS_PER_NODE]     ? (int64_t)hw->v[PRM_PJ_RANKS_PER_NODE]
+          : hw->set[PRM_PJ_DEVICES_PER_NODE] ? (int64_t)hw->v[PRM_PJ_DEVICES_PER_NODE]
+                                             : 1;
+  }
+  if (in->nodes < 1 || rpn < 1)
+    return prm_errf(err, PRM_EINVAL, "nodes (%lld) and ranks per node (%lld) must be >= 1",
+                    (long long)in->nodes, (long long)rpn);
+  if (tp < 1 || pp < 1) return prm__pj_layout_err(err, "tensor/pipeline parallel sizes must be >= 1");
+  if (in->seq < 1 || in->micro_batch < 1)
+    return prm__pj_layout_err(err, "seq_length and micro_batch_size must be >= 1");
+  if (c->heads % tp || c->groups % tp || c->ffn % tp) {
+    snprintf(msg, sizeof msg,
+             "tensor_model_parallel_size %lld must divide num_attention_heads (%lld), "
+             "num_query_groups (%lld) and ffn_hidden_size (%lld)",
+             (long long)tp, (long long)c->heads, (long long)c->groups, (long long)c->ffn);
+    return prm__pj_layout_err(err, msg);
+  }
+  if (vpp > 1 && pp < 2)
+    return prm__pj_layout_err(err, "virtual pipeline stages need pipeline_model_parallel_size > 1");
+  if (c->layers % (pp * vpp)) {
+    snprintf(msg, sizeof msg,
+             "num_layers %lld is not divisible by pipeline_model_parallel_size %lld x %lld virtual "
+             "stages",
+             (long long)c->layers, (long long)pp, (long long)vpp);
+    return prm__pj_layout_err(err, msg);
+  }
+  int64_t world = in->nodes * rpn;
+  if (world % (tp * pp)) {
+    snprintf(msg, sizeof msg,
+             "%lld ranks (%lld nodes x %lld) are not divisible by tensor_model_parallel_size %lld x "
+             "pipeline_model_parallel_size %lld",
+             (long long)world, (long long)in->nodes, (long long)rpn, (long long)tp, (long long)pp);
+    return prm__pj_layout_err(err, msg);
+  }
+  int64_t dp = world / (tp * pp);
+  int64_t gb = in->global_batch > 0 ? in->global_batch : in->micro_batch * dp;
+  if (gb % (in->micro_batch * dp)) {
+    snprintf(msg, sizeof msg,
+             "global_batch_size %lld is not a multiple of micro_batch_size %lld x data-parallel size "
+             "%lld",
+             (long long)gb, (long long)in->micro_batch, (long long)dp);
+    return prm__pj_layout_err(err, msg);
+  }
+  int64_t m = gb / (in->micro_batch * dp);
+
+  /* Links, and the hardware keys this layout needs. */
+  prm__pj_link_t ltp = prm__pj_link(hw, tp, prm__pj_intra(tp, in->nodes, rpn));
+  prm__pj_link_t ldp = prm__pj_link(hw, dp, prm__pj_intra(tp * dp, in->nodes, rpn));
+  prm__pj_link_t lpp = prm__pj_link(hw, pp, prm__pj_intra(world, in->nodes, rpn));
+  int zero = in->dist_opt && dp > 1;
+  int overlap = in->overlap && dp > 1 && !zero;
+  int need[PRM_PJ__KEYS] = {0};
+  need[PRM_PJ_PEAK_GFLOPS] = need[PRM_PJ_GEMM_GFLOPS] = need[PRM_PJ_MEM_BW_GBS] = 1;
+  const prm__pj_link_t *links[3] = {&ltp, &ldp, &lpp};
+  for (int i = 0; i < 3; i++) {
+    if (!strcmp(links[i]->name, "intra-node")) need[PRM_PJ_INTRA_BUSBW_GBS] = 1;
+    if (!strcmp(links[i]->name, "inter-node")) need[PRM_PJ_INTER_BUSBW_GBS] = 1;
+  }
+  if (overlap) need[PRM_PJ_OVERLAP_FRACTION] = 1;
+  prm_sb_t miss = {0};
+  for (int k = 0; k < PRM_PJ__KEYS; k++)
+    if (need[k] && !hw->set[k]) prm_sb_appendf(&miss, "%s%s", miss.len ? ", " : "", prm_pj_key_name(k));
+  if (miss.len) {
+    rc = prm_errf(err, PRM_ECONFIG,
+                  "%s: missing hardware key%s %s (needed for %lld node%s x %lld ranks, TP %lld, PP %lld, "
+                  "DP %lld%s; see docs/analyze.md)",
+                  hw->source[0] ? hw->source : "hardware", strchr(prm_sb_str(&miss), ',') ? "s" : "",
+                  prm_sb_str(&miss), (long long)in->nodes, in->nodes == 1 ? "" : "s", (long long)rpn,
+                  (long long)tp, (long long)pp, (long long)dp,
+                  overlap ? ", overlap_grad_reduce" : "");
+    prm_sb_free(&miss);
+    return rc;
+  }
+  prm_sb_free(&miss);
+
+  /* Devices (GPUs): a rank drives one, and ranks beyond the devices share
+   * them. Cores: the node's cores are divided among its ranks, as threads
+   * when there are more cores than ranks, by time-sharing when fewer. */
+  double share;
+  if (hw->set[PRM_PJ_CORES_PER_NODE]) {
+    share = hw->v[PRM_PJ_CORES_PER_NODE] / (double)rpn;
+  } else {
+    double devices = hw->set[PRM_PJ_DEVICES_PER_NODE] ? hw->v[PRM_PJ_DEVICES_PER_NODE] : 1;
+    share = devices >= (double)rpn ? 1.0 : devices / (double)rpn;
+  }
+  double eff = hw->set[PRM_PJ_EFFICIENCY] ? hw->v[PRM_PJ_EFFICIENCY] : 1.0;
+  double gemm_rate = hw->v[PRM_PJ_GEMM_GFLOPS] * 1e9 * eff * share;
+  double attn_rate =
+      (hw->set[PRM_PJ_ATTN_GFLOPS] ? hw->v[PRM_PJ_ATTN_GFLOPS] : hw->v[PRM_PJ_GEMM_GFLOPS]) * 1e9 * eff *
+      share;
+  double mem_bw = hw->v[PRM_PJ_MEM_BW_GBS] * 1e9 * share;
+  double vb = in->bf16 ? 2.0 : 4.0; /* bytes per activation / communicated value */
+
+  /* Shapes; tensor parallelism splits heads, groups, ffn and the vocabulary. */
+  double C = (double)c->hidden, L = (double)c->layers, F = (double)c->ffn;
+  double D = (double)prm_llama_head_dim(c), H = (double)c->heads, G = (double)c->groups;
+  double V = (double)c->vocab, S = (double)in->seq, B = (double)in->micro_batch, T = (double)tp;
+  double Vt = ceil(V / T);
+  double Ls = L / (double)pp, N = B * S;
+  double layer_mat = 2 * H * D * C + 2 * G * D * C + 3 * F * C; /* q, o; k, v; gate, up, down */
+  double layer_rank = layer_mat / T + 2 * C;                     /* norms are replicated */
+  r->params = prm_llama_param_count(c);
+  double head_rank = Vt * C; /* the tied head has its own copy on the last stage when pp > 1 */
+  double first = Ls * layer_rank + Vt * C + (pp == 1 ? C + (c->tied ? 0 : head_rank) : 0);
+  double last = Ls * layer_rank + C + (c->tied && pp == 1 ? 0 : head_rank) + (pp == 1 ? Vt * C : 0);
+  r->params_rank = (int64_t)(first > last ? first : last);
+
+  /* One micro-batch on the last stage (its layers and the head). */
+  double rec = in->recompute ? 1 : 0;
+  double gemm = 6 * N * Ls * layer_mat / T * (1 + rec / 3) + 6 * N * Vt * C;
+  double attn = Ls * 7 * B * (H / T) * S * S * D * (1 + rec / 3.5);
+  /* Per token and layer: the residual, ln1, mid, ln2, two rstd; q, k, v, att, lse, gate, up, h. */
+  double act_tok = 4 * C + 2 + (2 * H * D + 2 * G * D + 3 * F + H) / T;
+  double ew = PRM__PJ_EW_PASSES * vb * N * Ls * act_tok * (1 + rec / 3) +
+              PRM__PJ_HEAD_PASSES * vb * N * Vt;
+  double launch = hw->set[PRM_PJ_LAUNCH_US] ? hw->v[PRM_PJ_LAUNCH_US] * 1e-6 : 0;
+  r->t_mb = gemm / gemm_rate + attn / attn_rate + ew / mem_bw +
+            launch * (PRM__PJ_KERNELS_LAYER * Ls * (1 + rec / 3) + PRM__PJ_KERNELS_HEAD);
+  r->t_compute = (double)m * r->t_mb;
+  r->t_bubble = (double)(pp - 1) / (double)vpp * r->t_mb;
+
+  /* Tensor parallel: Megatron's two all-reduces per layer forward and two
+   * backward, each of the micro-batch's (B,S,C) activations. */
+  double act_bytes = N * C * vb;
+  r->t_tp = (double)m * Ls * (4 + 2 * rec) * prm_pj_allreduce_s(tp, act_bytes, ltp.bw, ltp.lat);
+  /* Pipeline: each micro-batch crosses each boundary forward and backward. */
+  r->t_pp = pp > 1 ? 2.0 * (double)m * (double)vpp * (lpp.lat * 1e-6 + act_bytes / (lpp.bw * 1e9)) : 0;
+
+  /* Data parallel: the rank's gradients, in buckets. */
+  double pr = (double)r->params_rank;
+  double gbytes = pr * vb;
+  double nb = ceil(pr / (double)(in->bucket > 0 ? in->bucket : 25000000));
+  if (zero) {
+    r->t_dp = prm_pj_half_collective_s(dp, gbytes, ldp.bw, ldp.lat) +   /* reduce-scatter */
+              prm_pj_half_collective_s(dp, pr * 4.0, ldp.bw, ldp.lat) + /* all-gather of fp32 params */
+              prm_pj_allreduce_s(dp, 8.0, ldp.bw, ldp.lat);             /* the gradient norm */
+  } else if (dp > 1) {
+    r->t_dp = prm_pj_allreduce_s(dp, gbytes, ldp.bw, 0) + nb * prm_pj_allreduce_s(dp, 0, ldp.bw, ldp.lat);
+  }
+  if (overlap) {
+    double h = hw->v[PRM_PJ_OVERLAP_FRACTION] * r->t_dp;
+    double last_bucket = r->t_dp * (nb - 1) / nb; /* the last bucket waits for the end of backward */
+    double bwd = r->t_mb * 2.0 / 3.0;
+    if (h > last_bucket) h = last_bucket;
+    if (h > bwd) h = bwd;
+    r->t_dp_hidden = h;
+  }
+  double owned = zero ? ceil(pr / (double)dp) : pr;
+  r->t_optim = (PRM__PJ_ADAM_BYTES * owned + PRM__PJ_GRAD_BYTES * pr) / mem_bw;
+  r->t_step = r->t_compute + r->t_bubble + r->t_tp + r->t_pp + (r->t_dp - r->t_dp_hidden) + r->t_optim;
+
+  double tokens = (double)gb * S;
+  r->model_flops_step = prm_llama_flops_per_token(c, in->seq) * tokens;
+  r->tokens_per_s = tokens / r->t_step;
+  double peak = hw->v[PRM_PJ_PEAK_GFLOPS] * 1e9 * share * (double)world;
+  r->mfu = r->model_flops_step / r->t_step / peak;
+  r->tflops_per_rank = r->model_flops_step / r->t_step / (double)world / 1e12;
+
+  /* Memory per rank, as the engine accounts it (fp32 master weights,
+   * gradients and moments; activations in the activation type). */
+  r->mem_params = pr * 4;
+  r->mem_grads = pr * 4;
+  r->mem_optim = 8 * owned;
+  r->mem_grad_shard = zero ? 4 * owned : 0;
+  double hd = H * D / T, gd = G * D / T, ff = F / T;
+  double set = prm__pj_pad(N * C) * 3 + prm__pj_pad(N) * 2 + prm__pj_pad(N * hd) * 2 +
+               prm__pj_pad(N * gd) * 2 + prm__pj_pad(N * H / T) + prm__pj_pad(N * ff) * 3;
+  double sets = in->recompute ? 1 : Ls;
+  double per_mb = prm__pj_pad((Ls + 1) * N * C) + sets * set + prm__pj_pad(N * C) + prm__pj_pad(N);
+  r->acts_micro_batches = pp > 1 ? (m < pp ? m : pp) : 1;
+  r->mem_acts = per_mb * vb * (double)r->acts_micro_batches;
+  double chunk = floor((double)(4 << 20) / Vt);
+  if (chunk < 1) chunk = 1;
+  if (chunk > N) chunk = N;
+  r->mem_scratch = (prm__pj_pad(N * C) * 3 + prm__pj_pad(N * hd) * 2 + prm__pj_pad(N * gd) * 2 +
+                    prm__pj_pad(N * ff) * 3 + prm__pj_pad(chunk * Vt)) *
+                   vb;
+  r->mem_total = r->mem_params + r->mem_grads + r->mem_optim + r->mem_grad_shard + r->mem_acts +
+                 r->mem_scratch;
+
+  r->world = world;
+  r->dp = dp;
+  r->tp = tp;
+  r->pp = pp;
+  r->vpp = vpp;
+  r->micro_batches = m;
+  r->ranks_per_node = rpn;
+  r->rank_share = share;
+  r->dp_link = ldp.name;
+  r->tp_link = ltp.name;
+  r->pp_link = lpp.name;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Output                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void prm__pj_row(prm_sb_t *out, const char *name, double s, double total) {
+  prm_sb_appendf(out, "  %-24s %12.3f  %5.1f%%\n", name, s * 1e3, total > 0 ? 100 * s / total : 0);
+}
+
+static void prm__pj_mem(prm_sb_t *out, const char *name, double bytes) {
+  char b[32];
+  prm_fmt_bytes(b, sizeof b, bytes);
+  prm_sb_appendf(out, "  %-24s %12s  %15.0f\n", name, b, bytes);
+}
+
+void prm_pj_format(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_pj_result_t *r,
+                   prm_sb_t *out) {
+  const prm_llama_config_t *c = &in->model;
+  prm_sb_appendf(out,
+                 "model: hidden %lld, %lld layers, %lld/%lld heads, ffn %lld, vocab %lld, seq %lld; "
+                 "%lld parameters\n",
+                 (long long)c->hidden, (long long)c->layers, (long long)c->heads, (long long)c->groups,
+                 (long long)c->ffn, (long long)c->vocab, (long long)in->seq, (long long)r->params);
+  prm_sb_appendf(out, "hardware: %s\n", hw->source);
+  prm_sb_appendf(out,
+                 "layout: %lld node%s x %lld ranks = %lld ranks: DP %lld x TP %lld x PP %lld",
+                 (long long)in->nodes, in->nodes == 1 ? "" : "s", (long long)r->ranks_per_node,
+                 (long long)r->world, (long long)r->dp, (long long)r->tp, (long long)r->pp);
+  if (r->vpp > 1) prm_sb_appendf(out, " (%lld virtual stages)", (long long)r->vpp);
+  prm_sb_appendf(out, "; ZeRO-1 %s; overlap_grad_reduce %s%s\n",
+                 in->dist_opt && r->dp > 1 ? "on" : "off", in->overlap ? "on" : "off",
+                 in->overlap && in->dist_opt && r->dp > 1 ? " (not with ZeRO-1)" : "");
+  prm_sb_appendf(out,
+                 "batch: global %lld = %lld micro-batches of %lld x %lld tokens per pipeline; links: DP %s, "
+                 "TP %s, PP %s\n",
+                 (long long)(r->micro_batches * in->micro_batch * r->dp), (long long)r->micro_batches,
+                 (long long)in->micro_batch, (long long)in->seq, r->dp_link, r->tp_link, r->pp_link);
+  if (hw->set[PRM_PJ_CORES_PER_NODE])
+    prm_sb_appendf(out, "cores: %g per node, %.3g per rank (rates are per core)%s\n", hw->v[PRM_PJ_CORES_PER_NODE],
+                   r->rank_share, r->rank_share < 1 ? "; oversubscribed: ranks time-share the cores" : "");
+  else if (r->rank_share < 1)
+    prm_sb_appendf(out,
+                   "oversubscribed: %lld ranks share %g device(s) per node, each rank gets %.3g of a "
+                   "device's rates\n",
+                   (long long)r->ranks_per_node, r->ranks_per_node * r->rank_share, r->rank_share);
+  prm_sb_appendf(out, "\nstep time per rank                   ms   share\n");
+  prm__pj_row(out, "compute", r->t_compute, r->t_step);
+  prm__pj_row(out, "pipeline bubble", r->t_bubble, r->t_step);
+  prm__pj_row(out, "tensor-parallel comm", r->t_tp, r->t_step);
+  prm__pj_row(out, "pipeline p2p", r->t_pp, r->t_step);
+  prm__pj_row(out, "data-parallel comm", r->t_dp - r->t_dp_hidden, r->t_step);
+  prm__pj_row(out, "optimizer", r->t_optim, r->t_step);
+  prm__pj_row(out, "total", r->t_step, r->t_step);
+  if (r->t_dp > 0)
+    prm_sb_appendf(out, "  (data-parallel comm %.3f ms, %.3f ms of it hidden behind backward)\n",
+                   r->t_dp * 1e3, r->t_dp_hidden * 1e3);
+  if (r->pp > 1)
+    prm_sb_appendf(out, "  (bubble fraction %.3f)\n", prm_pj_bubble_fraction(r->pp, r->micro_batches, r->vpp));
+  prm_sb_appendf(out, "\nthroughput: %.1f tokens/s, %.4f TFLOP/s per rank, MFU %.1f%%\n", r->tokens_per_s,
+                 r->tflops_per_rank, 100 * r->mfu);
+  prm_sb_appendf(out, "\nmemory per rank                    size            bytes\n");
+  prm__pj_mem(out, "parameters", r->mem_params);
+  prm__pj_mem(out, "gradients", r->mem_grads);
+  prm__pj_mem(out, "optimizer (AdamW)", r->mem_optim);
+  prm__pj_mem(out, "gradient shard", r->mem_grad_shard);
+  prm__pj_mem(out, "activations", r->mem_acts);
+  prm__pj_mem(out, "scratch", r->mem_scratch);
+  prm__pj_mem(out, "total", r->mem_total);
+  prm_sb_appendf(out, "  (%lld parameters on this rank; activations of %lld micro-batch%s in flight)\n",
+                 (long long)r->params_rank, (long long)r->acts_micro_batches,
+                 r->acts_micro_batches == 1 ? "" : "es");
+}
+
+static void prm__pj_num(cJSON *o, const char *k, double v) {
+  cJSON_AddNumberToObject(o, k, isfinite(v) ? v : 0);
+}
+
+char *prm_pj_to_json(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_pj_result_t *r) {
+  const prm_llama_config_t *c = &in->model;
+  cJSON *o = cJSON_CreateObject();
+  cJSON *mo = cJSON_AddObjectToObject(o, "model");
+  prm__pj_num(mo, "hidden_size", (double)c->hidden);
+  prm__pj_num(mo, "num_layers", (double)c->layers);
+  prm__pj_num(mo, "num_attention_heads", (double)c->heads);
+  prm__pj_num(mo, "num_query_groups", (double)c->groups);
+  prm__pj_num(mo, "ffn_hidden_size", (double)c->ffn);
+  prm__pj_num(mo, "vocab_size", (double)c->vocab);
+  prm__pj_num(mo, "seq_length", (double)in->seq);
+  prm__pj_num(mo, "params", (double)r->params);
+  prm__pj_num(mo, "flops_per_token", prm_llama_flops_per_token(c, in->seq));
+  cJSON *hwo = cJSON_AddObjectToObject(o, "hardware");
+  cJSON_AddStringToObject(hwo, "source", hw->source);
+  for (int k = 0; k < PRM_PJ__KEYS; k++) {
+    if (hw->set[k])
+      prm__pj_num(hwo, prm_pj_key_name(k), hw->v[k]);
+    else
+      cJSON_AddNullToObject(hwo, prm_pj_key_name(k));
+  }
+  cJSON *lo = cJSON_AddObjectToObject(o, "layout");
+  prm__pj_num(lo, "nodes", (double)in->nodes);
+  prm__pj_num(lo, "ranks_per_node", (double)r->ranks_per_node);
+  prm__pj_num(lo, "world", (double)r->world);
+  prm__pj_num(lo, "dp", (double)r->dp);
+  prm__pj_num(lo, "tp", (double)r->tp);
+  prm__pj_num(lo, "pp", (double)r->pp);
+  prm__pj_num(lo, "virtual_stages", (double)r->vpp);
+  prm__pj_num(lo, "micro_batches", (double)r->micro_batches);
+  prm__pj_num(lo, "micro_batch_size", (double)in->micro_batch);
+  prm__pj_num(lo, "global_batch_size", (double)(r->micro_batches * in->micro_batch * r->dp));
+  cJSON_AddBoolToObject(lo, "distributed_optimizer", in->dist_opt && r->dp > 1);
+  cJSON_AddBoolToObject(lo, "overlap_grad_reduce", in->overlap);
+  cJSON_AddBoolToObject(lo, "recompute", in->recompute);
+  prm__pj_num(lo, "rank_share", r->rank_share);
+  cJSON_AddStringToObject(lo, "dp_link", r->dp_link);
+  cJSON_AddStringToObject(lo, "tp_link", r->tp_link);
+  cJSON_AddStringToObject(lo, "pp_link", r->pp_link);
+  cJSON *so = cJSON_AddObjectToObject(o, "step_ms");
+  prm__pj_num(so, "compute", r->t_compute * 1e3);
+  prm__pj_num(so, "micro_batch", r->t_mb * 1e3);
+  prm__pj_num(so, "bubble", r->t_bubble * 1e3);
+  prm__pj_num(so, "tp_comm", r->t_tp * 1e3);
+  prm__pj_num(so, "pp_comm", r->t_pp * 1e3);
+  prm__pj_num(so, "dp_comm", (r->t_dp - r->t_dp_hidden) * 1e3);
+  prm__pj_num(so, "dp_comm_total", r->t_dp * 1e3);
+  prm__pj_num(so, "dp_hidden", r->t_dp_hidden * 1e3);
+  prm__pj_num(so, "optimizer", r->t_optim * 1e3);
+  prm__pj_num(so, "total", r->t_step * 1e3);
+  prm__pj_num(o, "bubble_fraction", prm_pj_bubble_fraction(r->pp, r->micro_batches, r->vpp));
+  prm__pj_num(o, "tokens_per_s", r->tokens_per_s);
+  prm__pj_num(o, "tflops_per_rank", r->tflops_per_rank);
+  prm__pj_num(o, "mfu", r->mfu);
+  prm__pj_num(o, "model_flops_per_step", r->model_flops_step);
+  cJSON *me = cJSON_AddObjectToObject(o, "memory_bytes");
+  prm__pj_num(me, "params", r->mem_params);
+  prm__pj_num(me, "grads", r->mem_grads);
+  prm__pj_num(me, "optimizer", r->mem_optim);
+  prm__pj_num(me, "grad_shard", r->mem_grad_shard);
+  prm__pj_num(me, "activations", r->mem_acts);
+  prm__pj_num(me, "scratch", r->mem_scratch);
+  prm__pj_num(me, "total", r->mem_total);
+  prm__pj_num(me, "params_per_rank", (double)r->params_rank);
+  prm__pj_num(me, "micro_batches_in_flight", (double)r->acts_micro_batches);
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  /* cJSON allocates with malloc: the caller frees with free(). */
+  return s;
+}

@@ -1,0 +1,303 @@
+/* series.c - the numbers behind `primus analyze report`: the step lines and
+ * events of events.jsonl (loss, eval loss, learning rate, gradient norm,
+ * tokens/s, step time; checkpoints, restarts, faults, alerts as markers)
+ * and the step lines every rank logs (MFU, the per-rank step-time spread).
+ * Whatever is missing stays an empty series; nothing here fails. */
+#define _GNU_SOURCE
+#include "analyze-impl.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const prm__an_mk_names[] = {"checkpoint", "restart",   "fault",  "alert",
+                                               "bad_step",   "rollback",  "preempted", "give_up"};
+_Static_assert(sizeof prm__an_mk_names / sizeof prm__an_mk_names[0] == PRM_AN__MARKERS,
+               "one name per marker kind");
+
+const char *prm_an_marker_name(prm_an_marker_kind_t k) {
+  return k >= 0 && k < PRM_AN__MARKERS ? prm__an_mk_names[k] : "?";
+}
+
+static void prm__an_push(prm_an_series_t *s, double x, double y) {
+  if (s->n == s->cap) {
+    s->cap = s->cap ? 2 * s->cap : 64;
+    s->x = prm_xrealloc(s->x, (size_t)s->cap * sizeof *s->x);
+    s->y = prm_xrealloc(s->y, (size_t)s->cap * sizeof *s->y);
+  }
+  s->x[s->n] = x;
+  s->y[s->n] = y;
+  s->n++;
+}
+
+static prm_an_marker_t *prm__an_marker(prm_an_runseries_t *rs, prm_an_marker_kind_t k, int64_t step,
+                                       double time) {
+  if (rs->n_mk == rs->cap_mk) {
+    rs->cap_mk = rs->cap_mk ? 2 * rs->cap_mk : 16;
+    rs->mk = prm_xrealloc(rs->mk, (size_t)rs->cap_mk * sizeof *rs->mk);
+  }
+  prm_an_marker_t *m = &rs->mk[rs->n_mk++];
+  memset(m, 0, sizeof *m);
+  m->kind = k;
+  m->step = step;
+  m->time = time;
+  return m;
+}
+
+/* A number member; NAN when absent, null or not a number. */
+static double prm__an_num(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static const char *prm__an_str(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* ------------------------------------------------------------------------ */
+/* events.jsonl                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void prm__an_event(prm_an_runseries_t *rs, const cJSON *o, const char *name, int64_t last) {
+  double step = prm__an_num(o, "step");
+  int64_t at = isfinite(step) && step >= 0 ? (int64_t)step : last;
+  double t = prm__an_num(o, "time");
+  if (!isfinite(t)) t = 0;
+  prm_an_marker_t *m = NULL;
+  if (!strcmp(name, "eval")) {
+    prm__an_push(&rs->s[PRM_AN_SER_EVAL_LOSS], (double)at, prm__an_num(o, "loss"));
+  } else if (!strcmp(name, "checkpoint")) {
+    m = prm__an_marker(rs, PRM_AN_MK_CHECKPOINT, at, t);
+    snprintf(m->label, sizeof m->label, "ckpt %lld", (long long)at);
+    snprintf(m->detail, sizeof m->detail, "checkpoint at step %lld saved in %.3f s%s", (long long)at,
+             isfinite(prm__an_num(o, "seconds")) ? prm__an_num(o, "seconds") : 0.0,
+             cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "async")) ? " (async)" : "");
+  } else if (!strcmp(name, "restart")) {
+    double a = prm__an_num(o, "attempt");
+    m = prm__an_marker(rs, PRM_AN_MK_RESTART, at, t);
+    snprintf(m->label, sizeof m->label, "restart %d", isfinite(a) ? (int)a : 0);
+    snprintf(m->detail, sizeof m->detail, "restart: attempt %d after step %lld", isfinite(a) ? (int)a : 0,
+             (long long)at);
+  } else if (!strcmp(name, "fault")) {
+    double r = prm__an_num(o, "rank");
+    m = prm__an_marker(rs, PRM_AN_MK_FAULT, at, t);
+    snprintf(m->label, sizeof m->label, "fault r%d", isfinite(r) ? (int)r : -1);
+    snprintf(m->detail, sizeof m->detail, "fault on rank %d: %s - %s", isfinite(r) ? (int)r : -1,
+             prm__an_str(o, "cause"), prm__an_str(o, "detail"));
+  } else if (!strcmp(name, "alert")) {
+    m = prm__an_marker(rs, PRM_AN_MK_ALERT, at, t);
+    snprintf(m->label, sizeof m->label, "%s", prm__an_str(o, "kind"));
+    snprintf(m->detail, sizeof m->detail, "alert %s at step %lld: value %g, threshold %g",
+             prm__an_str(o, "kind"), (long long)at, prm__an_num(o, "value"), prm__an_num(o, "threshold"));
+  } else if (!strcmp(name, "bad_step")) {
+    m = prm__an_marker(rs, PRM_AN_MK_BAD_STEP, at, t);
+    snprintf(m->label, sizeof m->label, "%s", prm__an_str(o, "cause"));
+    snprintf(m->detail, sizeof m->detail, "bad step %lld: %s", (long long)at, prm__an_str(o, "cause"));
+  } else if (!strcmp(name, "rollback")) {
+    double from = prm__an_num(o, "from_step"), to = prm__an_num(o, "to_step");
+    m = prm__an_marker(rs, PRM_AN_MK_ROLLBACK, isfinite(from) ? (int64_t)from : at, t);
+    snprintf(m->label, sizeof m->label, "rollback");
+    snprintf(m->detail, sizeof m->detail, "rollback from step %lld to %lld: %s",
+             isfinite(from) ? (long long)from : -1LL, isfinite(to) ? (long long)to : -1LL,
+             prm__an_str(o, "cause"));
+  } else if (!strcmp(name, "preempted")) {
+    m = prm__an_marker(rs, PRM_AN_MK_PREEMPTED, at, t);
+    snprintf(m->label, sizeof m->label, "preempted");
+    snprintf(m->detail, sizeof m->detail, "preempted at step %lld by %s", (long long)at,
+             prm__an_str(o, "signal"));
+  } else if (!strcmp(name, "give_up")) {
+    m = prm__an_marker(rs, PRM_AN_MK_GIVE_UP, at, t);
+    snprintf(m->label, sizeof m->label, "give up");
+    snprintf(m->detail, sizeof m->detail, "the supervisor gave up after %d restarts",
+             isfinite(prm__an_num(o, "restarts")) ? (int)prm__an_num(o, "restarts") : 0);
+  }
+}
+
+void prm_an_series_parse_events(prm_an_runseries_t *rs, const char *text) {
+  int64_t last = 0; /* the last step line so far: where events without a step go */
+  for (const char *p = text ? text : ""; *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    cJSON *o = len ? cJSON_ParseWithLength(p, len) : NULL;
+    int blank = strspn(p, " \t\r") >= len;
+    p += len + (nl ? 1 : 0);
+    if (!cJSON_IsObject(o)) {
+      if (!blank) rs->bad_lines++;
+      cJSON_Delete(o);
+      continue;
+    }
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+    double step = prm__an_num(o, "step");
+    if (cJSON_IsString(ev)) {
+      prm__an_event(rs, o, ev->valuestring, last);
+    } else if (isfinite(step) && step >= 0) {
+      /* A step line; a null loss or norm (NaN, Inf) is a gap in its line. */
+      double ms = prm__an_num(o, "step_ms"), tokens = prm__an_num(o, "tokens");
+      prm__an_push(&rs->s[PRM_AN_SER_LOSS], step, prm__an_num(o, "loss"));
+      prm__an_push(&rs->s[PRM_AN_SER_LR], step, prm__an_num(o, "lr"));
+      prm__an_push(&rs->s[PRM_AN_SER_GRAD_NORM], step, prm__an_num(o, "grad_norm"));
+      prm__an_push(&rs->s[PRM_AN_SER_STEP_MS], step, ms);
+      prm__an_push(&rs->s[PRM_AN_SER_TOKENS_S], step, ms > 0 ? tokens / (ms / 1e3) : NAN);
+      rs->n_steps++;
+      if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "skipped"))) rs->skipped++;
+      last = (int64_t)step;
+      if (last > rs->last_step) rs->last_step = last;
+    } else {
+      rs->bad_lines++;
+    }
+    cJSON_Delete(o);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* logs/rank-R.log                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* One logged step of one rank, kept until finish sorts them by step. */
+typedef struct {
+  int64_t step;
+  int rank, seq;
+  double ms, mfu;
+} prm__an_logstep_t;
+
+typedef struct {
+  prm__an_logstep_t *v;
+  int n, cap;
+} prm__an_logsteps_t;
+
+static prm__an_logsteps_t *prm__an_logs(prm_an_runseries_t *rs) {
+  if (!rs->pending) rs->pending = prm_xcalloc(1, sizeof(prm__an_logsteps_t));
+  return rs->pending;
+}
+
+/* "[time] [rank 0/2 host] [INFO] step 4/12 | loss 5.0535 | ... | 2.0 ms (comm 0.1) | 63490 tok/s |
+ * 0.012 TFLOP/s | MFU 3.7% | rss 31.2 MiB": the step, its milliseconds and MFU (NAN when absent). */
+static int prm__an_step_line(const char *line, int64_t *step, double *ms, double *mfu) {
+  const char *p = strstr(line, "] step ");
+  if (!p) return 0;
+  long long s, total;
+  if (sscanf(p + 7, "%lld/%lld", &s, &total) != 2) return 0;
+  *step = s;
+  *ms = *mfu = NAN;
+  for (const char *f = strstr(p, " | "); f; f = strstr(f + 3, " | ")) {
+    const char *v = f + 3;
+    double x;
+    char unit[8];
+    if (prm_startswith(v, "MFU ") && sscanf(v + 4, "%lf", &x) == 1)
+      *mfu = x;
+    else if (sscanf(v, "%lf %7s", &x, unit) == 2 && !strcmp(unit, "ms"))
+      *ms = x;
+  }
+  return 1;
+}
+
+void prm_an_series_parse_log(prm_an_runseries_t *rs, int rank, const char *text) {
+  prm__an_logsteps_t *ls = prm__an_logs(rs);
+  int any = 0;
+  for (const char *p = text ? text : ""; *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    char line[512];
+    size_t k = len < sizeof line - 1 ? len : sizeof line - 1;
+    memcpy(line, p, k);
+    line[k] = 0;
+    p += len + (nl ? 1 : 0);
+    prm__an_logstep_t e = {.rank = rank, .seq = ls->n};
+    if (!prm__an_step_line(line, &e.step, &e.ms, &e.mfu)) continue;
+    if (ls->n == ls->cap) {
+      ls->cap = ls->cap ? 2 * ls->cap : 64;
+      ls->v = prm_xrealloc(ls->v, (size_t)ls->cap * sizeof *ls->v);
+    }
+    ls->v[ls->n++] = e;
+    any = 1;
+  }
+  if (any) rs->rank_logs++;
+}
+
+static int prm__an_cmp_logstep(const void *a, const void *b) {
+  const prm__an_logstep_t *x = a, *y = b;
+  if (x->step != y->step) return x->step < y->step ? -1 : 1;
+  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+  return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+void prm_an_series_finish_logs(prm_an_runseries_t *rs) {
+  prm__an_logsteps_t *ls = rs->pending;
+  if (!ls) return; /* no log was parsed */
+  rs->pending = NULL;
+  int low = -1; /* the lowest rank that logged: its MFU is the run's */
+  for (int i = 0; i < ls->n; i++)
+    if (low < 0 || ls->v[i].rank < low) low = ls->v[i].rank;
+  /* MFU in log order (a restart's repeated steps go back, like the events). */
+  for (int i = 0; i < ls->n; i++)
+    if (ls->v[i].rank == low && isfinite(ls->v[i].mfu))
+      prm__an_push(&rs->s[PRM_AN_SER_MFU], (double)ls->v[i].step, ls->v[i].mfu);
+  if (ls->n) qsort(ls->v, (size_t)ls->n, sizeof *ls->v, prm__an_cmp_logstep);
+  /* Per step: each rank's last logged time; the band needs two ranks. */
+  for (int i = 0; i < ls->n;) {
+    int j = i;
+    double lo = INFINITY, hi = -INFINITY;
+    int ranks = 0;
+    while (j < ls->n && ls->v[j].step == ls->v[i].step) {
+      int k = j;
+      while (k + 1 < ls->n && ls->v[k + 1].step == ls->v[j].step && ls->v[k + 1].rank == ls->v[j].rank) k++;
+      if (isfinite(ls->v[k].ms)) {
+        lo = fmin(lo, ls->v[k].ms);
+        hi = fmax(hi, ls->v[k].ms);
+        ranks++;
+      }
+      j = k + 1;
+    }
+    if (ranks >= 2) {
+      prm__an_push(&rs->s[PRM_AN_SER_STEP_MIN], (double)ls->v[i].step, lo);
+      prm__an_push(&rs->s[PRM_AN_SER_STEP_MAX], (double)ls->v[i].step, hi);
+    }
+    i = j;
+  }
+  free(ls->v);
+  free(ls);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A run directory                                                           */
+/* ------------------------------------------------------------------------ */
+
+void prm_an_series_read(const char *run_dir, prm_an_runseries_t *rs) {
+  char *path = prm_path_join(run_dir, "events.jsonl");
+  char *text = NULL;
+  size_t len = 0;
+  if (prm_fs_read_all(path, &text, &len, NULL) == 0) prm_an_series_parse_events(rs, text);
+  free(text);
+  free(path);
+  char *dir = prm_path_join(run_dir, "logs");
+  prm_argv_t names = {0};
+  if (prm_fs_list_dir(dir, &names, NULL) == 0) {
+    for (int i = 0; i < names.n; i++) {
+      int r;
+      char tail[8] = "";
+      if (sscanf(names.v[i], "rank-%d.%7s", &r, tail) != 2 || strcmp(tail, "log") || r < 0) continue;
+      char *p = prm_path_join(dir, names.v[i]);
+      text = NULL;
+      if (prm_fs_read_all(p, &text, &len, NULL) == 0) prm_an_series_parse_log(rs, r, text);
+      free(text);
+      free(p);
+    }
+  }
+  prm_argv_free(&names);
+  free(dir);
+  prm_an_series_finish_logs(rs);
+}
+
+void prm_an_series_free(prm_an_runseries_t *rs) {
+  prm__an_logsteps_t *ls = rs->pending; /* an unfinished parse */
+  if (ls) free(ls->v);
+  free(ls);
+  for (int i = 0; i < PRM_AN__SERIES; i++) {
+    free(rs->s[i].x);
+    free(rs->s[i].y);
+  }
+  free(rs->mk);
+  memset(rs, 0, sizeof *rs);
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# primus analyze projection: the table and --json on the tiny model with the
+# fixture hardware file (tests/fixtures/projection/hw-node.yaml); the JSON's
+# parts add up to its totals; more data-parallel ranks shrink the compute
+# per rank; tensor parallelism adds its all-reduces; the memory per rank is
+# the engine's own (the trainer's start-up memory line); the default
+# hardware is the preflight baseline; clear errors (exit 2) for a layout
+# that does not divide the model and for hardware files that lack keys.
+source "$(dirname "$0")/lib.sh"
+cd "$T"
+FIX=${PRIMUS_FIXTURES:-$PRIMUS_SRC/tests/fixtures}/projection
+HW=$FIX/hw-node.yaml
+PY=/usr/bin/python3
+small_corpus corpus.txt
+tiny_exp pj "micro_batch_size: 1" "global_batch_size: 8" "train_iters: 1" "log_interval: 1"
+
+# jq-like: JSON on stdin, a Python expression over `j`.
+jget() { "$PY" -c 'import json, sys; j = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+
+# --- the table ---------------------------------------------------------------
+run analyze projection --config pj.yaml --hardware "$HW"
+expect_rc "table" 0
+expect_in "hardware file named" "hardware: $HW" "$OUT"
+expect_in "the file's ranks_per_node: 4 data-parallel ranks" "DP 4 x TP 1 x PP 1" "$OUT"
+expect_in "2 micro-batches per rank" "global 8 = 2 micro-batches of 1 x 32 tokens" "$OUT"
+for row in compute "pipeline bubble" "tensor-parallel comm" "pipeline p2p" "data-parallel comm" optimizer total; do
+  expect_in "row: $row" "  $row " "$OUT"
+done
+expect_in "throughput line" "tokens/s" "$OUT"
+expect_in "MFU" "MFU" "$OUT"
+TOTAL_TXT=$(awk '$1 == "total" && NF == 3 {print $2; exit}' <<<"$OUT")
+TXT=$OUT
+
+# --- JSON --------------------------------------------------------------------
+run analyze projection --config pj.yaml --hardware "$HW" --json
+expect_rc "json" 0
+J=$OUT
+expect_eq "valid JSON" "$(jget 'type(j).__name__' <<<"$J")" dict
+expect_eq "text total = JSON total" "$TOTAL_TXT" "$(jget '"%.3f" % j["step_ms"]["total"]' <<<"$J")"
+expect_eq "parts add up to the step" "$(jget 'abs(sum(j["step_ms"][k] for k in ("compute","bubble","tp_comm","pp_comm","dp_comm","optimizer")) - j["step_ms"]["total"]) < 1e-9 * j["step_ms"]["total"]' <<<"$J")" True
+expect_eq "tokens/s = global batch x seq / step" "$(jget 'abs(8 * 32 / (j["step_ms"]["total"] / 1e3) / j["tokens_per_s"] - 1) < 1e-9' <<<"$J")" True
+expect_eq "memory parts add up" "$(jget 'abs(sum(v for k, v in j["memory_bytes"].items() if k not in ("total","params_per_rank","micro_batches_in_flight")) - j["memory_bytes"]["total"]) < 1' <<<"$J")" True
+expect_eq "data-parallel all-reduce counted" "$(jget 'j["step_ms"]["dp_comm"] > 0 and j["layout"]["dp_link"] == "intra-node"' <<<"$J")" True
+expect_eq "MFU in (0, 1)" "$(jget '0 < j["mfu"] < 1' <<<"$J")" True
+expect_eq "the tiny model's parameters" "$(jget 'j["model"]["params"]' <<<"$J")" 26784
+expect_eq "attention_gflops null in the file" "$(jget 'j["hardware"]["attention_gflops"]' <<<"$J")" None
+C4=$(jget 'j["step_ms"]["compute"]' <<<"$J")
+
+# Twice the ranks (two nodes): half the micro-batches, half the compute per
+# rank; the all-reduce now crosses nodes.
+run analyze projection --config pj.yaml --hardware "$HW" --nodes 2 --json
+expect_rc "two nodes" 0
+expect_eq "8 data-parallel ranks" "$(jget 'j["layout"]["dp"]' <<<"$OUT")" 8
+expect_eq "compute per rank halves" "$(jget "abs(j['step_ms']['compute'] * 2 / $C4 - 1) < 1e-9" <<<"$OUT")" True
+expect_eq "inter-node data-parallel link" "$(jget 'j["layout"]["dp_link"]' <<<"$OUT")" inter-node
+
+# ZeRO-1: the optimizer per rank is divided by the data-parallel size.
+run analyze projection --config pj.yaml --hardware "$HW" --json use_distributed_optimizer=true
+expect_rc "ZeRO-1" 0
+expect_eq "optimizer / 4" "$(jget 'j["memory_bytes"]["optimizer"]' <<<"$OUT")" \
+  "$(jget 'int(j["memory_bytes"]["optimizer"] / 4)' <<<"$J")"
+
+# Tensor parallel 2 over the node's 4 ranks: DP 2, TP all-reduces, fewer
+# parameters per rank.
+run analyze projection --config pj.yaml --hardware "$HW" --json tensor_model_parallel_size=2
+expect_rc "tensor parallel 2" 0
+expect_eq "DP 2 x TP 2" "$(jget '(j["layout"]["dp"], j["layout"]["tp"])' <<<"$OUT")" "(2, 2)"
+expect_eq "TP all-reduces counted" "$(jget 'j["step_ms"]["tp_comm"] > 0' <<<"$OUT")" True
+expect_eq "fewer parameters per rank" "$(jget "j['memory_bytes']['params_per_rank'] < $(jget 'j["memory_bytes"]["params_per_rank"]' <<<"$J")" <<<"$OUT")" True
+
+# Pipeline 2 with 2 virtual stages needs layers divisible by 4: an error;
+# 2 stages alone give a bubble of (p-1)/(m+p-1).
+run analyze projection --config pj.yaml --hardware "$HW" --json pipeline_model_parallel_size=2
+expect_rc "pipeline 2" 0
+expect_eq "bubble (p-1)/(m+p-1)" "$(jget 'abs(j["bubble_fraction"] - 1 / (j["layout"]["micro_batches"] + 1)) < 1e-12' <<<"$OUT")" True
+run analyze projection --config pj.yaml --hardware "$HW" pipeline_model_parallel_size=2 --virtual_stages 2
+expect_rc "2 layers over 2 x 2 virtual stages" 2
+expect_in "names num_layers" "num_layers 2 is not divisible" "$ERR"
+
+# --- the engine's memory accounting ------------------------------------------
+run train pretrain --config pj.yaml
+expect_rc "one training step" 0
+MEMLINE=$(grep -o 'params [0-9.]* [KMG]*i*B, grads [^,]*, activations [0-9.]* [KMG]*i*B' <<<"$ERR" | head -1)
+if [[ -n $MEMLINE ]]; then
+  ACTS=$(sed 's/.*activations //' <<<"$MEMLINE")
+  PARAMS=$(sed 's/^params \([^,]*\),.*/\1/' <<<"$MEMLINE")
+  expect_in "activations as the engine's ($ACTS)" "activations                 $ACTS" "$(sed 's/  */ /g; s/activations /activations                 /' <<<"$TXT")"
+  expect_in "parameters as the engine's ($PARAMS)" "parameters $PARAMS" "$(sed 's/  */ /g' <<<"$TXT")"
+else
+  bad "the trainer's memory line not found in: $ERR"
+fi
+
+# --- the default hardware: the preflight baseline ------------------------------
+run analyze projection --config pj.yaml
+expect_rc "baseline hardware" 0
+expect_in "baseline named" "hardware: baseline " "$OUT"
+run analyze projection --config pj.yaml --nodes 2
+expect_rc "baseline has no inter-node figures" 2
+expect_in "names the missing key" "inter_node_busbw_gbs" "$ERR"
+expect_in "names the baseline" "baselines/cpu.yaml" "$ERR"
+
+# --- errors ------------------------------------------------------------------
+run analyze projection --config pj.yaml --hardware "$HW" tensor_model_parallel_size=3 --gpus_per_node 3
+expect_rc "heads not divisible by TP" 2
+expect_in "names heads and TP" "tensor_model_parallel_size 3 must divide num_attention_heads (4)" "$ERR"
+run analyze projection --config pj.yaml --hardware "$FIX/hw-missing.yaml" --gpus_per_node 2
+expect_rc "hardware file missing keys" 2
+expect_in "names the file" "hw-missing.yaml" "$ERR"
+expect_in "names gemm_gflops" "gemm_gflops" "$ERR"
+expect_in "names intra_node_busbw_gbs" "intra_node_busbw_gbs" "$ERR"
+printf 'peak_gflops: 10\ngemm_gflops: 5\nmem_bw: 3\n' >bad.yaml
+run analyze projection --config pj.yaml --hardware bad.yaml
+expect_rc "unknown hardware key" 2
+expect_in "file:line and key" "bad.yaml:3: mem_bw: unknown hardware key" "$ERR"
+run analyze projection --config pj.yaml --hardware nonexistent.yaml
+expect_rc "missing hardware file" 2
+expect_in "names the file" "nonexistent.yaml" "$ERR"
+run analyze projection --config pj.yaml --hardware "$HW" --gpus_per_node 3
+expect_rc "batch does not split over 3 ranks" 2
+expect_in "names the batch" "global_batch_size 8 is not a multiple" "$ERR"
+run analyze projection --hardware "$HW"
+expect_rc "no --config" 2
+
+finish
