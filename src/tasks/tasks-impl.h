@@ -14,5 +14,7 @@ extern const prm_task_t prm__task_benchmark;
 extern const prm_task_t prm__task_data;
 extern const prm_task_t prm__task_preflight;
 extern const prm_task_t prm__task_analyze;
+extern const prm_task_t prm__task_export;
+extern const prm_task_t prm__task_import;
 
 #endif

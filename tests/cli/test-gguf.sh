@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# test-gguf.sh - `export gguf` checked by llama.cpp itself, and `import
+# gguf` round trips. Tiny models are trained for a few steps (byte and
+# GPT-2-style BPE vocabularies, tied and untied heads, MHA and GQA),
+# exported, and loaded by llama.cpp's prebuilt CPU binary through the npm
+# package node-llama-cpp (tests/oracle/gguf_logits.mjs, F32 KV cache); its
+# logits of every position of a token list must agree with primus' own
+# (the hidden `export logits`) within 1e-4 for f32 files and 1e-2 for f16.
+# `import gguf` of an export must give back the checkpoint's
+# model.safetensors byte for byte, and exporting the import again the same
+# GGUF file. node-llama-cpp comes from scripts/deps.sh (run here when the
+# package is missing); only when that install fails is the test skipped,
+# with the reason.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+PY=/usr/bin/python3
+NM=$PRIMUS_CACHE/npm/node_modules
+ORACLE=$PRIMUS_SRC/tests/oracle/gguf_logits.mjs
+cd "$T"
+
+have_llama() {
+  command -v node >/dev/null && [[ -e $NM/node-llama-cpp/package.json &&
+    -e $NM/@node-llama-cpp/linux-x64/package.json ]]
+}
+if ! have_llama; then
+  echo "# node-llama-cpp missing under $NM: running scripts/deps.sh"
+  if ! bash "$PRIMUS_SRC/scripts/deps.sh" >"$T/deps.log" 2>&1 || ! have_llama; then
+    echo "SKIP: node-llama-cpp could not be installed by scripts/deps.sh (node: $(command -v node || echo missing)):"
+    tail -5 "$T/deps.log" | sed 's/^/SKIP:   /'
+    exit 0
+  fi
+fi
+if ! $PY -c 'import numpy' 2>/dev/null; then
+  bad "$PY cannot import numpy (apt-get install python3-numpy; scripts/deps.sh installs it)"
+  finish
+  exit
+fi
+
+# maxdiff A B: max |A - B| over two raw f32 files of the same size ("size"
+# when they differ, "nan" when either holds a NaN).
+maxdiff() {
+  $PY - "$1" "$2" <<'P'
+import sys
+import numpy as np
+a = np.fromfile(sys.argv[1], dtype="<f4")
+b = np.fromfile(sys.argv[2], dtype="<f4")
+if a.size != b.size or a.size == 0:
+    print("size")
+elif np.isnan(a).any() or np.isnan(b).any():
+    print("nan")
+else:
+    print("%.3g" % float(np.abs(a.astype(np.float64) - b).max()))
+P
+}
+# below X LIMIT: X is a number <= LIMIT.
+below() { awk -v x="$1" -v l="$2" 'BEGIN { exit !(x ~ /^[0-9.e+-]+$/ && x + 0 <= l + 0) }'; }
+
+# check_llama NAME GGUF CKPT TOKENS VOCAB LIMIT: llama.cpp's logits of
+# GGUF against primus' of CKPT.
+check_llama() {
+  local name=$1 gguf=$2 ckpt=$3 toks=$4 vocab=$5 limit=$6 d
+  run export logits --load "$ckpt" --tokens "$toks" --output "$T/$name.prm"
+  expect_rc "$name: primus logits" 0
+  if node "$ORACLE" "$NM" "$gguf" "$toks" "$T/$name.ll" "$vocab" >"$T/$name.node" 2>&1; then
+    ok "$name: llama.cpp loads $gguf"
+  else
+    bad "$name: llama.cpp failed on $gguf: $(tail -5 "$T/$name.node")"
+    return
+  fi
+  d=$(maxdiff "$T/$name.prm" "$T/$name.ll")
+  if below "$d" "$limit"; then
+    ok "$name: llama.cpp logits within $limit of primus' (max abs diff $d)"
+  else
+    bad "$name: llama.cpp logits differ from primus': max abs diff $d (limit $limit)"
+  fi
+  echo "# $name: max |llama.cpp - primus| = $d over $(tr ',' '\n' <<<"$toks" | wc -l) positions x $vocab"
+}
+
+# case_model NAME VOCAB TOKENS GROUPS [KEY: VALUE]...: trains the tiny
+# model (4 heads; GROUPS key/value heads: 4 is MHA, 2 GQA), exports f32 and
+# f16, checks both with llama.cpp, and round-trips through import.
+case_model() {
+  local name=$1 vocab=$2 toks=$3 groups=$4
+  shift 4
+  tiny_exp "$name" "save: $T/$name" "save_interval: 20" "train_iters: 20" "lr: 1.0e-2" "$@"
+  sed -i "s/^      num_query_groups: .*/      num_query_groups: $groups/" "$name.yaml"
+  run train pretrain --config "$name.yaml"
+  expect_rc "$name: train" 0
+  [[ $RC == 0 ]] || return
+  local ck=$T/$name/iter_0000020
+  run export gguf --load "$T/$name" --output "$name.gguf" --name "$name"
+  expect_rc "$name: export gguf" 0
+  check_llama "$name-f32" "$name.gguf" "$T/$name" "$toks" "$vocab" 1e-4
+  run export gguf --load "$ck" --output "$name-f16.gguf" --dtype f16 --name "$name"
+  expect_rc "$name: export gguf --dtype f16" 0
+  check_llama "$name-f16" "$name-f16.gguf" "$T/$name" "$toks" "$vocab" 1e-2
+  if (($(stat -c %s "$name-f16.gguf") < $(stat -c %s "$name.gguf"))); then
+    ok "$name: the f16 file is smaller"
+  else
+    bad "$name: the f16 file is not smaller"
+  fi
+
+  # import -> the same weights; export again -> the same file.
+  run import gguf --input "$name.gguf" --output "$T/$name-imp"
+  expect_rc "$name: import gguf" 0
+  if cmp -s "$ck/model.safetensors" "$T/$name-imp/model.safetensors"; then
+    ok "$name: import gives back model.safetensors byte for byte"
+  else
+    bad "$name: imported model.safetensors differs (st_compare: $($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$ck/model.safetensors" "$T/$name-imp/model.safetensors" 2>&1 | tail -1))"
+  fi
+  run export gguf --load "$T/$name-imp" --output "$name-again.gguf" --name "$name"
+  expect_rc "$name: export the import" 0
+  if cmp -s "$name.gguf" "$name-again.gguf"; then ok "$name: export(import(gguf)) == gguf"; else bad "$name: export(import(gguf)) differs"; fi
+  run import gguf --input "$name-f16.gguf" --output "$T/$name-imp16"
+  expect_rc "$name: import the f16 file" 0
+  run export gguf --load "$T/$name-imp16" --output "$name-f16-again.gguf" --dtype f16 --name "$name"
+  if cmp -s "$name-f16.gguf" "$name-f16-again.gguf"; then ok "$name: f16 round trip exact"; else bad "$name: f16 round trip differs"; fi
+}
+
+small_corpus corpus.txt
+# Byte ids of a sentence of the corpus' words.
+BYTES=$(printf 'the jury said the grand county election' | od -An -tu1 -v | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
+
+case_model byte-tied-gqa 256 "$BYTES" 2
+case_model byte-untied-mha 256 "$BYTES" 4 "untie_embeddings_and_output_weights: true"
+grep -qs '"tie_word_embeddings":.*false' "$T/byte-untied-mha/iter_0000020/config.json" &&
+  ok "the untied case is untied" || bad "the untied case has a tied head"
+# tokens NAME GGUF PRIMUS_IDS: llama.cpp tokenises sample.txt as primus did.
+tokens() {
+  local ll
+  ll=$(node "$ORACLE" "$NM" "$2" --tokenize sample.txt 2>"$T/tok.err")
+  if [[ -n $ll && $ll == "$3" ]]; then
+    ok "$1: llama.cpp tokenises the text as primus ($(wc -w <<<"$ll") tokens)"
+  else
+    bad "$1: llama.cpp's tokens differ: ${ll:0:200} vs ${3:0:200} $(tail -3 "$T/tok.err")"
+  fi
+}
+head -c 600 corpus.txt > sample.txt
+printf 'Café 1984 -- naïve!\n\ttabs  and   spaces\n' >> sample.txt
+tokens "byte vocabulary" byte-tied-gqa.gguf "$(od -An -tu1 -v sample.txt | xargs)"
+run generate --load "$T/byte-tied-gqa-imp" --prompt "the jury" --max_new_tokens 4 --temperature 0
+expect_rc "generate from an imported byte-vocabulary checkpoint" 0
+
+# A GPT-2-style BPE tokenizer trained here: 300 tokens padded to 384.
+run data train-tokenizer --input corpus.txt --vocab_size 300 --output tok.json
+expect_rc "train-tokenizer" 0
+run data preprocess --input corpus.txt --output_prefix ds --tokenizer_type HuggingFaceTokenizer \
+  --tokenizer_model tok.json
+expect_rc "preprocess with it" 0
+BPE_TOKS=0,5,17,100,256,257,260,280,299,300,383,42,7,270,290,1
+BPE_ARGS=("data_path: $T/ds" "vocab_size: null" "tokenizer_type: HuggingFaceTokenizer"
+          "tokenizer_model: $T/tok.json")
+case_model bpe-untied-gqa 384 "$BPE_TOKS" 2 "${BPE_ARGS[@]}" "untie_embeddings_and_output_weights: true"
+case_model bpe-tied-mha 384 "$BPE_TOKS" 4 "${BPE_ARGS[@]}"
+run data preprocess --input sample.txt --output_prefix sample --tokenizer_type HuggingFaceTokenizer \
+  --tokenizer_model tok.json
+tokens "BPE vocabulary" bpe-tied-mha.gguf "$($PY "$PRIMUS_SRC/tests/oracle/read_mmidx.py" sample | xargs)"
+if [[ -e $T/bpe-tied-mha-imp/tokenizer.json ]]; then
+  ok "import writes tokenizer.json for a BPE vocabulary"
+  run generate --load "$T/bpe-tied-mha-imp" --prompt "the jury" --max_new_tokens 4 --temperature 0
+  expect_rc "generate from an imported BPE checkpoint (its tokenizer.json)" 0
+  run generate --load "$T/bpe-tied-mha" --prompt "the jury" --max_new_tokens 4 --temperature 0
+  orig=$OUT
+  run generate --load "$T/bpe-tied-mha-imp" --prompt "the jury" --max_new_tokens 4 --temperature 0
+  expect_eq "the imported tokenizer generates the same text" "$OUT" "$orig"
+else
+  bad "import wrote no tokenizer.json for a BPE vocabulary"
+fi
+
+# GPT-2's own BPE (GPT2BPETokenizer: tiktoken ranks, 50257 tokens padded to
+# 50304): export derives the merges from the ranks.
+if [[ -e $NM/gpt-tokenizer/data/r50k_base.tiktoken ]]; then
+  run data preprocess --input corpus.txt --output_prefix ds2 --tokenizer_type GPT2BPETokenizer
+  expect_rc "preprocess with GPT-2's tokenizer" 0
+  case_model gpt2-untied-gqa 50304 464,3200,50256,262,50303,1000,30000,11,13,50255 2 \
+    "data_path: $T/ds2" "vocab_size: null" "tokenizer_type: GPT2BPETokenizer" \
+    "untie_embeddings_and_output_weights: true"
+  run data preprocess --input sample.txt --output_prefix sample2 --tokenizer_type GPT2BPETokenizer
+  tokens "GPT-2 vocabulary" gpt2-untied-gqa.gguf "$($PY "$PRIMUS_SRC/tests/oracle/read_mmidx.py" sample2 | xargs)"
+  run generate --load "$T/gpt2-untied-gqa-imp" --prompt "the jury" --max_new_tokens 4 --temperature 0
+  expect_rc "generate from an imported GPT-2 checkpoint (its derived tokenizer.json)" 0
+else
+  echo "# SKIP GPT-2 case: $NM/gpt-tokenizer/data/r50k_base.tiktoken missing (scripts/deps.sh)"
+fi
+
+# Errors name the file and what is wrong; nothing is left behind.
+run export gguf --output x.gguf
+expect_rc "export without --load" 2
+expect_in "names --load" "--load" "$ERR"
+run export gguf --load "$T/byte-tied-gqa" --output x.gguf --dtype q8
+expect_rc "export --dtype q8" 2
+expect_in "names the dtype" "q8" "$ERR"
+run export gguf --load "$T/nowhere" --output x.gguf
+expect_rc "export from a missing folder" 2
+expect_in "names the folder" "nowhere" "$ERR"
+mkdir -p broken && cp "$T/byte-tied-gqa/iter_0000020/config.json" broken/
+run export gguf --load broken --output x.gguf
+expect_rc "export from a folder without weights" 2
+expect_in "names model.safetensors" "model.safetensors" "$ERR"
+[[ ! -e x.gguf ]] && ok "no partial output" || bad "x.gguf was written"
+printf 'not a gguf file at all, just text\n' > fake.gguf
+run import gguf --input fake.gguf --output fake-imp
+expect_rc "import of a non-GGUF file" 2
+expect_in "names the file and the magic" "fake.gguf: not a GGUF file" "$ERR"
+head -c 3000 byte-tied-gqa.gguf > cut.gguf
+run import gguf --input cut.gguf --output cut-imp
+expect_rc "import of a truncated file" 2
+expect_in "says truncated" "cut.gguf: truncated" "$ERR"
+[[ ! -e cut-imp ]] && ok "no folder from a failed import" || bad "cut-imp was created"
+run import gguf --input byte-tied-gqa.gguf --output "$T/byte-tied-gqa-imp"
+expect_rc "import into an existing folder" 2
+expect_in "says it exists" "already exists" "$ERR"
+ls "$T"/*.tmp.* >/dev/null 2>&1 && bad "temporary files left: $(ls -d "$T"/*.tmp.*)" || ok "no temporary files left"
+
+finish
