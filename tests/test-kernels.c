@@ -2,7 +2,11 @@
  * reference kernels by central finite differences, every fp32 kernel
  * against its double reference, every GEMM backend against the reference,
  * attention against a materialised softmax, the fused LM head against its
- * unfused chain, AdamW against a hand computation, and determinism.
+ * unfused chain, AdamW against a hand computation, and determinism. The
+ * fused element-wise kernels (issue 9) are also checked against their fp32
+ * reference twins: bit for bit where they do the same operations in the
+ * same order, within a stated tolerance where they do not, and for
+ * independence from the thread count.
  * PRM_BENCH=1 also prints the GFLOP/s of each GEMM backend. */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -15,6 +19,7 @@
 #include <omp.h>
 #endif
 
+#include "kernels/kernels-impl.h"
 #include "kernels/ref64.h"
 #include "primus/prm_kernels.h"
 
@@ -862,6 +867,285 @@ static void test_sumsq_scale(void **state) {
   }
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* Fast element-wise kernels against their reference twins (issue 9)         */
+/* ------------------------------------------------------------------------ */
+
+/* Runs with 1 thread and with all of them must give the same bytes. */
+static int max_threads(void) { return prm_kernels_threads(); }
+
+/* Sizes that take the scalar tail only, the vector body and a tail, and
+ * the threaded path (above the kernels' 32768-value threshold). */
+static const int64_t ew_sizes[] = {1, 15, 16, 17, 300, 100003};
+
+static void test_fast_add_swiglu(void **state) {
+  (void)state;
+  prm_rng_t r;
+  prm_rng_seed(&r, 31);
+  for (size_t si = 0; si < sizeof ew_sizes / sizeof ew_sizes[0]; si++) {
+    int64_t n = ew_sizes[si];
+    float *a = falloc(n), *b = falloc(n), *dh = falloc(n), *y = falloc(n), *y1 = falloc(n),
+          *yr = falloc(n), *h = falloc(n), *h1 = falloc(n), *dg = falloc(n), *du = falloc(n),
+          *dg1 = falloc(n), *du1 = falloc(n);
+    double *ad = dalloc(n), *bd = dalloc(n), *dhd = dalloc(n), *hd = dalloc(n), *dgd = dalloc(n),
+           *dud = dalloc(n);
+    randn_pair(a, ad, n, &r, 4); /* gates out to |x| ~ 12: both sigmoid branches */
+    randn_pair(b, bd, n, &r, 1);
+    randn_pair(dh, dhd, n, &r, 1);
+    if (n > 2) { /* (with other values to set the tensor's scale) */
+      a[0] = -100.0f, ad[0] = -100.0; /* exp(100) overflows in expf */
+      a[1] = 100.0f, ad[1] = 100.0;
+    }
+    /* add: bit-identical to the reference, in place too. */
+    prm_add(y, a, b, n);
+    prm__ref32_add(yr, a, b, n);
+    assert_memory_equal(y, yr, (size_t)n * sizeof(float));
+    memcpy(y1, a, (size_t)n * sizeof(float));
+    prm_add(y1, y1, b, n);
+    assert_memory_equal(y1, yr, (size_t)n * sizeof(float));
+    /* SwiGLU: the polynomial exp (rel. error < 2e-7) against the double
+     * reference at 1e-6, as the reference itself is held to. */
+    prm_swiglu_forward(h, a, b, n);
+    prm_ref64_swiglu_forward(hd, ad, bd, n);
+    assert_close("fast swiglu h", h, hd, n, 1e-6);
+    prm_swiglu_backward(dg, du, dh, a, b, n);
+    prm_ref64_swiglu_backward(dgd, dud, dhd, ad, bd, n);
+    assert_close("fast swiglu dgate", dg, dgd, n, 1e-6);
+    assert_close("fast swiglu dup", du, dud, n, 1e-6);
+    /* The same bytes on one thread. */
+    int t = max_threads();
+    set_threads(1);
+    prm_swiglu_forward(h1, a, b, n);
+    prm_swiglu_backward(dg1, du1, dh, a, b, n);
+    set_threads(t);
+    assert_memory_equal(h, h1, (size_t)n * sizeof(float));
+    assert_memory_equal(dg, dg1, (size_t)n * sizeof(float));
+    assert_memory_equal(du, du1, (size_t)n * sizeof(float));
+    free(a), free(b), free(dh), free(y), free(y1), free(yr), free(h), free(h1), free(dg),
+        free(du), free(dg1), free(du1);
+    free(ad), free(bd), free(dhd), free(hd), free(dgd), free(dud);
+  }
+}
+
+/* RoPE: head sizes whose half is scalar only (4), vector only (32), and
+ * both (20); bit-identical to the reference. */
+static void test_fast_rope(void **state) {
+  (void)state;
+  prm_rng_t r;
+  prm_rng_seed(&r, 32);
+  const int64_t Ds[] = {8, 64, 40};
+  for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++) {
+    int64_t B = 2, T = 37, nh = 3, D = Ds[di], pos0 = 4, TT = T + pos0, n = B * T * nh * D;
+    float *ct = falloc(TT * D / 2), *st = falloc(TT * D / 2), *x = falloc(n), *xr = falloc(n);
+    double *tmp = dalloc(n);
+    prm_rope_tables(ct, st, TT, D, 10000.0);
+    randn_pair(x, tmp, n, &r, 1);
+    memcpy(xr, x, (size_t)n * sizeof(float));
+    prm_rope_forward(x, ct, st, B, T, nh, D, pos0);
+    prm__ref32_rope_forward(xr, ct, st, B, T, nh, D, pos0);
+    assert_memory_equal(x, xr, (size_t)n * sizeof(float));
+    prm_rope_backward(x, ct, st, B, T, nh, D, pos0);
+    prm__ref32_rope_backward(xr, ct, st, B, T, nh, D, pos0);
+    assert_memory_equal(x, xr, (size_t)n * sizeof(float));
+    free(ct), free(st), free(x), free(xr), free(tmp);
+  }
+}
+
+/* RMSNorm and the fused residual add + RMSNorm. Row widths with a scalar
+ * tail (67), whole vectors (768, the 124M model's) and a partial
+ * weight-gradient column block (200 = 128 + 72); 8200 is wider than the
+ * backward keeps its column sums for on the stack. */
+static void test_fast_rmsnorm(void **state) {
+  (void)state;
+  prm_rng_t r;
+  prm_rng_seed(&r, 33);
+  const int64_t Cs[] = {67, 768, 200, 8200};
+  for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++) {
+    int64_t N = 50, C = Cs[ci], n = N * C;
+    float *x = falloc(n), *b = falloc(n), *w = falloc(C), *g = falloc(n), *o = falloc(n),
+          *orf = falloc(n), *rs = falloc(N), *rsr = falloc(N), *dx = falloc(n), *dxr = falloc(n),
+          *dw = falloc(C), *dwr = falloc(C), *sum = falloc(n), *o2 = falloc(n), *rs2 = falloc(N),
+          *o1 = falloc(n), *rs1 = falloc(N), *dx1 = falloc(n), *dw1 = falloc(C);
+    double *xd = dalloc(n), *bd = dalloc(n), *wd = dalloc(C), *gd = dalloc(n), *od = dalloc(n),
+           *rsd = dalloc(N), *dxd = dalloc(n), *dwd = dalloc(C), *sumd = dalloc(n);
+    randn_pair(x, xd, n, &r, 2);
+    randn_pair(b, bd, n, &r, 1);
+    randn_pair(w, wd, C, &r, 1);
+    randn_pair(g, gd, n, &r, 1);
+    randn_pair(dx, dxd, n, &r, 1); /* dx and dw accumulate */
+    randn_pair(dw, dwd, C, &r, 1);
+    memcpy(dxr, dx, (size_t)n * sizeof(float));
+    memcpy(dwr, dw, (size_t)C * sizeof(float));
+    memcpy(dx1, dx, (size_t)n * sizeof(float));
+    memcpy(dw1, dw, (size_t)C * sizeof(float));
+
+    /* Forward: the row sum of squares is taken in double in another order,
+     * so rstd may move by an ulp: 1e-6 against the double reference, 2e-7
+     * against the fp32 one. */
+    prm_rmsnorm_forward(o, rs, x, w, N, C, 1e-5f);
+    prm__ref32_rmsnorm_forward(orf, rsr, x, w, N, C, 1e-5f);
+    prm_ref64_rmsnorm_forward(od, rsd, xd, wd, N, C, (double)1e-5f);
+    assert_close("fast rmsnorm out", o, od, n, 1e-6);
+    assert_close("fast rmsnorm rstd", rs, rsd, N, 1e-6);
+    assert_close_ff("fast rmsnorm out vs ref32", o, orf, n, 2e-7);
+    assert_close_ff("fast rmsnorm rstd vs ref32", rs, rsr, N, 2e-7);
+
+    /* Backward from the same rstd: dw is the reference's sum in the same
+     * order (bit-identical); dx's row dot is in double in another order. */
+    prm_rmsnorm_backward(dx, dw, g, x, w, rsr, N, C);
+    prm__ref32_rmsnorm_backward(dxr, dwr, g, x, w, rsr, N, C);
+    assert_memory_equal(dw, dwr, (size_t)C * sizeof(float));
+    assert_close_ff("fast rmsnorm dx vs ref32", dx, dxr, n, 2e-7);
+    for (int64_t i = 0; i < N; i++) rsd[i] = rsr[i];
+    prm_ref64_rmsnorm_backward(dxd, dwd, gd, xd, wd, rsd, N, C);
+    assert_close("fast rmsnorm dx", dx, dxd, n, 1e-5);
+    assert_close("fast rmsnorm dw", dw, dwd, C, 1e-5);
+
+    /* Fused add + norm: sum is a + b exactly, and out and rstd are those of
+     * prm_rmsnorm_forward on that sum, bit for bit (same row code). */
+    prm_add_rmsnorm_forward(sum, o2, rs2, x, b, w, N, C, 1e-5f);
+    prm__ref32_add(orf, x, b, n);
+    assert_memory_equal(sum, orf, (size_t)n * sizeof(float));
+    prm_rmsnorm_forward(o, rs, sum, w, N, C, 1e-5f);
+    assert_memory_equal(o2, o, (size_t)n * sizeof(float));
+    assert_memory_equal(rs2, rs, (size_t)N * sizeof(float));
+    prm_ref64_add_rmsnorm_forward(sumd, od, rsd, xd, bd, wd, N, C, (double)1e-5f);
+    assert_close("fused add+rmsnorm out", o2, od, n, 1e-6);
+    assert_close("fused add+rmsnorm rstd", rs2, rsd, N, 1e-6);
+    {
+      /* The fp32 reference twin agrees too, and sum may alias a. */
+      float *s3 = falloc(n), *o3 = falloc(n), *r3 = falloc(N);
+      prm__ref32_add_rmsnorm_forward(s3, o3, r3, x, b, w, N, C, 1e-5f);
+      assert_memory_equal(s3, sum, (size_t)n * sizeof(float));
+      assert_close_ff("fused add+rmsnorm vs ref32", o2, o3, n, 2e-7);
+      memcpy(s3, x, (size_t)n * sizeof(float));
+      prm_add_rmsnorm_forward(s3, o3, r3, s3, b, w, N, C, 1e-5f);
+      assert_memory_equal(s3, sum, (size_t)n * sizeof(float));
+      assert_memory_equal(o3, o2, (size_t)n * sizeof(float));
+      free(s3), free(o3), free(r3);
+    }
+
+    /* One thread: the same bytes. */
+    int t = max_threads();
+    set_threads(1);
+    prm_rmsnorm_forward(o1, rs1, x, w, N, C, 1e-5f);
+    prm_rmsnorm_backward(dx1, dw1, g, x, w, rsr, N, C);
+    set_threads(t);
+    prm_rmsnorm_forward(o, rs, x, w, N, C, 1e-5f);
+    assert_memory_equal(o1, o, (size_t)n * sizeof(float));
+    assert_memory_equal(rs1, rs, (size_t)N * sizeof(float));
+    assert_memory_equal(dx1, dx, (size_t)n * sizeof(float));
+    assert_memory_equal(dw1, dw, (size_t)C * sizeof(float));
+
+    free(x), free(b), free(w), free(g), free(o), free(orf), free(rs), free(rsr), free(dx),
+        free(dxr), free(dw), free(dwr), free(sum), free(o2), free(rs2), free(o1), free(rs1),
+        free(dx1), free(dw1);
+    free(xd), free(bd), free(wd), free(gd), free(od), free(rsd), free(dxd), free(dwd), free(sumd);
+  }
+}
+
+/* The cross-entropy rows on a GPT-2-sized vocabulary (50304 = 3144 whole
+ * vectors) and on one with a tail (50311), peaky logits, masked rows. */
+static void test_fast_xent(void **state) {
+  (void)state;
+  prm_rng_t r;
+  prm_rng_seed(&r, 34);
+  const int64_t Vs[] = {50304, 50311};
+  for (size_t vi = 0; vi < sizeof Vs / sizeof Vs[0]; vi++) {
+    enum { N = 5 };
+    int64_t V = Vs[vi], n = N * V;
+    int32_t tg[N] = {0, -1, (int32_t)(V - 1), 777, (int32_t)(V / 2)};
+    float *lf = falloc(n), *loss = falloc(N), *loss1 = falloc(N), *dl = falloc(n),
+          *dl1 = falloc(n), *lr = falloc(N), *dlr = falloc(n);
+    double *ld = dalloc(n), *lossd = dalloc(N), *dld = dalloc(n);
+    randn_pair(lf, ld, n, &r, 3);
+    lf[3 * V + 777] = 30.0f, ld[3 * V + 777] = 30.0; /* the target dominates */
+    lf[4 * V + 5] = 60.0f, ld[4 * V + 5] = 60.0;     /* another logit dominates */
+    double tf = prm_xent_forward(loss, lf, tg, N, V);
+    double td = prm_ref64_xent_forward(lossd, ld, tg, N, V);
+    double tr = prm__ref32_xent_forward(lr, lf, tg, N, V);
+    assert_close("fast xent losses", loss, lossd, N, 1e-6);
+    assert_true(fabs(tf - td) <= 1e-6 * fabs(td));
+    assert_true(fabs(tf - tr) <= 1e-6 * fabs(td));
+    prm_xent_backward(dl, lf, tg, N, V, 0.37f);
+    prm_ref64_xent_backward(dld, ld, tg, N, V, (double)0.37f);
+    prm__ref32_xent_backward(dlr, lf, tg, N, V, 0.37f);
+    assert_close("fast xent dlogits", dl, dld, n, 1e-6);
+    assert_close_ff("fast xent dlogits vs ref32", dl, dlr, n, 1e-6);
+    int t = max_threads();
+    set_threads(1);
+    double t1 = prm_xent_forward(loss1, lf, tg, N, V);
+    prm_xent_backward(dl1, lf, tg, N, V, 0.37f);
+    set_threads(t);
+    assert_memory_equal(&t1, &tf, sizeof tf);
+    assert_memory_equal(loss1, loss, N * sizeof(float));
+    assert_memory_equal(dl1, dl, (size_t)n * sizeof(float));
+    free(lf), free(loss), free(loss1), free(dl), free(dl1), free(lr), free(dlr);
+    free(ld), free(lossd), free(dld);
+  }
+}
+
+/* AdamW: every variant this CPU can run (AVX-512, AVX2, plain) is bit for
+ * bit the reference, for several steps, on sizes with and without tails,
+ * threaded or not; an unknown variant is refused without touching p. */
+static void test_fast_adamw(void **state) {
+  (void)state;
+  prm_rng_t r;
+  prm_rng_seed(&r, 35);
+  const char *isas[] = {"avx512", "avx2", "plain"};
+  for (size_t si = 0; si < sizeof ew_sizes / sizeof ew_sizes[0]; si++) {
+    int64_t n = ew_sizes[si];
+    float *p0 = falloc(n), *g = falloc(4 * n), *pr = falloc(n), *mr = falloc(n), *vr = falloc(n);
+    float *p = falloc(n), *m = falloc(n), *v = falloc(n);
+    double *tmp = dalloc(4 * n);
+    randn_pair(p0, tmp, n, &r, 1);
+    randn_pair(g, tmp, 4 * n, &r, 0.1);
+    g[0] = 0; /* v = 0: denom is eps */
+    g[2 * n] = 1e4f;
+    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+      memcpy(pr, p0, (size_t)n * sizeof(float));
+      memcpy(p, p0, (size_t)n * sizeof(float));
+      memset(mr, 0, (size_t)n * sizeof(float)), memset(vr, 0, (size_t)n * sizeof(float));
+      memset(m, 0, (size_t)n * sizeof(float)), memset(v, 0, (size_t)n * sizeof(float));
+      int ok = 1;
+      for (int64_t s = 1; s <= 4 && ok; s++) {
+        if (s == 3) set_threads(1);
+        prm__ref32_adamw_update(pr, g + (s - 1) * n, mr, vr, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s);
+        ok = prm__fast_adamw_update_isa(isas[ii], p, g + (s - 1) * n, m, v, n, 3e-3f, 0.9f, 0.95f,
+                                        1e-8f, 0.1f, s) == 0;
+        set_threads(max_threads());
+        if (!ok) break;
+        char what[64];
+        snprintf(what, sizeof what, "adamw %s n=%lld step %lld", isas[ii], (long long)n,
+                 (long long)s);
+        if (memcmp(p, pr, (size_t)n * sizeof(float)) || memcmp(m, mr, (size_t)n * sizeof(float)) ||
+            memcmp(v, vr, (size_t)n * sizeof(float)))
+          fail_msg("%s: not bit-identical to the reference", what);
+      }
+      if (!ok) { /* refused: only for a variant this CPU lacks */
+        assert_false(strcmp(isas[ii], "plain") == 0);
+        assert_memory_equal(p, p0, (size_t)n * sizeof(float));
+      }
+    }
+    /* The public kernel is this CPU's variant. */
+    memcpy(p, p0, (size_t)n * sizeof(float));
+    memcpy(pr, p0, (size_t)n * sizeof(float));
+    memset(m, 0, (size_t)n * sizeof(float)), memset(v, 0, (size_t)n * sizeof(float));
+    memset(mr, 0, (size_t)n * sizeof(float)), memset(vr, 0, (size_t)n * sizeof(float));
+    prm_adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    prm__ref32_adamw_update(pr, g, mr, vr, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    assert_memory_equal(p, pr, (size_t)n * sizeof(float));
+    free(p0), free(g), free(pr), free(mr), free(vr), free(p), free(m), free(v), free(tmp);
+  }
+  float x = 1;
+  assert_int_equal(prm__fast_adamw_update_isa("sse9", &x, &x, &x, &x, 1, 1, 0.9f, 0.9f, 1, 0, 1),
+                   PRM_EINVAL);
+  assert_true(x == 1);
+  const char *isa = prm__fast_adamw_isa();
+  assert_true(!strcmp(isa, "avx512") || !strcmp(isa, "avx2") || !strcmp(isa, "plain"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gemm_init),      cmocka_unit_test(test_gemm_backends),
@@ -872,7 +1156,9 @@ int main(void) {
       cmocka_unit_test(test_attention_fast_shapes),
       cmocka_unit_test(test_xent),           cmocka_unit_test(test_lmhead_xent),
       cmocka_unit_test(test_adamw),          cmocka_unit_test(test_sumsq_scale),
-      cmocka_unit_test(test_gemm_speed),
+      cmocka_unit_test(test_fast_add_swiglu), cmocka_unit_test(test_fast_rope),
+      cmocka_unit_test(test_fast_rmsnorm),    cmocka_unit_test(test_fast_xent),
+      cmocka_unit_test(test_fast_adamw),      cmocka_unit_test(test_gemm_speed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,13 +71,14 @@ typedef struct {
   double peak_fraction; /* tflops / (measured FMA peak x threads); 0 unknown */
   int64_t iters;
   char backend[16];     /* the backend that ran */
+  double cvt_ms;        /* bf16: rounding A (M x K) from fp32 once, best of a few; else 0 */
 } prm_bench_gemm_result_t;
 
-/* C = op(A) op(B) with the kernel library's GEMM table. PRM_EINVAL for a
- * bad shape or backend name, PRM_EDEP when bf16 is asked of a CPU without
- * avx512_bf16 -- and, until the Turbo kernels (issue 9) add a bf16 path to
- * the GEMM table, for every bf16 request. The backend "native" is the
- * table's "reference"; r->backend reports "native" for it. */
+/* C = op(A) op(B) with the kernel library's GEMM table (bf16: A and B in
+ * bf16 through prm_gemm_bf16, C fp32; a CPU without avx512_bf16 gets a
+ * warning, the backends emulate it). PRM_EINVAL for a bad shape or backend
+ * name. The backend "native" is the table's "reference"; r->backend
+ * reports "native" for it. */
 int prm_bench_gemm(const prm_bench_gemm_opts_t *o, prm_bench_gemm_result_t *r, prm_err_t *err);
 
 /* Names of the GEMM backends usable in this build, in preference order, as
@@ -100,6 +101,24 @@ typedef struct {
 int prm_bench_dense_gemms(int64_t hidden, int64_t heads, int64_t groups, int64_t ffn,
                           int64_t vocab, int64_t tokens, prm_bench_dense_gemm_t *out);
 
+/* The distinct GEMMs (shape and transposes) of one training step of a
+ * dense Llama for `tokens` rows, as the engine calls them: q, k/v, o,
+ * gate/up and down projections, each forward, dgrad and wgrad, and the LM
+ * head over its row chunks (4 Mi floats / vocab rows, and the remainder).
+ * Fills at most max; returns the count (at most 24). */
+int prm_bench_train_gemms(int64_t hidden, int64_t heads, int64_t groups, int64_t ffn,
+                          int64_t vocab, int64_t tokens, prm_bench_dense_gemm_t *out, int max);
+
+/* Per-shape tuning: times every available backend on each GEMM, fp32 and
+ * bf16, for duration_s each (the reference only up to 1 GFLOP a call),
+ * adds one row per measurement to t (columns prm_bench_tune_cols; "chosen"
+ * marks the winner) and, when path is not NULL, writes the winners as a
+ * tuning file (prm_gemm_tune_write) for prm_gemm_init_tuned. */
+#define PRM_BENCH_TUNE_NCOLS 15
+extern const char *const prm_bench_tune_cols[PRM_BENCH_TUNE_NCOLS];
+int prm_bench_gemm_tune(const prm_bench_dense_gemm_t *g, int n, double duration_s,
+                        const char *path, prm_table_t *t, prm_err_t *err);
+
 /* The engine's causal grouped-query attention (prm_attention_forward and
  * _backward) on random q, k, v. FLOPs count the causal half only:
  * forward 2 B H T^2 D, backward 2.5 x forward (flash-attention convention). */
@@ -116,6 +135,42 @@ typedef struct {
 /* PRM_EINVAL for a bad shape (kv_heads must divide heads), PRM_ENOMEM. */
 int prm_bench_attention(const prm_bench_attn_opts_t *o, prm_bench_attn_result_t *r,
                         prm_err_t *err);
+
+/* The fused element-wise kernels of issue 9 (prm_adamw_update, prm_add,
+ * SwiGLU, RoPE, RMSNorm, the fused add + RMSNorm and the cross-entropy rows
+ * of the LM head), each timed as the fast kernel and as its reference twin
+ * (the fused add + RMSNorm also as prm_add then prm_rmsnorm_forward), with
+ * one thread and with all of them. rows x hidden activations (rows =
+ * batch x seq), rows x ffn for SwiGLU, heads x (hidden/heads) for RoPE,
+ * params parameters for AdamW, one LM-head chunk of about 4M logits
+ * (4Mi/vocab rows) for the cross-entropy rows. Every kernel but the
+ * cross-entropy cycles through copies of its buffers, cold_mb in all, so
+ * that its data comes from DRAM (0: one copy, cache-hot). */
+typedef struct {
+  int64_t rows, seq, hidden, ffn, heads, vocab, params;
+  const char *kernels;  /* comma-separated names (prm_bench_kernel_names), NULL or "all" */
+  int64_t cold_mb;
+  double duration_s;    /* per kernel, implementation and thread count */
+} prm_bench_kernels_opts_t;
+
+typedef struct {
+  char kernel[24], shape[96], impl[16]; /* impl: "fast", "reference", "fast_unfused" */
+  int threads;
+  int64_t copies, calls;
+  double median_ms, min_ms; /* per call: the median and the fastest sample */
+  double gbs, best_gbs;  /* every input read once and output written once / median, / min */
+  double triad_gbs;      /* STREAM triad with the same threads, same run (its best pass) */
+  double triad_fraction; /* best_gbs / triad_gbs: best against best */
+  double fast_speedup;   /* this row's time / the fast kernel's (1 for fast) */
+} prm_bench_kernel_row_t;
+
+/* PRM_EINVAL for a bad shape or an unknown kernel name, PRM_ENOMEM. The
+ * rows (*rows, *n) are freed with prm_bench_kernels_free. */
+int prm_bench_kernels(const prm_bench_kernels_opts_t *o, prm_bench_kernel_row_t **rows, int *n,
+                      prm_err_t *err);
+void prm_bench_kernels_free(prm_bench_kernel_row_t *rows);
+/* The kernel names prm_bench_kernels knows; *n receives the count. */
+const char *const *prm_bench_kernel_names(int *n);
 
 /* STREAM triad a[i] = b[i] + s*c[i] over three arrays of `bytes` each,
  * all threads: the best of the repetitions in duration_s, in GB/s

@@ -31,6 +31,18 @@ extern "C" {
 /* GEMM backends                                                             */
 /* ------------------------------------------------------------------------ */
 
+/* bf16 storage: the upper half of an IEEE float (8-bit exponent, 7-bit
+ * mantissa). prm_f32_to_bf16 rounds to nearest even, keeps Inf, turns a
+ * NaN into a quiet NaN of the same sign and rounds denormals (it does not
+ * flush them); every ISA variant (avx512_bf16 vcvtne2ps2bf16, AVX-512,
+ * AVX2, plain C, chosen at run time) gives the same bits.
+ * prm_bf16_to_f32 is exact. src/kernels/bf16.c. */
+typedef uint16_t prm_bf16_t;
+void prm_f32_to_bf16(prm_bf16_t *dst /* (n) */, const float *src /* (n) */, int64_t n);
+void prm_bf16_to_f32(float *dst /* (n) */, const prm_bf16_t *src /* (n) */, int64_t n);
+/* The conversion variant this CPU runs: "avx512bf16", "avx512", "avx2", "plain". */
+const char *prm_bf16_isa(void);
+
 /* C(M,N) = alpha * op(A) * op(B) + beta * C, all row-major; op(X) is X or
  * its transpose when the matching trans flag is 1. op(A) is (M,K), op(B) is
  * (K,N); lda/ldb/ldc are the row strides of A, B and C as stored. */
@@ -38,11 +50,20 @@ typedef void (*prm_sgemm_fn)(void *ctx, int trans_a, int trans_b, int64_t M, int
                              int64_t K, float alpha, const float *A, int64_t lda,
                              const float *B, int64_t ldb, float beta, float *C,
                              int64_t ldc);
+/* The same with bf16 A and B, fp32 C and fp32 accumulation. */
+typedef void (*prm_gemm_bf16_fn)(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N,
+                                 int64_t K, float alpha, const prm_bf16_t *A, int64_t lda,
+                                 const prm_bf16_t *B, int64_t ldb, float beta, float *C,
+                                 int64_t ldc);
 
 typedef struct prm_gemm_i {
   const char *name;       /* "reference", "openblas", "onednn" */
   int (*available)(void); /* 1 when usable in this build/process */
   prm_sgemm_fn sgemm;
+  /* NULL: prm_gemm_bf16 widens A and B to fp32 (a buffer per call) and
+   * runs sgemm. reference: widened, summed in double; onednn: its bf16
+   * matmul primitive; openblas: NULL (Debian's build has no sbgemm). */
+  prm_gemm_bf16_fn gemm_bf16;
 } prm_gemm_i;
 
 /* A chosen backend. Small and copyable; ctx is owned by the backend. */
@@ -59,6 +80,39 @@ int prm_gemm_init(prm_gemm_t *g, const char *name, prm_err_t *err);
 void prm_sgemm(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                float beta, float *C, int64_t ldc);
+/* bf16 GEMM with the argument checks of prm_sgemm; C stays fp32. */
+void prm_gemm_bf16(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int64_t N,
+                   int64_t K, float alpha, const prm_bf16_t *A /* op(A) (M,K) */, int64_t lda,
+                   const prm_bf16_t *B /* op(B) (K,N) */, int64_t ldb, float beta,
+                   float *C /* (M,N) */, int64_t ldc);
+
+/* Per-shape tuning (the CPU twin of hipBLASLt offline tuning): `primus
+ * benchmark gemm --tune` writes a file mapping (dtype, trans_a, trans_b, M,
+ * N, K) to the fastest backend (format: docs/benchmark.md). With tune_path
+ * (NULL or "": as prm_gemm_init), g dispatches every prm_sgemm and
+ * prm_gemm_bf16 by an exact-shape lookup (no allocation), the backend
+ * `name` for shapes the file does not list; g->i->name then reads
+ * "<name>+tuned". A missing or malformed file, or a backend this build
+ * lacks, is an error naming the file and line. The table is g's: release
+ * it with prm_gemm_free (copies of g share it). */
+int prm_gemm_init_tuned(prm_gemm_t *g, const char *name, const char *tune_path, prm_err_t *err);
+/* Frees what prm_gemm_init_tuned allocated; a no-op for an untuned g. */
+void prm_gemm_free(prm_gemm_t *g);
+/* The backend g runs for this shape (bf16 1: prm_gemm_bf16). */
+const prm_gemm_i *prm_gemm_pick(const prm_gemm_t *g, int bf16, int trans_a, int trans_b,
+                                int64_t M, int64_t N, int64_t K);
+
+/* One line of a tuning file: the winner of one shape. */
+typedef struct {
+  int bf16, trans_a, trans_b;
+  int64_t m, n, k;
+  const char *backend; /* table name: "onednn", "openblas", "reference" */
+  double gflops;       /* the winner's, informational */
+  const char *note;    /* every backend's figure, informational; may be NULL */
+} prm_gemm_tune_row_t;
+/* Writes the rows as a tuning file, atomically. */
+int prm_gemm_tune_write(const char *path, const prm_gemm_tune_row_t *rows, int n,
+                        prm_err_t *err);
 
 /* Threads the kernels use (OpenMP); 1 when built without it. */
 int prm_kernels_threads(void);
@@ -92,6 +146,14 @@ void prm_embedding_backward(float *dwte /* (V,C) */, const float *dout /* (N,C) 
 void prm_rmsnorm_forward(float *out /* (N,C) */, float *rstd /* (N) */,
                          const float *x /* (N,C) */, const float *w /* (C) */, int64_t N,
                          int64_t C, float eps);
+/* Residual add fused with the norm that follows it: sum = a + b (the new
+ * residual stream), out = rmsnorm(sum) with rstd as prm_rmsnorm_forward;
+ * one pass over the rows instead of prm_add then prm_rmsnorm_forward. sum
+ * may alias a or b. */
+void prm_add_rmsnorm_forward(float *sum /* (N,C) */, float *out /* (N,C) */,
+                             float *rstd /* (N) */, const float *a /* (N,C) */,
+                             const float *b /* (N,C) */, const float *w /* (C) */, int64_t N,
+                             int64_t C, float eps);
 /* dx accumulated, dw accumulated. */
 void prm_rmsnorm_backward(float *dx /* (N,C) */, float *dw /* (C) */,
                           const float *dout /* (N,C) */, const float *x /* (N,C) */,

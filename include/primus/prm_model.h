@@ -92,6 +92,7 @@ typedef struct prm_llama_acts prm_llama_acts_t;
 enum {
   PRM_LLAMA_TRAIN = 1 << 0,     /* gradients and the activations backward needs */
   PRM_LLAMA_RECOMPUTE = 1 << 1, /* keep only each layer's input; recompute in backward */
+  PRM_LLAMA_BF16 = 1 << 2,      /* bf16 GEMM operands, fp32 accumulation and master weights */
 };
 
 typedef struct prm_llama {
@@ -102,6 +103,8 @@ typedef struct prm_llama {
 
   int64_t nparams;
   float *params;         /* (nparams) */
+  prm_bf16_t *params16;  /* PRM_LLAMA_BF16: the matrices rounded to bf16 (same offsets), else NULL */
+  int stale16;           /* params changed since params16 was rounded */
   float *grads;          /* (nparams), NULL unless PRM_LLAMA_TRAIN */
   int ntensors;
   prm_tensor_t *tensors; /* in Hugging Face order */
@@ -164,6 +167,9 @@ int prm_llama_tp_check(prm_llama_t *m, prm_err_t *err);
 void prm_llama_init(prm_llama_t *m, uint64_t seed);
 const prm_tensor_t *prm_llama_find(const prm_llama_t *m, const char *name);
 void prm_llama_zero_grad(prm_llama_t *m);
+/* The parameters changed (an optimizer step, a load): with PRM_LLAMA_BF16
+ * the next pass rounds them into params16 again. Built models start stale. */
+void prm_llama_params_changed(prm_llama_t *m);
 
 /* Forward over B x T tokens (B <= the B the model was built for). Returns
  * the summed cross-entropy over unmasked targets (target < 0 is masked) and

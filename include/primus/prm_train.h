@@ -28,6 +28,7 @@ typedef struct {
   int64_t warmup, decay_iters;
   prm_lr_style_t decay_style;
   int recompute;
+  int bf16;          /* bf16 GEMM operands, fp32 accumulation, master weights and optimizer */
   const char *data_path, *split, *tokenizer_type, *tokenizer_model;
   int data_shuffle, mock_data, finetune;
   int auto_continue; /* auto_continue_train: resume from the newest complete checkpoint in load */

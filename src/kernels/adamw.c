@@ -1,10 +1,11 @@
-/* adamw.c - optimizer helpers: the AdamW update, a deterministic sum of
- * squares (for gradient norms) and in-place scaling. */
+/* adamw.c - optimizer helpers: the AdamW update (the fused kernel of
+ * fast_adamw.c), a deterministic sum of squares (for gradient norms) and
+ * in-place scaling. */
 #include "kernels/kernels-impl.h"
 
 void prm_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
                       float beta1, float beta2, float eps, float wd, int64_t step) {
-  prm__ref32_adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, wd, step);
+  prm__fast_adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, wd, step);
 }
 
 /* A fixed number of slices, each summed in order and combined in order:

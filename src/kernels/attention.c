@@ -10,6 +10,7 @@
  * the fp32 instantiation of ref-impl.h; tests/test-kernels.c checks these
  * against it and against the double-precision reference. */
 #include "kernels/kernels-impl.h"
+#include "kernels/vec-impl.h"
 
 #include <math.h>
 #include <string.h>
@@ -20,39 +21,12 @@ enum {
   PRM__MAXD = 256, /* larger head sizes take the reference path */
 };
 
-#define PRM__CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-
 static inline __attribute__((always_inline)) float prm__dot(const float *restrict a,
                                                             const float *restrict b, int64_t n) {
   float s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
   return s;
-}
-
-/* e^x for x <= 0 (all attention needs: scores minus their maximum or
- * log-sum-exp), written so `omp simd` vectorises it: x = n ln2 + r with
- * |r| <= ln2/2, e^r by a degree-6 Taylor polynomial (relative error below
- * 2e-7 on that interval), then 2^n through the exponent bits. Below -87 the
- * result flushes to 0, as expf's does to a denormal. */
-static inline __attribute__((always_inline)) float prm__exp_neg(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  /* Round to nearest by the 1.5 x 2^23 trick (roundf would be a libcall
-   * and stop vectorisation). */
-  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-6f;
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  union {
-    int32_t i;
-    float f;
-  } two_n = {.i = ((int32_t)n + 127) << 23};
-  return p * two_n.f;
 }
 
 /* Copies n rows of a (keys, D) block, row stride `stride`, into dst as
@@ -66,24 +40,6 @@ static inline __attribute__((always_inline)) void prm__transpose(float *restrict
     for (int64_t c = n; c < PRM__BK; c++) dst[d * PRM__BK + c] = 0;
   for (int64_t c = 0; c < n; c++)
     for (int64_t d = 0; d < D; d++) dst[d * PRM__BK + c] = src[c * stride + d];
-}
-
-/* Sixteen floats as one value: a zmm register in the AVX-512 clone, split
- * into narrower registers by the compiler elsewhere. Loads and stores go
- * through memcpy, so nothing needs alignment. */
-typedef float prm__v16 __attribute__((vector_size(64)));
-/* The helpers below are always inlined, so no 64-byte vector ever crosses
- * a call boundary and GCC's ABI note about passing them does not apply. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-static inline __attribute__((always_inline)) prm__v16 prm__ld(const float *p) {
-  prm__v16 v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-
-static inline __attribute__((always_inline)) void prm__st(float *p, prm__v16 v) {
-  memcpy(p, &v, sizeof v);
 }
 
 /* s[c] = sum_d x[d] Kt[d][c] for the BK = 64 keys of a transposed block:

@@ -1,7 +1,11 @@
 /* gemm.c - the GEMM backend table (reference, OpenBLAS, oneDNN), backend
- * selection, the prm_sgemm wrapper and the linear layer built on it. */
+ * selection (plain, or per shape from a tuning file), the prm_sgemm and
+ * prm_gemm_bf16 wrappers and the linear layer built on them. The bf16
+ * members are in gemm_bf16.c, the tuning file in gemm_tune.c. */
 #include "kernels/kernels-impl.h"
+#include "kernels/gemm-impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef _OPENMP
@@ -34,7 +38,8 @@ static void gemm_reference(void *ctx, int trans_a, int trans_b, int64_t M, int64
   prm__ref32_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-static const prm_gemm_i gemm_reference_i = {"reference", gemm_always, gemm_reference};
+static const prm_gemm_i gemm_reference_i = {"reference", gemm_always, gemm_reference,
+                                            prm__gemm_bf16_reference};
 
 #ifdef PRM_HAVE_OPENBLAS
 /* OpenBLAS keeps its own thread pool; it follows the OpenMP thread count
@@ -51,7 +56,8 @@ static void gemm_openblas(void *ctx, int trans_a, int trans_b, int64_t M, int64_
               (int)ldb, beta, C, (int)ldc);
 }
 
-static const prm_gemm_i gemm_openblas_i = {"openblas", gemm_always, gemm_openblas};
+/* No bf16 member: Debian's OpenBLAS is built without bf16 (gemm_bf16.c). */
+static const prm_gemm_i gemm_openblas_i = {"openblas", gemm_always, gemm_openblas, NULL};
 #endif
 
 #ifdef PRM_HAVE_DNNL
@@ -63,7 +69,8 @@ static void gemm_onednn(void *ctx, int trans_a, int trans_b, int64_t M, int64_t 
   PRM_ASSERT(st == dnnl_success);
 }
 
-static const prm_gemm_i gemm_onednn_i = {"onednn", gemm_always, gemm_onednn};
+static const prm_gemm_i gemm_onednn_i = {"onednn", gemm_always, gemm_onednn,
+                                         prm__gemm_bf16_onednn};
 #endif
 
 static const prm_gemm_i *const gemm_list[] = {
@@ -100,6 +107,75 @@ int prm_gemm_init(prm_gemm_t *g, const char *name, prm_err_t *err) {
   return rc;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Per-shape dispatch from a tuning file                                     */
+/* ------------------------------------------------------------------------ */
+
+/* A tuned handle is a backend of its own: g->i is the prm__tuned_t's
+ * interface, g->ctx the prm__tuned_t; each call looks its shape up and runs
+ * the winner (with the default backend's ctx when the winner is the default,
+ * NULL otherwise: the table's backends keep no per-handle state). */
+static void gemm_tuned_sgemm(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N,
+                             int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                             int64_t ldb, float beta, float *C, int64_t ldc) {
+  const prm__tuned_t *t = ctx;
+  const prm_gemm_i *i = prm__tuned_pick(t, 0, trans_a, trans_b, M, N, K);
+  i->sgemm(i == t->dflt ? t->dflt_ctx : NULL, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
+           beta, C, ldc);
+}
+
+static void gemm_tuned_bf16(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                            float alpha, const prm_bf16_t *A, int64_t lda, const prm_bf16_t *B,
+                            int64_t ldb, float beta, float *C, int64_t ldc) {
+  const prm__tuned_t *t = ctx;
+  const prm_gemm_i *i = prm__tuned_pick(t, 1, trans_a, trans_b, M, N, K);
+  void *c = i == t->dflt ? t->dflt_ctx : NULL;
+  if (i->gemm_bf16)
+    i->gemm_bf16(c, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    prm__gemm_bf16_widen(i, c, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static int gemm_is_tuned(const prm_gemm_t *g) {
+  return g && g->i && g->i->sgemm == gemm_tuned_sgemm;
+}
+
+int prm_gemm_init_tuned(prm_gemm_t *g, const char *name, const char *tune_path, prm_err_t *err) {
+  int rc = prm_gemm_init(g, name, err);
+  if (rc || !tune_path || !*tune_path) return rc;
+  prm__tuned_t *t = prm_xcalloc(1, sizeof *t);
+  if ((rc = prm__tune_read(tune_path, &t->ent, &t->n, err))) {
+    free(t);
+    return rc;
+  }
+  t->dflt = g->i;
+  t->dflt_ctx = g->ctx;
+  snprintf(t->name, sizeof t->name, "%s+tuned", g->i->name);
+  t->self = (prm_gemm_i){t->name, g->i->available, gemm_tuned_sgemm, gemm_tuned_bf16};
+  g->i = &t->self;
+  g->ctx = t;
+  return 0;
+}
+
+void prm_gemm_free(prm_gemm_t *g) {
+  if (!gemm_is_tuned(g)) return;
+  prm__tuned_t *t = g->ctx;
+  g->i = t->dflt;
+  g->ctx = t->dflt_ctx;
+  free(t->ent);
+  free(t);
+}
+
+const prm_gemm_i *prm_gemm_pick(const prm_gemm_t *g, int bf16, int trans_a, int trans_b,
+                                int64_t M, int64_t N, int64_t K) {
+  if (!gemm_is_tuned(g)) return g->i;
+  return prm__tuned_pick(g->ctx, bf16 ? 1 : 0, trans_a, trans_b, M, N, K);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The wrappers                                                              */
+/* ------------------------------------------------------------------------ */
+
 void prm_sgemm(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                float beta, float *C, int64_t ldc) {
@@ -114,6 +190,25 @@ void prm_sgemm(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int64_t
   }
   PRM_ASSERT(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N));
   g->i->sgemm(g->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void prm_gemm_bf16(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int64_t N,
+                   int64_t K, float alpha, const prm_bf16_t *A, int64_t lda,
+                   const prm_bf16_t *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  PRM_ASSERT(g && g->i && M >= 0 && N >= 0 && K >= 0);
+  if (M == 0 || N == 0) return;
+  PRM_ASSERT(ldc >= N);
+  if (K == 0) {
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
+    return;
+  }
+  PRM_ASSERT(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N));
+  if (g->i->gemm_bf16)
+    g->i->gemm_bf16(g->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    prm__gemm_bf16_widen(g->i, g->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                         ldc);
 }
 
 /* ------------------------------------------------------------------------ */

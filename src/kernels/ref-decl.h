@@ -35,6 +35,10 @@ void PRM_REF(embedding_backward)(real *dwte /* (V,C) */, const real *dout /* (N,
 void PRM_REF(rmsnorm_forward)(real *out /* (N,C) */, real *rstd /* (N) */,
                               const real *x /* (N,C) */, const real *w /* (C) */, int64_t N,
                               int64_t C, real eps);
+void PRM_REF(add_rmsnorm_forward)(real *sum /* (N,C) */, real *out /* (N,C) */,
+                                  real *rstd /* (N) */, const real *a /* (N,C) */,
+                                  const real *b /* (N,C) */, const real *w /* (C) */, int64_t N,
+                                  int64_t C, real eps);
 void PRM_REF(rmsnorm_backward)(real *dx /* (N,C) */, real *dw /* (C) */,
                                const real *dout /* (N,C) */, const real *x /* (N,C) */,
                                const real *w /* (C) */, const real *rstd /* (N) */, int64_t N,

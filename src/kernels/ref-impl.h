@@ -145,6 +145,27 @@ void PRM_REF(rmsnorm_forward)(real *out, real *rstd, const real *x, const real *
   }
 }
 
+/* Residual add fused with the next norm: sum = a + b, out = rmsnorm(sum),
+ * each row as rmsnorm_forward would do it on the stored sum. sum may alias
+ * a or b: each element is read before it is written. */
+void PRM_REF(add_rmsnorm_forward)(real *sum, real *out, real *rstd, const real *a,
+                                  const real *b, const real *w, int64_t N, int64_t C, real eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    const real *ar = a + n * C, *br = b + n * C;
+    real *s = sum + n * C, *o = out + n * C;
+    double ss = 0;
+    for (int64_t c = 0; c < C; c++) {
+      real v = ar[c] + br[c];
+      s[c] = v;
+      ss += (double)v * v;
+    }
+    real r = (real)(1.0 / sqrt(ss / (double)C + (double)eps));
+    rstd[n] = r;
+    for (int64_t c = 0; c < C; c++) o[c] = s[c] * r * w[c];
+  }
+}
+
 void PRM_REF(rmsnorm_backward)(real *dx, real *dw, const real *dout, const real *x,
                                const real *w, const real *rstd, int64_t N, int64_t C) {
   /* dx: rows are independent. */

@@ -213,7 +213,15 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
   a->logits = prm__carve(base, &cur, a->chunk * m->Vl);
   /* The parallel cross-entropy's row statistics: a float maximum and two
    * doubles (exponential sum, target logit) per row. */
-  if (m->tp.size > 1) a->tpstat = prm__carve(base, &cur, 5 * a->chunk + 2);
+  int bf16 = (m->flags & PRM_LLAMA_BF16) != 0;
+  if (m->tp.size > 1 || bf16) a->tpstat = prm__carve(base, &cur, 5 * a->chunk + 2);
+  if (bf16) { /* operand slots: layer inputs / head rows, output gradients / logits */
+    int64_t wide = C > F ? C : F;
+    wide = wide > HD ? wide : HD;
+    a->n16[0] = N * wide > a->chunk * C ? N * wide : a->chunk * C;
+    a->n16[1] = N * wide > a->chunk * m->Vl ? N * wide : a->chunk * m->Vl;
+    for (int i = 0; i < 2; i++) a->x16[i] = (prm_bf16_t *)prm__carve(base, &cur, (a->n16[i] + 1) / 2);
+  }
   return (size_t)cur * sizeof(float);
 }
 
@@ -278,6 +286,13 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
     }
     prm__point(m, m->grads, &m->dembed, m->dlayer, &m->dnorm, &m->dhead);
   }
+  if (flags & PRM_LLAMA_BF16) {
+    if (!(m->params16 = prm_mem_alloc(PRM_MEM_PARAMS, (size_t)m->nparams * sizeof(prm_bf16_t)))) {
+      snprintf(what, sizeof what, "bf16 weights");
+      goto fail_nomem;
+    }
+    m->stale16 = 1;
+  }
 
   int64_t D = prm_llama_head_dim(c);
   size_t rope_bytes = (size_t)(c->max_pos * (D / 2)) * sizeof(float);
@@ -326,6 +341,7 @@ void prm_llama_free(prm_llama_t *m) {
   size_t pbytes = (size_t)m->nparams * sizeof(float);
   prm_mem_free(PRM_MEM_PARAMS, m->params, pbytes);
   prm_mem_free(PRM_MEM_GRADS, m->grads, pbytes);
+  prm_mem_free(PRM_MEM_PARAMS, m->params16, (size_t)m->nparams * sizeof(prm_bf16_t));
   int64_t D = prm_llama_head_dim(&m->cfg);
   size_t rope_bytes = (size_t)(m->cfg.max_pos * (D / 2)) * sizeof(float);
   prm_mem_free(PRM_MEM_SCRATCH, m->rope_cos, rope_bytes);
@@ -386,6 +402,11 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
   prm_fmt_bytes(s, sizeof s, (double)m->scratch_bytes);
   prm_sb_appendf(out, "params %s, grads %s, activations %s%s, scratch %s", p, g, a,
                  (m->flags & PRM_LLAMA_RECOMPUTE) ? " (full recompute)" : "", s);
+  if (m->params16) {
+    char h[32];
+    prm_fmt_bytes(h, sizeof h, (double)m->nparams * sizeof(prm_bf16_t));
+    prm_sb_appendf(out, ", bf16 weights %s", h);
+  }
   if (m->tp.size > 1)
     prm_sb_appendf(out, " (tensor-parallel shard %d of %d)", m->tp.rank + 1, m->tp.size);
 }

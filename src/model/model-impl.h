@@ -25,10 +25,31 @@ struct prm_llama_acts {
   float *dk, *dv;            /* (N,G*D) x 2 */
   float *dh, *dgate, *dup;   /* (N,F) x 3 */
   float *logits;             /* (chunk,Vl) */
-  float *tpstat;             /* (5 chunk) tensor parallel only: row statistics */
+  float *tpstat;             /* (5 chunk) tensor parallel or bf16: row statistics */
+  prm_bf16_t *x16[2];        /* bf16 only: operand slots (lin.c), n16[i] values each */
+  int64_t n16[2];
   int64_t chunk;
   float *block, *sblock;     /* the two allocations (activations, scratch) */
 };
+
+/* ---- lin.c: linear layers in fp32 or bf16 (PRM_LLAMA_BF16) ---- */
+
+/* The bf16 twin of an fp32 parameter pointer. */
+static inline const prm_bf16_t *prm__w16(const prm_llama_t *m, const float *w) {
+  return m->params16 + (w - m->params);
+}
+/* Rounds the matrices into m->params16 when they changed (bf16 only). */
+void prm__refresh16(prm_llama_t *m);
+/* x (n values) rounded to bf16 into operand slot 0 (an input) or 1 (an
+ * output gradient); NULL in fp32, where the lin calls use x itself. */
+const prm_bf16_t *prm__to16(prm_llama_t *m, int slot, const float *x, int64_t n);
+/* prm_linear_forward / prm_linear_backward, with bf16 operands when x16
+ * (dy16) is not NULL: x16 = prm__to16(x), dy16 = prm__to16(dy). */
+void prm__lin_fwd(prm_llama_t *m, float *y, const float *x, const prm_bf16_t *x16, const float *w,
+                  int64_t N, int64_t in, int64_t out);
+void prm__lin_bwd(prm_llama_t *m, float *dx, float *dw, const float *dy, const prm_bf16_t *dy16,
+                  const float *x, const prm_bf16_t *x16, const float *w, int64_t N, int64_t in,
+                  int64_t out, int dx_accum);
 
 /* ---- tp.c: the tensor-parallel pieces of the passes ---- */
 

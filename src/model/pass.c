@@ -20,26 +20,28 @@
 static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
                                prm__layer_acts_t *a, const float *x, float *y, int64_t B) {
   const prm_llama_config_t *c = &m->cfg;
-  const prm_gemm_t *g = &m->gemm;
   int64_t T = m->T, N = B * T, C = c->hidden, D = prm_llama_head_dim(c), F = m->Fl;
   int64_t H = m->Hl, G = m->Gl, HD = H * D, GD = G * D;
+  const prm_bf16_t *x16; /* the bf16 copy of a layer input; NULL in fp32 (lin.c) */
 
   prm_rmsnorm_forward(a->ln1, a->rstd1, x, w->ln1, N, C, (float)c->norm_eps);
-  prm_linear_forward(g, a->q, a->ln1, w->wq, N, C, HD);
-  prm_linear_forward(g, a->k, a->ln1, w->wk, N, C, GD);
-  prm_linear_forward(g, a->v, a->ln1, w->wv, N, C, GD);
+  x16 = prm__to16(m, 0, a->ln1, N * C);
+  prm__lin_fwd(m, a->q, a->ln1, x16, w->wq, N, C, HD);
+  prm__lin_fwd(m, a->k, a->ln1, x16, w->wk, N, C, GD);
+  prm__lin_fwd(m, a->v, a->ln1, x16, w->wv, N, C, GD);
   prm_rope_forward(a->q, m->rope_cos, m->rope_sin, B, T, H, D, 0);
   prm_rope_forward(a->k, m->rope_cos, m->rope_sin, B, T, G, D, 0);
   prm_attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, H, G, D);
-  prm_linear_forward(g, a->mid, a->att, w->wo, N, HD, C);
+  prm__lin_fwd(m, a->mid, a->att, prm__to16(m, 0, a->att, N * HD), w->wo, N, HD, C);
   prm__tp_sum(m, a->mid, N * C);
-  prm_add(a->mid, a->mid, x, N * C);
+  /* mid = x + attention; ln2 = rmsnorm(mid), in one pass. */
+  prm_add_rmsnorm_forward(a->mid, a->ln2, a->rstd2, a->mid, x, w->ln2, N, C, (float)c->norm_eps);
 
-  prm_rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, N, C, (float)c->norm_eps);
-  prm_linear_forward(g, a->gate, a->ln2, w->wgate, N, C, F);
-  prm_linear_forward(g, a->up, a->ln2, w->wup, N, C, F);
+  x16 = prm__to16(m, 0, a->ln2, N * C);
+  prm__lin_fwd(m, a->gate, a->ln2, x16, w->wgate, N, C, F);
+  prm__lin_fwd(m, a->up, a->ln2, x16, w->wup, N, C, F);
   prm_swiglu_forward(a->h, a->gate, a->up, N * F);
-  prm_linear_forward(g, y, a->h, w->wdown, N, F, C);
+  prm__lin_fwd(m, y, a->h, prm__to16(m, 0, a->h, N * F), w->wdown, N, F, C);
   prm__tp_sum(m, y, N * C);
   prm_add(y, y, a->mid, N * C);
 }
@@ -54,28 +56,39 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
                                 const prm_llama_layer_t *dw, const prm__layer_acts_t *a,
                                 const float *x, int64_t B) {
   const prm_llama_config_t *c = &m->cfg;
-  const prm_gemm_t *g = &m->gemm;
   prm_llama_acts_t *s = m->acts;
   int64_t T = m->T, N = B * T, C = c->hidden, D = prm_llama_head_dim(c), F = m->Fl;
   int64_t H = m->Hl, G = m->Gl, HD = H * D, GD = G * D;
+  const prm_bf16_t *x16, *dy16; /* bf16 copies in slots 0 and 1; NULL in fp32 */
 
   /* MLP: y = mid + down(silu(gate) * up). dres flows to mid unchanged. */
-  prm_linear_backward(g, s->dh, dw->wdown, s->dres, a->h, w->wdown, N, F, C, 0);
+  dy16 = prm__to16(m, 1, s->dres, N * C);
+  x16 = prm__to16(m, 0, a->h, N * F);
+  prm__lin_bwd(m, s->dh, dw->wdown, s->dres, dy16, a->h, x16, w->wdown, N, F, C, 0);
   prm_swiglu_backward(s->dgate, s->dup, s->dh, a->gate, a->up, N * F);
-  prm_linear_backward(g, s->dln, dw->wgate, s->dgate, a->ln2, w->wgate, N, C, F, 0);
-  prm_linear_backward(g, s->dln, dw->wup, s->dup, a->ln2, w->wup, N, C, F, 1);
+  x16 = prm__to16(m, 0, a->ln2, N * C);
+  dy16 = prm__to16(m, 1, s->dgate, N * F);
+  prm__lin_bwd(m, s->dln, dw->wgate, s->dgate, dy16, a->ln2, x16, w->wgate, N, C, F, 0);
+  dy16 = prm__to16(m, 1, s->dup, N * F);
+  prm__lin_bwd(m, s->dln, dw->wup, s->dup, dy16, a->ln2, x16, w->wup, N, C, F, 1);
   prm__tp_sum(m, s->dln, N * C);
   prm_rmsnorm_backward(s->dres, dw->ln2, s->dln, a->mid, w->ln2, a->rstd2, N, C);
 
   /* Attention: mid = x + o(att(rope(q), rope(k), v)). */
-  prm_linear_backward(g, s->datt, dw->wo, s->dres, a->att, w->wo, N, HD, C, 0);
+  dy16 = prm__to16(m, 1, s->dres, N * C);
+  x16 = prm__to16(m, 0, a->att, N * HD);
+  prm__lin_bwd(m, s->datt, dw->wo, s->dres, dy16, a->att, x16, w->wo, N, HD, C, 0);
   prm_attention_backward(s->dq, s->dk, s->dv, s->datt, a->q, a->k, a->v, a->att, a->lse, B, T,
                          H, G, D);
   prm_rope_backward(s->dq, m->rope_cos, m->rope_sin, B, T, H, D, 0);
   prm_rope_backward(s->dk, m->rope_cos, m->rope_sin, B, T, G, D, 0);
-  prm_linear_backward(g, s->dln, dw->wq, s->dq, a->ln1, w->wq, N, C, HD, 0);
-  prm_linear_backward(g, s->dln, dw->wk, s->dk, a->ln1, w->wk, N, C, GD, 1);
-  prm_linear_backward(g, s->dln, dw->wv, s->dv, a->ln1, w->wv, N, C, GD, 1);
+  x16 = prm__to16(m, 0, a->ln1, N * C);
+  prm__lin_bwd(m, s->dln, dw->wq, s->dq, prm__to16(m, 1, s->dq, N * HD), a->ln1, x16, w->wq, N, C,
+               HD, 0);
+  prm__lin_bwd(m, s->dln, dw->wk, s->dk, prm__to16(m, 1, s->dk, N * GD), a->ln1, x16, w->wk, N, C,
+               GD, 1);
+  prm__lin_bwd(m, s->dln, dw->wv, s->dv, prm__to16(m, 1, s->dv, N * GD), a->ln1, x16, w->wv, N, C,
+               GD, 1);
   prm__tp_sum(m, s->dln, N * C);
   prm_rmsnorm_backward(s->dres, dw->ln1, s->dln, x, w->ln1, a->rstd1, N, C);
 }
@@ -109,8 +122,9 @@ double prm_llama_forward(prm_llama_t *m, const int32_t *tokens, const int32_t *t
   PRM_ASSERT(B >= 1 && B <= m->B);
   const prm_llama_config_t *c = &m->cfg;
   prm_llama_acts_t *a = m->acts;
+  prm__refresh16(m);
   prm__forward_layers(m, tokens, B);
-  if (m->tp.size > 1)
+  if (m->tp.size > 1 || m->params16)
     return prm__tp_lmhead_xent(m, NULL, NULL, count, a->lnf, m->head, targets, B * m->T, 0.0f);
   return prm_lmhead_xent(&m->gemm, NULL, NULL, count, a->lnf, m->head, targets, B * m->T,
                          c->hidden, c->vocab, 0.0f, a->logits, a->chunk);
@@ -123,11 +137,12 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   const prm_llama_config_t *c = &m->cfg;
   prm_llama_acts_t *a = m->acts;
   int64_t N = B * m->T, C = c->hidden, NC = m->B * m->T * C;
+  prm__refresh16(m);
   prm__forward_layers(m, tokens, B);
 
   /* The head and its loss, with the head's backward fused in. */
   double loss =
-      m->tp.size > 1
+      m->tp.size > 1 || m->params16
           ? prm__tp_lmhead_xent(m, a->dlnf, m->dhead, count, a->lnf, m->head, targets, N, grad_scale)
           : prm_lmhead_xent(&m->gemm, a->dlnf, m->dhead, count, a->lnf, m->head, targets, N, C,
                             c->vocab, grad_scale, a->logits, a->chunk);

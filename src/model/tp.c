@@ -103,6 +103,7 @@ void prm__tp_sum(prm_llama_t *m, float *buf, int64_t n) {
   prm__tp_allreduce(m, buf, n, PRM_COMM_F32, PRM_COMM_SUM);
 }
 
+
 /* ------------------------------------------------------------------------ */
 /* Vocab-parallel embedding                                                  */
 /* ------------------------------------------------------------------------ */
@@ -157,7 +158,11 @@ double prm__tp_lmhead_xent(prm_llama_t *m, float *dx, float *dw, int64_t *count,
     int64_t rows = N - n0 < chunk ? N - n0 : chunk;
     const float *xc = x + n0 * C;
     const int32_t *tc = targets + n0;
-    prm_sgemm(g, 0, 1, rows, V, C, 1.0f, xc, C, w, C, 0.0f, logits, V);
+    const prm_bf16_t *x16 = prm__to16(m, 0, xc, rows * C); /* NULL in fp32 */
+    if (x16)
+      prm_gemm_bf16(g, 0, 1, rows, V, C, 1.0f, x16, C, prm__w16(m, w), C, 0.0f, logits, V);
+    else
+      prm_sgemm(g, 0, 1, rows, V, C, 1.0f, xc, C, w, C, 0.0f, logits, V);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
       const float *l = logits + r * V;
@@ -192,8 +197,15 @@ double prm__tp_lmhead_xent(prm_llama_t *m, float *dx, float *dw, int64_t *count,
       int64_t t = (int64_t)tc[r] - v0;
       if (t >= 0 && t < V) l[t] -= grad_scale;
     }
-    if (dx) prm_sgemm(g, 0, 0, rows, C, V, 1.0f, logits, V, w, C, 0.0f, dx + n0 * C, C);
-    if (dw) prm_sgemm(g, 1, 0, V, C, rows, 1.0f, logits, V, xc, C, 1.0f, dw, C);
+    const prm_bf16_t *d16 = prm__to16(m, 1, logits, rows * V);
+    if (d16) {
+      if (dx)
+        prm_gemm_bf16(g, 0, 0, rows, C, V, 1.0f, d16, V, prm__w16(m, w), C, 0.0f, dx + n0 * C, C);
+      if (dw) prm_gemm_bf16(g, 1, 0, V, C, rows, 1.0f, d16, V, x16, C, 1.0f, dw, C);
+    } else {
+      if (dx) prm_sgemm(g, 0, 0, rows, C, V, 1.0f, logits, V, w, C, 0.0f, dx + n0 * C, C);
+      if (dw) prm_sgemm(g, 1, 0, V, C, rows, 1.0f, logits, V, xc, C, 1.0f, dw, C);
+    }
   }
   if (dx) prm__tp_sum(m, dx, N * C);
   if (count) *count = cnt;

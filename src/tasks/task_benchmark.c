@@ -1,11 +1,11 @@
 /* task_benchmark.c - the benchmark pillar's commands: GEMM (one shape, or
  * every GEMM of a dense layer), attention, thread dispatch, memory and
- * checkpoint bandwidth, end-to-end training, and the tokenizer. Each prints
- * a Markdown table and, with --output-file, writes it in the format the
- * extension names (src/bench/table.c). `benchmark tokenizer` times encoding
- * a text file (one document per line) with `--workers` threads and, with
- * --compare, the npm package gpt-tokenizer on the same text in the same
- * run. The collectives (allreduce, allgather, reducescatter, alltoall,
+ * checkpoint bandwidth, the fused element-wise kernels, end-to-end training,
+ * and the tokenizer. Each prints a Markdown table and, with --output-file,
+ * writes it in the format the extension names (src/bench/table.c).
+ * `benchmark tokenizer` times encoding a text file (one document per line)
+ * with `--workers` threads and, with --compare, the npm package
+ * gpt-tokenizer on the same text in the same run. The collectives (allreduce, allgather, reducescatter, alltoall,
  * broadcast) and overlap run on every rank through MPI (src/comm); rank 0
  * reports. A benchmark reports; it never fails on a figure (--check fails
  * on a wrong value). */
@@ -144,18 +144,78 @@ static const prm_opt_t prm__bench_gemm_opts[] = {
     {"K", 0, PRM_OPT_INT, "N", "2048", "the inner dimension"},
     {"trans_a", 0, PRM_OPT_FLAG, NULL, NULL, "A is stored transposed, (K,M)"},
     {"trans_b", 0, PRM_OPT_FLAG, NULL, NULL, "B is stored transposed, (N,K) (the forward of a linear layer)"},
-    {"dtype", 0, PRM_OPT_STR, "fp32|bf16", "fp32", "operand type (bf16 arrives with the Turbo kernels, issue 9)"},
+    {"dtype", 0, PRM_OPT_STR, "fp32|bf16", "fp32", "operand type (bf16: A and B bf16, C fp32, fp32 accumulation)"},
     {"backend", 0, PRM_OPT_STR, "NAME", "auto", "onednn, openblas, native (the reference kernel), all, or auto (the best built in)"},
-    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent measuring each backend, after one warm-up call"},
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent measuring each backend, after one warm-up call (--tune: 0.3)"},
+    {"tune", 0, PRM_OPT_FLAG, NULL, NULL, "time every backend, fp32 and bf16, on the GEMMs of a training step and write a tuning file"},
+    {"config", 'c', PRM_OPT_STR, "FILE", NULL, "with --tune: experiment YAML whose model and batch give the shapes"},
+    {"output", 0, PRM_OPT_STR, "FILE", "gemm-tune.tsv", "with --tune: the tuning file (PRIMUS_GEMM_TUNE=FILE for training)"},
+    {"hidden", 0, PRM_OPT_INT, "C", "768", "with --tune and no --config: hidden size"},
+    {"heads", 0, PRM_OPT_INT, "H", "12", "with --tune and no --config: attention heads"},
+    {"kv_heads", 0, PRM_OPT_INT, "G", NULL, "with --tune and no --config: key/value heads (default: heads)"},
+    {"ffn", 0, PRM_OPT_INT, "F", "2048", "with --tune and no --config: MLP inner size"},
+    {"vocab", 0, PRM_OPT_INT, "V", "50304", "with --tune and no --config: vocabulary"},
+    {"tokens", 0, PRM_OPT_INT, "N", "2048", "with --tune and no --config: rows, micro_batch_size x seq_length"},
     PRM__OUTPUT_OPT,
     {NULL},
 };
+
+/* benchmark gemm --tune: the shapes of the experiment (--config) or of the
+ * flags, every backend, and the tuning file. */
+static int prm__bench_gemm_tune(prm_task_ctx_t *ctx, prm_err_t *err) {
+  int64_t C, H, G, F, V, N;
+  int rc;
+  double duration;
+  if ((rc = prm__duration_opt(ctx, "gemm", 0.3, &duration, err))) return rc;
+  const char *cfg = prm_args_str(ctx->args, "config");
+  if (cfg) {
+    prm_train_opts_t o;
+    prm_exp_t *exp = NULL;
+    rc = prm_exp_load(cfg, NULL, 0, "pre_trainer", &exp, err);
+    if (!rc) rc = prm_train_opts_from_exp(exp, &o, err);
+    prm_exp_free(exp);
+    if (rc) return prm_err_prefix(err, "benchmark gemm --tune --config %s", cfg), rc;
+    C = o.model.hidden, H = o.model.heads, G = o.model.groups, F = o.model.ffn;
+    V = o.model.vocab, N = o.micro_batch * o.seq_length;
+  } else if ((rc = prm__int_opt(ctx, "gemm", "hidden", 768, 1, &C, err)) ||
+             (rc = prm__int_opt(ctx, "gemm", "heads", 12, 1, &H, err)) ||
+             (rc = prm__int_opt(ctx, "gemm", "kv_heads", H, 1, &G, err)) ||
+             (rc = prm__int_opt(ctx, "gemm", "ffn", 2048, 1, &F, err)) ||
+             (rc = prm__int_opt(ctx, "gemm", "vocab", 50304, 1, &V, err)) ||
+             (rc = prm__int_opt(ctx, "gemm", "tokens", 2048, 1, &N, err))) {
+    return rc;
+  }
+  if (C % H || H % G)
+    return prm_errf(err, PRM_EINVAL, "benchmark gemm --tune: heads (%lld) must divide hidden (%lld) and kv_heads (%lld) heads",
+                    (long long)H, (long long)C, (long long)G);
+  const char *path = prm_args_str(ctx->args, "output");
+  if (!path || !*path) path = "gemm-tune.tsv";
+  prm_bench_dense_gemm_t g[32];
+  int ng = prm_bench_train_gemms(C, H, G, F, V, N, g, 32);
+  prm_table_t *t = prm_table_new(PRM_BENCH_TUNE_NCOLS, prm_bench_tune_cols);
+  rc = prm_bench_gemm_tune(g, ng, duration, path, t, err);
+  if (!rc) {
+    char title[256];
+    snprintf(title, sizeof title,
+             "GEMM tuning: hidden %lld, heads %lld/%lld, ffn %lld, vocab %lld, %lld rows, %d threads",
+             (long long)C, (long long)H, (long long)G, (long long)F, (long long)V, (long long)N,
+             prm_kernels_threads());
+    rc = prm__emit(ctx, t, title, err);
+    if (!rc) PRM_INFO("wrote the tuning file %s (train with PRIMUS_GEMM_TUNE=%s)", path, path);
+  }
+  prm_table_free(t);
+  return rc;
+}
 
 static int prm__bench_gemm(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_bench_gemm_opts_t o = {0};
   const char *names[8];
   int nb = 0, rc;
-  if ((rc = prm__check_output(ctx, "gemm", err)) || (rc = prm__int_opt(ctx, "gemm", "M", 2048, 1, &o.m, err)) ||
+  if ((rc = prm__check_output(ctx, "gemm", err))) return rc;
+  if (prm_args_flag(ctx->args, "tune")) return prm__bench_gemm_tune(ctx, err);
+  if (prm_args_str(ctx->args, "config"))
+    return prm_errf(err, PRM_EINVAL, "benchmark gemm: --config is for --tune (the shapes of its model)");
+  if ((rc = prm__int_opt(ctx, "gemm", "M", 2048, 1, &o.m, err)) ||
       (rc = prm__int_opt(ctx, "gemm", "N", 2048, 1, &o.n, err)) ||
       (rc = prm__int_opt(ctx, "gemm", "K", 2048, 1, &o.k, err)) ||
       (rc = prm__dtype_opt(ctx, "gemm", &o.bf16, err)) ||
@@ -435,6 +495,71 @@ static int prm__bench_memory(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_table_num(t, gbs, 2);
   rc = prm__emit(ctx, t, "Memory bandwidth (STREAM triad, 3 x array bytes per pass)", err);
   prm_table_free(t);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* kernels (issue 9: the fused element-wise kernels, src/bench/kernels.c)   */
+/* ------------------------------------------------------------------------ */
+
+static const prm_opt_t prm__bench_kernels_opts[] = {
+    {"kernels", 'k', PRM_OPT_STR, "LIST", "all", "comma-separated kernels: adamw, add, swiglu_fwd, swiglu_bwd, rope_fwd, rope_bwd, rmsnorm_fwd, rmsnorm_bwd, add_rmsnorm, xent_rows"},
+    {"rows", 0, PRM_OPT_INT, "N", "2048", "token rows (micro batch x seq)"},
+    {"seq", 0, PRM_OPT_INT, "T", "256", "tokens per sequence (RoPE positions)"},
+    {"hidden", 0, PRM_OPT_INT, "C", "768", "hidden size"},
+    {"ffn", 0, PRM_OPT_INT, "F", "2048", "MLP inner size (SwiGLU)"},
+    {"heads", 0, PRM_OPT_INT, "H", "12", "attention heads (RoPE: head size hidden/heads)"},
+    {"vocab", 0, PRM_OPT_INT, "V", "50304", "vocabulary (cross-entropy rows)"},
+    {"params", 0, PRM_OPT_INT, "P", "16777216", "parameters of the AdamW update"},
+    {"cold_mb", 0, PRM_OPT_INT, "MB", "256", "buffer copies cycled through per kernel (0: cache-hot)"},
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "0.5", "time per kernel, implementation and thread count"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+static int prm__bench_kernels(prm_task_ctx_t *ctx, prm_err_t *err) {
+  prm_bench_kernels_opts_t o = {0};
+  const char *cmd = "kernels";
+  int rc;
+  if ((rc = prm__check_output(ctx, cmd, err)) || (rc = prm__int_opt(ctx, cmd, "rows", 2048, 1, &o.rows, err)) ||
+      (rc = prm__int_opt(ctx, cmd, "seq", 256, 1, &o.seq, err)) ||
+      (rc = prm__int_opt(ctx, cmd, "hidden", 768, 2, &o.hidden, err)) ||
+      (rc = prm__int_opt(ctx, cmd, "ffn", 2048, 1, &o.ffn, err)) ||
+      (rc = prm__int_opt(ctx, cmd, "heads", 12, 1, &o.heads, err)) ||
+      (rc = prm__int_opt(ctx, cmd, "vocab", 50304, 2, &o.vocab, err)) ||
+      (rc = prm__int_opt(ctx, cmd, "params", 16777216, 1, &o.params, err)) ||
+      (rc = prm__int_opt(ctx, cmd, "cold_mb", 256, 0, &o.cold_mb, err)) ||
+      (rc = prm__duration_opt(ctx, cmd, 0.5, &o.duration_s, err)))
+    return rc;
+  o.kernels = prm_args_str(ctx->args, "kernels");
+  prm_bench_kernel_row_t *rows = NULL;
+  int n = 0;
+  if ((rc = prm_bench_kernels(&o, &rows, &n, err))) return prm_err_prefix(err, "benchmark"), rc;
+  static const char *const cols[] = {"kernel",    "shape",     "impl",      "threads",
+                                     "copies",    "calls",     "median_ms", "min_ms",
+                                     "gbps",      "best_gbps", "triad_gbps", "triad_fraction",
+                                     "fast_speedup"};
+  prm_table_t *t = prm_table_new(13, cols);
+  for (int i = 0; i < n; i++) {
+    const prm_bench_kernel_row_t *r = &rows[i];
+    prm_table_row(t);
+    prm_table_str(t, r->kernel);
+    prm_table_str(t, r->shape);
+    prm_table_str(t, r->impl);
+    prm_table_int(t, r->threads);
+    prm_table_int(t, r->copies);
+    prm_table_int(t, r->calls);
+    prm_table_num(t, r->median_ms, 4);
+    prm_table_num(t, r->min_ms, 4);
+    prm_table_num(t, r->gbs, 2);
+    prm_table_num(t, r->best_gbs, 2);
+    prm_table_num(t, r->triad_gbs, 2);
+    prm_table_num(t, r->triad_fraction, 3);
+    prm_table_num(t, r->fast_speedup, 2);
+  }
+  rc = prm__emit(ctx, t, "Fused element-wise kernels against their reference twins (fp32)", err);
+  prm_table_free(t);
+  prm_bench_kernels_free(rows);
   return rc;
 }
 
@@ -872,14 +997,19 @@ static const prm_subtask_t prm__bench_subs[] = {
      "  primus benchmark tokenizer --workers 2 --compare",
      prm__bench_tok_opts, 0, prm__bench_tokenizer},
     {"gemm", "GEMM throughput of one shape on one or every backend", NULL,
-     "Times C = op(A) op(B) (fp32, row-major) through the engine's GEMM table after\n"
+     "Times C = op(A) op(B) (row-major; --dtype bf16: bf16 A and B) through the GEMM table after\n"
      "one warm-up call, for --duration seconds per backend. Columns: avg_ms and\n"
      "min_ms per call, tflops (2MNK / avg), gbps (A, B and C moved once / avg),\n"
      "intensity (FLOPs per byte of those) and peak_fraction (of the measured fp32\n"
-     "FMA peak x threads). --backend all gives one row per backend built in.\n\n"
+     "FMA peak x threads). --backend all gives one row per backend built in.\n"
+     "--tune times every backend, fp32 and bf16, on each distinct GEMM of a\n"
+     "training step (the model of --config EXP, or --hidden/--heads/--ffn/--vocab/\n"
+     "--tokens) and writes the fastest per shape to --output (a TSV tuning file;\n"
+     "train with PRIMUS_GEMM_TUNE=FILE).\n\n"
      "Examples:\n"
      "  primus benchmark gemm --M 4096 --N 4096 --K 4096 --backend all\n"
-     "  primus benchmark gemm --M 512 --N 11008 --K 4096 --trans_b --output-file gemm.csv",
+     "  primus benchmark gemm --M 512 --N 11008 --K 4096 --trans_b --output-file gemm.csv\n"
+     "  primus benchmark gemm --tune --config exp.yaml --output gemm-tune.tsv",
      prm__bench_gemm_opts, 0, prm__bench_gemm},
     {"gemm-dense", "every GEMM of one dense Llama layer and the LM head", NULL,
      "Lists the GEMMs of one transformer layer of a model preset (attn_qkv, attn_out,\n"
@@ -911,6 +1041,22 @@ static const prm_subtask_t prm__bench_subs[] = {
      "Example:\n"
      "  primus benchmark memory --size_mb 1024",
      prm__bench_memory_opts, 0, prm__bench_memory},
+    {"kernels", "fused element-wise kernels against their reference twins", NULL,
+     "Times the engine's fast element-wise kernels (issue 9) and their reference\n"
+     "twins on training shapes with one thread and with all of them: AdamW, add,\n"
+     "SwiGLU, RoPE, RMSNorm, the fused residual add + RMSNorm (also unfused) and\n"
+     "the cross-entropy rows of one LM-head chunk. median_ms and min_ms per call;\n"
+     "gbps and best_gbps count every input read once and every output written once\n"
+     "over those; triad_fraction is best_gbps over the best STREAM triad pass\n"
+     "measured in the same run with the same threads (on arrays of --cold_mb);\n"
+     "fast_speedup is the row's median over the fast kernel's. Buffers cycle\n"
+     "through --cold_mb of copies so data comes from DRAM (the cross-entropy chunk\n"
+     "stays hot, as after the LM-head GEMM).\n\n"
+     "Examples:\n"
+     "  primus benchmark kernels\n"
+     "  primus benchmark kernels --kernels adamw --params 124000000 -o adamw.jsonl\n"
+     "  primus benchmark kernels --rows 64 --seq 32 --vocab 1000 --params 4096 --cold_mb 16 --duration 0.05",
+     prm__bench_kernels_opts, 0, prm__bench_kernels},
     {"checkpoint-io", "disk and checkpoint write/read bandwidth in a folder", NULL,
      "disk_write: a file of --size_mb written and fsynced; disk_read: read back after\n"
      "dropping it from the page cache. ckpt_save and ckpt_load: a Llama of about\n"

@@ -169,9 +169,7 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   if (prm_streq(rec, "selective"))
     PRM_WARN("recompute_granularity: selective is treated as full recomputation");
   o->recompute = rec != NULL;
-  int bf16 = 0;
-  prm__bool(e, "bf16", 0, &bf16);
-  if (bf16) PRM_WARN("bf16: mixed precision arrives with the Turbo kernels; training in fp32");
+  prm__bool(e, "bf16", 0, &o->bf16);
   prm__bool(e, "finetune", 0, &o->finetune);
   prm__bool(e, "auto_continue_train", 0, &o->auto_continue);
 

@@ -18,7 +18,9 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
                       prm_split_t need, const prm_llama_tp_t *tp, prm__session_t *s,
                       prm_err_t *err) {
   memset(s, 0, sizeof *s);
-  int rc = prm_gemm_init(&s->gemm, o->gemm, err);
+  /* PRIMUS_GEMM_TUNE: a `benchmark gemm --tune` file picks the backend per
+   * shape (docs/benchmark.md); freed by prm__session_close. */
+  int rc = prm_gemm_init_tuned(&s->gemm, o->gemm, getenv("PRIMUS_GEMM_TUNE"), err);
   if (rc) return rc;
   if (!o->mock_data && (o->data_shuffle || o->data_blend)) {
     /* Shuffled and/or blended: the samplers, sized for what this run reads
@@ -46,11 +48,11 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
     rc = prm_blend_open(&b, &s->blend, err);
     free(paths);
     free(weights);
-    if (rc) return rc;
+    if (rc) goto fail;
   } else if (!o->mock_data) {
     prm_dataset_opts_t d = {.path = o->data_path, .tokenizer_type = o->tokenizer_type,
                             .split = o->split, .vocab_size = o->model.vocab, .need = need};
-    if ((rc = prm_dataset_open(&d, &s->data, err))) return rc;
+    if ((rc = prm_dataset_open(&d, &s->data, err))) goto fail;
   }
   if ((rc = prm_llama_new_tp(&o->model, o->micro_batch, o->seq_length, flags, &s->gemm, tp,
                              &s->model, err)))
@@ -83,6 +85,7 @@ void prm__session_close(prm__session_t *s) {
     prm_llama_free(s->full);
   }
   prm_llama_free(s->model);
+  prm_gemm_free(&s->gemm);
   prm_dataset_close(s->data);
   prm_blend_close(s->blend);
   free(s->seq);
@@ -127,6 +130,7 @@ int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
   float scale = (float)(1.0 / ((double)G * (double)S));
   double sum = 0;
   prm_llama_zero_grad(s->model);
+  prm_llama_params_changed(s->model); /* updated, loaded or rolled back since the last step */
   s->model->tp_seconds = 0;
   s->data_s = 0;
   /* Fault injection: a NaN in this rank's gradient before the reduction, so
@@ -158,6 +162,7 @@ int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, i
   int64_t G = o->global_batch, B = o->micro_batch;
   int64_t share = dp ? G / dp->size : G, rank = dp ? dp->rank : 0;
   double sum[2] = {0, 0}; /* loss, tokens */
+  prm_llama_params_changed(s->model); /* the last step's update */
   for (int64_t it = 0; it < iters; it++)
     for (int64_t first = it * G + rank * share; first < it * G + (rank + 1) * share; first += B) {
       int64_t c = 0;
@@ -182,7 +187,8 @@ int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, i
 
 int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *err) {
   prm__session_t s;
-  int rc = prm__session_open(o, PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0),
+  int rc = prm__session_open(o, PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0) |
+                                    (o->bf16 ? PRM_LLAMA_BF16 : 0),
                              o->load, PRM_SPLIT_TRAIN, NULL, &s, err);
   if (rc) return rc;
   prm__dp_t dp;

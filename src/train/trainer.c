@@ -142,7 +142,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   int handlers = 0; /* the preemption handlers are installed */
   int rc = prm__faults_load(getenv("PRIMUS_FAULT_INJECT"), err);
   if (rc) return rc;
-  unsigned flags = PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0);
+  unsigned flags = PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0) |
+                   (o->bf16 ? PRM_LLAMA_BF16 : 0);
   /* Where the state comes from: auto_continue_train resumes from `load`;
    * a supervised restart (PRIMUS_RESTART > 0) from `save`. */
   int attempt = prm__this_attempt();

@@ -92,9 +92,13 @@ small_corpus() {
 # tiny model on $T/corpus.txt (small_corpus) with the defaults below; each
 # "KEY: VALUE" argument (one line, flow style for maps) replaces the
 # default or an earlier argument with the same key, or is added.
-tiny_exp() {
-  local name=$1 kv key i
-  shift
+tiny_exp() { _exp_write tiny_model "$@"; }
+# preset_exp NAME [KEY: VALUE]...: the same on the llama_tiny preset itself
+# (hidden 128, 4 layers, seq 128), without tiny_model's overrides.
+preset_exp() { _exp_write : "$@"; }
+_exp_write() { # MODEL_FN NAME [KEY: VALUE]...
+  local model=$1 name=$2 kv key i
+  shift 2
   local -a keys=() vals=()
   for kv in "data_path: $T/corpus.txt" 'split: "95,5,0"' "micro_batch_size: 2" \
     "global_batch_size: 4" "train_iters: 8" "lr: 3.0e-3" "eval_iters: 0" "log_interval: 2" "$@"; do
@@ -102,7 +106,7 @@ tiny_exp() {
     for i in "${!keys[@]}"; do [[ ${keys[i]} == "$key" ]] && break; done
     if [[ ${#keys[@]} -gt 0 && ${keys[i]} == "$key" ]]; then vals[i]=$kv; else keys+=("$key"); vals+=("$kv"); fi
   done
-  { exp_header "$name"; tiny_model; for kv in "${vals[@]}"; do echo "      $kv"; done; } > "$name.yaml"
+  { exp_header "$name"; $model; for kv in "${vals[@]}"; do echo "      $kv"; done; } > "$name.yaml"
 }
 # newest_run NAME: the newest run directory of experiment NAME (empty if none).
 newest_run() { ls -d "$T"/ws/team/tester/"$1"/run-* 2>/dev/null | tail -1; }

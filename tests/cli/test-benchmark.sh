@@ -4,7 +4,7 @@
 # format parses back (CSV and TSV field counts, JSON Lines and JSON with
 # python's json) with the documented columns, and the figures are positive
 # and finite. Speed is never asserted. Bad arguments exit 2 naming the
-# option; bf16 GEMM exits 1 (a missing kernel, issue 9).
+# option; bf16 GEMM runs.
 source "$(dirname "$0")/lib.sh"
 cd "$T"
 export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive
@@ -95,6 +95,9 @@ expect_in "attention has a backward row" "backward" "$(cat attn.tsv)"
 run benchmark launch --duration 0.05 -o launch.json
 expect_rc "launch" 0
 check_table "launch .json" launch.json test,threads,median_us 2 "threads,median_us"
+run benchmark kernels --rows 64 --seq 32 --vocab 1000 --params 4096 --cold_mb 16 --duration 0.05 -o kern.jsonl
+expect_rc "kernels" 0
+check_table "kernels .jsonl" kern.jsonl kernel,shape,impl,threads,copies,calls,median_ms,min_ms,gbps,best_gbps,triad_gbps,triad_fraction,fast_speedup 1 "gbps,triad_gbps"
 run benchmark memory --size_mb 4 --duration 0.05 -o mem.jsonl
 expect_rc "memory" 0
 check_table "memory .jsonl" mem.jsonl test,array_mb,threads,gbps 1 "array_mb,gbps"
@@ -146,7 +149,9 @@ err_case() { # NAME EXPECTED-RC NEEDLE ARGS...
 err_case "gemm --M 0" 2 "--M" gemm --M 0
 err_case "gemm unknown backend" 2 "--backend" gemm --M 8 --N 8 --K 8 --backend cublas
 err_case "gemm bad dtype" 2 "--dtype" gemm --dtype fp16
-err_case "gemm bf16 is not there yet" 1 "issue 9" gemm --M 8 --N 8 --K 8 --dtype bf16
+run benchmark gemm --M 8 --N 8 --K 8 --dtype bf16 --duration 0.01
+expect_rc "gemm bf16" 0
+expect_in "gemm bf16: the row says bf16" "bf16" "$OUT"
 err_case "gemm unknown output extension" 2 ".xlsx" gemm --M 8 --N 8 --K 8 -o out.xlsx
 if [[ ! -e out.xlsx ]]; then ok "nothing written for an unknown extension"; else bad "out.xlsx written"; fi
 err_case "gemm negative duration" 2 "--duration" gemm --duration -1

@@ -1,0 +1,73 @@
+/* gemm-impl.h - internals of the GEMM files: the bf16 GEMM backends
+ * (gemm_bf16.c), the bf16 conversion variants (bf16.c) and the per-shape
+ * tuning table (gemm_tune.c) that gemm.c wires into the backend table. The
+ * tests (tests/test-gemm.c) force each conversion variant through these
+ * names. */
+#ifndef PRM_GEMM_IMPL_H
+#define PRM_GEMM_IMPL_H
+
+#include "primus/prm_kernels.h"
+
+/* ------------------------------------------------------------------------ */
+/* bf16.c                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* prm_f32_to_bf16 with one variant forced: "avx512bf16" (vcvtne2ps2bf16),
+ * "avx512", "avx2" or "plain" (NULL: this CPU's best). PRM_EINVAL, touching
+ * nothing, when the CPU cannot run it. Every variant gives the same bits. */
+int prm__f32_to_bf16_isa(const char *isa, prm_bf16_t *dst, const float *src, int64_t n);
+
+/* ------------------------------------------------------------------------ */
+/* gemm_bf16.c: the gemm_bf16 members of the backend table                   */
+/* ------------------------------------------------------------------------ */
+
+/* The reference twin: every operand widened to float, products (exact in
+ * float) summed in double, one rounding to float at the end. */
+void prm__gemm_bf16_reference(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N,
+                              int64_t K, float alpha, const prm_bf16_t *A, int64_t lda,
+                              const prm_bf16_t *B, int64_t ldb, float beta, float *C,
+                              int64_t ldc);
+#ifdef PRM_HAVE_DNNL
+/* oneDNN's matmul primitive with bf16 source and weights, f32 destination. */
+void prm__gemm_bf16_onednn(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                           float alpha, const prm_bf16_t *A, int64_t lda, const prm_bf16_t *B,
+                           int64_t ldb, float beta, float *C, int64_t ldc);
+#endif
+/* For a backend whose gemm_bf16 is NULL: A and B widened to fp32 into
+ * buffers allocated for this call, then that backend's sgemm. */
+void prm__gemm_bf16_widen(const prm_gemm_i *i, void *ctx, int trans_a, int trans_b, int64_t M,
+                          int64_t N, int64_t K, float alpha, const prm_bf16_t *A, int64_t lda,
+                          const prm_bf16_t *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+/* ------------------------------------------------------------------------ */
+/* gemm_tune.c: the tuning table behind prm_gemm_init_tuned                  */
+/* ------------------------------------------------------------------------ */
+
+/* The ctx of a tuned prm_gemm_t: its own interface (named after the
+ * default backend and the file), the default backend and its ctx, and the
+ * entries sorted for lookup. */
+typedef struct {
+  int bf16, trans_a, trans_b;
+  int64_t m, n, k;
+  const prm_gemm_i *i;
+} prm__tune_ent_t;
+
+typedef struct prm__tuned {
+  prm_gemm_i self;        /* g->i of the tuned handle */
+  char name[96];          /* self.name: "onednn+tuned" */
+  const prm_gemm_i *dflt; /* shapes the file does not list */
+  void *dflt_ctx;
+  prm__tune_ent_t *ent;
+  int n;
+} prm__tuned_t;
+
+/* The backend for one shape: the file's entry, else the default. Never
+ * allocates. */
+const prm_gemm_i *prm__tuned_pick(const prm__tuned_t *t, int bf16, int trans_a, int trans_b,
+                                  int64_t M, int64_t N, int64_t K);
+/* Reads a tuning file (docs/benchmark.md "gemm --tune"); backend names are
+ * resolved against the table. Errors name the file and line. The entries
+ * are the caller's (free()). */
+int prm__tune_read(const char *path, prm__tune_ent_t **ent, int *n, prm_err_t *err);
+
+#endif

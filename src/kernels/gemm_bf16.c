@@ -1,0 +1,149 @@
+/* gemm_bf16.c - the bf16 members of the GEMM backend table: C (fp32) =
+ * alpha op(A) op(B) + beta C with A and B in bf16 and fp32 accumulation.
+ *
+ *  - reference: the twin the others are checked against, widened to float
+ *    (a product of two bf16 is exact in float) and summed in double;
+ *  - onednn: the matmul primitive with bf16 source/weights and an f32
+ *    destination (oneDNN 2.6 has no public bf16 GEMM function; its matmul
+ *    runs AMX or avx512_bf16 kernels when the CPU has them). The transposes
+ *    and row strides become the strides of the memory descriptors, alpha the
+ *    output scale and beta a sum post-op;
+ *  - openblas: none. Debian's libopenblas 0.3.21 is built without
+ *    BUILD_BFLOAT16: cblas.h declares cblas_sbgemm but the library lacks
+ *    it. prm_gemm_bf16 runs prm__gemm_bf16_widen for it: A and B widened
+ *    to fp32, then cblas_sgemm. */
+#include "kernels/gemm-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef PRM_HAVE_DNNL
+#include <dnnl.h>
+#include <pthread.h>
+#endif
+
+static inline float prm__bf(prm_bf16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reference                                                                 */
+/* ------------------------------------------------------------------------ */
+
+void prm__gemm_bf16_reference(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N,
+                              int64_t K, float alpha, const prm_bf16_t *A, int64_t lda,
+                              const prm_bf16_t *B, int64_t ldb, float beta, float *C,
+                              int64_t ldc) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < M; i++) {
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++) {
+        float a = prm__bf(trans_a ? A[k * lda + i] : A[i * lda + k]);
+        float b = prm__bf(trans_b ? B[j * ldb + k] : B[k * ldb + j]);
+        s += (double)(a * b);
+      }
+      float v = alpha * (float)s;
+      C[i * ldc + j] = beta == 0 ? v : v + beta * C[i * ldc + j];
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Widening fallback                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Copies the rows x cols block of a bf16 matrix (row stride ld) into a
+ * packed float one. */
+static float *prm__widen_block(const prm_bf16_t *x, int64_t rows, int64_t cols, int64_t ld) {
+  float *w = prm_xmalloc((size_t)rows * (size_t)cols * sizeof(float));
+  for (int64_t r = 0; r < rows; r++) prm_bf16_to_f32(w + r * cols, x + r * ld, cols);
+  return w;
+}
+
+void prm__gemm_bf16_widen(const prm_gemm_i *i, void *ctx, int trans_a, int trans_b, int64_t M,
+                          int64_t N, int64_t K, float alpha, const prm_bf16_t *A, int64_t lda,
+                          const prm_bf16_t *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  int64_t ar = trans_a ? K : M, ac = trans_a ? M : K;
+  int64_t br = trans_b ? N : K, bc = trans_b ? K : N;
+  float *a = prm__widen_block(A, ar, ac, lda), *b = prm__widen_block(B, br, bc, ldb);
+  i->sgemm(ctx, trans_a, trans_b, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
+  free(a);
+  free(b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* oneDNN                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#ifdef PRM_HAVE_DNNL
+/* The CPU engine, created once per process and never changed afterwards
+ * (a library handle, like the OpenMP runtime's). oneDNN's own primitive
+ * cache keeps the compiled kernel of every shape seen; this code keeps no
+ * state between calls. */
+static pthread_once_t prm__dnnl_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t prm__dnnl_engine;
+
+static void prm__dnnl_setup(void) {
+  if (dnnl_engine_create(&prm__dnnl_engine, dnnl_cpu, 0) != dnnl_success) prm__dnnl_engine = NULL;
+}
+
+#define PRM__DNNL(call)                                                                           \
+  do {                                                                                            \
+    dnnl_status_t st_ = (call);                                                                   \
+    if (st_ != dnnl_success) prm__assert_fail(#call " == dnnl_success", __FILE__, __LINE__,     \
+                                              __func__);                                          \
+  } while (0)
+
+void prm__gemm_bf16_onednn(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                           float alpha, const prm_bf16_t *A, int64_t lda, const prm_bf16_t *B,
+                           int64_t ldb, float beta, float *C, int64_t ldc) {
+  pthread_once(&prm__dnnl_once, prm__dnnl_setup);
+  PRM_ASSERT(prm__dnnl_engine);
+  dnnl_engine_t eng = prm__dnnl_engine;
+  dnnl_memory_desc_t amd, bmd, cmd;
+  dnnl_dims_t ad = {M, K}, as = {trans_a ? 1 : lda, trans_a ? lda : 1};
+  dnnl_dims_t bd = {K, N}, bs = {trans_b ? 1 : ldb, trans_b ? ldb : 1};
+  dnnl_dims_t cd = {M, N}, cs = {ldc, 1};
+  PRM__DNNL(dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as));
+  PRM__DNNL(dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs));
+  PRM__DNNL(dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs));
+  dnnl_matmul_desc_t md;
+  PRM__DNNL(dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd));
+  dnnl_primitive_attr_t attr;
+  PRM__DNNL(dnnl_primitive_attr_create(&attr));
+  if (alpha != 1.0f) PRM__DNNL(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha));
+  if (beta != 0.0f) {
+    /* dst = alpha (A B) + beta dst: the output scale applies before the
+     * post-ops, the sum post-op adds the old destination times beta. */
+    dnnl_post_ops_t po;
+    PRM__DNNL(dnnl_post_ops_create(&po));
+    PRM__DNNL(dnnl_post_ops_append_sum(po, beta));
+    PRM__DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
+    PRM__DNNL(dnnl_post_ops_destroy(po));
+  }
+  dnnl_primitive_desc_t pd;
+  PRM__DNNL(dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL));
+  PRM__DNNL(dnnl_primitive_attr_destroy(attr));
+  dnnl_primitive_t prim;
+  PRM__DNNL(dnnl_primitive_create(&prim, pd));
+  PRM__DNNL(dnnl_primitive_desc_destroy(pd));
+  dnnl_memory_t ma, mb, mc;
+  PRM__DNNL(dnnl_memory_create(&ma, &amd, eng, (void *)A));
+  PRM__DNNL(dnnl_memory_create(&mb, &bmd, eng, (void *)B));
+  PRM__DNNL(dnnl_memory_create(&mc, &cmd, eng, C));
+  dnnl_stream_t s;
+  PRM__DNNL(dnnl_stream_create(&s, eng, dnnl_stream_default_flags));
+  dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+  PRM__DNNL(dnnl_primitive_execute(prim, s, 3, args));
+  PRM__DNNL(dnnl_stream_wait(s));
+  dnnl_stream_destroy(s);
+  dnnl_memory_destroy(ma);
+  dnnl_memory_destroy(mb);
+  dnnl_memory_destroy(mc);
+  dnnl_primitive_destroy(prim);
+}
+#endif
