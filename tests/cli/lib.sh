@@ -112,6 +112,16 @@ _exp_write() { # MODEL_FN NAME [KEY: VALUE]...
 newest_run() { ls -d "$T"/ws/team/tester/"$1"/run-* 2>/dev/null | tail -1; }
 # run_events NAME: events.jsonl of that run.
 run_events() { cat "$(newest_run "$1")/events.jsonl" 2>/dev/null; }
+# run_losses NAME: "STEP LOSS" per optimizer step of that run.
+run_losses() { run_events "$1" | grep '^{"step"' | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
+# loss_diff REF NAME: the worst |loss - ref| / ref over the steps both runs
+# logged, as %.3e ("none" when they share no step).
+loss_diff() {
+  join <(run_losses "$1" | sort -k1,1) <(run_losses "$2" | sort -k1,1) |
+    awk '{d = $2 - $3; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {if (NR == 0) print "none"; else printf "%.3e", m}'
+}
+# within X TOL: X is a number no larger than TOL.
+within() { [[ $1 =~ ^[0-9][0-9.e+-]*$ ]] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 
 finish() {
   echo "$_pass passed, $_fail failed"

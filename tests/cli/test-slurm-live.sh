@@ -62,7 +62,6 @@ exp() { # NAME [KEY: VALUE...]: the tiny model, a checkpoint at the last step
   tiny_exp "$n" "save: $T/ck-$n" "save_interval: 8" "$@"
 }
 final() { echo "$T/ck-$1/iter_0000008/model.safetensors"; }
-losses() { run_events "$1" | grep '^{"step"' | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
 # same_weights NAME A B: byte-identical, or within 1e-6 (relative, worst tensor).
 same_weights() {
   if cmp -s "$(final "$2")" "$(final "$3")"; then ok "$1: weights byte-identical to mpirun's"; return; fi
@@ -79,7 +78,7 @@ same_weights() {
 exp mp
 trun direct --nproc 2 -- train pretrain --config mp.yaml
 expect_rc "mpirun reference, 2 ranks" 0
-expect_eq "mpirun reference: 8 steps" "$(losses mp | wc -l)" 8
+expect_eq "mpirun reference: 8 steps" "$(run_losses mp | wc -l)" 8
 
 # ---- srun: 2 ranks started by srun --mpi=pmix ----
 exp sr
@@ -90,8 +89,8 @@ expect_in "srun ranks are data parallel" "data parallel: 2 ranks" "$ERR"
 expect_in "rank 1 of 2 ran" "[rank 1/2 " "$ERR"
 SR=$(newest_run sr)
 expect_in "ran inside a Slurm job" "SLURM_JOB_ID=" "$(cat "$SR/env/env_dump.txt" 2>/dev/null)"
-expect_eq "srun: same losses as mpirun" "$(losses sr | tr '\n' ' ')" "$(losses mp | tr '\n' ' ')"
-expect_eq "srun: 8 steps" "$(losses sr | wc -l)" 8
+expect_eq "srun: same losses as mpirun" "$(run_losses sr | tr '\n' ' ')" "$(run_losses mp | tr '\n' ' ')"
+expect_eq "srun: 8 steps" "$(run_losses sr | wc -l)" 8
 same_weights "srun" mp sr
 
 # ---- sbatch: the batch script in the run directory, status, logs ----
@@ -131,7 +130,7 @@ SLOG=$(cat "$SB/logs/slurm-$JOB.out" 2>/dev/null)
 expect_in "job log in the run directory" "trained 8 steps" "$SLOG"
 expect_file "rank 0 log in the run directory" "$SB/logs/rank-0.log"
 expect_file "rank 1 log in the run directory" "$SB/logs/rank-1.log"
-expect_eq "sbatch: same losses as mpirun" "$(losses sb | tr '\n' ' ')" "$(losses mp | tr '\n' ' ')"
+expect_eq "sbatch: same losses as mpirun" "$(run_losses sb | tr '\n' ' ')" "$(run_losses mp | tr '\n' ' ')"
 same_weights "sbatch" mp sb
 
 trun slurm status 999999

@@ -28,13 +28,7 @@ exp() { # NAME [KEY: VALUE...]
     "auto_continue_train: true" "ddp_bucket_size: 3000" "$@"
 }
 events() { run_events "$1"; }
-losses() { events "$1" | grep '^{"step"' | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
 final() { echo "$T/ck-$1/iter_0000020/model.safetensors"; }
-# Worst relative difference of the per-step losses of two runs.
-loss_diff() {
-  join <(losses "$1") <(losses "$2") | awk '{d = $2 - $3; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {printf "%.3e", m}'
-}
-within() { [[ $1 =~ ^[0-9][0-9.e+-]*$ ]] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 
 exp one
 run train pretrain --config one.yaml
@@ -48,7 +42,7 @@ for case in "2 false" "2 true" "4 true"; do
   run direct --nproc "$np" -- train pretrain --config "$name.yaml"
   expect_rc "$np ranks, overlap_grad_reduce $ov" 0
   expect_in "$name: says it is data parallel" "data parallel: $np ranks" "$ERR"
-  expect_eq "$name: 20 steps logged once (rank 0 writes events)" "$(losses "$name" | wc -l)" 20
+  expect_eq "$name: 20 steps logged once (rank 0 writes events)" "$(run_losses "$name" | wc -l)" 20
   d=$(loss_diff one "$name")
   if within "$d" 1e-6; then ok "$name: losses within 1e-6 of one rank (worst $d)"; else bad "$name: losses differ by $d"; fi
   w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final one)" "$(final "$name")")
@@ -69,8 +63,8 @@ exp again "overlap_grad_reduce: true"
 run direct --nproc 2 -- train pretrain --config again.yaml
 expect_rc "2 ranks again" 0
 if cmp -s "$(final dp2-true)" "$(final again)"; then ok "same rank count: byte-identical weights"; else bad "two 2-rank runs differ"; fi
-expect_eq "same rank count: identical losses" "$(losses again | tr '\n' ' ')" "$(losses dp2-true | tr '\n' ' ')"
-expect_eq "and 20 of them" "$(losses again | wc -l)" 20
+expect_eq "same rank count: identical losses" "$(run_losses again | tr '\n' ' ')" "$(run_losses dp2-true | tr '\n' ' ')"
+expect_eq "and 20 of them" "$(run_losses again | wc -l)" 20
 
 # ---- The distributed optimizer (ZeRO-1) ----
 # The optimizer size from the start-up memory line, in bytes.
@@ -86,7 +80,7 @@ for np in 2 4; do
   expect_rc "ZeRO-1, $np ranks" 0
   expect_in "$name: says it shards the optimizer" "data parallel: $np ranks with the distributed optimizer (ZeRO-1)" "$ERR"
   expect_in "$name: memory line names the shard" "(shard 1/$np)" "$ERR"
-  expect_eq "$name: 20 steps logged once" "$(losses "$name" | wc -l)" 20
+  expect_eq "$name: 20 steps logged once" "$(run_losses "$name" | wc -l)" 20
   d=$(loss_diff one "$name")
   if within "$d" 1e-6; then ok "$name: losses within 1e-6 of one rank (worst $d)"; else bad "$name: losses differ by $d"; fi
   w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final one)" "$(final "$name")")
@@ -119,7 +113,7 @@ for np in 2 4; do
     run direct --nproc "$np" -- train pretrain --config "$r.yaml"
     expect_rc "$r: ZeRO-1 overlapped, $np ranks, buckets of 16" 0
   done
-  expect_eq "$name: 20 steps logged once" "$(losses "$name" | wc -l)" 20
+  expect_eq "$name: 20 steps logged once" "$(run_losses "$name" | wc -l)" 20
   expect_in "$name: exposed communication recorded" '"comm_ms":' "$(events "$name")"
   d=$(loss_diff one "$name")
   if within "$d" 1e-6; then ok "$name: losses within 1e-6 of one rank (worst $d)"; else bad "$name: losses differ by $d"; fi
@@ -129,7 +123,7 @@ for np in 2 4; do
   if within "$w" 1e-5; then ok "$name: weights within 1e-5 of one rank ($w)"; else bad "$name: weights differ by $w"; fi
   if cmp -s "$(final "$name")" "$(final "$name-again")"; then ok "$name: two runs byte-identical"
   else bad "$name: two overlapped ZeRO-1 runs differ"; fi
-  expect_eq "$name: two runs, identical losses" "$(losses "$name-again" | tr '\n' ' ')" "$(losses "$name" | tr '\n' ' ')"
+  expect_eq "$name: two runs, identical losses" "$(run_losses "$name-again" | tr '\n' ' ')" "$(run_losses "$name" | tr '\n' ' ')"
   expect_eq "$name: one optimizer shard per rank" "$(ls "$T/ck-$name/iter_0000020"/optim-rank-*.bin | wc -l)" "$np"
 done
 
@@ -175,7 +169,7 @@ reshard() { # NAME FROM NP [YAML LINE...]
   else run direct --nproc "$np" -- train pretrain --config "$n.yaml"; fi
   expect_rc "$n: resumed" 0
   expect_in "$n: from iteration 10" "iteration 10, 80 samples consumed" "$ERR"
-  expect_eq "$n: 10 steps" "$(losses "$n" | wc -l)" 10
+  expect_eq "$n: 10 steps" "$(run_losses "$n" | wc -l)" 10
   d=$(loss_diff one "$n")
   if within "$d" 1e-6; then ok "$n: losses within 1e-6 of one rank (worst $d)"; else bad "$n: losses differ by $d"; fi
   w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final one)" "$(final "$n")")

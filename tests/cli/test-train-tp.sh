@@ -24,18 +24,13 @@ exp() { # NAME [KEY: VALUE...]
   tiny_exp "$n" "micro_batch_size: 1" "global_batch_size: 4" "train_iters: 10" "eval_iters: 2" \
     "eval_interval: 10" "log_interval: 5" "save: $T/ck-$n" "save_interval: 10" "$@"
 }
-losses() { run_events "$1" | grep '^{"step"' | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
 final() { echo "$T/ck-$1/iter_0000010/model.safetensors"; }
-loss_diff() {
-  join <(losses "$1") <(losses "$2") | awk '{d = $2 - $3; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {if (NR == 0) print "none"; else printf "%.3e", m}'
-}
-within() { [[ $1 =~ ^[0-9][0-9.e+-]*$ ]] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 eval_loss() { run_events "$1" | grep '"event":"eval"' | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 
 # same NAME REF WHAT: NAME's losses, validation loss and final weights follow REF's.
 same() {
   local n=$1 ref=$2 what=$3 d w
-  expect_eq "$what: 10 steps logged once (world rank 0 writes events)" "$(losses "$n" | wc -l)" 10
+  expect_eq "$what: 10 steps logged once (world rank 0 writes events)" "$(run_losses "$n" | wc -l)" 10
   d=$(loss_diff "$ref" "$n")
   if within "$d" 1e-5; then ok "$what: losses within 1e-5 of $ref (worst $d)"; else bad "$what: losses differ from $ref by $d"; fi
   d=$(awk -v a="$(eval_loss "$n")" -v b="$(eval_loss "$ref")" 'BEGIN { if (a == "" || b == "") { print "none"; exit } d = a - b; if (d < 0) d = -d; printf "%.3e", d / b }')
