@@ -61,38 +61,6 @@ static uint64_t prm__align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a *
 /* Half precision                                                            */
 /* ------------------------------------------------------------------------ */
 
-static float prm__gguf_bits_f32(uint32_t b) {
-  float x;
-  memcpy(&x, &b, sizeof x);
-  return x;
-}
-
-/* IEEE binary16 to binary32, exact for every value. */
-static float prm__gguf_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {
-      uint32_t e = 0;
-      while (!(man & 0x400u)) {
-        man <<= 1;
-        e++;
-      }
-      bits = sign | (113u - e) << 23 | (man & 0x3ffu) << 13;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | man << 13;
-  } else {
-    bits = sign | (exp + 112u) << 23 | man << 13;
-  }
-  return prm__gguf_bits_f32(bits);
-}
-
-/* binary32 to binary16, rounding to nearest even (as ggml's
- * GGML_FP32_TO_FP16 on hardware with F16C); overflow becomes infinity,
- * NaNs stay NaNs. */
 static uint16_t prm__gguf_f32_to_f16(float x) {
   uint32_t b;
   memcpy(&b, &x, sizeof b);
@@ -753,7 +721,7 @@ int prm_gguf_read_f32(const prm_gguf_file_t *f, const prm_gguf_tensor_t *t, floa
   for (int64_t i = 0; i < n; i++) {
     uint16_t h;
     memcpy(&h, src + 2 * i, 2);
-    dst[i] = prm__gguf_f16_to_f32(h);
+    dst[i] = prm__io_f16_to_f32(h);
   }
   return 0;
 }

@@ -28,4 +28,8 @@ int prm__io_json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out);
  * string", "null", "an array" ... */
 void prm__io_json_describe(const cJSON *v, char *buf, size_t n);
 
+/* IEEE binary16 to binary32: exact for every value (subnormals,
+ * infinities, NaN payloads). safetensors.c. */
+float prm__io_f16_to_f32(uint16_t h);
+
 #endif /* PRM_IO_IMPL_H */

@@ -344,7 +344,7 @@ static float prm__bits_f32(uint32_t bits) {
 
 /* IEEE binary16 to binary32; every f16 value, subnormals, infinities and
  * NaNs (payload kept) included, is exactly representable. */
-static float prm__f16_to_f32(uint16_t h) {
+float prm__io_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
   if (exp == 0) {
@@ -384,7 +384,7 @@ int prm_st_read_f32(const prm_st_tensor_t *t, float *dst, int64_t n, prm_err_t *
     for (int64_t i = 0; i < n; i++) {
       uint16_t h;
       memcpy(&h, src + 2 * i, 2);
-      dst[i] = prm__f16_to_f32(h);
+      dst[i] = prm__io_f16_to_f32(h);
     }
   } else {
     return prm_errf(err, PRM_EINVAL,
