@@ -176,34 +176,35 @@ const prm_gemm_i *prm_gemm_pick(const prm_gemm_t *g, int bf16, int trans_a, int 
 /* The wrappers                                                              */
 /* ------------------------------------------------------------------------ */
 
+/* The checks both wrappers make; 1 when the backend has nothing to do
+ * (an empty C, or K = 0: C = beta C here, as BLAS libraries disagree on
+ * their lda checks in that case). */
+static int prm__gemm_trivial(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int64_t N,
+                             int64_t K, int64_t lda, int64_t ldb, float beta, float *C,
+                             int64_t ldc) {
+  PRM_ASSERT(g && g->i && M >= 0 && N >= 0 && K >= 0);
+  if (M == 0 || N == 0) return 1;
+  PRM_ASSERT(ldc >= N);
+  if (K == 0) {
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
+    return 1;
+  }
+  PRM_ASSERT(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N));
+  return 0;
+}
+
 void prm_sgemm(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                float beta, float *C, int64_t ldc) {
-  PRM_ASSERT(g && g->i && M >= 0 && N >= 0 && K >= 0);
-  if (M == 0 || N == 0) return;
-  PRM_ASSERT(ldc >= N);
-  if (K == 0) {
-    /* Nothing to multiply (BLAS libraries disagree on lda checks here). */
-    for (int64_t i = 0; i < M; i++)
-      for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
-    return;
-  }
-  PRM_ASSERT(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N));
+  if (prm__gemm_trivial(g, trans_a, trans_b, M, N, K, lda, ldb, beta, C, ldc)) return;
   g->i->sgemm(g->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void prm_gemm_bf16(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int64_t N,
                    int64_t K, float alpha, const prm_bf16_t *A, int64_t lda,
                    const prm_bf16_t *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-  PRM_ASSERT(g && g->i && M >= 0 && N >= 0 && K >= 0);
-  if (M == 0 || N == 0) return;
-  PRM_ASSERT(ldc >= N);
-  if (K == 0) {
-    for (int64_t i = 0; i < M; i++)
-      for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
-    return;
-  }
-  PRM_ASSERT(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N));
+  if (prm__gemm_trivial(g, trans_a, trans_b, M, N, K, lda, ldb, beta, C, ldc)) return;
   if (g->i->gemm_bf16)
     g->i->gemm_bf16(g->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else
