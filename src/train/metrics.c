@@ -24,7 +24,12 @@ struct prm__tm {
   prm_metric_t *loss, *lr, *norm, *step_s, *tps, *tflops, *mfu, *tokens, *samples, *step;
   prm_metric_t *skipped, *nan, *ckpt_s, *ckpt_bytes, *ckpts, *async_wait, *eval_loss, *restarts;
   prm_metric_t *comm, *alerts_total, *rank_step, *rank_compute, *spread;
-  prm_metric_t *restarts_by, *data_wait, *tp_comm;
+  prm_metric_t *restarts_by, *data_wait, *tp_comm, *goodput;
+  /* Live goodput: the last run of each step's time (skipped steps count
+   * 0), over the wall time since the job's first event. */
+  double *last_s;               /* (train_iters + 1) */
+  int64_t nsteps;
+  double productive_s, job_start;
 };
 
 static const double prm__step_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -144,6 +149,7 @@ static void prm__tm_register(prm__tm_t *tm) {
   tm->restarts_by = prm_metrics_counter(r, "primus_restarts_total", "Restarts of this job so far, by the cause the supervisor saw (crash, hang, nan).", cause);
   tm->data_wait = prm_metrics_gauge(r, "primus_data_wait_seconds", "Seconds the last step spent reading and assembling its samples (the data loader).", NULL);
   tm->tp_comm = prm_metrics_gauge(r, "primus_tp_comm_seconds", "Seconds the last step spent in tensor-parallel all-reduces (all exposed).", NULL);
+  tm->goodput = prm_metrics_gauge(r, "primus_goodput", "Productive step time (the last run of each step, skipped steps excluded, earlier attempts included) over the wall time since the run's first event (0 to 1).", NULL);
   tm->comm = prm_metrics_gauge(r, "primus_comm_exposed_seconds", "Seconds the last step waited for the data-parallel gradient reduction.", NULL);
   tm->alerts_total = prm_metrics_counter(r, "primus_alerts_total", "In-flight alerts raised, by kind.", kind);
   tm->rank_step = prm_metrics_gauge(r, "primus_rank_step_seconds", "Step time of each rank for the last step.", rank);
@@ -186,6 +192,9 @@ int prm__tm_open(prm__tm_t **out, const prm_train_opts_t *o, prm__dp_t *dp, prm_
   tm->dp = dp;
   tm->spike_zscore = o->spike_zscore;
   tm->gather = prm_xcalloc(2 * (size_t)dp->all_size, sizeof *tm->gather);
+  tm->nsteps = o->train_iters + 1;
+  tm->last_s = prm_xcalloc((size_t)tm->nsteps, sizeof *tm->last_s);
+  tm->job_start = prm_time_wall();
   if (dp->all_rank == 0) {
     tm->reg = prm_metrics_new();
     prm__tm_register(tm);
@@ -208,7 +217,37 @@ void prm__tm_close(prm__tm_t *tm) {
   prm_metrics_server_stop(tm->server); /* before the registry it renders */
   prm_metrics_free(tm->reg);
   free(tm->gather);
+  free(tm->last_s);
   free(tm);
+}
+
+void prm__tm_resumed(prm__tm_t *tm, const char *run_dir, int64_t iteration) {
+  if (!tm || !tm->reg || !run_dir) return;
+  /* The run directory's events.jsonl holds the earlier attempts' steps
+   * (a supervised restart shares it): steps up to the checkpoint resumed
+   * from keep their last time, later ones will run again. */
+  char *path = prm_path_join(run_dir, "events.jsonl"), *text = NULL;
+  if (prm_fs_read_all(path, &text, NULL, NULL) == 0) {
+    for (char *line = text; line && *line;) {
+      char *nl = strchr(line, '\n');
+      if (nl) *nl = 0;
+      double t;
+      const char *tp = strstr(line, "\"time\":");
+      if (tp && sscanf(tp + 7, "%lf", &t) == 1 && t > 0 && t < tm->job_start) tm->job_start = t;
+      long long step;
+      double ms;
+      const char *mp = strstr(line, "\"step_ms\":");
+      if (!strncmp(line, "{\"step\":", 8) && sscanf(line + 8, "%lld", &step) == 1 && mp &&
+          sscanf(mp + 10, "%lf", &ms) == 1 && step >= 0 && step <= iteration && step < tm->nsteps) {
+        double now = strstr(line, "\"skipped\":true") ? 0 : ms / 1e3;
+        tm->productive_s += now - tm->last_s[step];
+        tm->last_s[step] = now;
+      }
+      line = nl ? nl + 1 : NULL;
+    }
+  }
+  free(text);
+  free(path);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -240,6 +279,13 @@ int prm__tm_step(prm__tm_t *tm, FILE *events, const prm__tm_step_t *s, prm_err_t
   prm_metric_set(tm->step, NULL, (double)s->step);
   prm_metric_set(tm->comm, NULL, comm);
   prm_metric_set(tm->data_wait, NULL, s->data_s);
+  if (s->step >= 0 && s->step < tm->nsteps) {
+    double now = s->skipped ? 0 : s->seconds;
+    tm->productive_s += now - tm->last_s[s->step];
+    tm->last_s[s->step] = now;
+  }
+  double wall = prm_time_wall() - tm->job_start;
+  prm_metric_set(tm->goodput, NULL, wall > 0 ? fmin(1.0, tm->productive_s / wall) : 0);
   prm_metric_set(tm->tp_comm, NULL, s->tp_comm_s);
   if (world > 1) {
     double lo = INFINITY, hi = -INFINITY, compute[world];

@@ -321,6 +321,7 @@ typedef struct {
   double flops_step;  /* model FLOPs of one global batch */
   double data_s;      /* reading the step's samples (this rank) */
   double tp_comm_s;   /* tensor-parallel all-reduces (this rank) */
+  int skipped;        /* the update was skipped (a bad step) */
   double peak_gflops; /* the FMA peak of all ranks' threads, 0: unknown */
 } prm__tm_step_t;
 /* *tm stays NULL when metrics_port is 0, and every hook accepts NULL.
@@ -329,6 +330,9 @@ typedef struct {
  * take part in prm__tm_step's all-gather. dp must outlive tm. */
 int prm__tm_open(prm__tm_t **tm, const prm_train_opts_t *o, prm__dp_t *dp, prm_err_t *err);
 void prm__tm_close(prm__tm_t *tm);
+/* Once the run knows where it starts: earlier attempts' steps up to
+ * `iteration` (from run_dir/events.jsonl) count for the live goodput. */
+void prm__tm_resumed(prm__tm_t *tm, const char *run_dir, int64_t iteration);
 /* After every step that finished (collective with several ranks). */
 int prm__tm_step(prm__tm_t *tm, FILE *events, const prm__tm_step_t *s, prm_err_t *err);
 /* A bad step (cause "nan" or "spike"), skipped or not. */

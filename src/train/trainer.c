@@ -214,6 +214,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   if ((rc = prm__start_state(&s, o, resume_dir, lo, hi, adam_m, adam_v, &st, err)) ||
       (rc = prm__same_start(&dp, resume_dir, st.iteration, err)))
     goto done;
+  prm__tm_resumed(tm, run_dir, st.iteration);
   if (s.loaded_iter > 0 && !resume_dir)
     PRM_INFO("starting at step 1 from the weights of iteration %lld with a fresh optimizer "
              "(auto_continue_train: true resumes the optimizer and the data position too)",
@@ -389,7 +390,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     prm__tm_step_t tms = {.step = step, .tokens_step = tokens_step, .global_batch = o->global_batch,
                           .loss = loss, .lr = lr, .grad_norm = norm, .seconds = ms / 1e3,
                           .flops_step = flops_step, .peak_gflops = peak * dp.all_size,
-                          .data_s = s.data_s, .tp_comm_s = m->tp_seconds};
+                          .data_s = s.data_s, .tp_comm_s = m->tp_seconds, .skipped = skip};
     if ((rc = prm__tm_step(tm, events, &tms, err))) goto done;
     prm__hb_beat(&hb, step, "step");
     if (step % o->log_interval == 0 || step == 1 || step == o->train_iters) {

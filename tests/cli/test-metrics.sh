@@ -114,7 +114,7 @@ for s in primus_train_loss primus_learning_rate primus_grad_norm primus_tokens_p
   primus_node_cpu_busy_ratio primus_node_memory_available_bytes primus_node_load1 \
   primus_node_network_receive_bytes_total primus_eval_loss primus_checkpoint_save_seconds \
   primus_checkpoint_bytes primus_async_save_wait_seconds_total primus_nan_steps_total \
-  primus_data_wait_seconds primus_tp_comm_seconds; do
+  primus_data_wait_seconds primus_tp_comm_seconds primus_goodput; do
   expect_in "series $s" $'\n'"$s " "$BODY"
 done
 expect_in "HELP line" "# HELP primus_train_loss " "$BODY"
@@ -125,6 +125,9 @@ expect_in "loss-spike alert counted" 'primus_alerts_total{kind="loss_spike"} 1'$
 expect_in "skipped step counted" 'primus_skipped_steps_total 1'$'\n' "$BODY"
 expect_in "restarts by cause, from the supervisor" 'primus_restarts_total{cause="crash"} 2'$'\n' "$BODY"
 expect_in "every cause shows" 'primus_restarts_total{cause="nan"} 0'$'\n' "$BODY"
+GP=$(echo "$BODY" | sed -n 's/^primus_goodput \([0-9.e+-]*\)$/\1/p')
+if [[ -n $GP ]] && awk -v g="$GP" 'BEGIN { exit !(g > 0 && g <= 1) }'; then ok "goodput is a fraction ($GP)"
+else bad "primus_goodput '$GP' is not in (0, 1]"; fi
 expect_in "log names the endpoint" "metrics: Prometheus endpoint at http://127.0.0.1:$PORT/metrics" "$(cat live.err)"
 expect_in "alert WARN line" "alert loss_spike at step 15" "$(cat live.err)"
 EV=$(cat "$(ls -d "$T"/ws/team/tester/live/run-* | tail -1)/events.jsonl")
