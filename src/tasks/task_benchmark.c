@@ -551,10 +551,11 @@ static int prm__bench_kernels(prm_task_ctx_t *ctx, prm_err_t *err) {
     prm_table_int(t, r->calls);
     prm_table_num(t, r->median_ms, 4);
     prm_table_num(t, r->min_ms, 4);
-    prm_table_num(t, r->gbs, 2);
-    prm_table_num(t, r->best_gbs, 2);
+    /* 4 decimals: a reference kernel under a sanitizer moves a few MB/s. */
+    prm_table_num(t, r->gbs, 4);
+    prm_table_num(t, r->best_gbs, 4);
     prm_table_num(t, r->triad_gbs, 2);
-    prm_table_num(t, r->triad_fraction, 3);
+    prm_table_num(t, r->triad_fraction, 4);
     prm_table_num(t, r->fast_speedup, 2);
   }
   rc = prm__emit(ctx, t, "Fused element-wise kernels against their reference twins (fp32)", err);
