@@ -100,6 +100,13 @@ typedef struct {
   /* primus' own key "primus_tokenizer_type" (other tools ignore it): the
    * tokenizer the model was trained with; "" when absent. */
   char tokenizer_type[64];
+  /* MixtralForCausalLM (model_type "mixtral") when num_local_experts > 0:
+   * intermediate_size is then each expert's size. primus' own keys (0
+   * when absent): primus_moe_layer_freq (every k-th layer is MoE; absent:
+   * 1), primus_dense_intermediate_size (the dense layers' size; absent:
+   * intermediate_size), shared_expert_intermediate_size (as Qwen2-MoE). */
+  int64_t num_local_experts, num_experts_per_tok;
+  int64_t moe_layer_freq, dense_intermediate_size, shared_expert_intermediate_size;
 } prm_hf_config_t;
 
 /* Reads config.json. Required: hidden_size, intermediate_size,

@@ -32,7 +32,22 @@ typedef struct {
   double rope_base;
   double init_std;
   int tied;        /* LM head shares the embedding */
+  /* Mixture of experts (Mixtral-style MLPs, see docs/train.md); experts 0:
+   * every layer dense. */
+  int64_t experts;    /* E: num_experts */
+  int64_t topk;       /* moe_router_topk */
+  int64_t moe_ffn;    /* moe_ffn_hidden_size: each expert's SwiGLU width */
+  int64_t moe_freq;   /* moe_layer_freq: layer l is MoE when l % moe_freq == 0 */
+  int64_t shared_ffn; /* moe_shared_expert_intermediate_size; 0: no shared expert */
+  double aux_coeff;   /* moe_aux_loss_coeff (0 with load balancing "none") */
+  double z_coeff;     /* moe_z_loss_coeff */
+  double capacity;    /* moe_expert_capacity_factor; 0: no capacity, nothing dropped */
 } prm_llama_config_t;
+
+/* Layer l's MLP is a mixture of experts. */
+static inline int prm_llama_is_moe(const prm_llama_config_t *c, int64_t l) {
+  return c->experts > 0 && c->moe_freq > 0 && l % c->moe_freq == 0;
+}
 
 /* Shape rules: every size >= 1, heads divisible into hidden, the head size
  * even, groups dividing heads. Errors name the keys (Megatron's names). */
@@ -84,7 +99,11 @@ typedef struct {
 
 /* Pointers of one layer's tensors inside a block (params or grads). */
 typedef struct {
-  float *ln1, *wq, *wk, *wv, *wo, *ln2, *wgate, *wup, *wdown;
+  float *ln1, *wq, *wk, *wv, *wo, *ln2, *wgate, *wup, *wdown; /* wgate.. NULL on MoE layers */
+  /* MoE layers only (else NULL): the router (E,C); the experts, expert e's
+   * w1 (gate, (Fe,C)), w2 (down, (C,Fe)), w3 (up, (Fe,C)) contiguous at
+   * experts + 3 e Fe C; the shared expert's gate/up (Fs,C) and down (C,Fs). */
+  float *router, *experts, *sgate, *sup, *sdown;
 } prm_llama_layer_t;
 
 typedef struct prm_llama_acts prm_llama_acts_t;
@@ -129,6 +148,16 @@ typedef struct prm_llama {
   int tp_rc;
   prm_err_t tp_err;
   double tp_seconds;     /* time spent in the group's collectives (the caller resets it) */
+  int *layer_t0;         /* (L+1) index in tensors of each layer's first tensor, then the final norm */
+  /* Mixture of experts: the state of the pass in progress (moe.c) and the
+   * statistics of the training passes since prm_llama_moe_stats. */
+  int moe_record;        /* a training forward: count the routing */
+  float moe_gscale;      /* weight of the aux/z losses' gradient (grad_scale x B x T) */
+  double moe_aux_last;   /* aux + z losses of the last forward, summed over MoE layers */
+  int64_t *moe_counts;   /* (L,E) tokens routed to each expert (before capacity) */
+  int64_t *moe_dropped;  /* (L) assignments dropped over capacity */
+  double moe_aux_sum, moe_z_sum;
+  int64_t moe_passes;
 } prm_llama_t;
 
 /* Builds a model for micro-batches of B sequences of T tokens (T <=
@@ -189,6 +218,31 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
  * in descending order, and together cover [0, nparams). fn NULL: off. */
 void prm_llama_set_grads_hook(prm_llama_t *m, void (*fn)(void *ctx, int64_t offset, int64_t numel),
                               void *ctx);
+
+/* Mixture-of-experts statistics of the training passes since the last
+ * call (which resets them): per MoE layer the tokens routed to each expert
+ * (before capacity) and the assignments dropped over capacity, and the
+ * aux (load-balancing) and z losses summed over layers, averaged over the
+ * passes. */
+typedef struct {
+  int nlayers;          /* MoE layers */
+  int64_t experts;
+  int64_t layer[64];    /* their indices (the first 64) */
+  int64_t counts[64][64]; /* [i][e], the first 64 experts */
+  int64_t dropped[64];
+  double imbalance[64]; /* max count / mean count */
+  double aux_loss, z_loss;
+  int64_t passes;
+} prm_llama_moe_stats_t;
+/* Returns 0, or PRM_EINVAL for a dense model. */
+int prm_llama_moe_stats(prm_llama_t *m, prm_llama_moe_stats_t *out);
+/* The stats as a JSON object (into json) and one log line (into line);
+ * either may be NULL. */
+void prm_llama_moe_format(const prm_llama_moe_stats_t *s, prm_sb_t *json, prm_sb_t *line);
+/* The aux + z losses of the last forward (their sum over MoE layers, not
+ * part of the returned cross-entropy): the training objective is
+ * loss / tokens + this, per micro-batch. */
+double prm_llama_moe_aux_loss(const prm_llama_t *m);
 
 /* Memory the model holds, by category, as one line. */
 void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out);

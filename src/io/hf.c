@@ -293,13 +293,16 @@ int prm_hf_config_read(const char *path, prm_hf_config_t *c, prm_err_t *err) {
   }
 
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-  if (mt && !(cJSON_IsString(mt) && !strcmp(mt->valuestring, "llama"))) {
+  int mixtral = mt && cJSON_IsString(mt) && !strcmp(mt->valuestring, "mixtral");
+  if (mt && !mixtral && !(cJSON_IsString(mt) && !strcmp(mt->valuestring, "llama"))) {
     if (cJSON_IsString(mt))
-      rc = prm_errf(err, PRM_EPARSE, "%s: key \"model_type\": expected \"llama\", got \"%.64s\"",
+      rc = prm_errf(err, PRM_EPARSE,
+                    "%s: key \"model_type\": expected \"llama\", got \"%.64s\" (or \"mixtral\")",
                     path, mt->valuestring);
     else {
       prm__io_json_describe(mt, got, sizeof got);
-      rc = prm_errf(err, PRM_EPARSE, "%s: key \"model_type\": expected \"llama\", got %s", path,
+      rc = prm_errf(err, PRM_EPARSE,
+                    "%s: key \"model_type\": expected \"llama\", got %s (or \"mixtral\")", path,
                     got);
     }
     goto fail;
@@ -319,6 +322,16 @@ int prm_hf_config_read(const char *path, prm_hf_config_t *c, prm_err_t *err) {
       (rc = prm__cfg_pos(path, root, "rope_theta", 10000.0, &r.rope_theta, err)) ||
       (rc = prm__cfg_token(path, root, "bos_token_id", &r.bos_token_id, err)) ||
       (rc = prm__cfg_token(path, root, "eos_token_id", &r.eos_token_id, err)))
+    goto fail;
+  if (mixtral &&
+      ((rc = prm__cfg_int(path, root, "num_local_experts", 1, 0, 1, &r.num_local_experts, err)) ||
+       (rc = prm__cfg_int(path, root, "num_experts_per_tok", 0, 2, 1, &r.num_experts_per_tok,
+                          err)) ||
+       (rc = prm__cfg_int(path, root, "primus_moe_layer_freq", 0, 1, 1, &r.moe_layer_freq, err)) ||
+       (rc = prm__cfg_int(path, root, "primus_dense_intermediate_size", 0, r.intermediate_size, 1,
+                          &r.dense_intermediate_size, err)) ||
+       (rc = prm__cfg_int(path, root, "shared_expert_intermediate_size", 0, 0, 0,
+                          &r.shared_expert_intermediate_size, err))))
     goto fail;
 
   const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
@@ -386,10 +399,21 @@ int prm_hf_config_write(const char *path, const prm_hf_config_t *c, prm_err_t *e
 
   cJSON *root = cJSON_CreateObject();
   cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
-  cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-  cJSON_AddStringToObject(root, "model_type", "llama");
+  int moe = c->num_local_experts > 0;
+  cJSON_AddItemToArray(arch, cJSON_CreateString(moe ? "MixtralForCausalLM" : "LlamaForCausalLM"));
+  cJSON_AddStringToObject(root, "model_type", moe ? "mixtral" : "llama");
   for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
     prm__cfg_add_int(root, ints[i].key, ints[i].v);
+  if (moe) {
+    prm__cfg_add_int(root, "num_local_experts", c->num_local_experts);
+    prm__cfg_add_int(root, "num_experts_per_tok", c->num_experts_per_tok);
+    if (c->moe_layer_freq > 1) prm__cfg_add_int(root, "primus_moe_layer_freq", c->moe_layer_freq);
+    if (c->dense_intermediate_size > 0 && c->dense_intermediate_size != c->intermediate_size)
+      prm__cfg_add_int(root, "primus_dense_intermediate_size", c->dense_intermediate_size);
+    if (c->shared_expert_intermediate_size > 0)
+      prm__cfg_add_int(root, "shared_expert_intermediate_size",
+                       c->shared_expert_intermediate_size);
+  }
   cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
   cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
   cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings != 0);

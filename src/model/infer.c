@@ -20,6 +20,9 @@ int prm_llama_kv_new(const prm_llama_t *m, prm_llama_kv_t **out, prm_err_t *err)
   if (m->tp.size > 1)
     return prm_errf(err, PRM_EINVAL, "KV-cache inference runs on a whole model, not a "
                     "tensor-parallel shard (gather it first: prm_llama_tp_gather)");
+  if (c->experts)
+    return prm_errf(err, PRM_EINVAL, "KV-cache inference of mixture-of-experts models "
+                    "(num_experts %lld) is not supported yet", (long long)c->experts);
   int64_t S = c->max_pos, C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
   int64_t HD = c->heads * D, GD = c->groups * D;
   int64_t sizes[] = {c->layers * S * GD, c->layers * S * GD, S * C, S * C, S, S * HD, S * GD,

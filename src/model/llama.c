@@ -39,11 +39,39 @@ int prm_llama_config_check(const prm_llama_config_t *c, prm_err_t *err) {
   if (!(c->norm_eps > 0) || !(c->rope_base > 0) || !(c->init_std >= 0))
     return prm_errf(err, PRM_ECONFIG,
                     "norm_epsilon and rotary_base must be positive, init_method_std >= 0");
+  if (c->experts < 0)
+    return prm_errf(err, PRM_ECONFIG, "num_experts: must be at least 0, got %lld",
+                    (long long)c->experts);
+  if (c->experts) {
+    if (c->topk < 1 || c->topk > c->experts)
+      return prm_errf(err, PRM_ECONFIG,
+                      "moe_router_topk: must be between 1 and num_experts (%lld), got %lld",
+                      (long long)c->experts, (long long)c->topk);
+    if (c->moe_ffn < 1)
+      return prm_errf(err, PRM_ECONFIG, "moe_ffn_hidden_size: must be at least 1, got %lld",
+                      (long long)c->moe_ffn);
+    if (c->moe_freq < 1)
+      return prm_errf(err, PRM_ECONFIG, "moe_layer_freq: must be at least 1, got %lld",
+                      (long long)c->moe_freq);
+    if (c->shared_ffn < 0)
+      return prm_errf(err, PRM_ECONFIG,
+                      "moe_shared_expert_intermediate_size: must be at least 0, got %lld",
+                      (long long)c->shared_ffn);
+    if (!(c->aux_coeff >= 0) || !(c->z_coeff >= 0) || !(c->capacity >= 0) ||
+        isinf(c->aux_coeff) || isinf(c->z_coeff) || isinf(c->capacity))
+      return prm_errf(err, PRM_ECONFIG,
+                      "moe_aux_loss_coeff, moe_z_loss_coeff and moe_expert_capacity_factor must "
+                      "be finite and >= 0");
+  }
   return 0;
 }
 
 int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *err) {
   if (size <= 1) return 0;
+  if (c->experts)
+    return prm_errf(err, PRM_ECONFIG,
+                    "tensor_model_parallel_size %d: mixture-of-experts models (num_experts %lld) "
+                    "run on one tensor-parallel rank only for now", size, (long long)c->experts);
   struct {
     const char *key;
     int64_t v;
@@ -59,23 +87,31 @@ int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *
   return 0;
 }
 
-static int64_t prm__layer_params(const prm_llama_config_t *c) {
+/* Layer l's parameters; `active`: only those one token uses (the router,
+ * k experts and the shared one on a MoE layer). */
+static int64_t prm__layer_params(const prm_llama_config_t *c, int64_t l, int active) {
   int64_t C = c->hidden, D = prm_llama_head_dim(c);
   int64_t HD = c->heads * D, GD = c->groups * D, F = c->ffn;
-  return 2 * C + HD * C + 2 * GD * C + C * HD + 3 * F * C;
+  int64_t n = 2 * C + HD * C + 2 * GD * C + C * HD;
+  if (!prm_llama_is_moe(c, l)) return n + 3 * F * C;
+  return n + c->experts * C + (active ? c->topk : c->experts) * 3 * c->moe_ffn * C +
+         3 * c->shared_ffn * C;
 }
 
 int64_t prm_llama_param_count(const prm_llama_config_t *c) {
-  int64_t n = c->vocab * c->hidden + c->layers * prm__layer_params(c) + c->hidden;
+  int64_t n = c->vocab * c->hidden + c->hidden;
+  for (int64_t l = 0; l < c->layers; l++) n += prm__layer_params(c, l, 0);
   if (!c->tied) n += c->vocab * c->hidden;
   return n;
 }
 
 double prm_llama_flops_per_token(const prm_llama_config_t *c, int64_t T) {
   /* Matrix parameters: everything but the norms; the embedding lookup is
-   * not a matmul, but a tied or untied head is. */
-  double matmul = (double)c->layers * (double)(prm__layer_params(c) - 2 * c->hidden) +
-                  (double)c->vocab * (double)c->hidden;
+   * not a matmul, but a tied or untied head is. MoE layers count the
+   * parameters a token passes through. */
+  double matmul = (double)c->vocab * (double)c->hidden;
+  for (int64_t l = 0; l < c->layers; l++)
+    matmul += (double)(prm__layer_params(c, l, 1) - 2 * c->hidden);
   double attn = 12.0 * (double)c->layers * (double)c->hidden * (double)T;
   return 6.0 * matmul + attn;
 }
@@ -117,7 +153,7 @@ static void prm__layout(prm_llama_t *m) {
   prm__add_tensor(m, &off, &full, "model.embed_tokens.weight", c->vocab, C, PRM_TP_ROWS);
   for (int64_t l = 0; l < c->layers; l++) {
 #define PRM__T(suffix, r, k, how)                                              \
-  snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, suffix);   \
+  snprintf(name, sizeof name, "model.layers.%d.%s", (int)l, suffix);           \
   prm__add_tensor(m, &off, &full, name, r, k, how)
     PRM__T("input_layernorm.weight", C, 0, PRM_TP_WHOLE);
     PRM__T("self_attn.q_proj.weight", HD, C, PRM_TP_ROWS);
@@ -125,6 +161,26 @@ static void prm__layout(prm_llama_t *m) {
     PRM__T("self_attn.v_proj.weight", GD, C, PRM_TP_ROWS);
     PRM__T("self_attn.o_proj.weight", C, HD, PRM_TP_COLS);
     PRM__T("post_attention_layernorm.weight", C, 0, PRM_TP_WHOLE);
+    if (prm_llama_is_moe(c, l)) {
+      /* Mixtral's names and order; then primus' shared expert. */
+      int64_t Fe = c->moe_ffn, Fs = c->shared_ffn;
+      PRM__T("block_sparse_moe.gate.weight", c->experts, C, PRM_TP_WHOLE);
+      for (int64_t e = 0; e < c->experts; e++) {
+        char sub[48];
+        snprintf(sub, sizeof sub, "block_sparse_moe.experts.%d.w1.weight", (int)e);
+        PRM__T(sub, Fe, C, PRM_TP_WHOLE);
+        snprintf(sub, sizeof sub, "block_sparse_moe.experts.%d.w2.weight", (int)e);
+        PRM__T(sub, C, Fe, PRM_TP_WHOLE);
+        snprintf(sub, sizeof sub, "block_sparse_moe.experts.%d.w3.weight", (int)e);
+        PRM__T(sub, Fe, C, PRM_TP_WHOLE);
+      }
+      if (Fs) {
+        PRM__T("block_sparse_moe.shared_expert.gate_proj.weight", Fs, C, PRM_TP_WHOLE);
+        PRM__T("block_sparse_moe.shared_expert.up_proj.weight", Fs, C, PRM_TP_WHOLE);
+        PRM__T("block_sparse_moe.shared_expert.down_proj.weight", C, Fs, PRM_TP_WHOLE);
+      }
+      continue;
+    }
     PRM__T("mlp.gate_proj.weight", F, C, PRM_TP_ROWS);
     PRM__T("mlp.up_proj.weight", F, C, PRM_TP_ROWS);
     PRM__T("mlp.down_proj.weight", C, F, PRM_TP_COLS);
@@ -139,14 +195,31 @@ static void prm__layout(prm_llama_t *m) {
 static void prm__point(const prm_llama_t *m, float *base, float **embed, prm_llama_layer_t *layer,
                        float **norm, float **head) {
   const prm_tensor_t *t = m->tensors;
+  const prm_llama_config_t *c = &m->cfg;
   int i = 0;
   *embed = base + t[i++].offset;
-  for (int64_t l = 0; l < m->cfg.layers; l++) {
+  for (int64_t l = 0; l < c->layers; l++) {
     prm_llama_layer_t *y = &layer[l];
-    float **slots[] = {&y->ln1, &y->wq, &y->wk, &y->wv, &y->wo,
-                       &y->ln2, &y->wgate, &y->wup, &y->wdown};
+    memset(y, 0, sizeof *y);
+    m->layer_t0[l] = i;
+    float **slots[] = {&y->ln1, &y->wq, &y->wk, &y->wv, &y->wo, &y->ln2};
     for (size_t s = 0; s < sizeof slots / sizeof slots[0]; s++) *slots[s] = base + t[i++].offset;
+    if (prm_llama_is_moe(c, l)) {
+      y->router = base + t[i++].offset;
+      y->experts = base + t[i].offset; /* the experts' tensors are contiguous */
+      i += (int)(3 * c->experts);
+      if (c->shared_ffn) {
+        y->sgate = base + t[i++].offset;
+        y->sup = base + t[i++].offset;
+        y->sdown = base + t[i++].offset;
+      }
+    } else {
+      y->wgate = base + t[i++].offset;
+      y->wup = base + t[i++].offset;
+      y->wdown = base + t[i++].offset;
+    }
   }
+  m->layer_t0[c->layers] = i;
   *norm = base + t[i++].offset;
   *head = m->cfg.tied ? *embed : base + t[i++].offset;
   PRM_ASSERT(i == m->ntensors);
@@ -186,6 +259,9 @@ static size_t prm__layout_acts(prm_llama_t *m, prm_llama_acts_t *a, float *base)
     x->gate = prm__carve(base, &cur, N * F);
     x->up = prm__carve(base, &cur, N * F);
     x->h = prm__carve(base, &cur, N * F);
+    /* A set holds MoE buffers when its layer (any layer, shared) is MoE. */
+    if (a->nsets == 1 ? c->experts > 0 : prm_llama_is_moe(c, s))
+      prm__moe_carve_acts(m, x, base, &cur);
   }
   a->lnf = prm__carve(base, &cur, N * C);
   a->rstdf = prm__carve(base, &cur, N);
@@ -209,6 +285,7 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
     a->dh = prm__carve(base, &cur, N * F);
     a->dgate = prm__carve(base, &cur, N * F);
     a->dup = prm__carve(base, &cur, N * F);
+    if (c->experts) prm__moe_carve_scratch(m, a, base, &cur);
   }
   a->logits = prm__carve(base, &cur, a->chunk * m->Vl);
   /* The parallel cross-entropy's row statistics: a float maximum and two
@@ -242,6 +319,10 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
   if (rc) return rc;
   int tsize = tp && tp->size > 1 ? tp->size : 1;
   if ((rc = prm_llama_tp_check_config(c, tsize, err))) return rc;
+  if (c->experts && (flags & PRM_LLAMA_BF16))
+    return prm_errf(err, PRM_ECONFIG,
+                    "bf16: mixture-of-experts models (num_experts %lld) train in fp32 only for "
+                    "now; set bf16: false", (long long)c->experts);
   PRM_ASSERT(tsize == 1 || (tp->comm && tp->rank >= 0 && tp->rank < tsize));
   if (B < 1 || T < 1 || T > c->max_pos)
     return prm_errf(err, PRM_ECONFIG,
@@ -267,9 +348,16 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
     int64_t C = c->hidden, D = prm_llama_head_dim(c);
     int64_t layer = 2 * C + (m->Hl * D) * C * 2 + 2 * (m->Gl * D) * C + 3 * m->Fl * C;
     m->nparams = m->Vl * C * (c->tied ? 1 : 2) + c->layers * layer + C;
+    if (c->experts) m->nparams = m->full_nparams; /* one rank only */
   }
-  m->tensors = prm_xcalloc((size_t)(c->layers * 9 + 3), sizeof *m->tensors);
+  m->tensors = prm_xcalloc((size_t)(c->layers * (9 + (c->experts ? 4 + 3 * c->experts : 0)) + 3),
+                           sizeof *m->tensors);
   m->layer = prm_xcalloc((size_t)c->layers, sizeof *m->layer);
+  m->layer_t0 = prm_xcalloc((size_t)c->layers + 1, sizeof *m->layer_t0);
+  if (c->experts) {
+    m->moe_counts = prm_xcalloc((size_t)(c->layers * c->experts), sizeof *m->moe_counts);
+    m->moe_dropped = prm_xcalloc((size_t)c->layers, sizeof *m->moe_dropped);
+  }
   prm__layout(m);
 
   size_t pbytes = (size_t)m->nparams * sizeof(float);
@@ -354,6 +442,9 @@ void prm_llama_free(prm_llama_t *m) {
   }
   free(m->tensors);
   free(m->layer);
+  free(m->layer_t0);
+  free(m->moe_counts);
+  free(m->moe_dropped);
   free(m->dlayer);
   free(m);
 }
@@ -383,7 +474,8 @@ void prm_llama_init(prm_llama_t *m, uint64_t seed) {
       for (int64_t j = 0; j < t->numel; j++) p[j] = 1.0f;
       continue;
     }
-    int out_proj = prm_endswith(t->name, "o_proj.weight") || prm_endswith(t->name, "down_proj.weight");
+    int out_proj = prm_endswith(t->name, "o_proj.weight") ||
+                   prm_endswith(t->name, "down_proj.weight") || prm_endswith(t->name, ".w2.weight");
     double s = out_proj ? out_std : std;
     float *dst = p;
     if (t->split != PRM_TP_WHOLE) dst = whole = prm_xrealloc(whole, (size_t)t->full_numel * sizeof(float));

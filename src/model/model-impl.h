@@ -12,6 +12,23 @@ typedef struct {
   float *mid;          /* (N,C) residual after attention */
   float *ln2, *rstd2;  /* (N,C), (N) */
   float *gate, *up, *h;/* (N,F) x 3 */
+  /* Mixture of experts (moe.c; NULL when the set never holds a MoE layer).
+   * R = N k assignments a = t k + j (token t's j-th choice); rows of the
+   * expert-sorted order are the kept assignments, expert by expert. */
+  float *rlogit, *rprob;  /* (N,E) router logits and softmax */
+  float *rlse;            /* (N) logsumexp of the logits (z loss) */
+  float *rw;              /* (N,k) router weights, renormalised over the k */
+  int32_t *sel;           /* (N,k) chosen experts, by falling probability */
+  int32_t *slot;          /* (R) the sorted row of each assignment, -1 dropped */
+  int32_t *order;         /* (R) the assignment of each sorted row */
+  int32_t *eoff;          /* (E+1) each expert's first sorted row */
+  int32_t *ecount;        /* (E) assignments per expert before capacity */
+  float *xs;              /* (R,C) the input rows in sorted order */
+  float *egate, *eup, *eh;/* (R,Fe) x 3 */
+  float *eout;            /* (R,C) expert outputs (before the router weight) */
+  float *sg, *su, *sh;    /* (N,Fs) x 3 shared expert */
+  int64_t dropped;
+  double aux, zloss;
 } prm__layer_acts_t;
 
 struct prm_llama_acts {
@@ -24,6 +41,10 @@ struct prm_llama_acts {
   float *dq, *datt;          /* (N,H*D) x 2 */
   float *dk, *dv;            /* (N,G*D) x 2 */
   float *dh, *dgate, *dup;   /* (N,F) x 3 */
+  float *mdout, *mdxs;       /* MoE: (R,C) x 2 */
+  float *mdh, *mdgate, *mdup;/* MoE: (R,Fe) x 3 */
+  float *msdh, *msdg, *msdu; /* MoE: (N,Fs) x 3 */
+  float *mdw, *mdlogit;      /* MoE: (N,k), (N,E) */
   float *logits;             /* (chunk,Vl) */
   float *tpstat;             /* (5 chunk) tensor parallel or bf16: row statistics */
   prm_bf16_t *x16[2];        /* bf16 only: operand slots (lin.c), n16[i] values each */
@@ -50,6 +71,21 @@ void prm__lin_fwd(prm_llama_t *m, float *y, const float *x, const prm_bf16_t *x1
 void prm__lin_bwd(prm_llama_t *m, float *dx, float *dw, const float *dy, const prm_bf16_t *dy16,
                   const float *x, const prm_bf16_t *x16, const float *w, int64_t N, int64_t in,
                   int64_t out, int dx_accum);
+
+/* ---- moe.c: the mixture-of-experts MLP ---- */
+
+/* Floats the MoE buffers of one activation set (train: also backward's
+ * scratch) take; carves them from base at *cur (base NULL: counts). */
+void prm__moe_carve_acts(const prm_llama_t *m, prm__layer_acts_t *a, float *base, int64_t *cur);
+void prm__moe_carve_scratch(const prm_llama_t *m, prm_llama_acts_t *a, float *base, int64_t *cur);
+/* y (N,C) <- the MoE MLP of x (N,C) (no residual), layer l's weights w. */
+void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
+                      prm__layer_acts_t *a, const float *x, float *y, int64_t N);
+/* dx (N,C) <- the input gradient from dy (N,C); weight gradients added to
+ * dw; the aux and z losses' gradients weighted by m->moe_gscale. */
+void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_llama_layer_t *dw,
+                       const prm__layer_acts_t *a, const float *x, const float *dy, float *dx,
+                       int64_t N);
 
 /* ---- tp.c: the tensor-parallel pieces of the passes ---- */
 

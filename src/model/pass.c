@@ -37,6 +37,11 @@ static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
   /* mid = x + attention; ln2 = rmsnorm(mid), in one pass. */
   prm_add_rmsnorm_forward(a->mid, a->ln2, a->rstd2, a->mid, x, w->ln2, N, C, (float)c->norm_eps);
 
+  if (w->router) { /* a mixture-of-experts MLP (moe.c) */
+    prm__moe_forward(m, w - m->layer, w, a, a->ln2, y, N);
+    prm_add(y, y, a->mid, N * C);
+    return;
+  }
   x16 = prm__to16(m, 0, a->ln2, N * C);
   prm__lin_fwd(m, a->gate, a->ln2, x16, w->wgate, N, C, F);
   prm__lin_fwd(m, a->up, a->ln2, x16, w->wup, N, C, F);
@@ -62,16 +67,20 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
   const prm_bf16_t *x16, *dy16; /* bf16 copies in slots 0 and 1; NULL in fp32 */
 
   /* MLP: y = mid + down(silu(gate) * up). dres flows to mid unchanged. */
-  dy16 = prm__to16(m, 1, s->dres, N * C);
-  x16 = prm__to16(m, 0, a->h, N * F);
-  prm__lin_bwd(m, s->dh, dw->wdown, s->dres, dy16, a->h, x16, w->wdown, N, F, C, 0);
-  prm_swiglu_backward(s->dgate, s->dup, s->dh, a->gate, a->up, N * F);
-  x16 = prm__to16(m, 0, a->ln2, N * C);
-  dy16 = prm__to16(m, 1, s->dgate, N * F);
-  prm__lin_bwd(m, s->dln, dw->wgate, s->dgate, dy16, a->ln2, x16, w->wgate, N, C, F, 0);
-  dy16 = prm__to16(m, 1, s->dup, N * F);
-  prm__lin_bwd(m, s->dln, dw->wup, s->dup, dy16, a->ln2, x16, w->wup, N, C, F, 1);
-  prm__tp_sum(m, s->dln, N * C);
+  if (w->router) { /* a mixture-of-experts MLP (moe.c) */
+    prm__moe_backward(m, w, dw, a, a->ln2, s->dres, s->dln, N);
+  } else {
+    dy16 = prm__to16(m, 1, s->dres, N * C);
+    x16 = prm__to16(m, 0, a->h, N * F);
+    prm__lin_bwd(m, s->dh, dw->wdown, s->dres, dy16, a->h, x16, w->wdown, N, F, C, 0);
+    prm_swiglu_backward(s->dgate, s->dup, s->dh, a->gate, a->up, N * F);
+    x16 = prm__to16(m, 0, a->ln2, N * C);
+    dy16 = prm__to16(m, 1, s->dgate, N * F);
+    prm__lin_bwd(m, s->dln, dw->wgate, s->dgate, dy16, a->ln2, x16, w->wgate, N, C, F, 0);
+    dy16 = prm__to16(m, 1, s->dup, N * F);
+    prm__lin_bwd(m, s->dln, dw->wup, s->dup, dy16, a->ln2, x16, w->wup, N, C, F, 1);
+    prm__tp_sum(m, s->dln, N * C);
+  }
   prm_rmsnorm_backward(s->dres, dw->ln2, s->dln, a->mid, w->ln2, a->rstd2, N, C);
 
   /* Attention: mid = x + o(att(rope(q), rope(k), v)). */
@@ -110,6 +119,7 @@ static void prm__forward_layers(prm_llama_t *m, const int32_t *tokens, int64_t B
     prm__tp_embedding_forward(m, a->resid, tokens, N);
   else
     prm_embedding_forward(a->resid, tokens, m->embed, N, c->hidden);
+  m->moe_aux_last = 0;
   for (int64_t l = 0; l < c->layers; l++)
     prm__layer_forward(m, &m->layer[l], prm__set(m, l), a->resid + l * NC,
                        a->resid + (l + 1) * NC, B);
@@ -138,7 +148,13 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   prm_llama_acts_t *a = m->acts;
   int64_t N = B * m->T, C = c->hidden, NC = m->B * m->T * C;
   prm__refresh16(m);
+  /* MoE: record this pass' routing; the aux/z losses' gradient weight. */
+  m->moe_record = 1;
+  m->moe_gscale = grad_scale * (float)N;
   prm__forward_layers(m, tokens, B);
+  m->moe_record = 0;
+  m->moe_passes++;
+  double moe_aux = m->moe_aux_last; /* recomputation below adds to it again */
 
   /* The head and its loss, with the head's backward fused in. */
   double loss =
@@ -149,9 +165,9 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   memset(a->dres, 0, (size_t)(N * C) * sizeof(float));
   prm_rmsnorm_backward(a->dres, m->dnorm, a->dlnf, a->resid + c->layers * NC, m->norm, a->rstdf,
                        N, C);
-  /* Layer l's tensors are tensors[1 + 9l .. 9 + 9l]; the final norm follows. */
+  /* Layer l's tensors start at tensors[layer_t0[l]]; the final norm follows. */
   const prm_tensor_t *t = m->tensors;
-  int64_t norm_off = t[1 + 9 * c->layers].offset, embed_n = t[0].numel;
+  int64_t norm_off = t[m->layer_t0[c->layers]].offset, embed_n = t[0].numel;
   if (m->grads_ready) m->grads_ready(m->grads_ctx, norm_off, m->nparams - norm_off);
 
   for (int64_t l = c->layers - 1; l >= 0; l--) {
@@ -165,7 +181,7 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
     }
     prm__layer_backward(m, &m->layer[l], &m->dlayer[l], s, x, B);
     if (m->grads_ready) {
-      int64_t lo = t[1 + 9 * l].offset, hi = l + 1 < c->layers ? t[1 + 9 * (l + 1)].offset : norm_off;
+      int64_t lo = t[m->layer_t0[l]].offset, hi = t[m->layer_t0[l + 1]].offset;
       m->grads_ready(m->grads_ctx, lo, hi - lo);
     }
   }
@@ -174,6 +190,7 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   else
     prm_embedding_backward(m->dembed, a->dres, tokens, N, C);
   if (m->grads_ready) m->grads_ready(m->grads_ctx, 0, embed_n);
+  m->moe_aux_last = moe_aux;
   return loss;
 }
 

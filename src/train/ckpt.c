@@ -30,6 +30,14 @@ static void prm__to_hf(const prm_llama_config_t *c, const char *tokenizer_type,
   h->rms_norm_eps = c->norm_eps;
   h->rope_theta = c->rope_base;
   h->tie_word_embeddings = c->tied;
+  if (c->experts) { /* Mixtral: intermediate_size is an expert's */
+    h->intermediate_size = c->moe_ffn;
+    h->num_local_experts = c->experts;
+    h->num_experts_per_tok = c->topk;
+    h->moe_layer_freq = c->moe_freq;
+    h->dense_intermediate_size = c->ffn;
+    h->shared_expert_intermediate_size = c->shared_ffn;
+  }
   h->bos_token_id = h->eos_token_id = -1;
   snprintf(h->tokenizer_type, sizeof h->tokenizer_type, "%s", tokenizer_type ? tokenizer_type : "");
 }
@@ -52,6 +60,14 @@ int prm_ckpt_read_config(const char *dir, prm_llama_config_t *c, char *tokenizer
   c->norm_eps = h.rms_norm_eps;
   c->rope_base = h.rope_theta;
   c->tied = h.tie_word_embeddings;
+  if (h.num_local_experts > 0) {
+    c->experts = h.num_local_experts;
+    c->topk = h.num_experts_per_tok;
+    c->moe_ffn = h.intermediate_size;
+    c->ffn = h.dense_intermediate_size;
+    c->moe_freq = h.moe_layer_freq;
+    c->shared_ffn = h.shared_expert_intermediate_size;
+  }
   if (tokenizer_type && tokenizer_len) snprintf(tokenizer_type, tokenizer_len, "%s", h.tokenizer_type);
   if ((rc = prm_llama_config_check(c, err))) {
     prm_err_prefix(err, "%s/config.json", dir);
@@ -290,12 +306,22 @@ int prm_ckpt_load_hf(prm_llama_t *m, const char *dir, prm_err_t *err) {
     const char *key;
     int64_t have, want;
   } keys[] = {{"hidden_size", c.hidden, m->cfg.hidden},
-              {"intermediate_size (ffn_hidden_size)", c.ffn, m->cfg.ffn},
+              /* (an all-MoE model has no dense layer: any size goes) */
+              {"intermediate_size (ffn_hidden_size)", c.ffn,
+               m->cfg.experts && m->cfg.moe_freq == 1 ? c.ffn : m->cfg.ffn},
               {"num_attention_heads", c.heads, m->cfg.heads},
               {"num_key_value_heads (num_query_groups)", c.groups, m->cfg.groups},
               {"num_hidden_layers (num_layers)", c.layers, m->cfg.layers},
               {"vocab_size", c.vocab, m->cfg.vocab},
-              {"tie_word_embeddings (!untie_embeddings_and_output_weights)", c.tied, m->cfg.tied}};
+              {"tie_word_embeddings (!untie_embeddings_and_output_weights)", c.tied, m->cfg.tied},
+              {"num_local_experts (num_experts)", c.experts, m->cfg.experts},
+              {"num_experts_per_tok (moe_router_topk)", c.topk, m->cfg.experts ? m->cfg.topk : 0},
+              {"intermediate_size (moe_ffn_hidden_size)", c.moe_ffn,
+               m->cfg.experts ? m->cfg.moe_ffn : 0},
+              {"primus_moe_layer_freq (moe_layer_freq)", c.moe_freq,
+               m->cfg.experts ? m->cfg.moe_freq : 0},
+              {"shared_expert_intermediate_size (moe_shared_expert_intermediate_size)",
+               c.shared_ffn, m->cfg.experts ? m->cfg.shared_ffn : 0}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
     if (keys[i].have != keys[i].want)
       return prm_errf(err, PRM_ECONFIG, "%s/config.json: %s is %lld but the experiment has %lld",

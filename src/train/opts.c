@@ -211,16 +211,47 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                               (prm_errf(err, PRM_ECONFIG, "tensor_model_parallel_size: must be "
                                         "between 1 and 4096, got %lld", (long long)tp), err));
   o->tp = (int)tp;
+  /* Mixture of experts (src/model/moe.c): one rank, fp32. */
+  PRM__I("num_experts", 0, &c->experts);
+  if (c->experts) {
+    PRM__I("moe_router_topk", 2, &c->topk);
+    PRM__I("moe_ffn_hidden_size", c->ffn, &c->moe_ffn);
+    PRM__I("moe_layer_freq", 1, &c->moe_freq);
+    PRM__I("moe_shared_expert_intermediate_size", 0, &c->shared_ffn);
+    PRM__F("moe_aux_loss_coeff", 0.0, &c->aux_coeff);
+    PRM__F("moe_z_loss_coeff", 0.0, &c->z_coeff);
+    PRM__F("moe_expert_capacity_factor", 0.0, &c->capacity);
+    const char *lb = prm_exp_get_str(e, "moe_router_load_balancing_type");
+    if (lb && !prm_streq(lb, "aux_loss") && !prm_streq(lb, "none"))
+      return prm__prefix_origin(e, "moe_router_load_balancing_type",
+                                (prm_errf(err, PRM_ECONFIG,
+                                          "moe_router_load_balancing_type: expected aux_loss or "
+                                          "none, got \"%s\"", lb), err));
+    if (prm_streq(lb, "none")) c->aux_coeff = 0;
+    const char *disp = prm_exp_get_str(e, "moe_token_dispatcher_type");
+    if (disp && !prm_streq(disp, "alltoall"))
+      return prm__prefix_origin(e, "moe_token_dispatcher_type",
+                                (prm_errf(err, PRM_ECONFIG,
+                                          "moe_token_dispatcher_type: only alltoall is "
+                                          "supported, got \"%s\"", disp), err));
+    if ((rc = prm_llama_config_check(c, err))) {
+      /* The message starts with the key it is about. */
+      char key[64] = "num_experts";
+      if (err) {
+        size_t n = strcspn(err->msg, ":");
+        snprintf(key, sizeof key, "%.*s", (int)(n < sizeof key ? n : sizeof key - 1), err->msg);
+      }
+      return prm__prefix_origin(e, key, err);
+    }
+    if (o->bf16)
+      return prm__prefix_origin(e, "bf16",
+                                (prm_errf(err, PRM_ECONFIG,
+                                          "bf16: mixture-of-experts models (num_experts %lld) "
+                                          "train in fp32 only for now; set bf16: false",
+                                          (long long)c->experts), err));
+  }
   if ((rc = prm_llama_tp_check_config(&o->model, o->tp, err)))
     return prm__prefix_origin(e, "tensor_model_parallel_size", err);
-  int64_t experts = 0;
-  PRM__I("num_experts", 0, &experts);
-  if (experts)
-    return prm__prefix_origin(e, "num_experts",
-                              (prm_errf(err, PRM_ECONFIG,
-                                        "num_experts: mixture-of-experts models are not "
-                                        "supported by the native engine yet"),
-                               err));
   int64_t mport = 0;
   PRM__I("metrics_port", 0, &mport);
   if (mport < 0 || mport > 65535)

@@ -382,16 +382,31 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (par.tp_size > 1)
       snprintf(comm + strlen(comm), sizeof comm - strlen(comm), ",\"tp_comm_ms\":%.3f",
                m->tp_seconds * 1e3);
+    /* Mixture of experts (issue 11): this step's routing, as a "moe" field
+     * and, at log intervals, a log line. */
+    prm_sb_t moe_js = {0}, moe_ln = {0};
+    if (m->cfg.experts) {
+      prm_llama_moe_stats_t moe_st;
+      if (!prm_llama_moe_stats(m, &moe_st)) {
+        prm_sb_appendf(&moe_js, ",\"moe\":");
+        prm_llama_moe_format(&moe_st, &moe_js, &moe_ln);
+      }
+    }
     prm__emit(events,
               "\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld,"
-              "\"step_ms\":%.3f,\"data_ms\":%.3f%s%s",
+              "\"step_ms\":%.3f,\"data_ms\":%.3f%s%s%s",
               (long long)step, prm__jnum(jl, sizeof jl, loss), lr, prm__jnum(jn, sizeof jn, norm),
-              (long long)tokens_step, ms, s.data_s * 1e3, comm, skip ? ",\"skipped\":true" : "");
+              (long long)tokens_step, ms, s.data_s * 1e3, comm, skip ? ",\"skipped\":true" : "",
+              prm_sb_str(&moe_js));
+    prm_sb_free(&moe_js);
     prm__tm_step_t tms = {.step = step, .tokens_step = tokens_step, .global_batch = o->global_batch,
                           .loss = loss, .lr = lr, .grad_norm = norm, .seconds = ms / 1e3,
                           .flops_step = flops_step, .peak_gflops = peak * dp.all_size,
                           .data_s = s.data_s, .tp_comm_s = m->tp_seconds, .skipped = skip};
-    if ((rc = prm__tm_step(tm, events, &tms, err))) goto done;
+    if ((rc = prm__tm_step(tm, events, &tms, err))) {
+      prm_sb_free(&moe_ln);
+      goto done;
+    }
     prm__hb_beat(&hb, step, "step");
     if (step % o->log_interval == 0 || step == 1 || step == o->train_iters) {
       double tps = (double)tokens_step / (ms / 1e3);
@@ -408,10 +423,12 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       PRM_INFO("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.1f ms%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | rss %s",
                (long long)step, (long long)o->train_iters, loss, lr, norm, ms, cm, tps, tflops,
                peak > 0 ? 100.0 * tflops * 1e3 / peak / dp.all_size : 0.0, rss);
+      if (moe_ln.len) PRM_INFO("step %lld | %s", (long long)step, prm_sb_str(&moe_ln));
     } else {
       prm_progress((double)step / (double)o->train_iters, "%lld/%lld loss %.4f",
                    (long long)step, (long long)o->train_iters, loss);
     }
+    prm_sb_free(&moe_ln);
     if (o->eval_iters > 0 && step % o->eval_interval == 0) {
       prm_eval_result_t ev;
       prm__hb_beat(&hb, step, "eval");

@@ -9,6 +9,15 @@ MMIDIDX readers and writers. Subcommands:
   reference  float64 step-1 loss/grads, then N AdamW steps -> ref.json, ref_*.safetensors
   compare    check a primus run against the reference (non-zero exit on failure)
   selftest   reference vs a naive loop implementation, autograd gradcheck, file round trips
+
+Mixture of experts (make-case --experts E ...): Mixtral-style MoE MLPs on
+every moe_layer_freq-th layer (layer i when i % freq == 0): softmax router,
+top-k renormalised weights, SwiGLU experts w1/w3/w2, an optional shared
+expert, optional capacity (assignments t*k+j over capacity dropped in that
+order), and the Switch aux loss coeff*E*sum f_e P_e and z loss
+coeff*mean(logsumexp^2) added to the objective once per micro-batch
+(averaged over micro-batches, as primus does); the logged loss is the
+cross-entropy alone.
 """
 import argparse, json, math, os, struct, sys
 import numpy as np
@@ -74,12 +83,26 @@ def idx_read(prefix):
     return [data[p // isz:p // isz + s].astype(np.int64) for p, s in zip(ptrs, sizes)]
 
 
-def load_config(hf_dir):
+def load_config(hf_dir, e=None):
     c = json.load(open(os.path.join(hf_dir, "config.json")))
-    return dict(C=c["hidden_size"], F=c["intermediate_size"], H=c["num_attention_heads"],
-                G=c.get("num_key_value_heads") or c["num_attention_heads"], L=c["num_hidden_layers"],
-                V=c["vocab_size"], eps=c["rms_norm_eps"], theta=c.get("rope_theta", 10000.0),
-                tied=c.get("tie_word_embeddings", True))
+    cfg = dict(C=c["hidden_size"], F=c["intermediate_size"], H=c["num_attention_heads"],
+               G=c.get("num_key_value_heads") or c["num_attention_heads"], L=c["num_hidden_layers"],
+               V=c["vocab_size"], eps=c["rms_norm_eps"], theta=c.get("rope_theta", 10000.0),
+               tied=c.get("tie_word_embeddings", True), E=0)
+    if c.get("model_type") == "mixtral":  # intermediate_size is an expert's
+        cfg.update(E=c["num_local_experts"], K=c.get("num_experts_per_tok", 2), Fe=c["intermediate_size"],
+                   F=c.get("primus_dense_intermediate_size", c["intermediate_size"]),
+                   freq=c.get("primus_moe_layer_freq", 1), Fs=c.get("shared_expert_intermediate_size", 0))
+        e = e or {}
+        cfg.update(aux=e.get("moe_aux_loss_coeff", 0.0), zc=e.get("moe_z_loss_coeff", 0.0),
+                   cap=e.get("moe_expert_capacity_factor", 0.0))
+        if e.get("moe_router_load_balancing_type") == "none":
+            cfg["aux"] = 0.0
+    return cfg
+
+
+def is_moe(cfg, i):
+    return cfg.get("E", 0) > 0 and i % cfg["freq"] == 0
 
 
 # ---------------------------------------------------------------- the model
@@ -96,7 +119,41 @@ def rope(x, theta):  # x: (B, heads, T, D), HF rotate-half: pairs (i, i + D/2)
     return x * cos + rot * sin
 
 
-def forward(P, cfg, tok):  # tok: (B, T) -> logits (B, T, V)
+def swiglu(x, wg, wu, wd):
+    return (torch.nn.functional.silu(x @ wg.T) * (x @ wu.T)) @ wd.T
+
+
+def moe_mlp(P, p, h, cfg, aux):
+    """Mixtral MoE of h (B, T, C); appends this layer's aux and z losses (and stats) to aux."""
+    E, K, C = cfg["E"], cfg["K"], cfg["C"]
+    x = h.reshape(-1, C)
+    N = x.shape[0]
+    logits = x @ P[p + "block_sparse_moe.gate.weight"].T
+    prob = torch.softmax(logits, -1)
+    topv, topi = torch.topk(prob, K, -1)
+    w = topv / topv.sum(-1, keepdim=True)
+    cap = math.ceil(cfg["cap"] * N * K / E) if cfg.get("cap") else N * K
+    out = torch.zeros_like(x)
+    counts, dropped = [], 0
+    for e in range(E):
+        t, j = (topi == e).nonzero(as_tuple=True)  # row-major: assignment order t*K + j
+        counts.append(len(t))
+        dropped += max(0, len(t) - cap)
+        t, j = t[:cap], j[:cap]
+        q = "%sblock_sparse_moe.experts.%d." % (p, e)
+        y = swiglu(x[t], P[q + "w1.weight"], P[q + "w3.weight"], P[q + "w2.weight"])
+        out = out.index_add(0, t, y * w[t, j][:, None])
+    if cfg.get("Fs"):
+        q = p + "block_sparse_moe.shared_expert."
+        out = out + swiglu(x, P[q + "gate_proj.weight"], P[q + "up_proj.weight"], P[q + "down_proj.weight"])
+    f = torch.tensor(counts, dtype=DT) / (N * K)
+    lb = cfg.get("aux", 0.0) * E * (f * prob.mean(0)).sum()
+    zl = cfg.get("zc", 0.0) * (torch.logsumexp(logits, -1) ** 2).mean()
+    aux.append({"aux": lb, "z": zl, "counts": counts, "dropped": dropped})
+    return out.view(h.shape)
+
+
+def forward(P, cfg, tok, aux=None):  # tok: (B, T) -> logits (B, T, V); MoE losses appended to aux
     C, H, G, eps = cfg["C"], cfg["H"], cfg["G"], cfg["eps"]
     D, (B, T) = C // H, tok.shape
     x = P["model.embed_tokens.weight"][tok]
@@ -113,6 +170,9 @@ def forward(P, cfg, tok):  # tok: (B, T) -> logits (B, T, V)
         a = torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v
         x = x + a.transpose(1, 2).reshape(B, T, C) @ P[p + "self_attn.o_proj.weight"].T
         h = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
+        if is_moe(cfg, i):
+            x = x + moe_mlp(P, p, h, cfg, aux if aux is not None else [])
+            continue
         g = torch.nn.functional.silu(h @ P[p + "mlp.gate_proj.weight"].T) * (h @ P[p + "mlp.up_proj.weight"].T)
         x = x + g @ P[p + "mlp.down_proj.weight"].T
     x = rmsnorm(x, P["model.norm.weight"], eps)
@@ -122,6 +182,24 @@ def forward(P, cfg, tok):  # tok: (B, T) -> logits (B, T, V)
 def loss_fn(P, cfg, inp, tgt, fwd=forward):
     lg = fwd(P, cfg, inp)
     return torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1))
+
+
+def objective(P, cfg, inp, tgt, mbs):
+    """(objective, cross-entropy, aux, z): the mean cross-entropy plus, for MoE, each
+    micro-batch's summed aux and z losses averaged over the micro-batches."""
+    if not cfg.get("E"):
+        ce = loss_fn(P, cfg, inp, tgt)
+        return ce, ce, 0.0, 0.0
+    ce_sum, lb, zl, nmb = 0.0, 0.0, 0.0, 0
+    for b in range(0, inp.shape[0], mbs):
+        aux = []
+        lg = forward(P, cfg, inp[b:b + mbs], aux)
+        ce_sum = ce_sum + torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt[b:b + mbs].reshape(-1), reduction="sum")
+        lb = lb + sum(a["aux"] for a in aux)
+        zl = zl + sum(a["z"] for a in aux)
+        nmb += 1
+    ce = ce_sum / tgt.numel()
+    return ce + (lb + zl) / nmb, ce, float(lb) / nmb, float(zl) / nmb
 
 
 # ---------------------------------------------------------------- data, schedule
@@ -165,8 +243,8 @@ def train(P0, cfg, docs, e, steps, clip):
     hist, g1 = [], None
     for s, (inp, tgt) in enumerate(batches(docs, e["seq_length"], e["global_batch_size"], steps), 1):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(P, cfg, inp, tgt)
-        loss.backward()
+        obj, loss, lb, zl = objective(P, cfg, inp, tgt, e.get("micro_batch_size", inp.shape[0]))
+        obj.backward()
         if s == 1:
             g1 = {k: P[k].grad.detach().clone() for k in names}
         params = [P[k] for k in names]
@@ -179,15 +257,23 @@ def train(P0, cfg, docs, e, steps, clip):
             g["lr"] = lr
         opt.step()
         hist.append({"step": s, "loss": loss.item(), "grad_norm": norm.item(), "lr": lr,
-                     "clipped": bool(clip > 0 and norm.item() > clip)})
+                     "clipped": bool(clip > 0 and norm.item() > clip), "aux": lb, "z": zl})
     return hist, g1, {k: v.detach() for k, v in P.items()}
 
 
-def hf_names(L, tied):
+def hf_names(cfg):
+    L, tied = cfg["L"], cfg["tied"]
     n = ["model.embed_tokens.weight", "model.norm.weight"] + ([] if tied else ["lm_head.weight"])
     for i in range(L):
         p = "model.layers.%d." % i
-        n += [p + "self_attn.%s_proj.weight" % t for t in "qkvo"] + [p + "mlp.%s_proj.weight" % t for t in ("gate", "up", "down")]
+        n += [p + "self_attn.%s_proj.weight" % t for t in "qkvo"]
+        if is_moe(cfg, i):
+            n += [p + "block_sparse_moe.gate.weight"]
+            n += [p + "block_sparse_moe.experts.%d.%s.weight" % (e, w) for e in range(cfg["E"]) for w in ("w1", "w2", "w3")]
+            if cfg.get("Fs"):
+                n += [p + "block_sparse_moe.shared_expert.%s_proj.weight" % t for t in ("gate", "up", "down")]
+        else:
+            n += [p + "mlp.%s_proj.weight" % t for t in ("gate", "up", "down")]
         n += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
     return n
 
@@ -198,9 +284,17 @@ def random_model(cfg, gen):
     shapes = {"q": (H * D, C), "k": (G * D, C), "v": (G * D, C), "o": (C, H * D), "gate": (F, C), "up": (F, C), "down": (C, F)}
     # q/k large enough that attention is far from uniform (RoPE and the mask matter); norms ~1 +- noise
     std = {"q": C ** -0.5, "k": C ** -0.5, "v": 0.05, "o": 0.05, "gate": 0.05, "up": 0.05, "down": 0.05}
+    if cfg.get("E"):  # router logits O(1) apart; experts like the dense MLP
+        Fe, Fs = cfg["Fe"], cfg.get("Fs", 0)
+        shapes.update(router=(cfg["E"], C), w1=(Fe, C), w3=(Fe, C), w2=(C, Fe), sgate=(Fs, C), sup=(Fs, C), sdown=(C, Fs))
+        std.update(router=2 * C ** -0.5, w1=0.05, w3=0.05, w2=0.05, sgate=0.05, sup=0.05, sdown=0.05)
     P = {}
-    for n in hf_names(cfg["L"], cfg["tied"]):
+    for n in hf_names(cfg):
         t = n.split(".")[-2].replace("_proj", "")
+        if n.endswith("block_sparse_moe.gate.weight"):
+            t = "router"
+        elif "shared_expert" in n:
+            t = "s" + t
         if n.endswith("norm.weight") or "layernorm" in n:
             P[n] = 1 + 0.2 * torch.randn(C, generator=gen, dtype=DT)
         elif n in ("model.embed_tokens.weight", "lm_head.weight"):
@@ -253,14 +347,24 @@ modules:
       save_interval: {steps}
       eval_iters: 0
       log_interval: 1
-"""
+{moe}"""
 
 
 def cmd_make_case(a):
     d = os.path.abspath(a.out)
     os.makedirs(os.path.join(d, "hf"), exist_ok=True)
     cfg = dict(C=a.hidden, F=a.ffn, H=a.heads, G=a.groups or a.heads, L=a.layers, V=a.vocab, eps=1e-5,
-               theta=10000.0, tied=a.tied)
+               theta=10000.0, tied=a.tied, E=a.experts)
+    moe = ""
+    if a.experts:
+        cfg.update(K=a.topk, Fe=a.moe_ffn or a.ffn, freq=a.moe_freq, Fs=a.shared, aux=a.aux, zc=a.zloss, cap=a.capacity)
+        moe = "".join("      %s: %s\n" % kv for kv in (
+            ("num_experts", a.experts), ("moe_router_topk", a.topk), ("moe_ffn_hidden_size", cfg["Fe"]),
+            ("moe_layer_freq", a.moe_freq), ("moe_shared_expert_intermediate_size", a.shared),
+            ("moe_aux_loss_coeff", a.aux), ("moe_z_loss_coeff", a.zloss),
+            ("moe_router_load_balancing_type", "aux_loss"), ("moe_token_dispatcher_type", "alltoall")))
+        if a.capacity:
+            moe += "      moe_expert_capacity_factor: %s\n" % a.capacity
     assert cfg["C"] % cfg["H"] == 0 and cfg["H"] % cfg["G"] == 0 and (cfg["C"] // cfg["H"]) % 2 == 0
     gen = torch.Generator().manual_seed(a.seed)
     P = random_model(cfg, gen)
@@ -269,6 +373,10 @@ def cmd_make_case(a):
           "num_hidden_layers": cfg["L"], "vocab_size": cfg["V"], "rms_norm_eps": cfg["eps"],
           "rope_theta": cfg["theta"], "max_position_embeddings": a.seq, "tie_word_embeddings": cfg["tied"],
           "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32"}
+    if a.experts:
+        hf.update(architectures=["MixtralForCausalLM"], model_type="mixtral", intermediate_size=cfg["Fe"],
+                  num_local_experts=a.experts, num_experts_per_tok=a.topk, primus_dense_intermediate_size=cfg["F"],
+                  primus_moe_layer_freq=a.moe_freq, shared_expert_intermediate_size=a.shared)
     json.dump(hf, open(os.path.join(d, "hf", "config.json"), "w"), indent=2)
     st_write(os.path.join(d, "hf", "model.safetensors"), P, "F32", {"format": "pt"})
     lens = torch.randint(1, 2 * a.seq + 1, (a.docs,), generator=gen).tolist()
@@ -276,9 +384,11 @@ def cmd_make_case(a):
     idx_write(os.path.join(d, "data"), docs)
     e = dict(name=a.name or os.path.basename(d), d=d, C=cfg["C"], L=cfg["L"], H=cfg["H"], G=cfg["G"], F=cfg["F"],
              V=cfg["V"], S=a.seq, untied=str(not a.tied).lower(), eps="1.0e-5", theta=10000, tok=a.tokenizer,
-             mbs=a.micro_batch, gbs=a.global_batch, steps=a.steps, lr=a.lr, min_lr=a.min_lr, warmup=a.warmup, clip=0)
+             mbs=a.micro_batch, gbs=a.global_batch, steps=a.steps, lr=a.lr, min_lr=a.min_lr, warmup=a.warmup, clip=0,
+             moe=moe)
     ev = dict(lr=a.lr, min_lr=a.min_lr, lr_warmup_iters=a.warmup, train_iters=a.steps, weight_decay=0.1,
-              adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, seq_length=a.seq, global_batch_size=a.global_batch)
+              adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, seq_length=a.seq, global_batch_size=a.global_batch,
+              micro_batch_size=a.micro_batch)
     clip = a.clip
     if clip is None:  # auto: the median grad norm of an unclipped run, so some steps clip and some do not
         hist, _, _ = train(P, cfg, docs, ev, a.steps, 0.0)
@@ -292,7 +402,8 @@ def cmd_make_case(a):
 
 def cmd_reference(a):
     d = os.path.abspath(a.case)
-    cfg, e = load_config(os.path.join(d, "hf")), read_exp(d)
+    e = read_exp(d)
+    cfg = load_config(os.path.join(d, "hf"), e)
     P0 = st_read(os.path.join(d, "hf", "model.safetensors"))
     docs = idx_read(os.path.join(d, "data"))
     steps = a.steps or e["train_iters"]
@@ -301,8 +412,9 @@ def cmd_reference(a):
     st_write(os.path.join(d, "ref_final.safetensors"), fin, "F64")
     json.dump({"clip_grad": e["clip_grad"], "steps": hist}, open(a.out or os.path.join(d, "ref.json"), "w"), indent=1)
     for h in hist:
-        print("ref step %2d loss %.10f grad_norm %.8f lr %.6g%s" % (
-            h["step"], h["loss"], h["grad_norm"], h["lr"], "  (clipped)" if h["clipped"] else ""))
+        print("ref step %2d loss %.10f grad_norm %.8f lr %.6g%s%s" % (
+            h["step"], h["loss"], h["grad_norm"], h["lr"], "  (clipped)" if h["clipped"] else "",
+            "  aux %.8g z %.8g" % (h["aux"], h["z"]) if cfg.get("E") else ""))
 
 
 def rel(x, y):  # ||x - y|| / ||y||
@@ -314,7 +426,7 @@ def rel(x, y):  # ||x - y|| / ||y||
 def cmd_compare(a):
     d = os.path.abspath(a.case)
     e, ref = read_exp(d), json.load(open(os.path.join(d, "ref.json")))
-    cfg = load_config(os.path.join(d, "hf"))
+    cfg = load_config(os.path.join(d, "hf"), e)
     rows, fails = [], []
 
     def check(what, err, tol, note=""):
@@ -327,7 +439,7 @@ def cmd_compare(a):
         rows.append("%-52s %10s %8s FAIL" % (what, "-", "-"))
         fails.append(what)
 
-    names = set(hf_names(cfg["L"], cfg["tied"]))
+    names = set(hf_names(cfg))
     clipped = [h["step"] for h in ref["steps"] if h["clipped"]]
     rows.append("clip_grad %g; reference clipped on steps %s of %d" % (ref["clip_grad"], clipped, len(ref["steps"])))
     if not clipped:
@@ -357,6 +469,17 @@ def cmd_compare(a):
               abs(j["grad_norm"] - h["grad_norm"]) / h["grad_norm"], tn)
         if "lr" in j:
             check("step %2d lr (ref %.6g)" % (s, h["lr"]), abs(j["lr"] - h["lr"]) / max(h["lr"], 1e-30), 1e-6)
+        if cfg.get("E"):  # the router's losses, events.jsonl "moe": {"aux_loss", "z_loss", "layers"}
+            mo = j.get("moe")
+            if not mo:
+                fail("step %2d moe field present" % s)
+                continue
+            for k, rk in (("aux_loss", "aux"), ("z_loss", "z")):
+                if h[rk] != 0 or mo[k] != 0:
+                    check("step %2d moe %s (ref %.8g)" % (s, k, h[rk]), abs(mo[k] - h[rk]) / max(abs(h[rk]), 1e-30), a.tol_loss)
+            ntok = e["global_batch_size"] * e["seq_length"] * cfg["K"]
+            if [sum(l["counts"]) for l in mo["layers"]] != [ntok] * sum(is_moe(cfg, i) for i in range(cfg["L"])):
+                fail("step %2d moe counts sum to tokens x topk per MoE layer" % s)
     # step-1 gradients
     rg = st_read(os.path.join(d, "ref_grads.safetensors"))
     try:
@@ -427,6 +550,29 @@ def naive_loss(P, cfg, inp, tgt):
                     out[t] += w("self_attn.o_proj")[:, hd * D:(hd + 1) * D] @ o
             x = x + out
             h = norm(x, w("post_attention_layernorm"))
+            if is_moe(cfg, i):  # token by token, selection by sorting, capacity by counting
+                E, K, silu = cfg["E"], cfg["K"], (lambda v: v / (1 + np.exp(-v)))
+                cap = math.ceil(cfg["cap"] * T * K / E) if cfg.get("cap") else T * K
+                used, out, cnt, Pm, zs = [0] * E, np.zeros((T, C)), [0] * E, np.zeros(E), 0.0
+                for t in range(T):
+                    z = w("block_sparse_moe.gate") @ h[t]
+                    pr = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+                    Pm += pr / T
+                    zs += (z.max() + math.log(np.exp(z - z.max()).sum())) ** 2 / T
+                    ch = sorted(range(E), key=lambda e: -pr[e])[:K]
+                    for e in ch:
+                        cnt[e] += 1
+                        if used[e] >= cap:
+                            continue
+                        used[e] += 1
+                        ex = lambda n: w("block_sparse_moe.experts.%d.%s" % (e, n))
+                        out[t] += pr[e] / sum(pr[c] for c in ch) * (ex("w2") @ (silu(ex("w1") @ h[t]) * (ex("w3") @ h[t])))
+                    if cfg.get("Fs"):
+                        sx = lambda n: w("block_sparse_moe.shared_expert.%s_proj" % n)
+                        out[t] += sx("down") @ (silu(sx("gate") @ h[t]) * (sx("up") @ h[t]))
+                total += T * (cfg.get("aux", 0) * E * sum(cnt[e] / (T * K) * Pm[e] for e in range(E)) + cfg.get("zc", 0) * zs)
+                x = x + out
+                continue
             a = h @ w("mlp.gate_proj").T
             x = x + (a / (1 + np.exp(-a)) * (h @ w("mlp.up_proj").T)) @ w("mlp.down_proj").T
         lg = norm(x, W["model.norm.weight"]) @ W.get("lm_head.weight", W["model.embed_tokens.weight"]).T
@@ -445,14 +591,18 @@ def cmd_selftest(a):
             bad.append(what)
 
     gen = torch.Generator().manual_seed(7)
-    for tag, cfg in (("gqa untied", dict(C=16, F=24, H=4, G=2, L=2, V=11, eps=1e-5, theta=10000.0, tied=False)),
+    moe = dict(E=4, K=2, Fe=10, freq=2, Fs=6, aux=0.1, zc=0.01, cap=0.0)
+    for tag, cfg in (("moe+shared untied", dict(C=16, F=24, H=4, G=2, L=2, V=11, eps=1e-5, theta=10000.0, tied=False, **moe)),
+                     ("moe capacity tied", dict(C=16, F=24, H=4, G=2, L=2, V=11, eps=1e-5, theta=10000.0, tied=True,
+                                                **{**moe, "freq": 1, "Fs": 0, "cap": 0.75})),
+                     ("gqa untied", dict(C=16, F=24, H=4, G=2, L=2, V=11, eps=1e-5, theta=10000.0, tied=False)),
                      ("mha tied", dict(C=12, F=20, H=3, G=3, L=1, V=9, eps=1e-5, theta=500.0, tied=True)),
                      ("mqa tied", dict(C=16, F=8, H=4, G=1, L=1, V=7, eps=1e-3, theta=10000.0, tied=True))):
         P = random_model(cfg, gen)
         tok = torch.randint(0, cfg["V"], (2, 9), generator=gen)
         inp, tgt = tok[:, :8], tok[:, 1:]
         Pg = {k: v.clone().requires_grad_(True) for k, v in P.items()}
-        ref = loss_fn(Pg, cfg, inp, tgt)
+        ref = objective(Pg, cfg, inp, tgt, 1)[0]  # micro-batches of one sequence, as naive_loss
         ref.backward()
         expect("%s: loss vs naive loops" % tag, abs(ref.item() - naive_loss(P, cfg, inp, tgt)) / ref.item(), 1e-12)
         worst, hstep = 0.0, 1e-5
@@ -491,8 +641,11 @@ def main():
     m.add_argument("--name", help="exp_name (default: the folder name)")
     for k, v in (("hidden", 96), ("heads", 6), ("groups", 0), ("ffn", 260), ("layers", 2), ("vocab", 301),
                  ("seq", 37), ("seed", 1), ("docs", 20), ("micro-batch", 2), ("global-batch", 2), ("steps", 10),
-                 ("warmup", 3)):
+                 ("warmup", 3), ("experts", 0), ("topk", 2), ("moe-ffn", 0), ("moe-freq", 1), ("shared", 0)):
         m.add_argument("--" + k, type=int, default=v)
+    for k, v in (("aux", 0.0), ("zloss", 0.0), ("capacity", 0.0)):
+        m.add_argument("--" + k, type=float, default=v, help="MoE: moe_aux_loss_coeff, moe_z_loss_coeff, "
+                       "moe_expert_capacity_factor")
     m.add_argument("--tied", dest="tied", action="store_true", default=False)
     m.add_argument("--untied", dest="tied", action="store_false")
     m.add_argument("--lr", type=float, default=1e-2)

@@ -1,0 +1,356 @@
+/* moe.c - the mixture-of-experts MLP (Mixtral-style) of MoE layers, fp32,
+ * one rank (no expert parallelism).
+ *
+ * Forward over N token rows x (the post-attention norm's output):
+ *   router logits x W_r^T (N,E), softmax over the E experts, the top k by
+ *   probability (ties: the lower expert), their weights renormalised over
+ *   the k (as Mixtral does);
+ *   the N k assignments grouped by expert with a counting sort (expert,
+ *   then assignment order: deterministic), the assignments over an
+ *   expert's capacity dropped (counted) in that order;
+ *   each expert's SwiGLU w2(silu(w1 x) * w3 x) over its contiguous group
+ *   of rows - one GEMM per expert and matrix on its slice (a grouped GEMM);
+ *   the outputs scattered back, weighted by the router weights, plus the
+ *   optional shared expert (a dense SwiGLU on every token).
+ * The losses the router adds: aux = coeff E sum_e f_e P_e (f_e: the
+ * fraction of the N k assignments routed to e, before capacity; P_e: the
+ * mean router probability of e) and z = coeff mean_t logsumexp_t^2. They
+ * are not part of the cross-entropy the passes return; their gradients
+ * enter backward weighted by m->moe_gscale. */
+#include "model-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Buffers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The same 64-byte carving as llama.c's. */
+static float *prm__mcarve(float *base, int64_t *cur, int64_t n) {
+  float *p = base ? base + *cur : NULL;
+  *cur += (n + 15) & ~(int64_t)15;
+  return p;
+}
+
+void prm__moe_carve_acts(const prm_llama_t *m, prm__layer_acts_t *a, float *base, int64_t *cur) {
+  const prm_llama_config_t *c = &m->cfg;
+  int64_t N = m->B * m->T, C = c->hidden, E = c->experts, K = c->topk, R = N * K;
+  int64_t Fe = c->moe_ffn, Fs = c->shared_ffn;
+  /* The int32 arrays are carved as floats (same size and alignment). */
+  a->rlogit = prm__mcarve(base, cur, N * E);
+  a->rprob = prm__mcarve(base, cur, N * E);
+  a->rlse = prm__mcarve(base, cur, N);
+  a->rw = prm__mcarve(base, cur, R);
+  a->sel = (int32_t *)prm__mcarve(base, cur, R);
+  a->slot = (int32_t *)prm__mcarve(base, cur, R);
+  a->order = (int32_t *)prm__mcarve(base, cur, R);
+  a->eoff = (int32_t *)prm__mcarve(base, cur, E + 1);
+  a->ecount = (int32_t *)prm__mcarve(base, cur, E);
+  a->xs = prm__mcarve(base, cur, R * C);
+  a->egate = prm__mcarve(base, cur, R * Fe);
+  a->eup = prm__mcarve(base, cur, R * Fe);
+  a->eh = prm__mcarve(base, cur, R * Fe);
+  a->eout = prm__mcarve(base, cur, R * C);
+  if (Fs) {
+    a->sg = prm__mcarve(base, cur, N * Fs);
+    a->su = prm__mcarve(base, cur, N * Fs);
+    a->sh = prm__mcarve(base, cur, N * Fs);
+  }
+}
+
+void prm__moe_carve_scratch(const prm_llama_t *m, prm_llama_acts_t *a, float *base, int64_t *cur) {
+  const prm_llama_config_t *c = &m->cfg;
+  int64_t N = m->B * m->T, C = c->hidden, E = c->experts, K = c->topk, R = N * K;
+  int64_t Fe = c->moe_ffn, Fs = c->shared_ffn;
+  a->mdout = prm__mcarve(base, cur, R * C);
+  a->mdxs = prm__mcarve(base, cur, R * C);
+  a->mdh = prm__mcarve(base, cur, R * Fe);
+  a->mdgate = prm__mcarve(base, cur, R * Fe);
+  a->mdup = prm__mcarve(base, cur, R * Fe);
+  if (Fs) {
+    a->msdh = prm__mcarve(base, cur, N * Fs);
+    a->msdg = prm__mcarve(base, cur, N * Fs);
+    a->msdu = prm__mcarve(base, cur, N * Fs);
+  }
+  a->mdw = prm__mcarve(base, cur, R);
+  a->mdlogit = prm__mcarve(base, cur, N * E);
+}
+
+/* Expert e's matrices inside a block of experts (params or grads). */
+static float *prm__w1(const prm_llama_config_t *c, float *ex, int64_t e) {
+  return ex + e * 3 * c->moe_ffn * c->hidden;
+}
+static float *prm__w2(const prm_llama_config_t *c, float *ex, int64_t e) {
+  return prm__w1(c, ex, e) + c->moe_ffn * c->hidden;
+}
+static float *prm__w3(const prm_llama_config_t *c, float *ex, int64_t e) {
+  return prm__w1(c, ex, e) + 2 * c->moe_ffn * c->hidden;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Forward                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Router: logits, softmax (in double), top k, renormalised weights. */
+static void prm__route(prm_llama_t *m, const prm_llama_layer_t *w, prm__layer_acts_t *a,
+                       const float *x, int64_t N) {
+  const prm_llama_config_t *c = &m->cfg;
+  int64_t E = c->experts, K = c->topk, C = c->hidden;
+  prm_linear_forward(&m->gemm, a->rlogit, x, w->router, N, C, E);
+  for (int64_t t = 0; t < N; t++) {
+    const float *z = a->rlogit + t * E;
+    float *p = a->rprob + t * E;
+    double mx = z[0], sum = 0;
+    for (int64_t e = 1; e < E; e++) mx = z[e] > mx ? z[e] : mx;
+    for (int64_t e = 0; e < E; e++) sum += exp((double)z[e] - mx);
+    for (int64_t e = 0; e < E; e++) p[e] = (float)(exp((double)z[e] - mx) / sum);
+    a->rlse[t] = (float)(mx + log(sum));
+    /* Top k by selection: the largest remaining probability, the lower
+     * index on ties. */
+    int32_t *sel = a->sel + t * K;
+    double s = 0;
+    for (int64_t j = 0; j < K; j++) {
+      int32_t best = -1;
+      for (int64_t e = 0; e < E; e++) {
+        int taken = 0;
+        for (int64_t i = 0; i < j; i++) taken |= sel[i] == e;
+        if (!taken && (best < 0 || p[e] > p[best])) best = (int32_t)e;
+      }
+      sel[j] = best;
+      s += p[best];
+    }
+    for (int64_t j = 0; j < K; j++) a->rw[t * K + j] = (float)(p[sel[j]] / s);
+  }
+}
+
+/* The counting sort of the N k assignments by expert, capacity applied. */
+static void prm__dispatch(prm_llama_t *m, prm__layer_acts_t *a, int64_t N) {
+  const prm_llama_config_t *c = &m->cfg;
+  int64_t E = c->experts, K = c->topk, R = N * K;
+  int64_t cap = R;
+  if (c->capacity > 0) cap = (int64_t)ceil(c->capacity * (double)R / (double)E);
+  for (int64_t e = 0; e < E; e++) a->ecount[e] = 0;
+  for (int64_t r = 0; r < R; r++) a->ecount[a->sel[r]]++;
+  a->eoff[0] = 0;
+  for (int64_t e = 0; e < E; e++)
+    a->eoff[e + 1] = a->eoff[e] + (int32_t)(a->ecount[e] < cap ? a->ecount[e] : cap);
+  int32_t *fill = prm_xcalloc((size_t)E, sizeof *fill);
+  a->dropped = 0;
+  for (int64_t r = 0; r < R; r++) {
+    int32_t e = a->sel[r];
+    if (fill[e] >= cap) {
+      a->slot[r] = -1;
+      a->dropped++;
+      continue;
+    }
+    int32_t row = a->eoff[e] + fill[e]++;
+    a->slot[r] = row;
+    a->order[row] = (int32_t)r;
+  }
+  free(fill);
+}
+
+void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
+                      prm__layer_acts_t *a, const float *x, float *y, int64_t N) {
+  const prm_llama_config_t *c = &m->cfg;
+  const prm_gemm_t *g = &m->gemm;
+  int64_t E = c->experts, K = c->topk, C = c->hidden, Fe = c->moe_ffn, Fs = c->shared_ffn;
+  prm__route(m, w, a, x, N);
+  prm__dispatch(m, a, N);
+  int64_t rows = a->eoff[E];
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(a->xs + r * C, x + (a->order[r] / K) * C, (size_t)C * sizeof(float));
+  /* The grouped GEMM: per expert one product per matrix on its rows. */
+  for (int64_t e = 0; e < E; e++) {
+    int64_t r0 = a->eoff[e], n = a->eoff[e + 1] - r0;
+    if (!n) continue;
+    prm_linear_forward(g, a->egate + r0 * Fe, a->xs + r0 * C, prm__w1(c, w->experts, e), n, C, Fe);
+    prm_linear_forward(g, a->eup + r0 * Fe, a->xs + r0 * C, prm__w3(c, w->experts, e), n, C, Fe);
+    prm_swiglu_forward(a->eh + r0 * Fe, a->egate + r0 * Fe, a->eup + r0 * Fe, n * Fe);
+    prm_linear_forward(g, a->eout + r0 * C, a->eh + r0 * Fe, prm__w2(c, w->experts, e), n, Fe, C);
+  }
+  /* y = shared expert (or 0) + sum_j w_j expert_j(x), in assignment order. */
+  if (Fs) {
+    prm_linear_forward(g, a->sg, x, w->sgate, N, C, Fs);
+    prm_linear_forward(g, a->su, x, w->sup, N, C, Fs);
+    prm_swiglu_forward(a->sh, a->sg, a->su, N * Fs);
+    prm_linear_forward(g, y, a->sh, w->sdown, N, Fs, C);
+  } else {
+    memset(y, 0, (size_t)(N * C) * sizeof(float));
+  }
+  for (int64_t r = 0; r < N * K; r++) {
+    int32_t row = a->slot[r];
+    if (row < 0) continue;
+    float wr = a->rw[r], *yt = y + (r / K) * C;
+    const float *o = a->eout + (int64_t)row * C;
+    for (int64_t i = 0; i < C; i++) yt[i] += wr * o[i];
+  }
+  /* The router's losses. */
+  double aux = 0, zl = 0;
+  for (int64_t e = 0; e < E; e++) {
+    double P = 0;
+    for (int64_t t = 0; t < N; t++) P += a->rprob[t * E + e];
+    aux += ((double)a->ecount[e] / (double)(N * K)) * (P / (double)N);
+  }
+  for (int64_t t = 0; t < N; t++) zl += (double)a->rlse[t] * a->rlse[t];
+  a->aux = c->aux_coeff * (double)E * aux;
+  a->zloss = c->z_coeff * zl / (double)N;
+  m->moe_aux_last += a->aux + a->zloss;
+  if (m->moe_record && m->moe_counts) {
+    for (int64_t e = 0; e < E; e++) m->moe_counts[l * E + e] += a->ecount[e];
+    m->moe_dropped[l] += a->dropped;
+    m->moe_aux_sum += a->aux;
+    m->moe_z_sum += a->zloss;
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Backward                                                                  */
+/* ------------------------------------------------------------------------ */
+
+void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_llama_layer_t *dw,
+                       const prm__layer_acts_t *a, const float *x, const float *dy, float *dx,
+                       int64_t N) {
+  const prm_llama_config_t *c = &m->cfg;
+  const prm_gemm_t *g = &m->gemm;
+  prm_llama_acts_t *s = m->acts;
+  int64_t E = c->experts, K = c->topk, C = c->hidden, Fe = c->moe_ffn, Fs = c->shared_ffn;
+  int64_t R = N * K;
+
+  /* The scatter: d eout[row] = w_a dy_t, d w_a = dy_t . eout[row]. */
+  for (int64_t r = 0; r < R; r++) {
+    int32_t row = a->slot[r];
+    s->mdw[r] = 0;
+    if (row < 0) continue;
+    const float *d = dy + (r / K) * C, *o = a->eout + (int64_t)row * C;
+    float *dd = s->mdout + (int64_t)row * C, wr = a->rw[r];
+    double dot = 0;
+    for (int64_t i = 0; i < C; i++) {
+      dd[i] = wr * d[i];
+      dot += (double)d[i] * o[i];
+    }
+    s->mdw[r] = (float)dot;
+  }
+  /* The experts, slice by slice. */
+  for (int64_t e = 0; e < E; e++) {
+    int64_t r0 = a->eoff[e], n = a->eoff[e + 1] - r0;
+    if (!n) continue;
+    prm_linear_backward(g, s->mdh + r0 * Fe, prm__w2(c, dw->experts, e), s->mdout + r0 * C,
+                        a->eh + r0 * Fe, prm__w2(c, w->experts, e), n, Fe, C, 0);
+    prm_swiglu_backward(s->mdgate + r0 * Fe, s->mdup + r0 * Fe, s->mdh + r0 * Fe,
+                        a->egate + r0 * Fe, a->eup + r0 * Fe, n * Fe);
+    prm_linear_backward(g, s->mdxs + r0 * C, prm__w1(c, dw->experts, e), s->mdgate + r0 * Fe,
+                        a->xs + r0 * C, prm__w1(c, w->experts, e), n, C, Fe, 0);
+    prm_linear_backward(g, s->mdxs + r0 * C, prm__w3(c, dw->experts, e), s->mdup + r0 * Fe,
+                        a->xs + r0 * C, prm__w3(c, w->experts, e), n, C, Fe, 1);
+  }
+  /* dx = the shared expert's input gradient (or 0), plus the experts'. */
+  if (Fs) {
+    prm_linear_backward(g, s->msdh, dw->sdown, dy, a->sh, w->sdown, N, Fs, C, 0);
+    prm_swiglu_backward(s->msdg, s->msdu, s->msdh, a->sg, a->su, N * Fs);
+    prm_linear_backward(g, dx, dw->sgate, s->msdg, x, w->sgate, N, C, Fs, 0);
+    prm_linear_backward(g, dx, dw->sup, s->msdu, x, w->sup, N, C, Fs, 1);
+  } else {
+    memset(dx, 0, (size_t)(N * C) * sizeof(float));
+  }
+  for (int64_t r = 0; r < R; r++) {
+    int32_t row = a->slot[r];
+    if (row < 0) continue;
+    float *d = dx + (r / K) * C;
+    const float *v = s->mdxs + (int64_t)row * C;
+    for (int64_t i = 0; i < C; i++) d[i] += v[i];
+  }
+  /* The router: through the renormalisation, the aux and z losses, and
+   * the softmax. w_j = p_j / S gives dL/dp_i = (dw_i - sum_j dw_j w_j) / S
+   * for the chosen i; aux adds gs coeff E f_e / N to every dL/dp_{t,e}; z
+   * adds gs coeff 2 lse_t p_{t,e} / N to the logits' gradient. */
+  double gs = m->moe_gscale;
+  double *daux = prm_xcalloc((size_t)E, sizeof *daux);
+  for (int64_t e = 0; e < E; e++)
+    daux[e] = gs * c->aux_coeff * (double)E * ((double)a->ecount[e] / (double)R) / (double)N;
+  double *dp = prm_xcalloc((size_t)E, sizeof *dp);
+  for (int64_t t = 0; t < N; t++) {
+    const float *p = a->rprob + t * E;
+    const int32_t *sel = a->sel + t * K;
+    double S = 0, wdot = 0;
+    for (int64_t j = 0; j < K; j++) {
+      S += p[sel[j]];
+      wdot += (double)s->mdw[t * K + j] * a->rw[t * K + j];
+    }
+    for (int64_t e = 0; e < E; e++) dp[e] = daux[e];
+    for (int64_t j = 0; j < K; j++) dp[sel[j]] += ((double)s->mdw[t * K + j] - wdot) / S;
+    double pdp = 0;
+    for (int64_t e = 0; e < E; e++) pdp += p[e] * dp[e];
+    double zg = gs * c->z_coeff * 2.0 * a->rlse[t] / (double)N;
+    for (int64_t e = 0; e < E; e++)
+      s->mdlogit[t * E + e] = (float)(p[e] * (dp[e] - pdp) + zg * p[e]);
+  }
+  free(dp);
+  free(daux);
+  prm_linear_backward(g, dx, dw->router, s->mdlogit, x, w->router, N, C, E, 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Statistics                                                                */
+/* ------------------------------------------------------------------------ */
+
+double prm_llama_moe_aux_loss(const prm_llama_t *m) { return m->moe_aux_last; }
+
+int prm_llama_moe_stats(prm_llama_t *m, prm_llama_moe_stats_t *out) {
+  const prm_llama_config_t *c = &m->cfg;
+  memset(out, 0, sizeof *out);
+  if (!c->experts || !m->moe_counts) return PRM_EINVAL;
+  int64_t E = c->experts;
+  out->experts = E;
+  for (int64_t l = 0; l < c->layers; l++) {
+    if (!prm_llama_is_moe(c, l) || out->nlayers >= 64) continue;
+    int i = out->nlayers++;
+    int64_t mx = 0, sum = 0;
+    for (int64_t e = 0; e < E; e++) {
+      int64_t n = m->moe_counts[l * E + e];
+      if (e < 64) out->counts[i][e] = n;
+      mx = n > mx ? n : mx;
+      sum += n;
+    }
+    out->layer[i] = l;
+    out->dropped[i] = m->moe_dropped[l];
+    out->imbalance[i] = sum ? (double)mx / ((double)sum / (double)E) : 0.0;
+  }
+  out->passes = m->moe_passes;
+  if (m->moe_passes) {
+    out->aux_loss = m->moe_aux_sum / (double)m->moe_passes;
+    out->z_loss = m->moe_z_sum / (double)m->moe_passes;
+  }
+  memset(m->moe_counts, 0, (size_t)(c->layers * E) * sizeof *m->moe_counts);
+  memset(m->moe_dropped, 0, (size_t)c->layers * sizeof *m->moe_dropped);
+  m->moe_aux_sum = m->moe_z_sum = 0;
+  m->moe_passes = 0;
+  return 0;
+}
+
+void prm_llama_moe_format(const prm_llama_moe_stats_t *s, prm_sb_t *json, prm_sb_t *line) {
+  int64_t E = s->experts < 64 ? s->experts : 64;
+  if (json) {
+    prm_sb_appendf(json, "{\"aux_loss\":%.9g,\"z_loss\":%.9g,\"layers\":[", s->aux_loss, s->z_loss);
+    for (int i = 0; i < s->nlayers; i++) {
+      prm_sb_appendf(json, "%s{\"layer\":%lld,\"counts\":[", i ? "," : "", (long long)s->layer[i]);
+      for (int64_t e = 0; e < E; e++)
+        prm_sb_appendf(json, "%s%lld", e ? "," : "", (long long)s->counts[i][e]);
+      prm_sb_appendf(json, "],\"imbalance\":%.6g,\"dropped\":%lld}", s->imbalance[i],
+                     (long long)s->dropped[i]);
+    }
+    prm_sb_appendf(json, "]}");
+  }
+  if (line) {
+    prm_sb_appendf(line, "moe aux %.4g z %.4g", s->aux_loss, s->z_loss);
+    for (int i = 0; i < s->nlayers; i++) {
+      prm_sb_appendf(line, " | layer %lld: tokens", (long long)s->layer[i]);
+      for (int64_t e = 0; e < E; e++)
+        prm_sb_appendf(line, "%s%lld", e ? "/" : " ", (long long)s->counts[i][e]);
+      prm_sb_appendf(line, " imbalance %.2f dropped %lld", s->imbalance[i],
+                     (long long)s->dropped[i]);
+    }
+  }
+}
