@@ -12,9 +12,12 @@
 # Environment knobs:
 #   MODELS    tiny small wide             (see model_args below): tiny is
 #             overhead-bound, small (seq 256) attention-bound, wide (hidden
-#             1024, seq 64, vocab 32000) GEMM-bound
+#             1024, seq 64, vocab 32000) GEMM-bound; 124m is issue 9's
+#             reference shape (hidden 768, 12 layers, 12 heads, ffn 2048,
+#             vocab 50304, seq 256, micro batch 8), not in the default list
 #   THREADS   "2 1"                       OMP_NUM_THREADS values
-#   VARIANTS  torch primus:GEMM:WAIT ...  GEMM onednn|openblas, WAIT passive|active|unset
+#   VARIANTS  torch primus:GEMM:WAIT[:bf16] ...  GEMM onednn|openblas, WAIT passive|active|unset;
+#             a fourth field bf16 trains with bf16: true
 #             (unset: OMP_WAIT_POLICY removed from the environment, what a
 #             user who exports nothing gets: platforms/cpu.sh's passive is
 #             setenv()ed inside the primus process, after libgomp has read
@@ -66,6 +69,7 @@ model_args() {
     tiny)   echo 128 4 4 2 352 256 128 16 20 ;;
     small)  echo 512 8 8 4 1376 4096 256 4 8 ;;
     wide)   echo 1024 4 16 4 2816 32000 64 16 6 ;;
+    124m)   echo 768 12 12 12 2048 50304 256 8 5 ;; # issue 9's reference shape (llama_124M)
     *) echo "unknown model $1" >&2; return 1 ;;
   esac
 }
@@ -115,15 +119,17 @@ for model in $MODELS; do
         rc=$?
         ms=$(sed -n 's/^RESULT ms_per_step=\([0-9.]*\).*/\1/p' "$OUT/$tag.log")
       else
-        IFS=: read -r _ gemm wait <<<"$v"
-        impl="primus $gemm $wait"
+        IFS=: read -r _ gemm wait dtype <<<"$v"
+        impl="primus $gemm $wait${dtype:+ $dtype}"
+        bf16=false
+        [ "${dtype:-}" = bf16 ] && bf16=true
         if [ "$wait" = unset ]; then wenv=(-u OMP_WAIT_POLICY); else wenv=(OMP_WAIT_POLICY="$wait"); fi
         run_timed "$tag" env "${wenv[@]}" OMP_NUM_THREADS="$t" PRIMUS_GEMM="$gemm" \
           "$PRIMUS" train pretrain --config "$CONFIG" \
           hidden_size="$C" num_layers="$L" num_attention_heads="$H" num_query_groups="$G" \
           ffn_hidden_size="$F" vocab_size="$V" seq_length="$S" max_position_embeddings="$S" \
           micro_batch_size="$B" global_batch_size="$B" train_iters="$N" log_interval="$N" \
-          mock_data=true save=null eval_iters=0 workspace="$OUT/ws" exp_name="$tag"
+          mock_data=true save=null eval_iters=0 bf16="$bf16" workspace="$OUT/ws" exp_name="$tag"
         rc=$?
         rundir=$(sed -n 's/.*run directory: //p' "$OUT/$tag.log" | head -1)
         ms=$(awk -F'"step_ms":' '/"step_ms"/{split($0,a,"\"step\":"); split(a[2],b,","); if (b[1]>2) {split($2,c,"}"); s+=c[1]; n++}} END{if (n) printf "%.3f", s/n}' "$rundir/events.jsonl" 2>/dev/null)

@@ -17,6 +17,9 @@
 # --mpi=pmix itself. Ports are picked free below the ephemeral range. Every
 # daemon and srun binds 127.0.0.1 only (CommunicationParameters).
 #
+# SLURM_LOCAL_GRACE_TIME (default 10) and SLURM_LOCAL_CRED_EXPIRE (default
+# 10) shorten the preemption timings for tests (whole seconds).
+#
 # Exit codes: 0 ok, 1 a program is missing, 2 bad usage, 3 a daemon did not
 # start or is not running (the message ends with the tail of its log).
 set -euo pipefail
@@ -33,6 +36,11 @@ D=$(cd "$2" && pwd)
 CONF=$D/etc/slurm.conf
 SOCK=$D/munge/munge.socket
 UP_TIMEOUT=${SLURM_LOCAL_TIMEOUT:-20} # seconds for the node to become idle
+# Preemption timings (written into slurm.conf by `up`): the low partition's
+# GraceTime (signal to SIGTERM) and munge's cred_expire, which is also how
+# long a requeued job waits before it may start again.
+GRACE_TIME=${SLURM_LOCAL_GRACE_TIME:-10}
+CRED_EXPIRE=${SLURM_LOCAL_CRED_EXPIRE:-10}
 
 say() { echo "slurm-local: $*" >&2; }
 # die CODE MESSAGE: the message, the tail of every daemon log, then (for a
@@ -182,7 +190,7 @@ CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
 SlurmUser=$(id -un)
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$SOCK,cred_expire=10
+AuthInfo=socket=$SOCK,cred_expire=$CRED_EXPIRE
 StateSaveLocation=$D/state
 SlurmdSpoolDir=$D/spool/%n
 SlurmctldPidFile=$D/run/slurmctld.pid
@@ -208,7 +216,7 @@ PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal
 NodeName=node1 NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
-PartitionName=low Nodes=node1 Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10
+PartitionName=low Nodes=node1 Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE_TIME
 PartitionName=high Nodes=node1 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 EOF
   : >"$D/etc/plugstack.conf"
@@ -222,6 +230,8 @@ up() {
   for p in munged munge unmunge slurmctld slurmd sinfo scontrol squeue scancel srun sbatch python3; do
     command -v "$p" >/dev/null || missing+=("$p")
   done
+  [[ $GRACE_TIME =~ ^[0-9]+$ && $CRED_EXPIRE =~ ^[0-9]+$ ]] ||
+    die 2 "SLURM_LOCAL_GRACE_TIME=$GRACE_TIME, SLURM_LOCAL_CRED_EXPIRE=$CRED_EXPIRE: expected whole seconds"
   ((${#missing[@]} == 0)) || die 1 "missing ${missing[*]} (Debian: slurm-wlm munge; scripts/deps.sh installs them)"
   if pid_of slurmctld >/dev/null && pid_of slurmd >/dev/null && pid_of munged >/dev/null &&
     [[ $(node_state) =~ idle|alloc|mix ]]; then

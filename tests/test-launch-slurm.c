@@ -2,11 +2,15 @@
  * per-node env, srun/sbatch argv (--mpi=pmix unless the flags choose), the
  * batch script (checked with bash -n and run against a stand-in srun),
  * sbatch's job id, and `scontrol show job -o` as `primus slurm status`
- * reads it. The real daemons are tests/cli/test-slurm-live.sh's. */
+ * reads it; --exclude-failed and primus' own options among the slurm flags;
+ * the batch script passing a signal on and requeueing after exit 4; the
+ * goodput of a preempted and requeued job. The real daemons are
+ * tests/cli/test-slurm-live.sh's and test-slurm-preempt.sh's. */
 #define _GNU_SOURCE
 #include "testlib.h"
 
 #include "primus/prm_launch.h"
+#include "launch/launch-impl.h" /* the goodput account of a requeued job */
 
 #include <stdlib.h>
 #include <string.h>
@@ -206,8 +210,9 @@ static void test_script(void **state) {
   prm_env_set(&env, "PRIMUS_A", "it's $HOME");
   prm_env_set(&env, "PLAIN", "v");
   char *inner[] = {"primus", "train", "x; rm -rf ~", "", inject, inject2, "a\nb", NULL};
+  char *srun_flags[] = {"--distribution=arbitrary", NULL};
   prm_err_t err = {0};
-  assert_int_equal(prm_slurm_write_script(path, 7, flags, &env, 7, inner, &err), 0);
+  assert_int_equal(prm_slurm_write_script(path, 7, flags, &env, 1, srun_flags, 7, inner, &err), 0);
 
   struct stat st;
   assert_int_equal(stat(path, &st), 0);
@@ -224,7 +229,22 @@ static void test_script(void **state) {
       "set -euo pipefail\n"
       "export PRIMUS_A='it'\\''s $HOME'\n"
       "export PLAIN='v'\n"
-      "srun --mpi=pmix primus train 'x; rm -rf ~' '' '$(touch %s)' '`touch %s`' 'a\nb'\n",
+      "srun --mpi=pmix --distribution=arbitrary primus train 'x; rm -rf ~' '' '$(touch %s)' "
+      "'`touch %s`' 'a\nb' &\n"
+      "prm_step=$!\n"
+      "prm_forward() { kill -s \"$1\" \"$prm_step\" 2>/dev/null || true; }\n"
+      "for prm_sig in USR1 USR2 TERM INT HUP; do trap \"prm_forward $prm_sig\" \"$prm_sig\"; done\n"
+      "# wait returns early when a trapped signal arrives; bash keeps the status.\n"
+      "while :; do wait \"$prm_step\" || true; kill -0 \"$prm_step\" 2>/dev/null || break; done\n"
+      "prm_rc=0\n"
+      "wait \"$prm_step\" || prm_rc=$?\n"
+      "# Exit 4: the training was preempted and saved a checkpoint. Requeue the\n"
+      "# job (same id, SLURM_RESTART_COUNT+1); ending on our own would end it.\n"
+      "if [[ $prm_rc == 4 && -n ${SLURM_JOB_ID:-} ]]; then\n"
+      "  echo \"primus: the training step was preempted (exit 4): requeueing job $SLURM_JOB_ID\" >&2\n"
+      "  scontrol requeue \"$SLURM_JOB_ID\" || echo \"primus: scontrol requeue $SLURM_JOB_ID failed\" >&2\n"
+      "fi\n"
+      "exit \"$prm_rc\"\n",
       marker, marker);
   assert_string_equal(text, want);
   free(want);
@@ -254,7 +274,7 @@ static void test_script(void **state) {
   char *out = NULL;
   assert_int_equal(prm_proc_run(bash, &po, &status, &out, &err), 0);
   assert_int_equal(status, 0);
-  char *want_out = prm_xasprintf("<--mpi=pmix>\n<primus>\n<train>\n<x; rm -rf ~>\n<>\n<%s>\n<%s>\n<a\nb>\n"
+  char *want_out = prm_xasprintf("<--mpi=pmix>\n<--distribution=arbitrary>\n<primus>\n<train>\n<x; rm -rf ~>\n<>\n<%s>\n<%s>\n<a\nb>\n"
                                  "A=it's $HOME PLAIN=v\n",
                                  inject, inject2);
   assert_string_equal(out, want_out);
@@ -270,25 +290,25 @@ static void test_script(void **state) {
   /* Refusals: a newline would end the #SBATCH comment and turn the rest of
    * the flag into shell code; a stray word; a bad env name; no command. */
   char *nl_flag[] = {"--comment=a\ntouch /tmp/x", NULL};
-  assert_int_equal(prm_slurm_write_script(path, 1, nl_flag, NULL, 1, inner, &err), PRM_EINVAL);
+  assert_int_equal(prm_slurm_write_script(path, 1, nl_flag, NULL, 0, NULL, 1, inner, &err), PRM_EINVAL);
   assert_non_null(strstr(err.msg, "newline"));
   char *nl_val[] = {"--comment", "a\rb", NULL};
-  assert_int_equal(prm_slurm_write_script(path, 2, nl_val, NULL, 1, inner, &err), PRM_EINVAL);
+  assert_int_equal(prm_slurm_write_script(path, 2, nl_val, NULL, 0, NULL, 1, inner, &err), PRM_EINVAL);
   char *stray[] = {"low", NULL};
-  assert_int_equal(prm_slurm_write_script(path, 1, stray, NULL, 1, inner, &err), PRM_EINVAL);
+  assert_int_equal(prm_slurm_write_script(path, 1, stray, NULL, 0, NULL, 1, inner, &err), PRM_EINVAL);
   assert_non_null(strstr(err.msg, "\"low\""));
   prm_env_t badenv = {0};
   prm_env_set(&badenv, "A;B", "1");
-  assert_int_equal(prm_slurm_write_script(path, 0, NULL, &badenv, 1, inner, &err), PRM_EINVAL);
+  assert_int_equal(prm_slurm_write_script(path, 0, NULL, &badenv, 0, NULL, 1, inner, &err), PRM_EINVAL);
   assert_non_null(strstr(err.msg, "A;B"));
   prm_env_free(&badenv);
-  assert_int_equal(prm_slurm_write_script(path, 0, NULL, NULL, 0, NULL, &err), PRM_EINVAL);
+  assert_int_equal(prm_slurm_write_script(path, 0, NULL, NULL, 0, NULL, 0, NULL, &err), PRM_EINVAL);
   /* A refused script leaves the previous one in place. */
   char *again = prm_test_read(path);
   assert_non_null(strstr(again, "#SBATCH -p low\n"));
   free(again);
   /* An unwritable place is an I/O error naming the path. */
-  assert_int_equal(prm_slurm_write_script("/nonexistent/dir/job.sh", 0, NULL, NULL, 1, inner,
+  assert_int_equal(prm_slurm_write_script("/nonexistent/dir/job.sh", 0, NULL, NULL, 0, NULL, 1, inner,
                                           &err),
                    PRM_EIO);
   assert_non_null(strstr(err.msg, "/nonexistent/dir/job.sh"));
@@ -397,11 +417,185 @@ static void test_job(void **state) {
   assert_int_equal(prm_slurm_state_final(NULL), 0);
 }
 
+
+/* ---- primus' options, --exclude-failed ------------------------------------ */
+
+static void test_exclude_failed(void **state) {
+  (void)state;
+  prm_argv_t f = {0};
+  prm_err_t err = {0};
+  char *v = NULL;
+  const char *in[] = {"-N", "2", "--exclude-failed", "/r/a", "-p", "low", "--exclude-failed=/r/b",
+                      "--topology=t.txt", NULL};
+  for (int i = 0; in[i]; i++) prm_argv_push(&f, in[i]);
+  assert_int_equal(prm_slurm_take_opt(&f, "exclude-failed", &v, &err), 0);
+  assert_string_equal(v, "/r/b"); /* the last wins */
+  free(v);
+  assert_int_equal(prm_slurm_take_opt(&f, "topology", &v, &err), 0);
+  assert_string_equal(v, "t.txt");
+  free(v);
+  assert_int_equal(prm_slurm_take_opt(&f, "exclude", &v, &err), 0); /* a prefix is not a match */
+  assert_null(v);
+  prm_test_assert_argv(&f, (const char *[]){"-N", "2", "-p", "low", NULL});
+  prm_argv_push(&f, "--topology");
+  assert_int_equal(prm_slurm_take_opt(&f, "topology", &v, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "--topology needs a value"));
+  assert_null(v);
+  prm_argv_free(&f);
+
+  /* failed_nodes.txt: hosts, blank lines and comments; missing; bad. */
+  const char *tmp = prm_test_tmpdir();
+  char *rd = prm_path_join(tmp, "pf");
+  free(prm_test_write(rd, "failed_nodes.txt", "gpu03\n\n# checked twice\n  gpu07 \n"));
+  prm_argv_t hosts = {0};
+  assert_int_equal(prm_slurm_read_failed(rd, &hosts, &err), 0);
+  prm_test_assert_argv(&hosts, (const char *[]){"gpu03", "gpu07", NULL});
+  /* Added as --exclude=..., or merged into the user's own exclusion. */
+  prm_argv_t a = {0};
+  prm_argv_push(&a, "-N2");
+  prm_slurm_add_exclude(&a, &hosts);
+  prm_test_assert_argv(&a, (const char *[]){"-N2", "--exclude=gpu03,gpu07", NULL});
+  prm_argv_free(&a);
+  prm_argv_push(&a, "-x");
+  prm_argv_push(&a, "gpu[01-02]");
+  prm_slurm_add_exclude(&a, &hosts);
+  prm_test_assert_argv(&a, (const char *[]){"-x", "gpu[01-02],gpu03,gpu07", NULL});
+  prm_argv_free(&a);
+  prm_argv_push(&a, "--exclude=n1");
+  prm_argv_push(&a, "-xn2");
+  prm_slurm_add_exclude(&a, &hosts);
+  prm_test_assert_argv(&a, (const char *[]){"--exclude=n1", "-xn2,gpu03,gpu07", NULL});
+  prm_argv_free(&a);
+  /* The slurm srun command line gets it. */
+  prm_argv_push(&a, "-N1");
+  prm_slurm_add_exclude(&a, &hosts);
+  char *inner[] = {"primus", "direct", "--", "preflight", "check", NULL};
+  prm_argv_t cmd = {0};
+  assert_int_equal(prm_slurm_build(PRM_SLURM_SRUN, a.n, a.v, NULL, 5, inner, &cmd, &err), 0);
+  prm_test_assert_argv(&cmd, (const char *[]){"srun", "-N1", "--exclude=gpu03,gpu07", "--mpi=pmix",
+                                              "primus", "direct", "--", "preflight", "check", NULL});
+  prm_argv_free(&cmd);
+  prm_argv_free(&a);
+  prm_argv_free(&hosts);
+
+  /* An empty list adds nothing. */
+  free(prm_test_write(rd, "failed_nodes.txt", ""));
+  assert_int_equal(prm_slurm_read_failed(rd, &hosts, &err), 0);
+  assert_int_equal(hosts.n, 0);
+  prm_argv_push(&a, "-N1");
+  prm_slurm_add_exclude(&a, &hosts);
+  prm_test_assert_argv(&a, (const char *[]){"-N1", NULL});
+  prm_argv_free(&a);
+
+  /* A line that is not one host name: file and line. */
+  free(prm_test_write(rd, "failed_nodes.txt", "ok1\nbad host\n"));
+  assert_int_equal(prm_slurm_read_failed(rd, &hosts, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "failed_nodes.txt:2: \"bad host\""));
+  assert_int_equal(hosts.n, 0);
+  /* A missing file is named. */
+  char *none = prm_path_join(tmp, "nowhere");
+  assert_int_equal(prm_slurm_read_failed(none, &hosts, &err), PRM_ENOENT);
+  char *want = prm_xasprintf("%s/failed_nodes.txt does not exist", none);
+  assert_non_null(strstr(err.msg, want));
+  free(want);
+  free(none);
+  free(rd);
+}
+
+/* ---- the batch script under a signal ------------------------------------- */
+
+/* The script with a stand-in srun that saves and exits 4 on USR1, and a
+ * stand-in scontrol that records its argv: USR1 to the batch shell reaches
+ * the step, and exit 4 requeues the job. */
+static void test_script_signal(void **state) {
+  (void)state;
+  const char *tmp = prm_test_tmpdir();
+  char *dir = prm_path_join(tmp, "sig");
+  char *path = prm_path_join(dir, "sbatch.sh");
+  char *bin = prm_path_join(dir, "bin");
+  char *log = prm_path_join(dir, "calls.txt");
+  char *srun_text = prm_xasprintf("#!/bin/bash\n"
+                                  "trap 'echo step-usr1 >> %s; exit 4' USR1\n"
+                                  "echo started >> %s\n"
+                                  "for i in $(seq 100); do sleep 0.1; done\n"
+                                  "exit 0\n", log, log);
+  char *srun = prm_test_write(bin, "srun", srun_text);
+  char *sc_text = prm_xasprintf("#!/bin/sh\necho \"scontrol $*\" >> %s\n", log);
+  char *sc = prm_test_write(bin, "scontrol", sc_text);
+  assert_int_equal(chmod(srun, 0755), 0);
+  assert_int_equal(chmod(sc, 0755), 0);
+  char *inner[] = {"primus", "direct", "--", "train", "pretrain", NULL};
+  char *flags[] = {"--signal=B:USR1@30", NULL};
+  prm_err_t err = {0};
+  assert_int_equal(prm_slurm_write_script(path, 1, flags, NULL, 0, NULL, 5, inner, &err), 0);
+  /* Run it with the stand-ins first in PATH, then USR1 to the shell only
+   * (what --signal=B: does) once the step has started. */
+  char *cmd = prm_xasprintf("PATH=%s:$PATH SLURM_JOB_ID=77 bash %s 2>%s/stderr & p=$!; "
+                            "for i in $(seq 100); do grep -q started %s 2>/dev/null && break; sleep 0.05; done; "
+                            "kill -USR1 $p; wait $p; echo rc=$?",
+                            bin, path, dir, log);
+  char *sh[] = {"bash", "-c", cmd, NULL};
+  prm_proc_opts_t po = {.capture = 1, .stdin_path = "/dev/null"};
+  char *out = NULL;
+  int st = -1;
+  assert_int_equal(prm_proc_run(sh, &po, &st, &out, &err), 0);
+  assert_string_equal(out, "rc=4\n");
+  char *calls = prm_test_read(log);
+  assert_string_equal(calls, "started\nstep-usr1\nscontrol requeue 77\n");
+  char *ep = prm_path_join(dir, "stderr");
+  char *errtext = prm_test_read(ep);
+  assert_non_null(strstr(errtext, "requeueing job 77"));
+  free(errtext);
+  free(ep);
+  free(calls);
+  free(out);
+  free(cmd);
+  free(sc_text);
+  free(srun_text);
+  free(sc);
+  free(srun);
+  free(log);
+  free(bin);
+  free(path);
+  free(dir);
+}
+
+/* ---- goodput of a preempted, requeued job --------------------------------- */
+
+static void test_goodput_requeue(void **state) {
+  (void)state;
+  const char *ev = "{\"step\":1,\"step_ms\":1000}\n"
+                   "{\"step\":2,\"step_ms\":1000}\n"
+                   "{\"event\":\"checkpoint\",\"step\":2,\"seconds\":0.5}\n"
+                   "{\"event\":\"preempted\",\"step\":2,\"signal\":\"SIGUSR1\",\"time\":100}\n"
+                   "{\"event\":\"requeue\",\"restart_count\":1,\"job_id\":7,\"time\":112}\n"
+                   "{\"step\":3,\"step_ms\":1000}\n";
+  prm__goodput_t g;
+  prm__goodput_from_text(ev, 20.0, &g);
+  assert_true(g.preempted_s > 11.999 && g.preempted_s < 12.001);
+  assert_int_equal(g.preemptions, 1);
+  assert_int_equal(g.restarts, 0);
+  assert_true(g.productive_s > 2.999 && g.productive_s < 3.001);
+  assert_true(g.other_s > 4.499 && g.other_s < 4.501); /* 20 - 3 - 0.5 - 12 */
+  char line[320];
+  prm__goodput_format(&g, line, sizeof line);
+  assert_string_equal(line, "goodput 15.0% (wall 20.0 s: productive 3.0 s, recomputed 0.0 s, "
+                            "checkpoints 0.5 s, restarts 0.0 s, preempted 12.0 s, other 4.5 s; "
+                            "0 restarts, 1 preemption)");
+  /* A preemption that was never requeued (the run ended there) counts
+   * once and costs nothing yet. */
+  prm__goodput_from_text("{\"event\":\"preempted\",\"step\":2,\"time\":100}\n", 5.0, &g);
+  assert_int_equal(g.preemptions, 1);
+  assert_true(g.preempted_s == 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nodelist), cmocka_unit_test(test_node_env),
       cmocka_unit_test(test_build),    cmocka_unit_test(test_script),
       cmocka_unit_test(test_jobid),    cmocka_unit_test(test_job),
+      cmocka_unit_test(test_exclude_failed), cmocka_unit_test(test_script_signal),
+      cmocka_unit_test(test_goodput_requeue),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,10 +81,59 @@ int prm_slurm_build(prm_slurm_mode_t mode, int nflags, char *const *flags,
                     prm_argv_t *out, prm_err_t *err);
 /* Writes the sbatch script atomically: #!/bin/bash, one `#SBATCH` line per
  * flag (only flags starting with '-'), `export` lines for env (quoted),
- * then `srun --mpi=pmix <inner...>` with every word shell-quoted. */
+ * then `srun --mpi=pmix [srun_flags...] <inner...>` with every word
+ * shell-quoted, started in the background: the script traps USR1, USR2,
+ * TERM, INT and HUP and passes them on to srun (which forwards them to
+ * every task), because --signal=B:SIG reaches only the batch shell. When
+ * the step exits 4 (preempted, checkpoint saved) the script runs
+ * `scontrol requeue $SLURM_JOB_ID`; it exits with the step's code. */
 int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
-                           const prm_env_t *env, int inner_argc,
-                           char *const *inner, prm_err_t *err);
+                           const prm_env_t *env, int nsrun, char *const *srun_flags,
+                           int inner_argc, char *const *inner, prm_err_t *err);
+/* Removes primus' own option --NAME VALUE / --NAME=VALUE from the slurm
+ * flags (all of them; the last wins). *value is malloc'd, NULL when absent;
+ * a missing value is PRM_EINVAL. */
+int prm_slurm_take_opt(prm_argv_t *flags, const char *name, char **value, prm_err_t *err);
+/* Appends the hosts of RUN_DIR/failed_nodes.txt (preflight's, one host a
+ * line; blank lines and '#' comments skipped) to *hosts. A missing file is
+ * PRM_ENOENT naming it; a line that is not one host name is PRM_EINVAL
+ * naming file:line. */
+int prm_slurm_read_failed(const char *run_dir, prm_argv_t *hosts, prm_err_t *err);
+/* Excludes hosts: merged into the flags' last -x/--exclude value (Slurm
+ * keeps only the last), else `--exclude=h1,h2` appended. No hosts: no
+ * change. */
+void prm_slurm_add_exclude(prm_argv_t *flags, const prm_argv_t *hosts);
+
+/* Topology-ordered placement (src/launch/topology.c, docs/launcher.md):
+ * a file of `NODE RACK IP` lines. */
+typedef struct {
+  char *node, *rack, *ip;
+  unsigned char addr[16]; /* comparable: IPv4 as ::ffff:a.b.c.d */
+  int line;               /* in the file */
+} prm_topo_node_t;
+typedef struct {
+  prm_topo_node_t *v;
+  int n;
+  char *path; /* for messages */
+} prm_topo_t;
+/* Parses the text of `path`; errors (field count, bad names or addresses,
+ * duplicate nodes or addresses, no nodes) are PRM_EINVAL naming path:line.
+ * *out is filled only on success; prm_topo_free frees it. */
+int prm_topo_parse(const char *path, const char *text, prm_topo_t *out, prm_err_t *err);
+int prm_topo_load(const char *path, prm_topo_t *out, prm_err_t *err);
+void prm_topo_free(prm_topo_t *t);
+/* Picks nnodes nodes (0: every node in whole chunks) that are not in
+ * exclude and appends them to *out in placement order, spanning few racks:
+ * a rack holding exactly what is left is taken whole, else the rack that
+ * holds all of it most tightly gives it, else the biggest rack is taken
+ * whole and so on; every rack gives whole chunks of `chunk` nodes (one
+ * model-parallel group). Racks are ordered by their lowest IP, nodes by IP.
+ * nnodes not a multiple of chunk is PRM_EINVAL; more than the racks hold
+ * in whole chunks is PRM_ERANGE. */
+int prm_topo_order(const prm_topo_t *t, const prm_argv_t *exclude, int nnodes, int chunk,
+                   prm_argv_t *out, prm_err_t *err);
+/* SLURM_HOSTFILE text: each node per_node times (line R: rank R's host). */
+void prm_topo_hostfile(const prm_argv_t *order, int per_node, prm_sb_t *out);
 /* Parses "Submitted batch job 1234" (sbatch output); -1 when absent. */
 long prm_slurm_parse_jobid(const char *sbatch_output);
 

@@ -274,6 +274,43 @@ static void prm__merge_hook_env(prm_env_t *E, const prm_hook_result_t *hr) {
   }
 }
 
+/* A Slurm job requeued after a preemption runs its batch script again, in
+ * the same run directory (PRIMUS_RUN_DIR from sbatch.sh) and under the same
+ * job id, with SLURM_RESTART_COUNT > 0. The run then started with the first
+ * attempt (metadata.json's start_unix), and rank 0 appends a "requeue"
+ * event, so that goodput counts the time since the "preempted" event as
+ * preempted. Returns the restart count (0: not a requeued attempt). */
+static int prm__slurm_requeued(const char *run_dir, int rank, double *start) {
+  const char *rc_s = getenv("SLURM_RESTART_COUNT"), *given = getenv("PRIMUS_RUN_DIR");
+  int64_t n = 0;
+  if (!rc_s || prm_parse_i64(rc_s, &n) || n < 1 || !given || !*given) return 0;
+  char *mp = prm_path_join(run_dir, "metadata.json"), *text = NULL;
+  if (!prm_fs_read_all(mp, &text, NULL, NULL)) {
+    cJSON *m = cJSON_Parse(text);
+    const cJSON *su = cJSON_GetObjectItemCaseSensitive(m, "start_unix");
+    if (cJSON_IsNumber(su) && su->valuedouble > 0 && su->valuedouble < *start) *start = su->valuedouble;
+    cJSON_Delete(m);
+  }
+  free(text);
+  free(mp);
+  if (rank == 0) {
+    char *ep = prm_path_join(run_dir, "events.jsonl");
+    FILE *f = fopen(ep, "a");
+    if (f) {
+      const char *job = getenv("SLURM_JOB_ID");
+      int64_t jid = 0;
+      if (!job || prm_parse_i64(job, &jid)) jid = 0;
+      fprintf(f, "{\"event\":\"requeue\",\"restart_count\":%lld,\"job_id\":%lld,\"time\":%.3f}\n",
+              (long long)n, (long long)jid, prm_time_wall());
+      fclose(f);
+    }
+    free(ep);
+  }
+  PRM_INFO("slurm job requeued (SLURM_RESTART_COUNT=%lld): continuing run directory %s", (long long)n,
+           run_dir);
+  return (int)n;
+}
+
 static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
   if (getenv("PRIMUS_LAUNCHED")) return prm__run_rank(l, err);
   double start = prm_time_wall();
@@ -297,6 +334,7 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
   prm_args_t *args = NULL;
   prm_exp_t *exp = NULL;
   char *run_dir = NULL;
+  int requeues = 0; /* SLURM_RESTART_COUNT of a requeued batch job */
   int rc = prm_platform_detect(&plat, err);
   if (rc) goto done;
   /* The facts profiles read (PRIMUS_PLATFORM, PRIMUS_ACCEL_COUNT,
@@ -380,6 +418,7 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
     if (rc) goto done;
     if (exp && (rc = prm__rundir_snapshot_config(run_dir, exp, err))) goto done;
     PRM_INFO("run directory: %s", run_dir);
+    requeues = prm__slurm_requeued(run_dir, rank, &start);
   }
 
   if (run) {
@@ -544,6 +583,10 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
       PRM_INFO("%s", line);
       extra = cJSON_CreateObject();
       cJSON_AddItemToObject(extra, "goodput", prm__goodput_json(&g));
+    }
+    if (requeues) {
+      if (!extra) extra = cJSON_CreateObject();
+      cJSON_AddNumberToObject(extra, "slurm_restart_count", requeues);
     }
     free(evp);
     prm_err_t merr = {0};

@@ -1,6 +1,8 @@
 /* goodput.c - where a run's wall time went, from its events.jsonl: the
  * productive step time, steps run again (after a restart or a rollback)
- * and skipped steps, checkpoint time, restart downtime, and the rest
+ * and skipped steps, checkpoint time, restart downtime, the time a
+ * preempted Slurm job waited to be requeued (from its "preempted" event to
+ * the "requeue" event the requeued attempt's launcher writes), and the rest
  * (docs/safe.md "Goodput"). */
 #define _GNU_SOURCE
 #include "launch-impl.h"
@@ -39,7 +41,8 @@ void prm__goodput_from_text(const char *text, double wall_s, prm__goodput_t *g) 
   memset(g, 0, sizeof *g);
   g->wall_s = wall_s;
   prm__steps_t st = {0};
-  double fault_at = -1; /* when the pending fault's downtime began */
+  double fault_at = -1;   /* when the pending fault's downtime began */
+  double preempt_at = -1; /* when the pending preemption's downtime began */
   int lineno = 0;
   for (const char *p = text ? text : ""; *p;) {
     const char *nl = strchr(p, '\n');
@@ -72,6 +75,15 @@ void prm__goodput_from_text(const char *text, double wall_s, prm__goodput_t *g) 
       /* A hang's downtime starts at its last heartbeat ("since"). */
       double t = prm__num(o, "since", prm__num(o, "time", -1));
       if (fault_at < 0 || (t >= 0 && t < fault_at)) fault_at = t;
+    } else if (prm_streq(name, "preempted")) {
+      /* Saved and stopped for a higher-priority job: down until requeued. */
+      double t = prm__num(o, "time", -1);
+      if (t >= 0) preempt_at = t;
+      g->preemptions++;
+    } else if (prm_streq(name, "requeue")) {
+      double t = prm__num(o, "time", -1);
+      if (preempt_at >= 0 && t >= preempt_at) g->preempted_s += t - preempt_at;
+      preempt_at = -1;
     } else if (prm_streq(name, "restart")) {
       double t = prm__num(o, "time", -1);
       if (fault_at >= 0 && t >= fault_at) g->restart_s += t - fault_at;
@@ -88,7 +100,7 @@ void prm__goodput_from_text(const char *text, double wall_s, prm__goodput_t *g) 
   free(st.ms);
   free(st.seen);
   free(st.skipped);
-  double known = g->productive_s + g->recomputed_s + g->checkpoint_s + g->restart_s;
+  double known = g->productive_s + g->recomputed_s + g->checkpoint_s + g->restart_s + g->preempted_s;
   g->other_s = wall_s > known ? wall_s - known : 0;
   g->goodput = wall_s > 0 ? g->productive_s / wall_s : 0;
   if (g->goodput > 1) g->goodput = 1;
@@ -113,17 +125,25 @@ cJSON *prm__goodput_json(const prm__goodput_t *g) {
   cJSON_AddNumberToObject(o, "recomputed_s", PRM__R3(g->recomputed_s));
   cJSON_AddNumberToObject(o, "checkpoint_s", PRM__R3(g->checkpoint_s));
   cJSON_AddNumberToObject(o, "restart_s", PRM__R3(g->restart_s));
+  cJSON_AddNumberToObject(o, "preempted_s", PRM__R3(g->preempted_s));
   cJSON_AddNumberToObject(o, "other_s", PRM__R3(g->other_s));
   cJSON_AddNumberToObject(o, "goodput", round(g->goodput * 1e4) / 1e4);
+  cJSON_AddNumberToObject(o, "preemptions", g->preemptions);
   cJSON_AddNumberToObject(o, "restarts", g->restarts);
 #undef PRM__R3
   return o;
 }
 
 void prm__goodput_format(const prm__goodput_t *g, char *buf, size_t n) {
+  /* The preemption part shows only for runs that were preempted. */
+  char pre[96] = "", pren[48] = "";
+  if (g->preemptions || g->preempted_s > 0) {
+    snprintf(pre, sizeof pre, "preempted %.1f s, ", g->preempted_s);
+    snprintf(pren, sizeof pren, ", %d preemption%s", g->preemptions, g->preemptions == 1 ? "" : "s");
+  }
   snprintf(buf, n,
            "goodput %.1f%% (wall %.1f s: productive %.1f s, recomputed %.1f s, checkpoints %.1f s, "
-           "restarts %.1f s, other %.1f s; %d restart%s)",
+           "restarts %.1f s, %sother %.1f s; %d restart%s%s)",
            100.0 * g->goodput, g->wall_s, g->productive_s, g->recomputed_s, g->checkpoint_s,
-           g->restart_s, g->other_s, g->restarts, g->restarts == 1 ? "" : "s");
+           g->restart_s, pre, g->other_s, g->restarts, g->restarts == 1 ? "" : "s", pren);
 }

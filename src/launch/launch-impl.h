@@ -106,8 +106,10 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err);
 /* goodput.c: where the wall time went (docs/safe.md "Goodput"). */
 typedef struct {
   double wall_s, productive_s, recomputed_s, checkpoint_s, restart_s, other_s;
-  double goodput; /* productive_s / wall_s */
+  double preempted_s; /* "preempted" event to the next "requeue" event */
+  double goodput;     /* productive_s / wall_s */
   int restarts;
+  int preemptions;    /* "preempted" events */
 } prm__goodput_t;
 /* Accounts wall_s from the text of an events.jsonl; lines that are not JSON
  * objects are skipped (debug line). Never fails. */

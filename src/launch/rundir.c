@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -166,6 +167,9 @@ int prm__rundir_write_metadata(const char *run_dir, const prm_launch_t *l,
   if (of && *of) cJSON_AddStringToObject(m, "replay_of", of);
   prm_time_format(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S%z", start);
   cJSON_AddStringToObject(m, "start_time", ts);
+  /* The same instant to the millisecond: a requeued Slurm attempt reads it
+   * back to account the whole run (direct.c). */
+  cJSON_AddNumberToObject(m, "start_unix", round(start * 1e3) / 1e3);
   if (end > 0) {
     prm_time_format(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S%z", end);
     cJSON_AddStringToObject(m, "end_time", ts);

@@ -184,13 +184,131 @@ const prm_runtime_i prm__rt_container = {
 
 /* ---- slurm ----------------------------------------------------------------- */
 
-static const prm_opt_t prm__slurm_opts[] = {{NULL}};
+/* Slurm's own flags pass through unparsed; these two are primus' and are
+ * taken out of them (prm_slurm_take_opt) before srun or sbatch sees them.
+ * The table is what --help, the docs and the launcher config's slurm:
+ * section (exclude_failed:, topology:) know of them. */
+static const prm_opt_t prm__slurm_opts[] = {
+    {"exclude_failed", 0, PRM_OPT_STR, "RUN_DIR", NULL,
+     "exclude the hosts in RUN_DIR/failed_nodes.txt (a preflight's) with --exclude"},
+    {"topology", 0, PRM_OPT_STR, "FILE", NULL,
+     "place ranks in rack and IP order from FILE (NODE RACK IP lines): SLURM_HOSTFILE, "
+     "--distribution=arbitrary"},
+    {NULL},
+};
+
+/* An integer Slurm flag (-N 2, --nodes 2, --nodes=2, -N2; "2-4" counts as
+ * 2); 0 when absent. s: the short form or NULL. */
+static int64_t prm__slurm_int_flag(const prm_argv_t *flags, const char *s, const char *l) {
+  int64_t v = 0;
+  size_t ll = strlen(l);
+  for (int i = 0; i < flags->n; i++) {
+    const char *f = flags->v[i], *x = NULL;
+    if (((s && !strcmp(f, s)) || !strcmp(f, l)) && i + 1 < flags->n) x = flags->v[i + 1];
+    else if (!strncmp(f, l, ll) && f[ll] == '=') x = f + ll + 1;
+    else if (s && !strncmp(f, s, 2) && f[2]) x = f + 2;
+    if (!x) continue;
+    char *num = prm_xstrndup(x, strspn(x, "0123456789"));
+    int64_t n;
+    if (!prm_parse_i64(num, &n)) v = n;
+    free(num);
+  }
+  return v;
+}
+
+static int prm__slurm_has_flag(const prm_argv_t *flags, const char *s, const char *l) {
+  size_t ll = strlen(l);
+  for (int i = 0; i < flags->n; i++) {
+    const char *f = flags->v[i];
+    if ((s && !strncmp(f, s, 2)) || (!strncmp(f, l, ll) && (!f[ll] || f[ll] == '='))) return 1;
+  }
+  return 0;
+}
+
+/* --topology FILE: writes RUN_DIR/hostfile.txt in placement order and adds
+ * what srun needs to follow it: SLURM_HOSTFILE in *env, --nodes and
+ * --ntasks in *flags (when absent; sbatch also --nodelist), and
+ * --distribution=arbitrary in *srun_flags. The chunk is one model-parallel
+ * group: tensor x pipeline ranks of the experiment, in nodes. */
+static int prm__slurm_topology(const prm_launch_t *l, const char *file, const char *run_dir,
+                               int sbatch, prm_argv_t *flags, prm_argv_t *srun_flags,
+                               prm_env_t *env, prm_err_t *err) {
+  prm_topo_t topo = {0};
+  prm_argv_t ex = {0}, order = {0};
+  prm_sb_t hf = {0};
+  char *path = NULL;
+  int rc = prm_topo_load(file, &topo, err);
+  if (rc) return rc;
+  if (prm__slurm_has_flag(flags, "-m", "--distribution")) {
+    rc = prm_errf(err, PRM_EINVAL, "--topology sets --distribution=arbitrary itself: drop -m/--distribution");
+    goto done;
+  }
+  /* Hosts the flags exclude (after --exclude-failed) are not candidates. */
+  for (int i = 0; i < flags->n; i++) {
+    const char *f = flags->v[i], *x = NULL;
+    if ((!strcmp(f, "-x") || !strcmp(f, "--exclude")) && i + 1 < flags->n) x = flags->v[i + 1];
+    else if (prm_startswith(f, "--exclude=")) x = f + 10;
+    else if (prm_startswith(f, "-x") && f[2]) x = f + 2;
+    if (x && (rc = prm_slurm_expand_nodelist(x, &ex, err))) goto done;
+  }
+  int64_t nodes = prm__slurm_int_flag(flags, "-N", "--nodes");
+  int64_t ntasks = prm__slurm_int_flag(flags, "-n", "--ntasks");
+  int64_t per = prm__slurm_int_flag(flags, NULL, "--ntasks-per-node");
+  if (!per) per = nodes && ntasks ? ntasks / nodes : 1;
+  if (!nodes && ntasks && per >= 1) nodes = ntasks / per; /* -n alone: that many nodes' worth */
+  if (per < 1 || (nodes && ntasks && per * nodes != ntasks)) {
+    rc = prm_errf(err, PRM_EINVAL,
+                  "--topology: %lld tasks do not spread evenly over %lld nodes (one hostfile line "
+                  "a rank)", (long long)ntasks, (long long)nodes);
+    goto done;
+  }
+  int64_t tp = 1, pp = 1;
+  prm_args_t *args = NULL;
+  prm_exp_t *exp = NULL;
+  if (!prm__task_prepare(l, &l->task_words, &args, &exp, NULL) && exp) {
+    prm_exp_get_int(exp, "tensor_model_parallel_size", &tp);
+    prm_exp_get_int(exp, "pipeline_model_parallel_size", &pp);
+  }
+  prm_args_free(args);
+  prm_exp_free(exp);
+  int64_t group = tp * pp;
+  int chunk = (int)((group + per - 1) / per);
+  if (chunk < 1) chunk = 1;
+  if ((rc = prm_topo_order(&topo, &ex, (int)nodes, chunk, &order, err))) goto done;
+  prm_topo_hostfile(&order, (int)per, &hf);
+  path = prm_path_join(run_dir, "hostfile.txt");
+  if ((rc = prm_fs_write_atomic(path, prm_sb_str(&hf), hf.len, err))) goto done;
+  prm_env_set(env, "SLURM_HOSTFILE", path);
+  if (!nodes) prm_argv_pushf(flags, "--nodes=%d", order.n);
+  if (!ntasks) prm_argv_pushf(flags, "--ntasks=%lld", (long long)(per * order.n));
+  /* sbatch allocates exactly these nodes; srun with --distribution=arbitrary
+   * takes its nodes from the hostfile and refuses a --nodelist as well. */
+  if (sbatch && !prm__slurm_has_flag(flags, "-w", "--nodelist")) {
+    prm_sb_t nl = {0};
+    for (int i = 0; i < order.n; i++) prm_sb_appendf(&nl, "%s%s", i ? "," : "", order.v[i]);
+    prm_argv_pushf(flags, "--nodelist=%s", prm_sb_str(&nl));
+    prm_sb_free(&nl);
+  }
+  prm_argv_push(srun_flags, "--distribution=arbitrary");
+  PRM_INFO("topology %s: %d node%s in rack and IP order, groups of %lld rank%s (tensor %lld x "
+           "pipeline %lld), %lld rank%s a node: %s", file, order.n, order.n == 1 ? "" : "s",
+           (long long)group, group == 1 ? "" : "s", (long long)tp, (long long)pp, (long long)per,
+           per == 1 ? "" : "s", path);
+done:
+  prm_topo_free(&topo);
+  prm_argv_free(&ex);
+  prm_argv_free(&order);
+  prm_sb_free(&hf);
+  free(path);
+  return rc;
+}
 
 static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
   prm_slurm_mode_t mode = PRM_SLURM_SRUN;
-  prm_argv_t flags = {0}, inner = {0}, cmd = {0};
+  prm_argv_t flags = {0}, inner = {0}, cmd = {0}, srun_flags = {0};
   prm_env_t env = {0};
   char *run_dir = NULL, *script = NULL, *out = NULL;
+  char *exclude_dir = NULL, *exclude_dir2 = NULL, *topo_file = NULL;
   int rc, seen_mode = 0;
   /* Launcher-config words (--key=value) come first, then the command
    * line's words, which may start with srun or sbatch. */
@@ -210,15 +328,63 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
                     flags.v[i], flags.v[i]);
       goto done;
     }
-  if ((rc = prm__outer_rundir(l, mode == PRM_SLURM_SBATCH, &run_dir, err))) goto done;
+  /* primus' own options among the slurm flags. */
+  if ((rc = prm_slurm_take_opt(&flags, "exclude-failed", &exclude_dir, err)) ||
+      (rc = prm_slurm_take_opt(&flags, "exclude_failed", &exclude_dir2, err)) ||
+      (rc = prm_slurm_take_opt(&flags, "topology", &topo_file, err)))
+    goto done;
+  if (!exclude_dir) exclude_dir = exclude_dir2, exclude_dir2 = NULL;
+  if (exclude_dir) {
+    prm_argv_t failed = {0};
+    if ((rc = prm_slurm_read_failed(exclude_dir, &failed, err))) goto done;
+    if (failed.n) {
+      char *list = prm_argv_join_shell(failed.n, failed.v);
+      PRM_INFO("--exclude-failed %s: excluding %d failed node%s: %s", exclude_dir, failed.n,
+               failed.n == 1 ? "" : "s", list);
+      free(list);
+    } else {
+      PRM_INFO("--exclude-failed %s: failed_nodes.txt is empty, nothing to exclude", exclude_dir);
+    }
+    prm_slurm_add_exclude(&flags, &failed);
+    prm_argv_free(&failed);
+  }
+  if ((rc = prm__outer_rundir(l, mode == PRM_SLURM_SBATCH || topo_file, &run_dir, err))) goto done;
   prm__inner_argv(l, l->self, &inner);
   if (run_dir) prm_env_set(&env, "PRIMUS_RUN_DIR", run_dir);
+  if (topo_file) {
+    char *tmpdir = NULL;
+    if (!run_dir) { /* a dry run: the hostfile goes to a temporary folder */
+      char tmpl[] = "/tmp/primus-topology-XXXXXX";
+      if (!mkdtemp(tmpl)) {
+        rc = prm_errf(err, PRM_EIO, "cannot create a temporary folder");
+        goto done;
+      }
+      tmpdir = prm_xstrdup(tmpl);
+    }
+    rc = prm__slurm_topology(l, topo_file, run_dir ? run_dir : tmpdir, mode == PRM_SLURM_SBATCH,
+                             &flags, &srun_flags, &env, err);
+    if (tmpdir) {
+      char *hp = prm_path_join(tmpdir, "hostfile.txt");
+      char *text = NULL;
+      if (!rc && !prm_fs_read_all(hp, &text, NULL, NULL)) printf("hostfile:\n%s", text);
+      if (!rc) prm_env_set(&env, "SLURM_HOSTFILE", "<run-dir>/hostfile.txt");
+      free(text);
+      unlink(hp);
+      rmdir(tmpdir);
+      free(hp);
+      free(tmpdir);
+    }
+    if (rc) goto done;
+  }
   if (mode == PRM_SLURM_SRUN) {
+    prm_argv_pushv(&flags, srun_flags.n, srun_flags.v);
     if ((rc = prm_slurm_build(mode, flags.n, flags.v, NULL, inner.n, inner.v, &cmd, err))) goto done;
     char *line = prm_argv_join_shell(cmd.n, cmd.v);
     if (l->dry_run) printf("# primus dry run: nothing was started\ncommand: %s\n", line);
     else {
       if (run_dir) setenv("PRIMUS_RUN_DIR", run_dir, 1);
+      const char *hf = prm_env_get(&env, "SLURM_HOSTFILE");
+      if (hf) setenv("SLURM_HOSTFILE", hf, 1);
       PRM_INFO("slurm: %s", line);
       int supervised = 0;
       rc = prm__srun_supervised(l, &flags, &cmd, run_dir, &supervised, err);
@@ -233,6 +399,9 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
     if (!strcmp(flags.v[i], "-o") || prm_startswith(flags.v[i], "--output")) has_output = 1;
   if (!has_output)
     prm_argv_pushf(&flags, "--output=%s/logs/slurm-%%j.out", run_dir ? run_dir : "<run-dir>");
+  /* A requeued job (preemption) runs the script again under the same job
+   * id: its output goes on after the first run's instead of replacing it. */
+  if (!prm__slurm_has_flag(&flags, NULL, "--open-mode")) prm_argv_push(&flags, "--open-mode=append");
   if (l->dry_run) {
     char tmpl[] = "/tmp/primus-sbatch-XXXXXX";
     int fd = mkstemp(tmpl);
@@ -241,7 +410,8 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
       goto done;
     }
     close(fd);
-    rc = prm_slurm_write_script(tmpl, flags.n, flags.v, &env, inner.n, inner.v, err);
+    rc = prm_slurm_write_script(tmpl, flags.n, flags.v, &env, srun_flags.n, srun_flags.v, inner.n,
+                                 inner.v, err);
     if (!rc) rc = prm_fs_read_all(tmpl, &out, NULL, err);
     unlink(tmpl);
     if (rc) goto done;
@@ -249,7 +419,9 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
     goto done;
   }
   script = prm_path_join(run_dir, "sbatch.sh");
-  if ((rc = prm_slurm_write_script(script, flags.n, flags.v, &env, inner.n, inner.v, err))) goto done;
+  if ((rc = prm_slurm_write_script(script, flags.n, flags.v, &env, srun_flags.n, srun_flags.v,
+                                   inner.n, inner.v, err)))
+    goto done;
   if ((rc = prm_slurm_build(mode, 0, NULL, script, 0, NULL, &cmd, err))) goto done;
   int st = 0;
   prm_proc_opts_t po = {.capture = 1};
@@ -273,7 +445,11 @@ done:
   prm_argv_free(&flags);
   prm_argv_free(&inner);
   prm_argv_free(&cmd);
+  prm_argv_free(&srun_flags);
   prm_env_free(&env);
+  free(exclude_dir);
+  free(exclude_dir2);
+  free(topo_file);
   free(run_dir);
   free(script);
   free(out);

@@ -327,8 +327,8 @@ static int prm__is_env_name(const char *s) {
  * both. A flag followed by a word that does not start with '-' is its value
  * ("-p low") and shares the line. */
 int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
-                           const prm_env_t *env, int inner_argc,
-                           char *const *inner, prm_err_t *err) {
+                           const prm_env_t *env, int nsrun, char *const *srun_flags,
+                           int inner_argc, char *const *inner, prm_err_t *err) {
   if (inner_argc < 1 || !inner[0] || !*inner[0])
     return prm_errf(err, PRM_EINVAL, "%s: sbatch script needs a command", path);
   prm_sb_t sb = {0};
@@ -379,7 +379,15 @@ int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
     }
     prm_sb_append(&sb, "'\n");
   }
+  /* The step runs in the background so that this shell, which is all that
+   * --signal=B:SIG reaches (preemption with preempt_send_user_signal, or
+   * the time limit), can pass the signal on: srun forwards it to every
+   * task, and the trainer saves a checkpoint and exits 4. */
   prm_sb_append(&sb, "srun " PRM_SLURM_MPI_DEFAULT);
+  for (int i = 0; i < nsrun; i++) {
+    prm_sb_putc(&sb, ' ');
+    prm_sb_append_shquote(&sb, srun_flags[i]);
+  }
   for (int i = 0; i < inner_argc; i++) {
     prm_sb_putc(&sb, ' ');
     /* An empty word must survive as '' rather than vanish. */
@@ -388,7 +396,22 @@ int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
     else
       prm_sb_append_shquote(&sb, inner[i]);
   }
-  prm_sb_putc(&sb, '\n');
+  prm_sb_append(&sb,
+                " &\n"
+                "prm_step=$!\n"
+                "prm_forward() { kill -s \"$1\" \"$prm_step\" 2>/dev/null || true; }\n"
+                "for prm_sig in USR1 USR2 TERM INT HUP; do trap \"prm_forward $prm_sig\" \"$prm_sig\"; done\n"
+                "# wait returns early when a trapped signal arrives; bash keeps the status.\n"
+                "while :; do wait \"$prm_step\" || true; kill -0 \"$prm_step\" 2>/dev/null || break; done\n"
+                "prm_rc=0\n"
+                "wait \"$prm_step\" || prm_rc=$?\n"
+                "# Exit 4: the training was preempted and saved a checkpoint. Requeue the\n"
+                "# job (same id, SLURM_RESTART_COUNT+1); ending on our own would end it.\n"
+                "if [[ $prm_rc == 4 && -n ${SLURM_JOB_ID:-} ]]; then\n"
+                "  echo \"primus: the training step was preempted (exit 4): requeueing job $SLURM_JOB_ID\" >&2\n"
+                "  scontrol requeue \"$SLURM_JOB_ID\" || echo \"primus: scontrol requeue $SLURM_JOB_ID failed\" >&2\n"
+                "fi\n"
+                "exit \"$prm_rc\"\n");
   if ((rc = prm_fs_write_atomic(path, prm_sb_str(&sb), sb.len, err))) goto fail;
   if (chmod(path, 0755) != 0) {
     rc = prm_errf(err, PRM_EIO, "%s: chmod 0755: %s", path, strerror(errno));
@@ -529,4 +552,102 @@ int prm_slurm_state_final(const char *state) {
   for (size_t i = 0; i < sizeof fin / sizeof *fin; i++)
     if (!strcmp(state, fin[i])) return 1;
   return 0;
+}
+
+/* ---- primus' own slurm options, failed nodes ----------------------------- */
+
+/* Removes every `--NAME VALUE` / `--NAME=VALUE` from *flags; the last one
+ * wins. *value is malloc'd, or NULL when the option is absent. */
+int prm_slurm_take_opt(prm_argv_t *flags, const char *name, char **value, prm_err_t *err) {
+  *value = NULL;
+  size_t nl = strlen(name);
+  prm_argv_t keep = {0};
+  for (int i = 0; i < flags->n; i++) {
+    const char *f = flags->v[i];
+    if (prm_startswith(f, "--") && !strncmp(f + 2, name, nl) && (!f[2 + nl] || f[2 + nl] == '=')) {
+      const char *v = f[2 + nl] == '=' ? f + 3 + nl : i + 1 < flags->n ? flags->v[++i] : NULL;
+      if (!v || !*v) {
+        prm_argv_free(&keep);
+        free(*value);
+        *value = NULL;
+        return prm_errf(err, PRM_EINVAL, "primus slurm: --%s needs a value", name);
+      }
+      free(*value);
+      *value = prm_xstrdup(v);
+      continue;
+    }
+    prm_argv_push(&keep, f);
+  }
+  prm_argv_free(flags);
+  *flags = keep;
+  return 0;
+}
+
+/* A host name as Slurm and failed_nodes.txt spell it. */
+static int prm__is_host(const char *s) {
+  if (!*s) return 0;
+  for (; *s; s++)
+    if (!(isalnum((unsigned char)*s) || *s == '-' || *s == '_' || *s == '.')) return 0;
+  return 1;
+}
+
+int prm_slurm_read_failed(const char *run_dir, prm_argv_t *hosts, prm_err_t *err) {
+  char *path = prm_path_join(run_dir, "failed_nodes.txt");
+  char *text = NULL;
+  int rc = 0;
+  if (!prm_fs_exists(path)) {
+    rc = prm_errf(err, PRM_ENOENT,
+                  "--exclude-failed: %s does not exist (run `primus slurm srun -N ... -- preflight "
+                  "check` first; its run directory holds failed_nodes.txt)", path);
+    goto done;
+  }
+  if ((rc = prm_fs_read_all(path, &text, NULL, err))) goto done;
+  prm_argv_t tmp = {0};
+  int line = 0;
+  for (char *p = text, *next; p && *p; p = next) {
+    line++;
+    next = strchr(p, '\n');
+    if (next) *next++ = 0;
+    char *h = prm_strtrim(p);
+    if (!*h || *h == '#') continue;
+    if (!prm__is_host(h)) {
+      rc = prm_errf(err, PRM_EINVAL, "%s:%d: \"%s\": expected one host name a line", path, line, h);
+      prm_argv_free(&tmp);
+      goto done;
+    }
+    prm_argv_push(&tmp, h);
+  }
+  prm_argv_pushv(hosts, tmp.n, tmp.v);
+  prm_argv_free(&tmp);
+done:
+  free(text);
+  free(path);
+  return rc;
+}
+
+void prm_slurm_add_exclude(prm_argv_t *flags, const prm_argv_t *hosts) {
+  if (!hosts || !hosts->n) return;
+  prm_sb_t list = {0};
+  for (int i = 0; i < hosts->n; i++) {
+    if (i) prm_sb_putc(&list, ',');
+    prm_sb_append(&list, hosts->v[i]);
+  }
+  /* Slurm keeps the last --exclude it reads: merge into the user's own. */
+  for (int i = flags->n - 1; i >= 0; i--) {
+    char **slot = NULL;
+    const char *f = flags->v[i], *old = NULL;
+    const char *prefix = NULL;
+    if (prm_startswith(f, "--exclude=")) slot = &flags->v[i], old = f + 10, prefix = "--exclude=";
+    else if ((!strcmp(f, "-x") || !strcmp(f, "--exclude")) && i + 1 < flags->n)
+      slot = &flags->v[i + 1], old = flags->v[i + 1], prefix = "";
+    else if (prm_startswith(f, "-x") && f[2]) slot = &flags->v[i], old = f + 2, prefix = "-x";
+    if (!slot) continue;
+    char *merged = prm_xasprintf("%s%s,%s", prefix, old, prm_sb_str(&list));
+    free(*slot);
+    *slot = merged;
+    prm_sb_free(&list);
+    return;
+  }
+  prm_argv_pushf(flags, "--exclude=%s", prm_sb_str(&list));
+  prm_sb_free(&list);
 }

@@ -69,6 +69,10 @@ static int64_t prm__dim(const prm__shape_t *s, int d) {
 
 static int prm__shape_check(prm__shape_t *s, const char *file, prm_err_t *err) {
   const prm_hf_config_t *h = &s->h;
+  if (h->num_local_experts > 0)
+    return prm_errf(err, PRM_EINVAL, "%s: a mixture-of-experts (Mixtral) model with %lld experts: "
+                    "GGUF export of MoE models is not supported yet", file,
+                    (long long)h->num_local_experts);
   if (h->hidden_size < 1 || h->intermediate_size < 1 || h->num_attention_heads < 1 ||
       h->num_key_value_heads < 1 || h->num_hidden_layers < 1 || h->vocab_size < 1)
     return prm_errf(err, PRM_EPARSE, "%s: every model size must be >= 1", file);

@@ -41,6 +41,26 @@ static volatile sig_atomic_t prm__preempt_signal;
 
 static void prm__on_preempt(int sig) { prm__preempt_signal = sig; }
 
+/* Preemption signals never interrupt a step: SIGTERM and SIGUSR1 are
+ * blocked in this thread and in every OpenMP worker (the GEMM libraries'
+ * threads), stay pending, and are taken between steps by
+ * prm__preempt_poll. oneDNN's sgemm was seen to corrupt its heap about
+ * every other time such a signal landed inside it. The handler stays
+ * installed for threads outside OpenMP's pool (OpenBLAS's own), where a
+ * signal still lands asynchronously and only sets the flag. */
+static void prm__preempt_mask(int how, const sigset_t *set) {
+  pthread_sigmask(how, set, NULL);
+#pragma omp parallel
+  pthread_sigmask(how, set, NULL);
+}
+
+static int prm__preempt_poll(const sigset_t *set) {
+  struct timespec zero = {0, 0};
+  int sig = sigtimedwait(set, NULL, &zero);
+  if (sig > 0 && !prm__preempt_signal) prm__preempt_signal = sig;
+  return (int)prm__preempt_signal;
+}
+
 /* One events.jsonl line: the body's fields, then the time (Unix seconds). */
 void prm__emit(FILE *events, const char *fmt, ...) {
   if (!events) return;
@@ -139,6 +159,10 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   int64_t *bad_steps = NULL, nbad = 0; /* steps that were bad once (rollback) */
   double ckpt_waited = 0;
   struct sigaction sa, old_term, old_usr1;
+  sigset_t preempt_set;
+  sigemptyset(&preempt_set);
+  sigaddset(&preempt_set, SIGTERM);
+  sigaddset(&preempt_set, SIGUSR1);
   int handlers = 0; /* the preemption handlers are installed */
   int rc = prm__faults_load(getenv("PRIMUS_FAULT_INJECT"), err);
   if (rc) return rc;
@@ -295,6 +319,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm__preempt_signal = 0;
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGUSR1, &sa, &old_usr1);
+  prm__preempt_mask(SIG_BLOCK, &preempt_set);
   handlers = 1;
   for (int64_t step = st.iteration + 1; step <= o->train_iters; step++) {
     prm__hb_beat(&hb, step - 1, "step");
@@ -448,7 +473,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     /* A finished background save is reported (and its error surfaces) here. */
     if ((rc = prm__collect(&as, o, events, tm, 0, &ckpt_waited, err))) goto done;
     /* Every rank stops after the same step, whichever saw the signal. */
-    int sig = (int)prm__preempt_signal;
+    int sig = prm__preempt_poll(&preempt_set);
     if ((rc = prm__dp_max(&dp, &sig, err))) goto done;
     int preempted = sig != 0;
     int save_now = o->save && (step % o->save_interval == 0 || step == o->train_iters || preempted);
@@ -527,6 +552,10 @@ done:
   prm__dp_close(&dp);
   prm__par_close(&par);
   if (handlers) {
+    /* A signal that arrived after the last poll is taken here, so that
+     * unblocking does not deliver it to the restored disposition. */
+    prm__preempt_poll(&preempt_set);
+    prm__preempt_mask(SIG_UNBLOCK, &preempt_set);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);
   }

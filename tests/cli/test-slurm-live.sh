@@ -106,6 +106,8 @@ SCRIPT=$(cat "$SB/sbatch.sh" 2>/dev/null)
 expect_in "batch script in the run directory" "#SBATCH -p low" "$SCRIPT"
 expect_in "batch script's srun asks for PMIx" "srun --mpi=pmix " "$SCRIPT"
 expect_in "batch output goes to the run directory" "#SBATCH --output=$SB/logs/slurm-%j.out" "$SCRIPT"
+expect_in "a requeued job appends to its output" "#SBATCH --open-mode=append" "$SCRIPT"
+expect_in "the step runs in the background, signals are passed on" 'trap "prm_forward $prm_sig"' "$SCRIPT"
 
 trun slurm status "${JOB:-0}"
 expect_rc "status right after submit" 0

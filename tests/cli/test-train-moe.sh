@@ -103,6 +103,11 @@ PYEOF
   else
     bad "$name: the saved checkpoint's loss differs"
   fi
+  # GGUF export of an MoE model is refused, naming why, and writes nothing.
+  run export gguf --load "$ck" --output "$d/moe.gguf"
+  expect_rc "$name: GGUF export of an MoE model refused" 2
+  expect_in "$name: says why" "GGUF export of MoE models is not supported yet" "$ERR"
+  if [[ ! -e $d/moe.gguf ]]; then ok "$name: no GGUF written"; else bad "$name: a GGUF was written"; fi
 }
 
 step "reference selftest (naive loops incl. MoE, finite differences)" "$PY" "$REF" selftest || true
