@@ -123,6 +123,31 @@ loss_diff() {
 # within X TOL: X is a number no larger than TOL.
 within() { [[ $1 =~ ^[0-9][0-9.e+-]*$ ]] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 
+# step NAME CMD...: runs CMD with its output in $T/step.log, shown on failure.
+step() {
+  local name=$1
+  shift
+  if "$@" >"$T/step.log" 2>&1; then
+    ok "$name"
+  else
+    bad "$name (exit $?)"
+    sed 's/^/    /' "$T/step.log"
+    return 1
+  fi
+}
+
+# oracle_python: sets PY (PRIMUS_ORACLE_PYTHON or /usr/bin/python3, Debian's
+# torch) and REF (the float64 PyTorch oracle), or says SKIP and ends the
+# test when PY has no torch.
+oracle_python() {
+  PY=${PRIMUS_ORACLE_PYTHON:-/usr/bin/python3}
+  REF=$PRIMUS_SRC/tests/oracle/llama_ref.py
+  if ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
+    echo "SKIP: $PY cannot import torch and numpy; the PyTorch oracle test needs them"
+    exit 0
+  fi
+}
+
 finish() {
   echo "$_pass passed, $_fail failed"
   [[ $_fail == 0 ]]

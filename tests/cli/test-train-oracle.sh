@@ -7,26 +7,8 @@
 # reference. Skipped when /usr/bin/python3 has no torch.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-PY=${PRIMUS_ORACLE_PYTHON:-/usr/bin/python3}
-REF=$PRIMUS_SRC/tests/oracle/llama_ref.py
-if ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
-  echo "SKIP: $PY cannot import torch and numpy; the PyTorch oracle test needs them"
-  exit 0
-fi
+oracle_python
 cd "$T"
-
-# step NAME CMD...: runs CMD with its output in $T/step.log, shown on failure.
-step() {
-  local name=$1
-  shift
-  if "$@" >"$T/step.log" 2>&1; then
-    ok "$name"
-  else
-    bad "$name (exit $?)"
-    sed 's/^/    /' "$T/step.log"
-    return 1
-  fi
-}
 
 # oracle_case NAME MAKE-CASE-ARGS...
 oracle_case() {
