@@ -382,7 +382,12 @@ int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
   /* The step runs in the background so that this shell, which is all that
    * --signal=B:SIG reaches (preemption with preempt_send_user_signal, or
    * the time limit), can pass the signal on: srun forwards it to every
-   * task, and the trainer saves a checkpoint and exits 4. */
+   * task, and the trainer saves a checkpoint and exits 4. A signal that
+   * comes before the step has started is kept and passed on once it has
+   * (without the early trap it would end this shell). */
+  prm_sb_append(&sb,
+                "prm_pending=\n"
+                "for prm_sig in USR1 USR2 TERM INT HUP; do trap \"prm_pending=$prm_sig\" \"$prm_sig\"; done\n");
   prm_sb_append(&sb, "srun " PRM_SLURM_MPI_DEFAULT);
   for (int i = 0; i < nsrun; i++) {
     prm_sb_putc(&sb, ' ');
@@ -401,6 +406,7 @@ int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
                 "prm_step=$!\n"
                 "prm_forward() { kill -s \"$1\" \"$prm_step\" 2>/dev/null || true; }\n"
                 "for prm_sig in USR1 USR2 TERM INT HUP; do trap \"prm_forward $prm_sig\" \"$prm_sig\"; done\n"
+                "if [[ -n $prm_pending ]]; then prm_forward \"$prm_pending\"; fi\n"
                 "# wait returns early when a trapped signal arrives; bash keeps the status.\n"
                 "while :; do wait \"$prm_step\" || true; kill -0 \"$prm_step\" 2>/dev/null || break; done\n"
                 "prm_rc=0\n"
