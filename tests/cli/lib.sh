@@ -148,6 +148,21 @@ oracle_python() {
   fi
 }
 
+# oracle_prepare NAME DIR MAKE-CASE-ARGS...: the oracle's random case in
+# DIR, its config validated, primus' step-1 gradients and its training run;
+# non-zero when the case or its config is unusable (the rest cannot run).
+oracle_prepare() {
+  local name=$1 d=$2
+  shift 2
+  echo "# case $name: $*"
+  step "$name: make-case" "$PY" "$REF" make-case --out "$d" "$@" || return 1
+  cat "$T/step.log"
+  step "$name: config validate" "$PRIMUS_BIN" config validate --config "$d/exp.yaml" || return 1
+  step "$name: train grads" "$PRIMUS_BIN" train grads --config "$d/exp.yaml" \
+    --output "$d/primus_grads.safetensors" || true
+  step "$name: train pretrain" "$PRIMUS_BIN" train pretrain --config "$d/exp.yaml" || true
+}
+
 finish() {
   echo "$_pass passed, $_fail failed"
   [[ $_fail == 0 ]]

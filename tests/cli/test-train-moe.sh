@@ -19,13 +19,7 @@ cd "$T"
 moe_case() {
   local name=$1 d=$T/$1
   shift
-  echo "# case $name: $*"
-  step "$name: make-case" "$PY" "$REF" make-case --out "$d" "$@" || return 0
-  cat "$T/step.log"
-  step "$name: config validate" "$PRIMUS_BIN" config validate --config "$d/exp.yaml" || return 0
-  step "$name: train grads" "$PRIMUS_BIN" train grads --config "$d/exp.yaml" \
-    --output "$d/primus_grads.safetensors" || true
-  step "$name: train pretrain" "$PRIMUS_BIN" train pretrain --config "$d/exp.yaml" || true
+  oracle_prepare "$name" "$d" "$@" || return 0
   cp "$T/step.log" "$d/train.log"
   local rd
   rd=$(ls -td "$d"/out/oracle/test/"$name"/run-* 2>/dev/null | head -1 || true)
