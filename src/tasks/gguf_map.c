@@ -1,0 +1,87 @@
+/* gguf_map.c - the tensor map between a primus (Hugging Face layout)
+ * checkpoint and llama.cpp's GGUF names, for `export gguf` and `import
+ * gguf`. */
+#define _GNU_SOURCE
+#include "gguf-impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------------ */
+/* The tensor map                                                            */
+/* ------------------------------------------------------------------------ */
+
+static const prm__map_t prm__map_embed = {"model.embed_tokens.weight", "token_embd.weight",
+                                          PRM__DIM_V, PRM__DIM_C, PRM__PERM_NONE};
+static const prm__map_t prm__map_layer[] = {
+    {"model.layers.%d.input_layernorm.weight", "blk.%d.attn_norm.weight", PRM__DIM_C, PRM__DIM_NONE, PRM__PERM_NONE},
+    {"model.layers.%d.self_attn.q_proj.weight", "blk.%d.attn_q.weight", PRM__DIM_HD, PRM__DIM_C, PRM__PERM_Q},
+    {"model.layers.%d.self_attn.k_proj.weight", "blk.%d.attn_k.weight", PRM__DIM_GD, PRM__DIM_C, PRM__PERM_K},
+    {"model.layers.%d.self_attn.v_proj.weight", "blk.%d.attn_v.weight", PRM__DIM_GD, PRM__DIM_C, PRM__PERM_NONE},
+    {"model.layers.%d.self_attn.o_proj.weight", "blk.%d.attn_output.weight", PRM__DIM_C, PRM__DIM_HD, PRM__PERM_NONE},
+    {"model.layers.%d.post_attention_layernorm.weight", "blk.%d.ffn_norm.weight", PRM__DIM_C, PRM__DIM_NONE, PRM__PERM_NONE},
+    {"model.layers.%d.mlp.gate_proj.weight", "blk.%d.ffn_gate.weight", PRM__DIM_F, PRM__DIM_C, PRM__PERM_NONE},
+    {"model.layers.%d.mlp.up_proj.weight", "blk.%d.ffn_up.weight", PRM__DIM_F, PRM__DIM_C, PRM__PERM_NONE},
+    {"model.layers.%d.mlp.down_proj.weight", "blk.%d.ffn_down.weight", PRM__DIM_C, PRM__DIM_F, PRM__PERM_NONE},
+};
+static const prm__map_t prm__map_norm = {"model.norm.weight", "output_norm.weight", PRM__DIM_C,
+                                         PRM__DIM_NONE, PRM__PERM_NONE};
+static const prm__map_t prm__map_head = {"lm_head.weight", "output.weight", PRM__DIM_V, PRM__DIM_C,
+                                         PRM__PERM_NONE};
+#define PRM__NLAYER_T ((int)(sizeof prm__map_layer / sizeof prm__map_layer[0]))
+
+static int64_t prm__dim(const prm__shape_t *s, int d) {
+  switch (d) {
+  case PRM__DIM_C: return s->h.hidden_size;
+  case PRM__DIM_F: return s->h.intermediate_size;
+  case PRM__DIM_V: return s->h.vocab_size;
+  case PRM__DIM_HD: return s->h.num_attention_heads * s->head_dim;
+  case PRM__DIM_GD: return s->h.num_key_value_heads * s->head_dim;
+  default: return 0;
+  }
+}
+
+int prm__shape_check(prm__shape_t *s, const char *file, prm_err_t *err) {
+  const prm_hf_config_t *h = &s->h;
+  if (h->num_local_experts > 0)
+    return prm_errf(err, PRM_EINVAL, "%s: a mixture-of-experts (Mixtral) model with %lld experts: "
+                    "GGUF export of MoE models is not supported yet", file,
+                    (long long)h->num_local_experts);
+  if (h->hidden_size < 1 || h->intermediate_size < 1 || h->num_attention_heads < 1 ||
+      h->num_key_value_heads < 1 || h->num_hidden_layers < 1 || h->vocab_size < 1)
+    return prm_errf(err, PRM_EPARSE, "%s: every model size must be >= 1", file);
+  if (h->hidden_size % h->num_attention_heads || h->num_attention_heads % h->num_key_value_heads)
+    return prm_errf(err, PRM_EPARSE,
+                    "%s: hidden size %lld, %lld heads, %lld key/value heads: heads must divide "
+                    "the hidden size and key/value heads the heads",
+                    file, (long long)h->hidden_size, (long long)h->num_attention_heads,
+                    (long long)h->num_key_value_heads);
+  s->head_dim = h->hidden_size / h->num_attention_heads;
+  if (s->head_dim % 2)
+    return prm_errf(err, PRM_EPARSE, "%s: head size %lld is odd; rotary embeddings need it even",
+                    file, (long long)s->head_dim);
+  return 0;
+}
+
+static void prm__tname(const prm__map_t *m, int l, const prm__shape_t *s, prm__tname_t *t) {
+  snprintf(t->hf, sizeof t->hf, m->hf, l);
+  snprintf(t->gguf, sizeof t->gguf, m->gguf, l);
+  t->rows = prm__dim(s, m->rows);
+  t->cols = prm__dim(s, m->cols);
+  t->perm = m->perm;
+  t->numel = t->rows * (t->cols ? t->cols : 1);
+}
+
+/* Every tensor of the model in Hugging Face order (the order primus'
+ * checkpoints write); *n gets the count. Caller frees. */
+prm__tname_t *prm__tensor_list(const prm__shape_t *s, int *n) {
+  int L = (int)s->h.num_hidden_layers, k = 0;
+  prm__tname_t *t = prm_xcalloc((size_t)(L * PRM__NLAYER_T + 3), sizeof *t);
+  prm__tname(&prm__map_embed, 0, s, &t[k++]);
+  for (int l = 0; l < L; l++)
+    for (int j = 0; j < PRM__NLAYER_T; j++) prm__tname(&prm__map_layer[j], l, s, &t[k++]);
+  prm__tname(&prm__map_norm, 0, s, &t[k++]);
+  if (!s->h.tie_word_embeddings) prm__tname(&prm__map_head, 0, s, &t[k++]);
+  *n = k;
+  return t;
+}

@@ -1,0 +1,319 @@
+/* task_import.c - `import gguf`: an f32/f16 llama GGUF back into a
+ * checkpoint folder (Hugging Face layout), undoing export's Q/K
+ * permutation; with the tokenizer's tokens and merges written back as a
+ * tokenizer.json. docs/interop.md describes the layout. */
+#define _GNU_SOURCE
+#include "gguf-impl.h"
+#include "primus/prm_train.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* import gguf                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The shortest decimal that reads back as the same f32 ("1e-05", not
+ * "9.99999975e-06"), so values that went through a GGUF f32 key come back
+ * as written. */
+static double prm__f32_decimal(double x) {
+  char buf[32];
+  for (int p = 1; p <= 9; p++) {
+    snprintf(buf, sizeof buf, "%.*g", p, x);
+    double d = strtod(buf, NULL);
+    if ((float)d == (float)x) return d;
+  }
+  return x;
+}
+
+/* Writes tokenizer.json for a gpt2 GGUF vocabulary with merges: vocab of
+ * the NORMAL tokens, added_tokens of CONTROL (special) and USER_DEFINED
+ * ones; UNUSED padding ids are left out. */
+static int prm__write_tokenizer_json(const char *path, const prm_gguf_kv_t *toks,
+                                     const prm_gguf_kv_t *types, const prm_gguf_kv_t *merges,
+                                     prm_err_t *err) {
+  cJSON *root = cJSON_CreateObject(), *added = cJSON_CreateArray(), *model = cJSON_CreateObject();
+  cJSON *vocab = cJSON_CreateObject(), *mg = cJSON_CreateArray();
+  cJSON_AddStringToObject(root, "version", "1.0");
+  cJSON_AddNullToObject(root, "truncation");
+  cJSON_AddNullToObject(root, "padding");
+  for (uint64_t i = 0; i < toks->n; i++) {
+    int64_t ty = PRM__TT_NORMAL;
+    if (types) prm_gguf_arr_i64(types, i, &ty);
+    if (ty == PRM__TT_UNUSED) continue;
+    if (ty == PRM__TT_CONTROL || ty == PRM__TT_USER) {
+      cJSON *a = cJSON_CreateObject();
+      cJSON_AddNumberToObject(a, "id", (double)i);
+      cJSON_AddStringToObject(a, "content", toks->strs[i]);
+      cJSON_AddBoolToObject(a, "single_word", 0);
+      cJSON_AddBoolToObject(a, "lstrip", 0);
+      cJSON_AddBoolToObject(a, "rstrip", 0);
+      cJSON_AddBoolToObject(a, "normalized", 0);
+      cJSON_AddBoolToObject(a, "special", ty == PRM__TT_CONTROL);
+      cJSON_AddItemToArray(added, a);
+    }
+    cJSON_AddNumberToObject(vocab, toks->strs[i], (double)i);
+  }
+  for (uint64_t i = 0; merges && i < merges->n; i++)
+    cJSON_AddItemToArray(mg, cJSON_CreateString(merges->strs[i]));
+  cJSON_AddItemToObject(root, "added_tokens", added);
+  cJSON_AddNullToObject(root, "normalizer");
+  cJSON *pre = cJSON_CreateObject();
+  cJSON_AddStringToObject(pre, "type", "ByteLevel");
+  cJSON_AddBoolToObject(pre, "add_prefix_space", 0);
+  cJSON_AddBoolToObject(pre, "trim_offsets", 1);
+  cJSON_AddBoolToObject(pre, "use_regex", 1);
+  cJSON_AddItemToObject(root, "pre_tokenizer", pre);
+  cJSON_AddNullToObject(root, "post_processor");
+  cJSON *dec = cJSON_CreateObject();
+  cJSON_AddStringToObject(dec, "type", "ByteLevel");
+  cJSON_AddBoolToObject(dec, "add_prefix_space", 1);
+  cJSON_AddBoolToObject(dec, "trim_offsets", 1);
+  cJSON_AddBoolToObject(dec, "use_regex", 1);
+  cJSON_AddItemToObject(root, "decoder", dec);
+  cJSON_AddStringToObject(model, "type", "BPE");
+  cJSON_AddNullToObject(model, "dropout");
+  cJSON_AddNullToObject(model, "unk_token");
+  cJSON_AddBoolToObject(model, "byte_fallback", 0);
+  cJSON_AddItemToObject(model, "vocab", vocab);
+  cJSON_AddItemToObject(model, "merges", mg);
+  cJSON_AddItemToObject(root, "model", model);
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  int rc = prm_fs_write_atomic(path, text, strlen(text), err);
+  free(text);
+  return rc;
+}
+
+static const prm_opt_t prm__import_gguf_opts[] = {
+    {"input", 'i', PRM_OPT_STR, "FILE", NULL, "an f32/f16 llama GGUF file (required)"},
+    {"output", 'o', PRM_OPT_STR, "DIR", NULL, "the checkpoint folder to create (required; must not exist)"},
+    {NULL},
+};
+
+static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
+  const char *input = prm_args_str(ctx->args, "input");
+  const char *output = prm_args_str(ctx->args, "output");
+  if (!input) return prm_errf(err, PRM_EINVAL, "import gguf: --input FILE is required");
+  if (!output) return prm_errf(err, PRM_EINVAL, "import gguf: --output DIR is required");
+  if (prm_fs_exists(output))
+    return prm_errf(err, PRM_EINVAL, "import gguf: %s already exists; remove it or pick another "
+                    "--output", output);
+  prm_gguf_file_t *g = NULL;
+  prm__shape_t s;
+  memset(&s, 0, sizeof s);
+  prm__tname_t *tl = NULL;
+  float **bufs = NULL;
+  prm_st_entry_t *ent = NULL;
+  char *tmp = NULL, *parent = NULL;
+  int nt = 0;
+  const char *arch = NULL;
+  int rc = prm_gguf_open(input, &g, err);
+  if (rc) return rc;
+  if ((rc = prm_gguf_get_str(g, "general.architecture", &arch, err))) goto done;
+  if (strcmp(arch, "llama")) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: general.architecture is \"%s\"; only llama is supported",
+                  input, arch);
+    goto done;
+  }
+  uint64_t C, L, F, H, G, ctxlen = 2048, rot;
+  double eps, theta = 10000.0;
+  if ((rc = prm_gguf_get_uint(g, "llama.embedding_length", &C, err)) ||
+      (rc = prm_gguf_get_uint(g, "llama.block_count", &L, err)) ||
+      (rc = prm_gguf_get_uint(g, "llama.feed_forward_length", &F, err)) ||
+      (rc = prm_gguf_get_uint(g, "llama.attention.head_count", &H, err)) ||
+      (rc = prm_gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps, err)))
+    goto done;
+  G = H;
+  if ((prm_gguf_find_kv(g, "llama.attention.head_count_kv") &&
+       (rc = prm_gguf_get_uint(g, "llama.attention.head_count_kv", &G, err))) ||
+      (prm_gguf_find_kv(g, "llama.context_length") &&
+       (rc = prm_gguf_get_uint(g, "llama.context_length", &ctxlen, err))) ||
+      (prm_gguf_find_kv(g, "llama.rope.freq_base") &&
+       (rc = prm_gguf_get_float(g, "llama.rope.freq_base", &theta, err))))
+    goto done;
+  uint64_t experts = 0;
+  if (prm_gguf_find_kv(g, "llama.expert_count") &&
+      !prm_gguf_get_uint(g, "llama.expert_count", &experts, NULL) && experts > 0) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: llama.expert_count is %llu: mixture-of-experts models are "
+                  "not supported", input, (unsigned long long)experts);
+    goto done;
+  }
+  const prm_gguf_tensor_t *emb = prm_gguf_find_tensor(g, "token_embd.weight");
+  if (!emb || emb->ndim != 2) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: missing or not 2-D: tensor token_embd.weight", input);
+    goto done;
+  }
+  const int64_t lim = (int64_t)1 << 31;
+  if (C >= (uint64_t)lim || L >= 100000 || F >= (uint64_t)lim || H >= (uint64_t)lim ||
+      G >= (uint64_t)lim || ctxlen >= (uint64_t)lim) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: a llama.* size is out of range", input);
+    goto done;
+  }
+  s.h.hidden_size = (int64_t)C;
+  s.h.num_hidden_layers = (int64_t)L;
+  s.h.intermediate_size = (int64_t)F;
+  s.h.num_attention_heads = (int64_t)H;
+  s.h.num_key_value_heads = (int64_t)G;
+  s.h.vocab_size = emb->ne[1];
+  s.h.max_position_embeddings = (int64_t)ctxlen;
+  s.h.rms_norm_eps = prm__f32_decimal(eps);
+  s.h.rope_theta = prm__f32_decimal(theta);
+  s.h.tie_word_embeddings = prm_gguf_find_tensor(g, "output.weight") == NULL;
+  s.h.bos_token_id = s.h.eos_token_id = -1;
+  if ((rc = prm__shape_check(&s, input, err))) goto done;
+  if (prm_gguf_find_kv(g, "llama.rope.dimension_count") &&
+      (rc = prm_gguf_get_uint(g, "llama.rope.dimension_count", &rot, err)) == 0 &&
+      rot != (uint64_t)s.head_dim) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: llama.rope.dimension_count %llu is not the head size "
+                  "%lld; partial rotary embeddings are not supported", input,
+                  (unsigned long long)rot, (long long)s.head_dim);
+    goto done;
+  }
+  if (rc) goto done;
+
+  /* Tokenizer: the byte vocabulary becomes ByteTokenizer, a gpt2 vocabulary
+   * with merges a tokenizer.json. */
+  const prm_gguf_kv_t *tmodel = prm_gguf_find_kv(g, "tokenizer.ggml.model");
+  const prm_gguf_kv_t *toks = prm_gguf_find_kv(g, "tokenizer.ggml.tokens");
+  const prm_gguf_kv_t *types = prm_gguf_find_kv(g, "tokenizer.ggml.token_type");
+  const prm_gguf_kv_t *merges = prm_gguf_find_kv(g, "tokenizer.ggml.merges");
+  if (types && (types->type != PRM_GGUF_ARRAY || types->arr_type == PRM_GGUF_STRING)) types = NULL;
+  if (merges && (merges->type != PRM_GGUF_ARRAY || merges->arr_type != PRM_GGUF_STRING)) merges = NULL;
+  int write_tok = 0;
+  if (tmodel && tmodel->type == PRM_GGUF_STRING && !strcmp(tmodel->str, "gpt2") && toks &&
+      toks->type == PRM_GGUF_ARRAY && toks->arr_type == PRM_GGUF_STRING) {
+    int bytes = toks->n >= 256 && (!merges || merges->n == 0);
+    for (int b = 0; bytes && b < 256; b++) {
+      char bt[4];
+      prm_gguf_byte_token(b, bt);
+      bytes = !strcmp(toks->strs[b], bt);
+    }
+    if (bytes)
+      snprintf(s.h.tokenizer_type, sizeof s.h.tokenizer_type, "ByteTokenizer");
+    else if (merges && merges->n > 0) {
+      snprintf(s.h.tokenizer_type, sizeof s.h.tokenizer_type, "HuggingFaceTokenizer");
+      write_tok = 1;
+    }
+  }
+  if (!s.h.tokenizer_type[0])
+    PRM_WARN("%s: the tokenizer is not one primus reads (gpt2 with merges, or the byte "
+             "vocabulary): config.json names none", input);
+  uint64_t id;
+  if (prm_gguf_find_kv(g, "tokenizer.ggml.bos_token_id") &&
+      !prm_gguf_get_uint(g, "tokenizer.ggml.bos_token_id", &id, NULL) && id < (uint64_t)lim)
+    s.h.bos_token_id = (int64_t)id;
+  if (prm_gguf_find_kv(g, "tokenizer.ggml.eos_token_id") &&
+      !prm_gguf_get_uint(g, "tokenizer.ggml.eos_token_id", &id, NULL) && id < (uint64_t)lim)
+    s.h.eos_token_id = (int64_t)id;
+
+  /* Tensors, in Hugging Face order. */
+  tl = prm__tensor_list(&s, &nt);
+  bufs = prm_xcalloc((size_t)nt, sizeof(float *));
+  ent = prm_xcalloc((size_t)nt, sizeof *ent);
+  for (int i = 0; i < nt; i++) {
+    const prm__tname_t *t = &tl[i];
+    const prm_gguf_tensor_t *gt = prm_gguf_find_tensor(g, t->gguf);
+    if (!gt) {
+      rc = prm_errf(err, PRM_EPARSE, "%s: missing tensor %s", input, t->gguf);
+      goto done;
+    }
+    int ok = t->cols ? gt->ndim == 2 && gt->ne[0] == t->cols && gt->ne[1] == t->rows
+                     : gt->ndim == 1 && gt->ne[0] == t->rows;
+    if (!ok) {
+      rc = prm_errf(err, PRM_EPARSE, "%s: tensor %s: ne [%lld, %lld] does not match the llama.* "
+                    "keys (expected [%lld, %lld])", input, t->gguf, (long long)gt->ne[0],
+                    (long long)gt->ne[1], (long long)(t->cols ? t->cols : t->rows),
+                    (long long)(t->cols ? t->rows : 1));
+      goto done;
+    }
+    float *b = prm_xmalloc((size_t)t->numel * sizeof(float));
+    if ((rc = prm_gguf_read_f32(g, gt, b, t->numel, err))) {
+      free(b);
+      goto done;
+    }
+    if (t->perm != PRM__PERM_NONE) {
+      float *p = prm_xmalloc((size_t)t->numel * sizeof(float));
+      int64_t nh = t->perm == PRM__PERM_Q ? s.h.num_attention_heads : s.h.num_key_value_heads;
+      prm_gguf_permute_qk(p, b, nh, s.head_dim, t->cols, 1);
+      free(b);
+      b = p;
+    }
+    bufs[i] = b;
+    ent[i].name = t->hf;
+    ent[i].data = b;
+    ent[i].ndim = t->cols ? 2 : 1;
+    ent[i].shape[0] = t->rows;
+    ent[i].shape[1] = t->cols;
+  }
+
+  /* Tensors the model has no place for (rope_freqs, biases ...) would
+   * change the function: name them. */
+  for (int64_t i = 0; i < prm_gguf_tensor_count(g); i++) {
+    const char *gn = prm_gguf_tensor_at(g, i)->name;
+    int used = 0;
+    for (int k = 0; k < nt && !used; k++) used = !strcmp(tl[k].gguf, gn);
+    if (!used) PRM_WARN("%s: tensor %s is not part of primus' Llama and is left out", input, gn);
+  }
+
+  /* The folder is built under a temporary name and renamed into place. */
+  parent = prm_path_dirname(output);
+  tmp = prm_xasprintf("%s.tmp.%d", output, (int)getpid());
+  if ((rc = prm_fs_mkdir_p(parent, 0755, err))) goto done;
+  prm_fs_rm_rf(tmp);
+  if ((rc = prm_fs_mkdir_p(tmp, 0755, err))) goto done;
+  const char *meta[] = {"format", "pt", "producer", "primus " PRM_VERSION, NULL};
+  char *p1 = prm_path_join(tmp, "model.safetensors"), *p2 = prm_path_join(tmp, "config.json"),
+       *p3 = prm_path_join(tmp, "tokenizer.json");
+  rc = prm_st_write_f32(p1, ent, nt, meta, err);
+  if (!rc) rc = prm_hf_config_write(p2, &s.h, err);
+  if (!rc && write_tok) rc = prm__write_tokenizer_json(p3, toks, types, merges, err);
+  free(p1);
+  free(p2);
+  free(p3);
+  if (!rc) rc = prm_fs_fsync_dir(tmp, err);
+  if (!rc && rename(tmp, output))
+    rc = prm_errf(err, PRM_EIO, "%s: rename: %s", output, strerror(errno));
+  if (!rc) rc = prm_fs_fsync_dir(parent, err);
+  if (rc) {
+    prm_fs_rm_rf(tmp);
+    goto done;
+  }
+  PRM_INFO("wrote %s: %d tensors, vocabulary %lld (%s), %lld layers, from %s", output, nt,
+           (long long)s.h.vocab_size, s.h.tokenizer_type[0] ? s.h.tokenizer_type : "no tokenizer",
+           (long long)L, input);
+done:
+  if (bufs)
+    for (int i = 0; i < nt; i++) free(bufs[i]);
+  free(bufs);
+  free(ent);
+  free(tl);
+  free(tmp);
+  free(parent);
+  prm_gguf_close(g);
+  return rc;
+}
+
+static const prm_subtask_t prm__import_subs[] = {
+    {"gguf", "read an f32/f16 llama GGUF file into a checkpoint folder", NULL,
+     "Reads a GGUF file with general.architecture llama and f32 or f16 tensors and\n"
+     "writes a checkpoint folder in the Hugging Face layout (config.json,\n"
+     "model.safetensors in f32; tokenizer.json for a gpt2 vocabulary with merges;\n"
+     "primus_tokenizer_type ByteTokenizer for the byte vocabulary). Q and K rows\n"
+     "are permuted back to Hugging Face's rotate-half layout, so export gguf of the\n"
+     "result writes the same tensors bit for bit. Quantised files are refused with\n"
+     "the tensor and type named. The folder appears only when complete. See\n"
+     "docs/interop.md.\n\n"
+     "Examples:\n"
+     "  primus import gguf --input tiny.gguf --output ckpt-from-gguf\n"
+     "  primus generate --load ckpt-from-gguf --prompt \"the jury\"",
+     prm__import_gguf_opts, 0, prm__import_gguf},
+    {NULL},
+};
+
+const prm_task_t prm__task_import = {"import", "read models from other tools' formats (gguf)",
+                                     prm__import_subs, NULL};
