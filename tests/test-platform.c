@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "testlib.h"
 
+#include <math.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,7 +301,12 @@ static void test_detect_real_host(void **state) {
   assert_int_equal(prm_platform_detect(&p, &err), 0);
   cpu_set_t set;
   assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
-  assert_int_equal(p.cpu_cores, CPU_COUNT(&set));
+  /* The affinity mask, or fewer when a cgroup quota caps it. */
+  if (p.cpu_quota > 0)
+    assert_int_equal(p.cpu_cores, CPU_COUNT(&set) < (int)ceil(p.cpu_quota) ? CPU_COUNT(&set)
+                                                                          : (int)ceil(p.cpu_quota));
+  else
+    assert_int_equal(p.cpu_cores, CPU_COUNT(&set));
   assert_true(p.numa_nodes >= 1);
   assert_true(p.name[0] != 0);
   assert_true(p.cpu_model[0] != 0);
@@ -315,6 +321,77 @@ static void test_detect_real_host(void **state) {
   env_save_set(&s, "HWLOC_SYNTHETIC", "pack:2 node:2 core:2 pu:1");
   assert_int_equal(prm_platform_detect(&p, &err), 0);
   assert_int_equal(p.numa_nodes, 4);
+  env_restore(&s);
+}
+
+/* A cgroup tree under a temporary folder: the limit is the smallest over
+ * the levels, v1 and v2, and a path the mount does not show falls back to
+ * the mount's root (a container's view). */
+static void test_cgroup_limit(void **state) {
+  (void)state;
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/cgroup-v2", prm_test_tmpdir());
+  free(prm_test_write(dir, "self", "0::/job/step\n"));
+  free(prm_test_write(dir, "fs/cpu.max", "max 100000\n"));
+  free(prm_test_write(dir, "fs/job/cpu.max", "300000 100000\n"));
+  free(prm_test_write(dir, "fs/job/step/cpu.max", "max 100000\n"));
+  char self[600], root[600];
+  snprintf(self, sizeof self, "%s/self", dir);
+  snprintf(root, sizeof root, "%s/fs", dir);
+  assert_true(fabs(prm__cgroup_cpu_limit(self, root) - 3.0) < 1e-12);
+  free(prm_test_write(dir, "fs/job/step/cpu.max", "150000 100000\n"));
+  assert_true(fabs(prm__cgroup_cpu_limit(self, root) - 1.5) < 1e-12);
+  free(prm_test_write(dir, "fs/job/step/cpu.max", "350000 100000\n"));
+  assert_true(fabs(prm__cgroup_cpu_limit(self, root) - 3.0) < 1e-12); /* the parent's is smaller */
+  /* Nothing limits: 0. Garbage: 0, not a made-up number. */
+  free(prm_test_write(dir, "fs/job/step/cpu.max", "max 100000\n"));
+  free(prm_test_write(dir, "fs/job/cpu.max", "lots 100000\n"));
+  assert_true(prm__cgroup_cpu_limit(self, root) == 0);
+  /* A container: /proc/self/cgroup names a path the mount does not have. */
+  free(prm_test_write(dir, "self", "0::/elsewhere/pod\n"));
+  free(prm_test_write(dir, "fs/cpu.max", "250000 100000\n"));
+  assert_true(fabs(prm__cgroup_cpu_limit(self, root) - 2.5) < 1e-12);
+  /* No such file: 0. */
+  assert_true(prm__cgroup_cpu_limit("/nonexistent/cgroup", root) == 0);
+
+  snprintf(dir, sizeof dir, "%s/cgroup-v1", prm_test_tmpdir());
+  free(prm_test_write(dir, "self", "12:memory:/x\n4:cpu,cpuacct:/slurm/job7\n0::/\n"));
+  free(prm_test_write(dir, "fs/cpu,cpuacct/slurm/job7/cpu.cfs_quota_us", "-1\n"));
+  free(prm_test_write(dir, "fs/cpu,cpuacct/slurm/job7/cpu.cfs_period_us", "100000\n"));
+  free(prm_test_write(dir, "fs/cpu,cpuacct/slurm/cpu.cfs_quota_us", "400000\n"));
+  free(prm_test_write(dir, "fs/cpu,cpuacct/slurm/cpu.cfs_period_us", "100000\n"));
+  snprintf(self, sizeof self, "%s/self", dir);
+  snprintf(root, sizeof root, "%s/fs", dir);
+  assert_true(fabs(prm__cgroup_cpu_limit(self, root) - 4.0) < 1e-12);
+
+  /* Detection caps the cores: 8 processors in the fixture's cpuinfo, a
+   * quota of 1.5 CPUs -> 2 cores, and `primus env` says why. */
+  snprintf(dir, sizeof dir, "%s/cgroup-fixture", prm_test_tmpdir());
+  char info[1024] = "";
+  for (int i = 0; i < 8; i++)
+    snprintf(info + strlen(info), sizeof info - strlen(info),
+             "processor\t: %d\nvendor_id\t: GenuineIntel\nmodel name\t: Test CPU\nflags\t\t: avx2\n\n", i);
+  free(prm_test_write(dir, "cpuinfo", info));
+  free(prm_test_write(dir, "proc/self/cgroup", "0::/\n"));
+  free(prm_test_write(dir, "fs/cgroup/cpu.max", "150000 100000\n"));
+  saved_env_t s = {0};
+  env_save_set(&s, "PRIMUS_SYSFS_ROOT", dir);
+  env_save_set(&s, "PRIMUS_PLATFORM_NO_SMI", "1");
+  prm_platform_t p;
+  prm_err_t err = {0};
+  assert_int_equal(prm_platform_detect(&p, &err), 0);
+  assert_int_equal(p.cpu_cores, 2);
+  assert_true(fabs(p.cpu_quota - 1.5) < 1e-12);
+  prm_sb_t sb = {0};
+  prm_platform_describe(&p, &sb);
+  assert_non_null(strstr(prm_sb_str(&sb), "2 CPUs, 1 NUMA node (cgroup quota 1.5 CPUs)"));
+  prm_sb_free(&sb);
+  /* platform.json keeps the quota. */
+  char *json = prm_platform_to_json(&p);
+  prm_platform_t back;
+  assert_int_equal(prm_platform_from_json(json, &back, &err), 0);
+  assert_true(fabs(back.cpu_quota - 1.5) < 1e-12);
+  free(json);
   env_restore(&s);
 }
 
@@ -790,6 +867,7 @@ int main(void) {
       cmocka_unit_test(test_detect_cpu_only_and_7),
       cmocka_unit_test(test_detect_kfd_and_mixed),
       cmocka_unit_test(test_detect_real_host),
+      cmocka_unit_test(test_cgroup_limit),
       cmocka_unit_test(test_smi_amd),
       cmocka_unit_test(test_smi_nvidia),
       cmocka_unit_test(test_smi_garbage_and_failure),

@@ -44,7 +44,9 @@ typedef struct {
   /* CPU */
   char cpu_model[128];
   char cpu_vendor[16];    /* "AuthenticAMD", "GenuineIntel" */
-  int cpu_cores;          /* online logical CPUs in our affinity mask */
+  int cpu_cores;          /* online logical CPUs in our affinity mask, capped by
+                           * the cgroup CPU quota rounded up */
+  double cpu_quota;       /* the cgroup CPU limit in CPUs (1.5), 0: none */
   int numa_nodes;
   int has_avx2, has_avx512f, has_avx512_bf16, has_amx;
   /* The platform name used for profiles and baselines: the accelerator

@@ -1,6 +1,7 @@
 /* detect.c - platform detection: accelerators from sysfs (DRM cards and the
  * KFD topology), refined by the vendors' SMI tools when they are in PATH;
- * the CPU from cpuid and the scheduler's affinity mask; NUMA nodes from
+ * the CPU from cpuid and the scheduler's affinity mask (capped by the
+ * cgroup CPU quota, cgroup.c); NUMA nodes from
  * hwloc. PRIMUS_SYSFS_ROOT points everything that reads /sys at a fixture
  * tree (see docs/platforms.md for the layout). */
 #define _GNU_SOURCE
@@ -10,6 +11,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <hwloc.h>
+#include <math.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -842,6 +844,18 @@ static void prm__detect_cpu(const prm__detect_t *d, prm_platform_t *p) {
     prm__cpu_cpuid(p);
 #endif
     p->cpu_cores = prm__cpu_affinity_count();
+  }
+  /* A cgroup CPU quota caps the cores a process may keep busy: 1.5 CPUs
+   * run 2 threads, not one per core of the host. */
+  char *cg_self = d->fixture ? prm_path_join(d->root, "proc/self/cgroup") : prm_xstrdup("/proc/self/cgroup");
+  char *cg_root = d->fixture ? prm_path_join(d->root, "fs/cgroup") : prm_xstrdup("/sys/fs/cgroup");
+  p->cpu_quota = prm__cgroup_cpu_limit(cg_self, cg_root);
+  free(cg_self);
+  free(cg_root);
+  if (p->cpu_quota > 0) {
+    int cap = (int)ceil(p->cpu_quota - 1e-9);
+    if (cap < 1) cap = 1;
+    if (cap < p->cpu_cores) p->cpu_cores = cap;
   }
   if (!p->cpu_model[0]) prm__strlcpy(p->cpu_model, "unknown", sizeof p->cpu_model);
   if (!p->cpu_vendor[0]) prm__strlcpy(p->cpu_vendor, "unknown", sizeof p->cpu_vendor);

@@ -51,6 +51,7 @@ char *prm_platform_to_json(const prm_platform_t *p) {
   cJSON_AddStringToObject(cpu, "model", p->cpu_model);
   cJSON_AddStringToObject(cpu, "vendor", p->cpu_vendor);
   cJSON_AddNumberToObject(cpu, "cores", p->cpu_cores);
+  if (p->cpu_quota > 0) cJSON_AddNumberToObject(cpu, "quota", p->cpu_quota);
   cJSON_AddNumberToObject(cpu, "numa_nodes", p->numa_nodes);
   cJSON_AddBoolToObject(cpu, "avx2", p->has_avx2);
   cJSON_AddBoolToObject(cpu, "avx512f", p->has_avx512f);
@@ -221,6 +222,10 @@ int prm_platform_from_json(const char *json, prm_platform_t *p, prm_err_t *err) 
     if (!rc) rc = prm__get_str(cpu, pc, "vendor", p->cpu_vendor, sizeof p->cpu_vendor, err);
     if (!rc) rc = prm__get_int(cpu, pc, "cores", 0, 1 << 24, &p->cpu_cores, err);
     if (!rc) rc = prm__get_int(cpu, pc, "numa_nodes", 0, 1 << 16, &p->numa_nodes, err);
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(cpu, "quota");
+    if (!rc && q && (!cJSON_IsNumber(q) || !(q->valuedouble > 0)))
+      rc = prm_errf(err, PRM_EPARSE, "platform.json: cpu.quota: expected a number of CPUs > 0");
+    if (!rc && q) p->cpu_quota = q->valuedouble;
     if (!rc) rc = prm__get_bool(cpu, pc, "avx2", &p->has_avx2, err);
     if (!rc) rc = prm__get_bool(cpu, pc, "avx512f", &p->has_avx512f, err);
     if (!rc) rc = prm__get_bool(cpu, pc, "avx512_bf16", &p->has_avx512_bf16, err);
@@ -322,9 +327,11 @@ void prm_platform_describe(const prm_platform_t *p, prm_sb_t *out) {
   } else {
     prm_sb_append(out, "accelerators:  none\n");
   }
-  prm_sb_appendf(out, "cpu:           %s (%s), %d CPUs, %d NUMA node%s\n",
+  prm_sb_appendf(out, "cpu:           %s (%s), %d CPUs, %d NUMA node%s",
                  prm__or_none(p->cpu_model), prm__or_none(p->cpu_vendor), p->cpu_cores,
                  p->numa_nodes, p->numa_nodes == 1 ? "" : "s");
+  if (p->cpu_quota > 0) prm_sb_appendf(out, " (cgroup quota %.4g CPUs)", p->cpu_quota);
+  prm_sb_append(out, "\n");
   prm_sb_appendf(out, "cpu isa:       avx2 %s, avx512f %s, avx512_bf16 %s, amx %s\n",
                  prm__yn(p->has_avx2), prm__yn(p->has_avx512f),
                  prm__yn(p->has_avx512_bf16), prm__yn(p->has_amx));

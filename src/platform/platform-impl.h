@@ -26,6 +26,12 @@ void prm__pci_bus_norm(char *dst, size_t n, const char *src);
 /* Copies with truncation and NUL termination. */
 void prm__strlcpy(char *dst, const char *src, size_t n);
 
+/* The CPU limit of this process's cgroups (cgroup.c), in CPUs (1.5 for a
+ * quota of 150000 per 100000 us), the smallest over the levels from its
+ * cgroup up; 0 when none limits it or the files are missing. self_cgroup
+ * is /proc/self/cgroup, cgroup_root the cgroup mount (/sys/fs/cgroup). */
+double prm__cgroup_cpu_limit(const char *self_cgroup, const char *cgroup_root);
+
 /* SMI output parsers (detect.c), exposed for the unit tests. Each returns
  * the number of GPUs it understood and, when that is not 0, replaces the
  * accelerators of its vendor in p; garbage yields 0 and leaves p alone. */
