@@ -754,6 +754,52 @@ static void test_xent(void **state) {
   free(c.logits), free(c.losses), free(dl), free(lf), free(lossf), free(dlf);
 }
 
+/* The vocabulary-slice pieces (tensor-parallel head): the vocabulary cut
+ * in two uneven slices, each slice's max / sum / target logit combined as
+ * the all-reduces would, against the double reference on the whole rows
+ * (targets in either slice, a masked row, a logit that would overflow). */
+static void test_xent_slices(void **state) {
+  (void)state;
+  prm_rng_t r;
+  prm_rng_seed(&r, 11);
+  enum { N = 7, V = 83, V0 = 37 }; /* slices [0, 37) and [37, 83) */
+  static const int32_t tg[N] = {3, -1, 82, 36, 37, 50, 0};
+  float *lf = falloc(N * V), *e = falloc(N * V);
+  double *ld = dalloc(N * V), *loss = dalloc(N), *dl = dalloc(N * V);
+  randn_pair(lf, ld, N * V, &r, 3);
+  lf[2 * V + 60] = 85.0f, ld[2 * V + 60] = 85.0;
+  prm_ref64_xent_forward(loss, ld, tg, N, V);
+  prm_ref64_xent_backward(dl, ld, tg, N, V, (double)0.37f);
+  for (int keep = 0; keep <= 1; keep++) {
+    const int64_t lo[2] = {0, V0}, n[2] = {V0, V - V0};
+    float *sl[2], mx[2][N];
+    double st[2][2 * N];
+    for (int k = 0; k < 2; k++) { /* each "rank" holds its slice's logits */
+      sl[k] = falloc(N * n[k]);
+      for (int i = 0; i < N; i++) memcpy(sl[k] + i * n[k], lf + i * V + lo[k], sizeof(float) * n[k]);
+      prm_xent_slice_max(mx[k], sl[k], N, n[k]);
+    }
+    for (int i = 0; i < N; i++) mx[0][i] = mx[1][i] = fmaxf(mx[0][i], mx[1][i]); /* MAX */
+    for (int k = 0; k < 2; k++) prm_xent_slice_sumexp(st[k], sl[k], mx[k], tg, N, n[k], lo[k], keep);
+    for (int i = 0; i < 2 * N; i++) st[0][i] = st[1][i] = st[0][i] + st[1][i]; /* SUM */
+    for (int i = 0; i < N; i++) {
+      double got = tg[i] < 0 ? 0 : log(st[0][2 * i]) + mx[0][i] - st[0][2 * i + 1];
+      assert_true(fabs(got - loss[i]) <= 1e-6 * fmax(1.0, fabs(loss[i])));
+    }
+    if (!keep) { /* the logits are left alone */
+      for (int i = 0; i < N; i++) assert_memory_equal(sl[0] + i * V0, lf + i * V, sizeof(float) * V0);
+    } else {
+      for (int k = 0; k < 2; k++) {
+        prm_xent_slice_grad(sl[k], st[k], tg, N, n[k], lo[k], 0.37f);
+        for (int i = 0; i < N; i++) memcpy(e + i * V + lo[k], sl[k] + i * n[k], sizeof(float) * n[k]);
+      }
+      assert_close("xent slice dlogits", e, dl, N * V, 1e-6);
+    }
+    free(sl[0]), free(sl[1]);
+  }
+  free(lf), free(e), free(ld), free(loss), free(dl);
+}
+
 /* The fused LM head against logits by GEMM, then xent, then the two
  * gradient GEMMs, for chunk sizes that do and do not divide N. */
 static void test_lmhead_xent(void **state) {
@@ -1154,7 +1200,8 @@ int main(void) {
       cmocka_unit_test(test_rope),           cmocka_unit_test(test_swiglu),
       cmocka_unit_test(test_attention_grad), cmocka_unit_test(test_attention_fp32),
       cmocka_unit_test(test_attention_fast_shapes),
-      cmocka_unit_test(test_xent),           cmocka_unit_test(test_lmhead_xent),
+      cmocka_unit_test(test_xent),           cmocka_unit_test(test_xent_slices),
+      cmocka_unit_test(test_lmhead_xent),
       cmocka_unit_test(test_adamw),          cmocka_unit_test(test_sumsq_scale),
       cmocka_unit_test(test_fast_add_swiglu), cmocka_unit_test(test_fast_rope),
       cmocka_unit_test(test_fast_rmsnorm),    cmocka_unit_test(test_fast_xent),

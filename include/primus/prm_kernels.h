@@ -219,6 +219,29 @@ double prm_xent_forward(float *losses /* (N) or NULL */, const float *logits /* 
 void prm_xent_backward(float *dlogits /* (N,V) */, const float *logits /* (N,V) */,
                        const int32_t *targets /* (N) */, int64_t N, int64_t V, float scale);
 
+/* Cross-entropy over a vocabulary split across ranks (the tensor-parallel
+ * LM head): logits (N,V) is this rank's slice, vocabulary ids [v0, v0+V).
+ * Three steps, with the caller's all-reduces between them:
+ *   prm_xent_slice_max:    mx[r] = the row's maximum (then MAX over ranks);
+ *   prm_xent_slice_sumexp: st[2r] = sum_j exp(logits[r,j] - mx[r]) in
+ *     double, st[2r+1] = the target's logit when this slice holds it, else
+ *     0 (then SUM over ranks); with keep = 1 the exponentials replace the
+ *     logits, for the gradient;
+ *   prm_xent_slice_grad:   logits[r,j] = scale (e[r,j] / st[2r] - [v0+j is
+ *     the target]) from the kept exponentials; 0 on rows whose target is
+ *     negative (masked).
+ * A row's loss is then log(st[2r]) + mx[r] - st[2r+1]. Exponentials as
+ * prm_xent_forward's (relative error below 2e-7); one thread per row in a
+ * fixed order, so results do not depend on the thread count. */
+void prm_xent_slice_max(float *mx /* (N) */, const float *logits /* (N,V) */, int64_t N,
+                        int64_t V);
+void prm_xent_slice_sumexp(double *st /* (N,2) */, float *logits /* (N,V) */,
+                           const float *mx /* (N) */, const int32_t *targets /* (N) */,
+                           int64_t N, int64_t V, int64_t v0, int keep);
+void prm_xent_slice_grad(float *e /* (N,V) */, const double *st /* (N,2) */,
+                         const int32_t *targets /* (N) */, int64_t N, int64_t V, int64_t v0,
+                         float scale);
+
 /* The LM head and its loss fused, over chunks of `chunk` rows so that only
  * a (chunk,V) logit buffer ever exists: for each chunk, logits = x W^T,
  * loss, then (when dx/dw are given) dlogits in place, dx = dlogits W and

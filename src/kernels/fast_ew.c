@@ -424,3 +424,49 @@ double prm__fast_xent(float *losses, float *dlogits, const float *logits,
   for (int64_t p = 0; p < PRM__NPART; p++) total += part[p];
   return total;
 }
+
+/* ======================================================================== */
+/* Cross-entropy over a vocabulary slice (tensor-parallel LM head)          */
+/* ======================================================================== */
+
+PRM__CLONES static float prm__slice_max_row(const float *x, int64_t V) { return prm__row_max(x, V); }
+
+/* st[0] = sum of exp(l - m), st[1] = the target's logit or 0, read before
+ * keep overwrites l with the exponentials. */
+PRM__CLONES static void prm__slice_sumexp_row(double *st, float *l, float m, int64_t t, int64_t V,
+                                              int keep) {
+  st[1] = t >= 0 && t < V ? (double)l[t] : 0.0;
+  st[0] = prm__row_sumexp(keep ? l : NULL, l, m, V);
+}
+
+PRM__CLONES static void prm__slice_grad_row(float *d, double se, int64_t t, int64_t V,
+                                            float scale) {
+  float inv = (float)((double)scale / se);
+  int64_t j = 0;
+  for (; j + 16 <= V; j += 16) prm__st(d + j, prm__ld(d + j) * inv);
+  for (; j < V; j++) d[j] *= inv;
+  if (t >= 0 && t < V) d[t] -= scale;
+}
+
+void prm_xent_slice_max(float *mx, const float *logits, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static) if (N * V >= PRM__EW_PAR)
+  for (int64_t r = 0; r < N; r++) mx[r] = prm__slice_max_row(logits + r * V, V);
+}
+
+void prm_xent_slice_sumexp(double *st, float *logits, const float *mx, const int32_t *targets,
+                           int64_t N, int64_t V, int64_t v0, int keep) {
+#pragma omp parallel for schedule(static) if (N * V >= PRM__EW_PAR)
+  for (int64_t r = 0; r < N; r++)
+    prm__slice_sumexp_row(st + 2 * r, logits + r * V, mx[r], (int64_t)targets[r] - v0, V, keep);
+}
+
+void prm_xent_slice_grad(float *e, const double *st, const int32_t *targets, int64_t N, int64_t V,
+                         int64_t v0, float scale) {
+#pragma omp parallel for schedule(static) if (N * V >= PRM__EW_PAR)
+  for (int64_t r = 0; r < N; r++) {
+    if (targets[r] < 0)
+      memset(e + r * V, 0, (size_t)V * sizeof(float));
+    else
+      prm__slice_grad_row(e + r * V, st[2 * r], (int64_t)targets[r] - v0, V, scale);
+  }
+}

@@ -163,40 +163,17 @@ double prm__tp_lmhead_xent(prm_llama_t *m, float *dx, float *dw, int64_t *count,
       prm_gemm_bf16(g, 0, 1, rows, V, C, 1.0f, x16, C, prm__w16(m, w), C, 0.0f, logits, V);
     else
       prm_sgemm(g, 0, 1, rows, V, C, 1.0f, xc, C, w, C, 0.0f, logits, V);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-      const float *l = logits + r * V;
-      float best = -INFINITY;
-      for (int64_t j = 0; j < V; j++) best = l[j] > best ? l[j] : best;
-      mx[r] = best;
-    }
+    int grads = dx || dw;
+    prm_xent_slice_max(mx, logits, rows, V);
     prm__tp_allreduce(m, mx, rows, PRM_COMM_F32, PRM_COMM_MAX);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-      const float *l = logits + r * V;
-      double s = 0;
-      for (int64_t j = 0; j < V; j++) s += expf(l[j] - mx[r]);
-      int64_t t = (int64_t)tc[r] - v0;
-      st[2 * r] = s;
-      st[2 * r + 1] = t >= 0 && t < V ? (double)l[t] : 0.0;
-    }
+    /* With gradients the exponentials stay in logits for the next step. */
+    prm_xent_slice_sumexp(st, logits, mx, tc, rows, V, v0, grads);
     prm__tp_allreduce(m, st, 2 * rows, PRM_COMM_F64, PRM_COMM_SUM);
     for (int64_t r = 0; r < rows; r++)
       if (tc[r] >= 0) total += log(st[2 * r]) + (double)mx[r] - st[2 * r + 1];
-    if (!dx && !dw) continue;
+    if (!grads) continue;
     /* dlogits = scale (softmax - onehot), on this rank's slice. */
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-      float *l = logits + r * V;
-      if (tc[r] < 0) {
-        memset(l, 0, (size_t)V * sizeof(float));
-        continue;
-      }
-      float inv = (float)((double)grad_scale / st[2 * r]);
-      for (int64_t j = 0; j < V; j++) l[j] = expf(l[j] - mx[r]) * inv;
-      int64_t t = (int64_t)tc[r] - v0;
-      if (t >= 0 && t < V) l[t] -= grad_scale;
-    }
+    prm_xent_slice_grad(logits, st, tc, rows, V, v0, grad_scale);
     const prm_bf16_t *d16 = prm__to16(m, 1, logits, rows * V);
     if (d16) {
       if (dx)
