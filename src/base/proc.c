@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <stdlib.h>
@@ -174,18 +175,40 @@ int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
     return rc;
   }
   prm_sb_t sb = {0};
+  int code = 127, reaped = 0;
   if (opts->capture) {
     char buf[8192];
+    int bounded = opts->timeout_s > 0 || opts->cancel;
+    double until = opts->timeout_s > 0 ? prm_time_now() + opts->timeout_s : 0;
     for (;;) {
+      if (bounded) {
+        /* Short slices, so a cancel is seen within 100 ms. A child that
+         * hangs is killed (with its group: its own children hold the pipe
+         * too); its output so far is kept, and EOF follows. */
+        struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+        int pr = poll(&pfd, 1, 100);
+        if (pr < 0 && errno != EINTR) break;
+        if (pr <= 0) {
+          if ((until > 0 && prm_time_now() >= until) || (opts->cancel && *opts->cancel)) {
+            kill(opts->new_pgrp ? -pid : pid, SIGKILL);
+            break;
+          }
+          continue;
+        }
+      }
       ssize_t r = read(pipefd[0], buf, sizeof buf);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) break;
       prm_sb_appendn(&sb, buf, (size_t)r);
     }
     close(pipefd[0]);
+    /* A child may close its output and still hang: the same bound holds
+     * for its exit. */
+    while (bounded && !reaped && !(reaped = prm_proc_wait(pid, 0.1, &code) != 0))
+      if ((until > 0 && prm_time_now() >= until) || (opts->cancel && *opts->cancel))
+        kill(opts->new_pgrp ? -pid : pid, SIGKILL);
   }
-  int code = 127;
-  prm_proc_wait(pid, -1, &code);
+  if (!reaped) prm_proc_wait(pid, -1, &code);
   if (opts->forward_signals) prm__fwd_restore(saved);
   if (status) *status = code;
   if (opts->out_len) *opts->out_len = sb.len;

@@ -156,6 +156,9 @@ static void prm__tm_register(prm__tm_t *tm) {
   tm->rank_compute = prm_metrics_gauge(r, "primus_rank_compute_seconds", "Step time of each rank without the communication it waited for.", rank);
   tm->spread = prm_metrics_gauge(r, "primus_rank_compute_spread_seconds", "Slowest minus fastest rank compute time of the last step.", NULL);
   prm_metrics_add_proc(r, NULL);
+  /* Accelerator figures: an SMI tool takes a second or more, so it runs in
+   * the background every 10 s; one that hangs is killed after 5. */
+  prm_metrics_add_accel(r, 10, 5);
   prm_metric_set(tm->restarts, NULL, (double)prm__this_attempt());
   /* The supervisor's PRIMUS_RESTART_CAUSES: "crash=1,hang=2". The three
    * causes it knows always show, at 0 when they never happened. */
