@@ -160,6 +160,12 @@ run train pretrain --config clash.yaml
 expect_rc "port in use" 3
 expect_in "error names metrics_port" "metrics_port $PORT (metrics_bind 127.0.0.1): 127.0.0.1:$PORT: cannot listen: Address already in use" "$ERR"
 
+# ---- the throughput alert's keys are checked before training ----
+exp badfrac "$PORT" "alert_throughput_fraction: 1.5"
+run train pretrain --config badfrac.yaml
+expect_rc "alert_throughput_fraction 1.5 refused" 2
+expect_in "error names the key" "alert_throughput_fraction: must be in [0, 1), got 1.5" "$ERR"
+
 # ---- metrics_bind is used when given (another loopback address) ----
 # (Every SMI tool in PATH prints garbage here: one WARN, no accelerator
 # series, training goes on.)
