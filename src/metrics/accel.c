@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,10 +263,14 @@ static int prm__accel_once(prm__accel_t *a, prm_accel_sample_t *s) {
   prm_argv_t argv = {0};
   prm_argv_push(&argv, a->path);
   for (int i = 1; q[i]; i++) prm_argv_push(&argv, q[i]);
+  /* stderr to /dev/null: a failing tool's chatter stays out of the run's
+   * log (the WARN says what went wrong). Its own group, so a kill reaches
+   * the children a wrapper script starts. */
   prm_proc_opts_t o = {.capture = 1,
+                       .quiet = 1,
                        .stdin_path = "/dev/null",
                        .new_pgrp = 1,
-                       .parent_death_signal = 9,
+                       .parent_death_signal = SIGKILL,
                        .timeout_s = a->timeout_s,
                        .cancel = &a->stop};
   int status = 0, n = 0;
