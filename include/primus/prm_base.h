@@ -285,6 +285,11 @@ typedef struct {
                                 group with new_pgrp) with SIGKILL after this long */
   const _Atomic int *cancel; /* prm_proc_run with capture: non-zero *cancel kills the
                                 child the same way (another thread stopping this one) */
+  int light;                 /* 1: start it with posix_spawn (vfork-like: this process's
+                                memory is not copied, which a large multi-threaded
+                                process with MPI needs); the child starts with default
+                                signal dispositions and an empty mask; cwd and
+                                parent_death_signal are then refused (PRM_EINVAL) */
 } prm_proc_opts_t;
 
 /* Runs argv[0] (searched in PATH) and waits. *status receives the exit code,

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,49 @@ static void prm__fwd_restore(const struct sigaction *saved) {
 
 /* ---- starting, waiting and replacing -------------------------------------- */
 
+/* prm__proc_start with posix_spawn (opts->light): the same redirections,
+ * without copying this process. glibc reports an exec failure as the
+ * return value. */
+static int prm__proc_start_light(char *const *argv, const prm_proc_opts_t *opts, int out_fd,
+                                 pid_t *out, prm_err_t *err) {
+  if (opts->cwd || opts->parent_death_signal)
+    return prm_errf(err, PRM_EINVAL, "%s: a light start takes neither cwd nor a parent-death signal",
+                    argv[0]);
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&at);
+  if (opts->stdin_path) posix_spawn_file_actions_addopen(&fa, 0, opts->stdin_path, O_RDONLY, 0);
+  if (opts->quiet) {
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  }
+  if (out_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+    if (opts->merge_stderr) posix_spawn_file_actions_adddup2(&fa, out_fd, 2);
+  }
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  posix_spawnattr_setsigmask(&at, &none);
+  posix_spawnattr_setsigdefault(&at, &all);
+  if (opts->new_pgrp) {
+    flags |= POSIX_SPAWN_SETPGROUP;
+    posix_spawnattr_setpgroup(&at, 0);
+  }
+  posix_spawnattr_setflags(&at, flags);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, opts->envp ? opts->envp : environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  if (rc) return prm_errf(err, PRM_ECHILD, "cannot run %s: %s", argv[0], strerror(rc));
+  *out = pid;
+  return 0;
+}
+
 /* Forks and execs argv with opts applied; out_fd >= 0 becomes the child's
  * stdout (and stderr with merge_stderr). Returns once the exec happened
  * (the close-on-exec errpipe closes) or failed (the child writes its errno
@@ -61,6 +105,11 @@ static void prm__fwd_restore(const struct sigaction *saved) {
  * not NULL, is the signal mask the child execs with. */
 static int prm__proc_start(char *const *argv, const prm_proc_opts_t *opts, int out_fd,
                            const sigset_t *child_mask, pid_t *out, prm_err_t *err) {
+  if (opts->light) {
+    if (child_mask)
+      return prm_errf(err, PRM_EINVAL, "%s: a light start cannot forward signals", argv[0]);
+    return prm__proc_start_light(argv, opts, out_fd, out, err);
+  }
   int errpipe[2]; /* reports exec failure from the child */
   if (pipe2(errpipe, O_CLOEXEC) != 0) return prm_errf(err, PRM_ECHILD, "pipe: %s", strerror(errno));
   fflush(stdout);

@@ -10,7 +10,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,12 +264,14 @@ static int prm__accel_once(prm__accel_t *a, prm_accel_sample_t *s) {
   for (int i = 1; q[i]; i++) prm_argv_push(&argv, q[i]);
   /* stderr to /dev/null: a failing tool's chatter stays out of the run's
    * log (the WARN says what went wrong). Its own group, so a kill reaches
-   * the children a wrapper script starts. */
+   * the children a wrapper script starts. A light start: forking the
+   * training process every period would copy its page tables (a pause for
+   * its threads) and its registered MPI buffers copy-on-write. */
   prm_proc_opts_t o = {.capture = 1,
                        .quiet = 1,
                        .stdin_path = "/dev/null",
                        .new_pgrp = 1,
-                       .parent_death_signal = SIGKILL,
+                       .light = 1,
                        .timeout_s = a->timeout_s,
                        .cancel = &a->stop};
   int status = 0, n = 0;
