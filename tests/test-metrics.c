@@ -330,7 +330,9 @@ static char *smi_output(const char *fixture, prm_smi_tool_t tool) {
   char *dir = prm_test_tool_dir(fixture, fixture + 4);
   const char *const *q = prm_smi_query_argv(tool);
   prm_argv_t a = {0};
-  prm_argv_push(&a, prm_xasprintf("%s/%s", dir, q[0]));
+  char *path = prm_xasprintf("%s/%s", dir, q[0]);
+  prm_argv_push(&a, path); /* (a copy) */
+  free(path);
   for (int i = 1; q[i]; i++) prm_argv_push(&a, q[i]);
   prm_proc_opts_t o = {.capture = 1, .stdin_path = "/dev/null"};
   int status = -1;
@@ -338,9 +340,6 @@ static char *smi_output(const char *fixture, prm_smi_tool_t tool) {
   prm_err_t err = {0};
   assert_int_equal(prm_proc_run(a.v, &o, &status, &out, &err), 0);
   assert_int_equal(status, 0);
-  free(a.v[0]);
-  a.v[0] = NULL;
-  a.n = 0;
   prm_argv_free(&a);
   free(dir);
   return out;
