@@ -164,6 +164,62 @@ static void test_proc(void **state) {
   char *w = prm_which("sh");
   assert_non_null(w);
   free(w);
+
+  /* A bound: a child that does not finish in time is killed with its
+   * group (the sleep under sh too), its output so far kept. */
+  char *hang[] = {"sh", "-c", "echo started; sleep 30; echo never", NULL};
+  prm_proc_opts_t bounded = {.capture = 1, .new_pgrp = 1, .timeout_s = 0.3};
+  double t0 = prm_time_now();
+  assert_int_equal(prm_proc_run(hang, &bounded, &st, &out, &err), 0);
+  assert_true(prm_time_now() - t0 < 5);
+  assert_int_equal(st, 128 + 9);
+  assert_string_equal(out, "started\n");
+  free(out);
+  /* A child that closes its output and goes on is bounded too. */
+  char *closed[] = {"sh", "-c", "exec >&-; sleep 30", NULL};
+  t0 = prm_time_now();
+  assert_int_equal(prm_proc_run(closed, &bounded, &st, &out, &err), 0);
+  assert_true(prm_time_now() - t0 < 5);
+  assert_int_equal(st, 128 + 9);
+  free(out);
+  /* A cancel flag set (by another thread) kills it within 100 ms. */
+  _Atomic int cancel = 1;
+  prm_proc_opts_t cancelled = {.capture = 1, .new_pgrp = 1, .cancel = &cancel};
+  t0 = prm_time_now();
+  assert_int_equal(prm_proc_run(hang, &cancelled, &st, &out, &err), 0);
+  assert_true(prm_time_now() - t0 < 5);
+  assert_int_equal(st, 128 + 9);
+  free(out);
+  /* In time: the exit code and the whole output as usual. */
+  char *quick[] = {"sh", "-c", "echo a; echo b >&2; exit 4", NULL};
+  assert_int_equal(prm_proc_run(quick, &bounded, &st, &out, &err), 0);
+  assert_int_equal(st, 4);
+  assert_string_equal(out, "a\n");
+  free(out);
+
+  /* A light (posix_spawn) start: the same redirections and codes. */
+  prm_proc_opts_t light = {.capture = 1, .quiet = 1, .light = 1, .new_pgrp = 1,
+                           .stdin_path = "/dev/null", .timeout_s = 5};
+  char *pg[] = {"sh", "-c", "echo \"$1\"; [ \"$(cut -d' ' -f5 /proc/$$/stat)\" = $$ ] && echo own-group; "
+                "read x; echo \"r$?\"; "
+                "echo err >&2; exit 6", "sh", "x; rm -rf ~", NULL};
+  assert_int_equal(prm_proc_run(pg, &light, &st, &out, &err), 0);
+  assert_int_equal(st, 6);
+  assert_non_null(strstr(out, "x; rm -rf ~\n"));
+  assert_non_null(strstr(out, "own-group\n")); /* new_pgrp */
+  assert_non_null(strstr(out, "r1\n"));        /* stdin is /dev/null: read fails */
+  assert_null(strstr(out, "err"));      /* quiet: stderr is gone */
+  free(out);
+  assert_int_equal(prm_proc_run(missing, &light, &st, NULL, &err), PRM_ECHILD);
+  assert_non_null(strstr(err.msg, "primus-nope"));
+  light.timeout_s = 0.3;
+  t0 = prm_time_now();
+  assert_int_equal(prm_proc_run(hang, &light, &st, &out, &err), 0);
+  assert_true(prm_time_now() - t0 < 5);
+  assert_int_equal(st, 128 + 9);
+  free(out);
+  prm_proc_opts_t bad = {.light = 1, .cwd = "/"};
+  assert_int_equal(prm_proc_run(quick, &bad, &st, NULL, &err), PRM_EINVAL);
 }
 
 static void test_proc_spawn(void **state) {

@@ -478,6 +478,9 @@ static void test_types_and_ranges(void **state) {
       {"      data_path: {a: 1}\n", "t.yaml:10: data_path: expected a string or a list"},
       {"      fault_tolerance: 3\n", "t.yaml:10: fault_tolerance: expected a map"},
       {"      metrics_port: 70000\n", "metrics_port: must be in [0, 65535], got 70000"},
+      {"      alert_throughput_window_s: 10\n", "alert_throughput_window_s: must be in [60, 604800], got 10"},
+      {"      alert_throughput_fraction: 1\n", "alert_throughput_fraction: must be in [0, 1), got 1"},
+      {"      alert_throughput_fraction: half\n", "alert_throughput_fraction: expected a number"},
       {"      num_query_groups: 3\n", "num_query_groups: must divide num_attention_heads (4)"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -593,7 +596,7 @@ static void test_shipped_presets(void **state) {
     assert_ptr_equal(prm_schema_find(keys[i].key), &keys[i]);
     native += keys[i].native;
   }
-  assert_int_equal(native, 11);
+  assert_int_equal(native, 13);
   assert_true(prm_schema_find("fault_tolerance.nan_policy")->native);
   assert_false(prm_schema_find("hidden_size")->native);
   assert_ptr_equal(prm_schema_find("global-batch-size"), prm_schema_find("global_batch_size"));

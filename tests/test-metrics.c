@@ -2,7 +2,9 @@
  * kind (labels, escaping, histogram buckets) byte for byte, definitions
  * that are refused, updates racing a render, the /proc collectors on
  * fixture files and on the real /proc, the HTTP endpoint (200, 404, a port
- * in use), and the trainer's in-flight alert detector. */
+ * in use), and the trainer's in-flight alert detector (a trailing median,
+ * a trailing throughput window on a synthetic clock). The SMI sampler has
+ * its own file, test-metrics-accel.c. */
 #define _GNU_SOURCE
 #include "testlib.h"
 #include "primus/prm_metrics.h"
@@ -335,34 +337,35 @@ static void test_alerts(void **state) {
   assert_true(prm__median(v, 4) == 2.5);
   /* Too few steps to judge: nothing fires even for a slow one. */
   for (int i = 0; i < PRM__ALERT_MIN - 1; i++) {
-    prm__alerts_step(&a, i == 3 ? 10.0 : 1.0, 100, fired, ref);
+    prm__alerts_step(&a, i == 3 ? 10.0 : 1.0, i == 3 ? 1000 : 100, fired, ref);
     assert_int_equal(fired[PRM__ALERT_STEP_TIME] + fired[PRM__ALERT_THROUGHPUT], 0);
   }
   for (int i = 0; i < 20; i++) {
     prm__alerts_step(&a, 1.0, 100, fired, ref);
     assert_int_equal(fired[PRM__ALERT_STEP_TIME] + fired[PRM__ALERT_THROUGHPUT], 0);
   }
-  /* 2.5 x: throughput below half, step time not above 3 x. */
-  prm__alerts_step(&a, 2.5, 40, fired, ref);
+  /* (Tokens are 100 per second of a normal step: the window's rate is 100.)
+   * 2.5 x: throughput below half, step time not above 3 x. */
+  prm__alerts_step(&a, 2.5, 100, fired, ref);
   assert_int_equal(fired[PRM__ALERT_STEP_TIME], 0);
   assert_int_equal(fired[PRM__ALERT_THROUGHPUT], 1);
   assert_true(ref[PRM__ALERT_THROUGHPUT] == 100);
-  prm__alerts_step(&a, 3.5, 28, fired, ref); /* throughput still low: not again */
+  prm__alerts_step(&a, 3.5, 98, fired, ref); /* throughput still low: not again */
   assert_int_equal(fired[PRM__ALERT_STEP_TIME], 1);
   assert_int_equal(fired[PRM__ALERT_THROUGHPUT], 0);
   assert_true(ref[PRM__ALERT_STEP_TIME] == 1.0);
   prm__alerts_step(&a, 1.0, 100, fired, ref); /* back to normal */
-  prm__alerts_step(&a, 4.0, 25, fired, ref);  /* within the cool-down: quiet */
+  prm__alerts_step(&a, 4.0, 100, fired, ref);  /* within the cool-down: quiet */
   assert_int_equal(fired[PRM__ALERT_STEP_TIME] + fired[PRM__ALERT_THROUGHPUT], 0);
   for (int i = 0; i < PRM__ALERT_COOLDOWN; i++) prm__alerts_step(&a, 1.0, 100, fired, ref);
-  prm__alerts_step(&a, 4.0, 25, fired, ref); /* fires again */
+  prm__alerts_step(&a, 4.0, 100, fired, ref); /* fires again */
   assert_int_equal(fired[PRM__ALERT_STEP_TIME], 1);
   assert_int_equal(fired[PRM__ALERT_THROUGHPUT], 1);
   /* Millisecond steps: 10 x slower but under 50 ms more is jitter. */
   prm__alerts_t q;
   prm__alerts_reset(&q);
-  for (int i = 0; i < 20; i++) prm__alerts_step(&q, 0.001, 1e5, fired, ref);
-  prm__alerts_step(&q, 0.01, 1e4, fired, ref);
+  for (int i = 0; i < 20; i++) prm__alerts_step(&q, 0.001, 100, fired, ref);
+  prm__alerts_step(&q, 0.01, 100, fired, ref);
   assert_int_equal(fired[PRM__ALERT_STEP_TIME] + fired[PRM__ALERT_THROUGHPUT], 0);
   /* Straggler: one rank's compute 2 x the median of four. */
   double c[] = {1.0, 1.02, 2.0, 0.98};
@@ -377,6 +380,90 @@ static void test_alerts(void **state) {
   assert_string_equal(prm__alert_name(PRM__ALERT_LOSS_SPIKE), "loss_spike");
 }
 
+/* The throughput alert against the trailing window, on a synthetic clock. */
+typedef struct {
+  double t;
+} fake_clock_t;
+static double fake_now(void *ctx) { return ((fake_clock_t *)ctx)->t; }
+
+/* n steps of `seconds` each training `tokens`, back to back on the clock;
+ * returns how many fired the throughput alert. */
+static int tps_steps(prm__alerts_t *a, fake_clock_t *c, int n, double seconds, double tokens,
+                     double *ref_out) {
+  int fired[PRM__ALERT_COUNT], fires = 0;
+  double ref[PRM__ALERT_COUNT] = {0};
+  for (int i = 0; i < n; i++) {
+    c->t += seconds;
+    prm__alerts_step(a, seconds, tokens, fired, ref);
+    fires += fired[PRM__ALERT_THROUGHPUT];
+  }
+  if (ref_out) *ref_out = ref[PRM__ALERT_THROUGHPUT];
+  return fires;
+}
+
+static void test_alerts_window(void **state) {
+  (void)state;
+  prm__alerts_t a;
+  fake_clock_t c = {1000};
+  double ref = 0;
+  prm__alerts_reset(&a);
+  assert_true(a.tps_window_s == 3600 && a.tps_fraction == 0.5);
+  a.clock = fake_now;
+  a.clock_ctx = &c;
+  /* An hour of 100 tokens/s in 1 s steps, then a drop to 40: fires once,
+   * against the hour's 100, however long the drop lasts. */
+  assert_int_equal(tps_steps(&a, &c, 3600, 1.0, 100, NULL), 0);
+  assert_int_equal(tps_steps(&a, &c, 1, 2.5, 100, &ref), 1);
+  assert_true(fabs(ref - 100) < 1e-9);
+  assert_int_equal(tps_steps(&a, &c, 300, 2.5, 100, NULL), 0);
+  /* After a window of it, 40 tokens/s is the reference: the old hour no
+   * longer counts, and a further halving is a new drop. */
+  assert_int_equal(tps_steps(&a, &c, 1500, 2.5, 100, &ref), 0);
+  assert_true(fabs(ref - 40) < 1e-9);
+  assert_int_equal(tps_steps(&a, &c, 1, 6.0, 100, NULL), 1);
+
+  /* A slow period older than the window does not drag the reference down:
+   * half an hour at 10 tokens/s, then just over an hour at 100; a step at
+   * 45 fires (against 100; with the slow period it would be 70.5 and 45
+   * above its half). */
+  prm__alerts_reset(&a);
+  a.clock = fake_now;
+  a.clock_ctx = &c;
+  assert_int_equal(tps_steps(&a, &c, 180, 10.0, 100, NULL), 0);
+  assert_int_equal(tps_steps(&a, &c, 3700, 1.0, 100, NULL), 0);
+  assert_int_equal(tps_steps(&a, &c, 1, 100.0 / 45, 100, &ref), 1);
+  assert_true(fabs(ref - 100) < 1e-9);
+
+  /* Too little history: fewer than PRM__ALERT_MIN steps in the window never
+   * fire, whether the run is young or its steps are hours apart. */
+  prm__alerts_reset(&a);
+  a.clock = fake_now;
+  a.clock_ctx = &c;
+  assert_int_equal(tps_steps(&a, &c, PRM__ALERT_MIN - 1, 1.0, 100, NULL), 0);
+  assert_int_equal(tps_steps(&a, &c, 1, 50.0, 100, NULL), 0);
+  prm__alerts_reset(&a);
+  a.clock = fake_now;
+  a.clock_ctx = &c;
+  for (int i = 0; i < 30; i++) {
+    c.t += 2 * 3600 + 420; /* idle two hours and 7 minutes (another bucket), then one step */
+    assert_int_equal(tps_steps(&a, &c, 1, i == 29 ? 50.0 : 1.0, 100, NULL), 0);
+  }
+
+  /* A shorter window and another fraction, as the config keys set them. */
+  prm__alerts_reset(&a);
+  a.clock = fake_now;
+  a.clock_ctx = &c;
+  a.tps_window_s = 600;
+  a.tps_fraction = 0.8;
+  assert_int_equal(tps_steps(&a, &c, 600, 1.0, 100, NULL), 0);
+  assert_int_equal(tps_steps(&a, &c, 1, 1.0 / 0.85, 100, NULL), 0); /* 85 % of the rate */
+  assert_int_equal(tps_steps(&a, &c, 1, 1.0 / 0.75, 100, NULL), 1); /* 75 % */
+  /* fraction 0: the throughput alert is off. */
+  a.tps_fraction = 0;
+  assert_int_equal(tps_steps(&a, &c, 20, 1.0, 100, NULL), 0);
+  assert_int_equal(tps_steps(&a, &c, 1, 50.0, 100, NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_counter_gauge), cmocka_unit_test(test_escaping),
@@ -384,6 +471,7 @@ int main(void) {
       cmocka_unit_test(test_bad_definitions), cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_proc_fixture),  cmocka_unit_test(test_proc_real),
       cmocka_unit_test(test_http),          cmocka_unit_test(test_alerts),
+      cmocka_unit_test(test_alerts_window),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -281,10 +281,19 @@ typedef struct {
   int new_pgrp;              /* 1: the child leads a new process group (signal it as -pid) */
   int parent_death_signal;   /* non-zero: the child gets this signal when this process
                                 dies, even by SIGKILL (Linux PR_SET_PDEATHSIG) */
+  double timeout_s;          /* prm_proc_run with capture: > 0 kills the child (its
+                                group with new_pgrp) with SIGKILL after this long */
+  const _Atomic int *cancel; /* prm_proc_run with capture: non-zero *cancel kills the
+                                child the same way (another thread stopping this one) */
+  int light;                 /* 1: start it with posix_spawn (vfork-like: this process's
+                                memory is not copied, which a large multi-threaded
+                                process with MPI needs); the child starts with default
+                                signal dispositions and an empty mask; cwd and
+                                parent_death_signal are then refused (PRM_EINVAL) */
 } prm_proc_opts_t;
 
 /* Runs argv[0] (searched in PATH) and waits. *status receives the exit code,
- * or 128+signal when the child was killed. Returns PRM_ECHILD with a message
+ * or 128+signal when the child was killed (137 after timeout_s or cancel). Returns PRM_ECHILD with a message
  * when the program could not be started (exit code 127 by convention).
  * With capture, *out (caller frees) holds what the child printed.
  * With forward_signals, a signal typed at the terminal is not sent again:

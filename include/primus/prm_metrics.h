@@ -103,6 +103,40 @@ void prm_metrics_fmt_value(char *buf, size_t n, double v);
  * series out (never an error). The registry owns the collector's state. */
 void prm_metrics_add_proc(prm_metrics_t *r, const char *root);
 
+/* ---- accelerators from SMI tools (accel.c) ---- */
+
+typedef enum { PRM_SMI_AMD, PRM_SMI_ROCM, PRM_SMI_NVIDIA, PRM_SMI__COUNT } prm_smi_tool_t;
+const char *prm_smi_tool_name(prm_smi_tool_t t); /* "amd-smi", "rocm-smi", "nvidia-smi" */
+/* The query the sampler runs (NULL-terminated; argv[0] is the tool's name). */
+const char *const *prm_smi_query_argv(prm_smi_tool_t t);
+
+#define PRM_ACCEL_MAX 64
+/* One device's figures; NAN for one the tool did not give or gave out of
+ * range (a sentinel is never published). */
+typedef struct {
+  int device;         /* the tool's device index */
+  double util;        /* busy fraction, 0 to 1 */
+  double mem_used, mem_total; /* bytes */
+  double temp_c;      /* hotspot (junction) where the tool has it, else edge */
+  double power_w;
+} prm_accel_sample_t;
+
+/* Parses the output of prm_smi_query_argv(tool) into at most max samples.
+ * Returns the number of devices (>= 1), or PRM_EPARSE quoting the start of
+ * the output when it holds no device figures (garbage, an error text). */
+int prm_smi_parse(prm_smi_tool_t tool, const char *out, prm_accel_sample_t *s, int max,
+                  prm_err_t *err);
+
+/* Registers primus_accel_* gauges (docs/metrics.md) with a device label and
+ * starts a thread that runs the first SMI tool found in PATH (amd-smi,
+ * rocm-smi, nvidia-smi) every period_s seconds, killing it after timeout_s;
+ * renders publish its last good sample. Output it cannot parse, a non-zero
+ * exit or a timeout is one WARN per run and no new figures. Returns 1 when
+ * the sampler runs, 0 when no tool is in PATH or PRIMUS_PLATFORM_NO_SMI is
+ * set (no series, no message above debug). The registry owns the thread:
+ * prm_metrics_free stops it, killing a tool still running. */
+int prm_metrics_add_accel(prm_metrics_t *r, double period_s, double timeout_s);
+
 /* ---- HTTP endpoint (http.c) ---- */
 
 typedef struct prm_metrics_server prm_metrics_server_t;

@@ -47,6 +47,8 @@ typedef struct {
   const char *gemm; /* backend name from $PRIMUS_GEMM, or NULL: best */
   int metrics_port;             /* Prometheus endpoint on rank 0; 0: off (docs/metrics.md) */
   const char *metrics_bind;     /* its address; NULL: 127.0.0.1 */
+  double alert_tps_window_s;    /* alert_throughput_window_s: the trailing window (s) */
+  double alert_tps_fraction;    /* alert_throughput_fraction; 0: no throughput alert */
 } prm_train_opts_t;
 
 /* Reads and checks the module keys: model shape (vocab_size from the

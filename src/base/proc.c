@@ -5,7 +5,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +55,49 @@ static void prm__fwd_restore(const struct sigaction *saved) {
 
 /* ---- starting, waiting and replacing -------------------------------------- */
 
+/* prm__proc_start with posix_spawn (opts->light): the same redirections,
+ * without copying this process. glibc reports an exec failure as the
+ * return value. */
+static int prm__proc_start_light(char *const *argv, const prm_proc_opts_t *opts, int out_fd,
+                                 pid_t *out, prm_err_t *err) {
+  if (opts->cwd || opts->parent_death_signal)
+    return prm_errf(err, PRM_EINVAL, "%s: a light start takes neither cwd nor a parent-death signal",
+                    argv[0]);
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&at);
+  if (opts->stdin_path) posix_spawn_file_actions_addopen(&fa, 0, opts->stdin_path, O_RDONLY, 0);
+  if (opts->quiet) {
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  }
+  if (out_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+    if (opts->merge_stderr) posix_spawn_file_actions_adddup2(&fa, out_fd, 2);
+  }
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  posix_spawnattr_setsigmask(&at, &none);
+  posix_spawnattr_setsigdefault(&at, &all);
+  if (opts->new_pgrp) {
+    flags |= POSIX_SPAWN_SETPGROUP;
+    posix_spawnattr_setpgroup(&at, 0);
+  }
+  posix_spawnattr_setflags(&at, flags);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, opts->envp ? opts->envp : environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  if (rc) return prm_errf(err, PRM_ECHILD, "cannot run %s: %s", argv[0], strerror(rc));
+  *out = pid;
+  return 0;
+}
+
 /* Forks and execs argv with opts applied; out_fd >= 0 becomes the child's
  * stdout (and stderr with merge_stderr). Returns once the exec happened
  * (the close-on-exec errpipe closes) or failed (the child writes its errno
@@ -60,6 +105,11 @@ static void prm__fwd_restore(const struct sigaction *saved) {
  * not NULL, is the signal mask the child execs with. */
 static int prm__proc_start(char *const *argv, const prm_proc_opts_t *opts, int out_fd,
                            const sigset_t *child_mask, pid_t *out, prm_err_t *err) {
+  if (opts->light) {
+    if (child_mask)
+      return prm_errf(err, PRM_EINVAL, "%s: a light start cannot forward signals", argv[0]);
+    return prm__proc_start_light(argv, opts, out_fd, out, err);
+  }
   int errpipe[2]; /* reports exec failure from the child */
   if (pipe2(errpipe, O_CLOEXEC) != 0) return prm_errf(err, PRM_ECHILD, "pipe: %s", strerror(errno));
   fflush(stdout);
@@ -174,18 +224,40 @@ int prm_proc_run(char *const *argv, const prm_proc_opts_t *opts, int *status,
     return rc;
   }
   prm_sb_t sb = {0};
+  int code = 127, reaped = 0;
   if (opts->capture) {
     char buf[8192];
+    int bounded = opts->timeout_s > 0 || opts->cancel;
+    double until = opts->timeout_s > 0 ? prm_time_now() + opts->timeout_s : 0;
     for (;;) {
+      if (bounded) {
+        /* Short slices, so a cancel is seen within 100 ms. A child that
+         * hangs is killed (with its group: its own children hold the pipe
+         * too); its output so far is kept, and EOF follows. */
+        struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+        int pr = poll(&pfd, 1, 100);
+        if (pr < 0 && errno != EINTR) break;
+        if (pr <= 0) {
+          if ((until > 0 && prm_time_now() >= until) || (opts->cancel && *opts->cancel)) {
+            kill(opts->new_pgrp ? -pid : pid, SIGKILL);
+            break;
+          }
+          continue;
+        }
+      }
       ssize_t r = read(pipefd[0], buf, sizeof buf);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) break;
       prm_sb_appendn(&sb, buf, (size_t)r);
     }
     close(pipefd[0]);
+    /* A child may close its output and still hang: the same bound holds
+     * for its exit. */
+    while (bounded && !reaped && !(reaped = prm_proc_wait(pid, 0.1, &code) != 0))
+      if ((until > 0 && prm_time_now() >= until) || (opts->cancel && *opts->cancel))
+        kill(opts->new_pgrp ? -pid : pid, SIGKILL);
   }
-  int code = 127;
-  prm_proc_wait(pid, -1, &code);
+  if (!reaped) prm_proc_wait(pid, -1, &code);
   if (opts->forward_signals) prm__fwd_restore(saved);
   if (status) *status = code;
   if (opts->out_len) *opts->out_len = sb.len;

@@ -36,7 +36,7 @@ static const double prm__step_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
                                            1,     2.5,  5,     10,   30,  60,  120};
 
 /* ------------------------------------------------------------------------ */
-/* Alerts: trailing medians, edge-triggered                                  */
+/* Alerts: a trailing median and a trailing window, edge-triggered           */
 /* ------------------------------------------------------------------------ */
 
 static const char *const prm__alert_names[] = {"step_time", "throughput", "loss_spike",
@@ -46,7 +46,17 @@ _Static_assert(sizeof prm__alert_names / sizeof prm__alert_names[0] == PRM__ALER
 
 const char *prm__alert_name(prm__alert_kind_t k) { return prm__alert_names[k]; }
 
-void prm__alerts_reset(prm__alerts_t *a) { memset(a, 0, sizeof *a); }
+static double prm__real_clock(void *ctx) {
+  (void)ctx;
+  return prm_time_now();
+}
+
+void prm__alerts_reset(prm__alerts_t *a) {
+  memset(a, 0, sizeof *a);
+  a->tps_window_s = PRM__ALERT_TPS_WINDOW_S;
+  a->tps_fraction = PRM__ALERT_TPS_FRACTION;
+  a->clock = prm__real_clock;
+}
 
 static int prm__cmp_double(const void *x, const void *y) {
   double a = *(const double *)x, b = *(const double *)y;
@@ -62,21 +72,48 @@ double prm__median(const double *v, int n) {
   return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
 }
 
-/* Sets out[kind] = 1 for a condition that starts at this step (it was not
- * true at the previous step) and fills *ref with the medians compared
- * against; then the step joins the window. */
-void prm__alerts_step(prm__alerts_t *a, double seconds, double tps, int fired[PRM__ALERT_COUNT],
+/* The bucket number of time t: window / PRM__ALERT_TPS_BUCKETS seconds each. */
+static int64_t prm__tps_bucket_id(const prm__alerts_t *a, double t) {
+  return (int64_t)floor(t / (a->tps_window_s / PRM__ALERT_TPS_BUCKETS));
+}
+
+/* Tokens/s of the steps that ended in the window up to bucket `now`
+ * (tokens over their step seconds, so idle time between steps, such as
+ * evaluation or a checkpoint, does not count); *steps gets their number. */
+static double prm__tps_window(const prm__alerts_t *a, int64_t now, int *steps) {
+  double tokens = 0, seconds = 0;
+  *steps = 0;
+  for (int i = 0; i < PRM__ALERT_TPS_BUCKETS; i++) {
+    const prm__tps_bucket_t *b = &a->tps[i];
+    if (b->steps && b->id <= now && now - b->id < PRM__ALERT_TPS_BUCKETS) {
+      tokens += b->tokens;
+      seconds += b->seconds;
+      *steps += b->steps;
+    }
+  }
+  return seconds > 0 ? tokens / seconds : 0;
+}
+
+void prm__alerts_step(prm__alerts_t *a, double seconds, double tokens, int fired[PRM__ALERT_COUNT],
                       double ref[PRM__ALERT_COUNT]) {
   memset(fired, 0, PRM__ALERT_COUNT * sizeof *fired);
   int cond[PRM__ALERT_COUNT] = {0};
   a->calls++;
   if (a->n >= PRM__ALERT_MIN) {
     double med = prm__median(a->seconds, a->n);
-    int slower = seconds - med > PRM__ALERT_MIN_EXCESS_S;
     ref[PRM__ALERT_STEP_TIME] = med;
-    ref[PRM__ALERT_THROUGHPUT] = prm__median(a->tps, a->n);
-    cond[PRM__ALERT_STEP_TIME] = slower && seconds > PRM__ALERT_STEP_K * med;
-    cond[PRM__ALERT_THROUGHPUT] = slower && tps < PRM__ALERT_TPS_FRACTION * ref[PRM__ALERT_THROUGHPUT];
+    cond[PRM__ALERT_STEP_TIME] = seconds - med > PRM__ALERT_MIN_EXCESS_S && seconds > PRM__ALERT_STEP_K * med;
+  }
+  /* Throughput: below the fraction of the window's, and at least 50 ms
+   * slower than the window's rate would have taken for these tokens. */
+  int64_t now = prm__tps_bucket_id(a, a->clock(a->clock_ctx));
+  int steps;
+  double win = prm__tps_window(a, now, &steps);
+  double tps = seconds > 0 ? tokens / seconds : 0;
+  if (steps >= PRM__ALERT_MIN && win > 0 && a->tps_fraction > 0) {
+    ref[PRM__ALERT_THROUGHPUT] = win;
+    cond[PRM__ALERT_THROUGHPUT] = tps < a->tps_fraction * win &&
+                                  seconds - tokens / win > PRM__ALERT_MIN_EXCESS_S;
   }
   for (int k = PRM__ALERT_STEP_TIME; k <= PRM__ALERT_THROUGHPUT; k++) {
     fired[k] = cond[k] && !a->active[k] &&
@@ -85,9 +122,16 @@ void prm__alerts_step(prm__alerts_t *a, double seconds, double tps, int fired[PR
     a->active[k] = cond[k];
   }
   a->seconds[a->next] = seconds;
-  a->tps[a->next] = tps;
   a->next = (a->next + 1) % PRM__ALERT_WINDOW;
   if (a->n < PRM__ALERT_WINDOW) a->n++;
+  if (seconds > 0 && tokens >= 0) {
+    prm__tps_bucket_t *b = &a->tps[((now % PRM__ALERT_TPS_BUCKETS) + PRM__ALERT_TPS_BUCKETS) %
+                                   PRM__ALERT_TPS_BUCKETS];
+    if (b->id != now || !b->steps) *b = (prm__tps_bucket_t){.id = now};
+    b->tokens += tokens;
+    b->seconds += seconds;
+    b->steps++;
+  }
 }
 
 /* Straggler: the slowest rank's compute time (its step without the
@@ -156,6 +200,9 @@ static void prm__tm_register(prm__tm_t *tm) {
   tm->rank_compute = prm_metrics_gauge(r, "primus_rank_compute_seconds", "Step time of each rank without the communication it waited for.", rank);
   tm->spread = prm_metrics_gauge(r, "primus_rank_compute_spread_seconds", "Slowest minus fastest rank compute time of the last step.", NULL);
   prm_metrics_add_proc(r, NULL);
+  /* Accelerator figures: an SMI tool takes a second or more, so it runs in
+   * the background every 10 s; one that hangs is killed after 5. */
+  prm_metrics_add_accel(r, 10, 5);
   prm_metric_set(tm->restarts, NULL, (double)prm__this_attempt());
   /* The supervisor's PRIMUS_RESTART_CAUSES: "crash=1,hang=2". The three
    * causes it knows always show, at 0 when they never happened. */
@@ -191,6 +238,9 @@ int prm__tm_open(prm__tm_t **out, const prm_train_opts_t *o, prm__dp_t *dp, prm_
   prm__tm_t *tm = prm_xcalloc(1, sizeof *tm);
   tm->dp = dp;
   tm->spike_zscore = o->spike_zscore;
+  prm__alerts_reset(&tm->alerts);
+  tm->alerts.tps_window_s = o->alert_tps_window_s;
+  tm->alerts.tps_fraction = o->alert_tps_fraction;
   tm->gather = prm_xcalloc(2 * (size_t)dp->all_size, sizeof *tm->gather);
   tm->nsteps = o->train_iters + 1;
   tm->last_s = prm_xcalloc((size_t)tm->nsteps, sizeof *tm->last_s);
@@ -312,7 +362,7 @@ int prm__tm_step(prm__tm_t *tm, FILE *events, const prm__tm_step_t *s, prm_err_t
   }
   int fired[PRM__ALERT_COUNT];
   double ref[PRM__ALERT_COUNT] = {0};
-  prm__alerts_step(&tm->alerts, s->seconds, tps, fired, ref);
+  prm__alerts_step(&tm->alerts, s->seconds, (double)s->tokens_step, fired, ref);
   char what[160];
   if (fired[PRM__ALERT_STEP_TIME]) {
     snprintf(what, sizeof what, "step took %.3f s, above %.0fx the trailing median %.3f s",
@@ -321,10 +371,11 @@ int prm__tm_step(prm__tm_t *tm, FILE *events, const prm__tm_step_t *s, prm_err_t
                PRM__ALERT_STEP_K * ref[PRM__ALERT_STEP_TIME], what);
   }
   if (fired[PRM__ALERT_THROUGHPUT]) {
-    snprintf(what, sizeof what, "%.0f tokens/s, below %.0f%% of the trailing median %.0f",
-             tps, 100 * PRM__ALERT_TPS_FRACTION, ref[PRM__ALERT_THROUGHPUT]);
+    snprintf(what, sizeof what, "%.0f tokens/s, below %.0f%% of the %.0f tokens/s of the trailing %.0f s",
+             tps, 100 * tm->alerts.tps_fraction, ref[PRM__ALERT_THROUGHPUT],
+             tm->alerts.tps_window_s);
     prm__alert(tm, events, PRM__ALERT_THROUGHPUT, s->step, tps,
-               PRM__ALERT_TPS_FRACTION * ref[PRM__ALERT_THROUGHPUT], what);
+               tm->alerts.tps_fraction * ref[PRM__ALERT_THROUGHPUT], what);
   }
   return 0;
 }

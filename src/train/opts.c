@@ -262,6 +262,20 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                                err));
   o->metrics_port = (int)mport;
   o->metrics_bind = prm_exp_get_str(e, "metrics_bind");
+  PRM__F("alert_throughput_window_s", 3600, &o->alert_tps_window_s);
+  PRM__F("alert_throughput_fraction", 0.5, &o->alert_tps_fraction);
+  if (!(o->alert_tps_window_s >= 60 && o->alert_tps_window_s <= 604800))
+    return prm__prefix_origin(e, "alert_throughput_window_s",
+                              (prm_errf(err, PRM_ECONFIG,
+                                        "alert_throughput_window_s: expected 60 to 604800 "
+                                        "seconds, got %g", o->alert_tps_window_s),
+                               err));
+  if (!(o->alert_tps_fraction >= 0 && o->alert_tps_fraction < 1))
+    return prm__prefix_origin(e, "alert_throughput_fraction",
+                              (prm_errf(err, PRM_ECONFIG,
+                                        "alert_throughput_fraction: expected 0 (off) up to but "
+                                        "not including 1, got %g", o->alert_tps_fraction),
+                               err));
   const char *gemm = getenv("PRIMUS_GEMM");
   o->gemm = gemm && *gemm ? gemm : NULL;
 #undef PRM__I

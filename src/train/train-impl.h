@@ -280,14 +280,21 @@ void prm__emit(FILE *events, const char *fmt, ...) PRM_PRINTF(2, 3);
 
 /* ---- metrics.c: live metrics and in-flight alerts (docs/metrics.md) ---- */
 
-/* Alerts compare a step with the trailing PRM__ALERT_WINDOW steps (from
- * PRM__ALERT_MIN of them on), and fire when a condition starts, not on
- * every step it lasts, and at most once per PRM__ALERT_COOLDOWN steps of
- * a kind. */
+/* The step-time alert compares a step with the median of the trailing
+ * PRM__ALERT_WINDOW steps; the throughput alert compares its tokens/s with
+ * the throughput (tokens over step seconds) of the trailing window of wall
+ * time (alert_throughput_window_s, an hour by default), kept in
+ * PRM__ALERT_TPS_BUCKETS buckets of window / PRM__ALERT_TPS_BUCKETS seconds
+ * each (constant memory; the window is exact to one bucket). Both wait for
+ * PRM__ALERT_MIN steps of history (in the window, for throughput), fire
+ * when a condition starts, not on every step it lasts, and at most once per
+ * PRM__ALERT_COOLDOWN steps of a kind. */
 #define PRM__ALERT_WINDOW 50
 #define PRM__ALERT_MIN 10
 #define PRM__ALERT_STEP_K 3.0          /* step time above 3 x the median */
-#define PRM__ALERT_TPS_FRACTION 0.5    /* tokens/s below half the median */
+#define PRM__ALERT_TPS_WINDOW_S 3600.0 /* alert_throughput_window_s's default */
+#define PRM__ALERT_TPS_FRACTION 0.5    /* alert_throughput_fraction's default */
+#define PRM__ALERT_TPS_BUCKETS 60      /* one-minute buckets for an hour */
 #define PRM__ALERT_STRAGGLER_K 1.5     /* a rank's compute above 1.5 x the ranks' median */
 #define PRM__ALERT_MIN_EXCESS_S 0.05   /* every time alert: at least 50 ms slower too, so
                                         * millisecond steps do not alert on jitter */
@@ -300,16 +307,32 @@ typedef enum {
   PRM__ALERT_COUNT
 } prm__alert_kind_t;
 typedef struct {
-  double seconds[PRM__ALERT_WINDOW], tps[PRM__ALERT_WINDOW];
+  int64_t id;             /* floor(time / bucket width); the bucket is empty when stale */
+  double tokens, seconds; /* of the steps that ended in it */
+  int steps;
+} prm__tps_bucket_t;
+typedef struct {
+  double seconds[PRM__ALERT_WINDOW]; /* the last step times, a ring */
   int n, next;
+  double tps_window_s, tps_fraction; /* 0 fraction: no throughput alert */
+  prm__tps_bucket_t tps[PRM__ALERT_TPS_BUCKETS];
+  /* The clock the throughput window is measured on (seconds, monotonic):
+   * prm_time_now unless a test drives it. */
+  double (*clock)(void *ctx);
+  void *clock_ctx;
   int active[PRM__ALERT_COUNT];
   int64_t calls;                 /* prm__alerts_step calls so far */
   int64_t last[PRM__ALERT_COUNT]; /* the call that last fired each kind, 0: never */
 } prm__alerts_t;
 const char *prm__alert_name(prm__alert_kind_t k); /* "step_time", ... */
+/* Empties a and sets the defaults: an hour's window, half, prm_time_now. */
 void prm__alerts_reset(prm__alerts_t *a);
 double prm__median(const double *v, int n);
-void prm__alerts_step(prm__alerts_t *a, double seconds, double tps, int fired[PRM__ALERT_COUNT],
+/* One finished step of `seconds` that trained `tokens`, ending now (by
+ * a->clock). Sets fired[kind] = 1 for a condition that starts at this step
+ * and ref[kind] to what it was compared with (the median step time, the
+ * window's tokens/s); then the step joins the history. */
+void prm__alerts_step(prm__alerts_t *a, double seconds, double tokens, int fired[PRM__ALERT_COUNT],
                       double ref[PRM__ALERT_COUNT]);
 int prm__alerts_straggler(prm__alerts_t *a, const double *compute, int world, int *slowest,
                           double *median);

@@ -10,6 +10,7 @@ cd "$T"
 export OMP_NUM_THREADS=1
 unset PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
 PY=/usr/bin/python3
+FX=${PRIMUS_FIXTURES:-$PRIMUS_SRC/tests/fixtures}
 PIDS=()   # servers started here, stopped by pid
 PGIDS=()  # `primus direct --nproc` runs: setsid leaders, stopped with their group
           # (mpirun and the ranks outlive a SIGTERM to primus direct alone)
@@ -100,8 +101,16 @@ PORT=$(free_port)
 # which the flat loss of random tokens never reaches by itself.
 exp live "$PORT" "fault_tolerance: {nan_policy: skip, spike_zscore: 100}" "save: $T/ckpt" \
   "save_interval: 30" "ckpt_keep: 1" "async_save: true" "eval_interval: 30" "eval_iters: 1"
-# PRIMUS_RESTART_CAUSES is what the supervisor passes a restarted job.
-PRIMUS_RESTART_CAUSES=crash=2,hang=1 PRIMUS_FAULT_INJECT=spike:step=15 "$PRIMUS_BIN" train pretrain --config live.yaml >live.out 2>live.err &
+# PRIMUS_RESTART_CAUSES is what the supervisor passes a restarted job. The
+# amd-smi stand-in (8 x MI300X, distinct figures per GPU) is first in PATH,
+# for the accelerator series.
+smi_dir() { # CASE: a copy of fixtures/smi/CASE with exec bits
+  mkdir -p "$T/smi-$1" && cp "$FX/smi/$1"/* "$T/smi-$1/" && chmod +x "$T/smi-$1"/*
+  echo "$T/smi-$1"
+}
+AMD=$(smi_dir amd-mi300x)
+PATH="$AMD:$PATH" PRIMUS_PLATFORM_NO_SMI=0 PRIMUS_RESTART_CAUSES=crash=2,hang=1 \
+  PRIMUS_FAULT_INJECT=spike:step=15 "$PRIMUS_BIN" train pretrain --config live.yaml >live.out 2>live.err &
 PIDS+=($!)
 URL=http://127.0.0.1:$PORT/metrics
 if wait_step "$URL" 20 30; then ok "endpoint serves a running training"
@@ -135,6 +144,15 @@ expect_in "alert event" '{"event":"alert","kind":"loss_spike","step":15,' "$EV"
 expect_eq "other paths are 404" "$(fetch "http://127.0.0.1:$PORT/")" "HTTP 404"
 LOSS=$(echo "$BODY" | sed -n 's/^primus_train_loss \([0-9.e+-]*\)$/\1/p')
 [[ -n $LOSS ]] && ok "loss is a number ($LOSS)" || bad "primus_train_loss has no numeric value"
+# The stand-in's figures for GPU i: activity 5 + 10i %, (i + 1) GiB used of
+# 196592 MiB, hotspot 40 + i C, 300 + 10i W.
+expect_in "accelerator utilisation per device" 'primus_accel_utilization_ratio{device="3"} 0.35'$'\n' "$BODY"
+expect_in "accelerator memory used" 'primus_accel_memory_used_bytes{device="1"} 2147483648'$'\n' "$BODY"
+expect_in "accelerator memory total" 'primus_accel_memory_total_bytes{device="7"} 206141652992'$'\n' "$BODY"
+expect_in "accelerator temperature" 'primus_accel_temperature_celsius{device="6"} 46'$'\n' "$BODY"
+expect_in "accelerator power" 'primus_accel_power_watts{device="0"} 300'$'\n' "$BODY"
+expect_eq "eight devices" "$(echo "$BODY" | grep -c '^primus_accel_power_watts{device=')" 8
+expect_not_in "no SMI warning" "accelerator figures" "$(cat live.err)"
 
 # ---- the same port again: a clear error naming the key and the address ----
 exp clash "$PORT"
@@ -142,13 +160,25 @@ run train pretrain --config clash.yaml
 expect_rc "port in use" 3
 expect_in "error names metrics_port" "metrics_port $PORT (metrics_bind 127.0.0.1): 127.0.0.1:$PORT: cannot listen: Address already in use" "$ERR"
 
+# ---- the throughput alert's keys are checked before training ----
+exp badfrac "$PORT" "alert_throughput_fraction: 1.5"
+run train pretrain --config badfrac.yaml
+expect_rc "alert_throughput_fraction 1.5 refused" 2
+expect_in "error names the key" "alert_throughput_fraction: must be in [0, 1), got 1.5" "$ERR"
+
 # ---- metrics_bind is used when given (another loopback address) ----
+# (Every SMI tool in PATH prints garbage here: one WARN, no accelerator
+# series, training goes on.)
 exp bound "$PORT" "metrics_bind: 127.0.0.2"
-"$PRIMUS_BIN" train pretrain --config bound.yaml >bound.out 2>bound.err &
+PATH="$(smi_dir garbage):$PATH" PRIMUS_PLATFORM_NO_SMI=0 \
+  "$PRIMUS_BIN" train pretrain --config bound.yaml >bound.out 2>bound.err &
 PIDS+=($!)
 if wait_step "http://127.0.0.2:$PORT/metrics" 1 30; then ok "metrics_bind 127.0.0.2 serves there"
 else bad "nothing on 127.0.0.2:$PORT: ${BODY:0:200}; $(tail -3 bound.err)"; fi
 expect_in "log names the bind address" "http://127.0.0.2:$PORT/metrics" "$(cat bound.err)"
+for _ in 1 2 3 4 5 6 7 8 9 10; do grep -q 'accelerator figures' bound.err && break; sleep 0.2; done
+expect_eq "garbage SMI output: one WARN" "$(grep -c 'WARN.*accelerator figures left out: amd-smi' bound.err)" 1
+expect_not_in "garbage SMI output: no series" "primus_accel_" "$BODY"
 kill "${PIDS[1]}" 2>/dev/null
 
 # ---- two ranks: rank 0 serves the per-rank step times ----
