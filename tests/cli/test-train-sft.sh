@@ -3,10 +3,11 @@
 # posttrain`, docs/posttrain.md): a tiny pre-training run, then fine-tuning
 # from its checkpoint on a small JSONL file (prompt/response and chat
 # lines) where the loss on the response tokens falls; packed and padded
-# batches holding the same examples give the same step-1 loss and gradient
-# norm; malformed files fail naming file:line; a run with a BPE tokenizer
-# leaves tokenizer.json and tokenizer_config.json (with the chat template)
-# in its checkpoint.
+# batches holding the same examples give the same step-1 loss and
+# gradients; 2 data-parallel ranks follow one; malformed files fail naming
+# file:line, and what fine-tuning does not support (tensor parallel, MoE)
+# is refused; a run with a BPE tokenizer leaves tokenizer.json and
+# tokenizer_config.json (with the chat template) in its checkpoint.
 source "$(dirname "$0")/lib.sh"
 cd "$T"
 export OMP_NUM_THREADS=2
@@ -127,6 +128,14 @@ post_exp badct "chat_template: chatml"
 run train posttrain --config badct.yaml
 expect_rc "unknown chat_template: refused" 2
 expect_in "unknown chat_template: names the key" "chat_template" "$ERR"
+post_exp badtp "tensor_model_parallel_size: 2"
+run train posttrain --config badtp.yaml
+expect_rc "tensor parallel: refused" 2
+expect_in "tensor parallel: says so" "tensor_model_parallel_size: fine-tuning (post_trainer) runs with data parallelism only" "$ERR"
+post_exp badmoe "num_experts: 2"
+run train posttrain --config badmoe.yaml
+expect_rc "mixture of experts: refused" 2
+expect_in "mixture of experts: says so" "num_experts: fine-tuning (post_trainer) of mixture-of-experts" "$ERR"
 run train pretrain --config sft.yaml
 expect_rc "train pretrain on a post_trainer experiment: refused" 2
 expect_in "points at posttrain" "train posttrain" "$ERR"
