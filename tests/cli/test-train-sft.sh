@@ -145,7 +145,8 @@ expect_in "points at posttrain" "train posttrain" "$ERR"
 run data train-tokenizer --input sft.jsonl --vocab_size 300 --output tok.json
 expect_rc "train a BPE tokenizer" 0
 post_exp bpe "load: null" "tokenizer_type: HuggingFaceTokenizer" "tokenizer_model: $T/tok.json" \
-  "vocab_size: null" "train_iters: 2" "save: $T/bpe" "save_interval: 2" "chat_template: llama3"
+  "vocab_size: null" "train_iters: 2" "save: $T/bpe" "save_interval: 2" "chat_template: llama3" \
+  "seq_length: 256"
 run train posttrain --config bpe.yaml
 expect_rc "posttrain with the BPE tokenizer, llama3 template" 0
 expect_file "tokenizer.json in the checkpoint" "$T/bpe/iter_0000002/tokenizer.json"
@@ -155,5 +156,35 @@ expect_in "tokenizer_config: the class" '"tokenizer_class":	"PreTrainedTokenizer
 expect_in "tokenizer_config: eos" '"eos_token":	"<|endoftext|>"' "$TC"
 expect_in "tokenizer_config: model_max_length" '"model_max_length":	256' "$TC"
 expect_in "tokenizer_config: the llama3 chat template" "<|start_header_id|>" "$TC"
+loss_tokens() { echo "$ERR" | sed -n 's/.*train 24 examples in [0-9]* sequences (\([0-9]*\) loss tokens).*/\1/p'; }
+PLAIN=$(loss_tokens)
+
+# The same tokenizer with Llama-3's markers as added tokens: each marker is
+# one token (<|eot_id|> ends every turn as one loss token), and the config
+# names them as bos/eos.
+$PY - tok.json tok3.json <<'PYEOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+n = 1 + max(max(t["model"]["vocab"].values()), max(a["id"] for a in t["added_tokens"]))
+for i, m in enumerate(["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]):
+    t["added_tokens"].append({"id": n + i, "content": m, "special": True, "single_word": False,
+                              "lstrip": False, "rstrip": False, "normalized": False})
+json.dump(t, open(sys.argv[2], "w"))
+PYEOF
+post_exp bpe3 "load: null" "tokenizer_type: HuggingFaceTokenizer" "tokenizer_model: $T/tok3.json" \
+  "vocab_size: null" "train_iters: 1" "save: $T/bpe3" "save_interval: 1" "chat_template: llama3" \
+  "seq_length: 256"
+run train posttrain --config bpe3.yaml
+expect_rc "posttrain with Llama-3 markers as tokens" 0
+MARK=$(loss_tokens)
+# 24 assistant turns: "<|eot_id|>" as text is several tokens, as a marker one.
+if [[ -n $PLAIN && -n $MARK ]] && ((PLAIN - MARK >= 24)); then
+  ok "markers are single tokens when the tokenizer has them ($PLAIN -> $MARK loss tokens)"
+else
+  bad "markers not single tokens: $PLAIN -> $MARK loss tokens"
+fi
+TC=$(cat "$T/bpe3/iter_0000001/tokenizer_config.json" 2>/dev/null)
+expect_in "tokenizer_config: eos <|eot_id|>" '"eos_token":	"<|eot_id|>"' "$TC"
+expect_in "tokenizer_config: bos <|begin_of_text|>" '"bos_token":	"<|begin_of_text|>"' "$TC"
 
 finish
