@@ -622,6 +622,94 @@ static void test_byte_tokenizer(void **state) {
   assert_non_null(strstr(err.msg, "did you mean"));
 }
 
+/* ---- fine-tuning data (chat.c, sft.c) ---- */
+
+/* The default template over bytes: exact tokens and loss mask. */
+static void test_chat_default(void **state) {
+  (void)state;
+  prm_tokenizer_t *t = NULL;
+  prm_err_t err = {0};
+  assert_int_equal(prm_tokenizer_open("ByteTokenizer", NULL, &t, &err), 0);
+  prm_chat_msg_t m[3] = {{"system", "s"}, {"user", "q"}, {"assistant", "ab"}};
+  int32_t *ids = NULL;
+  uint8_t *mask = NULL;
+  int64_t n = 0, cap = 0;
+  assert_int_equal(prm_chat_encode(t, PRM_CHAT_DEFAULT, m, 3, &ids, &mask, &n, &cap, &err), 0);
+  const char *want = "<|system|>\ns\n<|user|>\nq\n<|assistant|>\nab<|end|>";
+  assert_int_equal(n, (int64_t)strlen(want));
+  int64_t first = (int64_t)strlen("<|system|>\ns\n<|user|>\nq\n<|assistant|>\n");
+  for (int64_t i = 0; i < n; i++) {
+    assert_int_equal(ids[i], (unsigned char)want[i]);
+    assert_int_equal(mask[i], i >= first); /* "ab<|end|>" only */
+  }
+  prm_chat_msg_t badrole = {"bot", "x"};
+  assert_int_equal(prm_chat_encode(t, PRM_CHAT_LLAMA3, &badrole, 1, &ids, &mask, &n, &cap, &err),
+                   PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "unknown role \"bot\""));
+  prm_chat_t c;
+  assert_int_equal(prm_chat_parse("llama3", &c, &err), 0);
+  assert_int_equal(c, PRM_CHAT_LLAMA3);
+  assert_int_equal(prm_chat_parse("chatml", &c, &err), PRM_EINVAL);
+  char *j = prm_chat_jinja(PRM_CHAT_DEFAULT, "<eos>");
+  assert_non_null(strstr(j, "'<eos>'"));
+  free(j);
+  free(ids);
+  free(mask);
+  prm_tokenizer_free(t);
+}
+
+/* Packing: sequences hold whole examples in order, targets only on loss
+ * tokens, one segment per example (padding one more), positions restarting
+ * at 0; without packing one example per sequence; long examples cut. */
+static void test_sft_pack(void **state) {
+  (void)state;
+  /* Byte tokens: "<|user|>\nP\n<|assistant|>\nR<|end|>" = 31 + |P| + |R|. */
+  char *path = prm_test_write(prm_test_tmpdir(), "sft.jsonl",
+                              "{\"prompt\": \"a\", \"response\": \"b\"}\n\n"
+                              "{\"messages\": [{\"role\": \"user\", \"content\": \"c\"}, "
+                              "{\"role\": \"assistant\", \"content\": \"dd\"}]}\n"
+                              "{\"prompt\": \"e\", \"response\": \"f\"}\n");
+  prm_sft_opts_t o = {.path = path, .tokenizer_type = "ByteTokenizer", .seq_length = 80,
+                      .vocab_size = 256, .packing = 1};
+  prm_sft_t *d = NULL;
+  prm_err_t err = {0};
+  if (prm_sft_open(&o, &d, &err)) fail_msg("%s", err.msg);
+  assert_int_equal(prm_sft_examples(d, PRM_SPLIT_TRAIN), 3);
+  assert_int_equal(prm_sft_sequences(d, PRM_SPLIT_TRAIN), 2); /* 32 + 33 fit, 32 more do not */
+  int32_t tok[80], tgt[80], seg[80], pos[80];
+  prm_sft_sample(d, PRM_SPLIT_TRAIN, 0, tok, tgt, seg, pos);
+  int64_t loss = 0;
+  for (int i = 0; i < 80; i++) loss += tgt[i] >= 0;
+  assert_int_equal(loss, prm_sft_loss_tokens(d, PRM_SPLIT_TRAIN, 0));
+  assert_int_equal(loss, 8 + 9);      /* "b<|end|>", "dd<|end|>" */
+  assert_int_equal(seg[31], 0);       /* example 0: positions 0..31 */
+  assert_int_equal(seg[32], 1);
+  assert_int_equal(pos[31], 31);
+  assert_int_equal(pos[32], 0);
+  assert_int_equal(tok[32], '<');
+  assert_int_equal(seg[65], 2);       /* padding after 32 + 33 positions */
+  assert_int_equal(pos[65], 0);
+  assert_int_equal(tgt[65], -1);
+  assert_int_equal(tok[24], '\n');
+  assert_int_equal(tgt[24], 'b');     /* input '\n' predicts the response */
+  assert_int_equal(tgt[23], -1);
+  assert_int_equal(tgt[31], '>');     /* the end of "<|end|>" */
+  prm_sft_sample(d, PRM_SPLIT_TRAIN, 3, tok, tgt, seg, pos); /* wraps to sequence 1 */
+  assert_int_equal(seg[31], 0);
+  assert_int_equal(seg[32], 1);
+  prm_sft_close(d);
+  o.packing = 0;
+  o.seq_length = 24; /* every example cut before its response (token 25) */
+  assert_int_equal(prm_sft_open(&o, &d, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "no examples with a response token"));
+  o.seq_length = 32; /* the 34-token example loses its last target */
+  if (prm_sft_open(&o, &d, &err)) fail_msg("%s", err.msg);
+  assert_int_equal(prm_sft_sequences(d, PRM_SPLIT_TRAIN), 3);
+  assert_non_null(strstr(prm_sft_describe(d), "1 cut to seq_length + 1 tokens"));
+  prm_sft_close(d);
+  free(path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_idx_roundtrip),   cmocka_unit_test(test_idx_writer_errors),
@@ -629,6 +717,7 @@ int main(void) {
       cmocka_unit_test(test_text_dataset),    cmocka_unit_test(test_sequence_text),
       cmocka_unit_test(test_sequence_indexed), cmocka_unit_test(test_vocab_written),
       cmocka_unit_test(test_byte_tokenizer),
+      cmocka_unit_test(test_chat_default),    cmocka_unit_test(test_sft_pack),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -716,6 +716,143 @@ static double xent_loss(void *p) {
   return c->s * prm_ref64_xent_forward(c->losses, c->logits, c->tg, c->N, c->V);
 }
 
+/* ---- Packed sequences: segment ids and restarted RoPE positions ---- */
+
+typedef struct {
+  double *q, *k, *v, *out, *lse, *r;
+  const int32_t *seg;
+} seg_ctx;
+
+/* Segments of the attention shape: runs of 4, 1, 5, 3 in sequence 0 and 13
+ * in sequence 1 (one segment: plain causal). */
+static const int32_t seg_ids[AB * AT] = {0, 0, 0, 0, 1, 2, 2, 2, 2, 2, 3, 3, 3,
+                                         7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
+
+static double seg_loss(void *p) {
+  seg_ctx *c = p;
+  prm_ref64_attention_forward_seg(c->out, c->lse, c->q, c->k, c->v, c->seg, AB, AT, AH, AG, AD);
+  return dot_d(c->out, c->r, AQN);
+}
+
+/* The reference with segments: finite differences of its backward, and
+ * each segment's rows equal plain causal attention over the segment alone. */
+static void test_attention_seg_grad(void **state) {
+  (void)state;
+  prm_rng_t r;
+  prm_rng_seed(&r, 18);
+  seg_ctx c = {dalloc(AQN), dalloc(AKN), dalloc(AKN), dalloc(AQN), dalloc(ALN), dalloc(AQN),
+               seg_ids};
+  randn(c.q, AQN, &r, 1);
+  randn(c.k, AKN, &r, 1);
+  randn(c.v, AKN, &r, 1);
+  randn(c.r, AQN, &r, 1);
+  double *dq = dalloc(AQN), *dk = dalloc(AKN), *dv = dalloc(AKN);
+  seg_loss(&c);
+  prm_ref64_attention_backward_seg(dq, dk, dv, c.r, c.q, c.k, c.v, c.out, c.lse, seg_ids, AB, AT,
+                                   AH, AG, AD);
+  fd_check("segment attention dq", seg_loss, &c, c.q, dq, AQN, 300, &r);
+  fd_check("segment attention dk", seg_loss, &c, c.k, dk, AKN, 300, &r);
+  fd_check("segment attention dv", seg_loss, &c, c.v, dv, AKN, 300, &r);
+  seg_loss(&c); /* out at the unperturbed inputs again */
+  /* Segment [4, 5) of sequence 0 sees only itself: out = v of its row. */
+  for (int h = 0; h < AH; h++)
+    for (int d = 0; d < AD; d++)
+      assert_true(fabs(c.out[(4 * AH + h) * AD + d] - c.v[(4 * AG + h / (AH / AG)) * AD + d]) <
+                  1e-12);
+  /* Segment [5, 10) alone, as a sequence of its own, gives the same rows. */
+  int64_t n = 5, qn = n * AH * AD, kn = n * AG * AD;
+  double *o1 = dalloc(qn), *l1 = dalloc(AH * n);
+  prm_ref64_attention_forward(o1, l1, c.q + 5 * AH * AD, c.k + 5 * AG * AD, c.v + 5 * AG * AD, 1,
+                              n, AH, AG, AD);
+  for (int64_t i = 0; i < qn; i++) assert_true(fabs(o1[i] - c.out[5 * AH * AD + i]) < 1e-12);
+  (void)kn;
+  /* The last sequence is one segment: the plain causal result. */
+  double *o2 = dalloc(AQN), *l2 = dalloc(ALN);
+  prm_ref64_attention_forward(o2, l2, c.q, c.k, c.v, AB, AT, AH, AG, AD);
+  for (int64_t i = AQN / 2; i < AQN; i++) assert_true(o2[i] == c.out[i]);
+  free(o1), free(l1), free(o2), free(l2);
+  free(c.q), free(c.k), free(c.v), free(c.out), free(c.lse), free(c.r), free(dq), free(dk), free(dv);
+}
+
+/* The fast kernels with segments against the double reference, on shapes
+ * whose segments start inside and across the 32-query and 64-key blocks
+ * (and one longer than a key block), plus the fallback head size. */
+static void test_attention_seg_fast(void **state) {
+  (void)state;
+  const int64_t shapes[][5] = {/* B, T, H, G, D */
+                               {2, 150, 4, 2, 64},
+                               {1, 97, 2, 1, 50},
+                               {1, 9, 2, 1, 300}};
+  prm_rng_t r;
+  prm_rng_seed(&r, 23);
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    int64_t B = shapes[si][0], T = shapes[si][1], H = shapes[si][2], G = shapes[si][3],
+            D = shapes[si][4];
+    int64_t nq = B * T * H * D, nk = B * T * G * D, nl = B * H * T;
+    int32_t *seg = prm_xcalloc((size_t)(B * T), sizeof *seg);
+    /* Segment lengths 1 .. 80 from the stream; the tail is one more. */
+    for (int64_t b = 0; b < B; b++) {
+      int32_t id = 0;
+      for (int64_t t = 0, left = 0; t < T; t++, left--) {
+        if (left <= 0) {
+          left = 1 + (int64_t)(prm_rng_u64(&r) % 80);
+          id++;
+        }
+        seg[b * T + t] = id;
+      }
+    }
+    float *q = falloc(nq), *k = falloc(nk), *v = falloc(nk), *o = falloc(nq), *l = falloc(nl),
+          *dout = falloc(nq), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
+    double *qd = dalloc(nq), *kd = dalloc(nk), *vd = dalloc(nk), *od = dalloc(nq),
+           *ld = dalloc(nl), *doutd = dalloc(nq), *dqd = dalloc(nq), *dkd = dalloc(nk),
+           *dvd = dalloc(nk);
+    randn_pair(q, qd, nq, &r, 1);
+    randn_pair(k, kd, nk, &r, 1);
+    randn_pair(v, vd, nk, &r, 1);
+    randn_pair(dout, doutd, nq, &r, 1);
+    prm_attention_forward_seg(o, l, q, k, v, seg, B, T, H, G, D);
+    prm_ref64_attention_forward_seg(od, ld, qd, kd, vd, seg, B, T, H, G, D);
+    assert_close("segment attention out", o, od, nq, 1e-5);
+    assert_close("segment attention lse", l, ld, nl, 1e-5);
+    for (int64_t i = 0; i < nk; i++) dk[i] = dv[i] = 7.0f; /* overwritten */
+    prm_attention_backward_seg(dq, dk, dv, dout, q, k, v, o, l, seg, B, T, H, G, D);
+    prm_ref64_attention_backward_seg(dqd, dkd, dvd, doutd, qd, kd, vd, od, ld, seg, B, T, H, G, D);
+    assert_close("segment attention dq", dq, dqd, nq, 1e-5);
+    assert_close("segment attention dk", dk, dkd, nk, 1e-5);
+    assert_close("segment attention dv", dv, dvd, nk, 1e-5);
+    /* NULL segments are the plain causal kernel, bit for bit. */
+    float *o2 = falloc(nq), *l2 = falloc(nl);
+    prm_attention_forward_seg(o2, l2, q, k, v, NULL, B, T, H, G, D);
+    prm_attention_forward(o, l, q, k, v, B, T, H, G, D);
+    assert_memory_equal(o, o2, (size_t)nq * sizeof(float));
+    free(o2), free(l2), free(seg);
+    free(q), free(k), free(v), free(o), free(l), free(dout), free(dq), free(dk), free(dv);
+    free(qd), free(kd), free(vd), free(od), free(ld), free(doutd), free(dqd), free(dkd), free(dvd);
+  }
+}
+
+/* RoPE with a position per row equals the pos0 form row by row, and the
+ * backward undoes the forward. */
+static void test_rope_pos(void **state) {
+  (void)state;
+  enum { B = 2, T = 7, NH = 3, D = 40, TT = 16 };
+  float cs[TT * D / 2], sn[TT * D / 2];
+  prm_rope_tables(cs, sn, TT, D, 10000.0);
+  const int32_t pos[B * T] = {0, 1, 2, 0, 1, 0, 1, 3, 4, 5, 6, 7, 0, 15};
+  prm_rng_t r;
+  prm_rng_seed(&r, 31);
+  float x[B * T * NH * D], y[B * T * NH * D], one[NH * D];
+  for (int i = 0; i < B * T * NH * D; i++) x[i] = y[i] = (float)prm_rng_normal(&r);
+  prm_rope_forward_pos(y, cs, sn, B, T, NH, D, pos);
+  for (int i = 0; i < B * T; i++) {
+    memcpy(one, x + i * NH * D, sizeof one);
+    prm_rope_forward(one, cs, sn, 1, 1, NH, D, pos[i]);
+    assert_memory_equal(one, y + i * NH * D, sizeof one);
+  }
+  prm_rope_backward_pos(y, cs, sn, B, T, NH, D, pos);
+  assert_close_ff("rope pos round trip", y, x, B * T * NH * D, 1e-6);
+}
+
 static void test_xent(void **state) {
   (void)state;
   prm_rng_t r;
@@ -1200,6 +1337,8 @@ int main(void) {
       cmocka_unit_test(test_rope),           cmocka_unit_test(test_swiglu),
       cmocka_unit_test(test_attention_grad), cmocka_unit_test(test_attention_fp32),
       cmocka_unit_test(test_attention_fast_shapes),
+      cmocka_unit_test(test_attention_seg_grad), cmocka_unit_test(test_attention_seg_fast),
+      cmocka_unit_test(test_rope_pos),
       cmocka_unit_test(test_xent),           cmocka_unit_test(test_xent_slices),
       cmocka_unit_test(test_lmhead_xent),
       cmocka_unit_test(test_adamw),          cmocka_unit_test(test_sumsq_scale),

@@ -232,6 +232,62 @@ static void test_microbatches_sum(void **state) {
   prm_llama_free(m);
 }
 
+/* Packed sequences: three examples in one row (segment ids, positions
+ * restarting at 0) give each example the loss and gradients it has alone
+ * (a row of its own, padding after it); without the segments they do not. */
+static void test_packed_equals_alone(void **state) {
+  (void)state;
+  prm_llama_config_t c = tiny_cfg(0);
+  enum { T = 16 };
+  const int64_t len[3] = {5, 7, 4};
+  prm_llama_t *m = build(c, 1, T, PRM_LLAMA_TRAIN);
+  int32_t tok[T], tgt[T], seg[T], pos[T], one_tok[T], one_tgt[T];
+  random_tokens(tok, T, c.vocab, 11);
+  random_tokens(tgt, T, c.vocab, 12);
+  for (int64_t e = 0, p = 0; e < 3; e++)
+    for (int64_t j = 0; j < len[e]; j++, p++) seg[p] = (int32_t)e, pos[p] = (int32_t)j;
+  float *alone = calloc((size_t)m->nparams, sizeof(float));
+  double sum_alone = 0, packed[3], nomask[3];
+  for (int64_t e = 0, p0 = 0; e < 3; p0 += len[e], e++) {
+    int32_t t_only[T];
+    int64_t n;
+    for (int64_t i = 0; i < T; i++) t_only[i] = seg[i] == e ? tgt[i] : -1;
+    prm_llama_set_packing(m, seg, pos);
+    packed[e] = prm_llama_forward(m, tok, t_only, 1, &n);
+    assert_int_equal(n, len[e]);
+    prm_llama_set_packing(m, NULL, NULL);
+    nomask[e] = prm_llama_forward(m, tok, t_only, 1, &n);
+    /* Alone: the example first, random padding after it, masked. */
+    random_tokens(one_tok, T, c.vocab, 13 + (uint64_t)e);
+    for (int64_t i = 0; i < T; i++) one_tgt[i] = -1;
+    memcpy(one_tok, tok + p0, (size_t)len[e] * sizeof(int32_t));
+    memcpy(one_tgt, tgt + p0, (size_t)len[e] * sizeof(int32_t));
+    prm_llama_zero_grad(m);
+    double l = prm_llama_forward_backward(m, one_tok, one_tgt, 1, 1.0f, &n);
+    for (int64_t i = 0; i < m->nparams; i++) alone[i] += m->grads[i];
+    sum_alone += l;
+    if (fabs(l - packed[e]) > 1e-5 * fabs(l))
+      fail_msg("example %lld: packed loss %.9g, alone %.9g", (long long)e, packed[e], l);
+  }
+  /* The first example sees nothing before it either way; the others do. */
+  assert_true(fabs(nomask[0] - packed[0]) < 1e-6 * fabs(packed[0]));
+  assert_true(fabs(nomask[1] - packed[1]) > 1e-4 * fabs(packed[1]));
+  /* Gradients of the whole packed row = the sum of the examples' alone. */
+  prm_llama_set_packing(m, seg, pos);
+  prm_llama_zero_grad(m);
+  int64_t n;
+  double lw = prm_llama_forward_backward(m, tok, tgt, 1, 1.0f, &n);
+  assert_true(fabs(lw - sum_alone) < 1e-5 * fabs(sum_alone));
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < m->nparams; i++) {
+    num += ((double)alone[i] - m->grads[i]) * ((double)alone[i] - m->grads[i]);
+    den += (double)alone[i] * alone[i];
+  }
+  if (!(sqrt(num / den) < 1e-5)) fail_msg("packed gradients differ: %.3g", sqrt(num / den));
+  free(alone);
+  prm_llama_free(m);
+}
+
 /* The gradient-readiness hook: contiguous ranges in descending order that
  * cover every parameter once, each already final when announced (tied and
  * untied heads, with and without recomputation). */
@@ -353,6 +409,7 @@ int main(void) {
       cmocka_unit_test(test_grad_fd_tied_recompute),
       cmocka_unit_test(test_recompute_identical),
       cmocka_unit_test(test_microbatches_sum),
+      cmocka_unit_test(test_packed_equals_alone),
       cmocka_unit_test(test_grads_hook),
       cmocka_unit_test(test_kv_cache_matches_forward),
       cmocka_unit_test(test_memory_accounting),

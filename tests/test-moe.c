@@ -299,7 +299,7 @@ static void test_ckpt_round_trip(void **state) {
   snprintf(dir, sizeof dir, "%s/moe-ckpt", prm_test_tmpdir());
   prm_err_t err = {0};
   assert_int_equal(prm_fs_mkdir_p(dir, 0755, &err), 0);
-  int rc = prm__ckpt_write_model(a, dir, "NullTokenizer", NULL, &err);
+  int rc = prm__ckpt_write_model(a, dir, "NullTokenizer", NULL, NULL, &err);
   if (rc) fail_msg("write: %s", err.msg);
   char path[600];
   snprintf(path, sizeof path, "%s/config.json", dir);

@@ -249,6 +249,76 @@ void prm_tokenizer_decode(const prm_tokenizer_t *t, const int32_t *ids, int64_t 
                           prm_sb_t *out);
 
 /* ------------------------------------------------------------------------ */
+/* Supervised fine-tuning data: JSONL examples, chat templates, packing      */
+/* ------------------------------------------------------------------------ */
+
+/* chat_template: how an example becomes tokens (docs/posttrain.md).
+ *   default  "<|system|>\n" S "\n", "<|user|>\n" U "\n", "<|assistant|>\n" A EOT
+ *            where EOT is the tokenizer's EOD token (the text "<|end|>"
+ *            when it has none, as ByteTokenizer).
+ *   llama3   "<|begin_of_text|>", then per message "<|start_header_id|>" role
+ *            "<|end_header_id|>\n\n" content "<|eot_id|>".
+ * A marker ("<|user|>", "<|eot_id|>" ...) is one token when the tokenizer
+ * has it as a token (prm_tokenizer_token_to_id), else plain text. The loss
+ * covers each assistant content and the end-of-turn after it. */
+typedef enum { PRM_CHAT_DEFAULT, PRM_CHAT_LLAMA3, PRM_CHAT__COUNT } prm_chat_t;
+/* NULL or "" is default; anything else unknown is PRM_EINVAL naming it. */
+int prm_chat_parse(const char *name, prm_chat_t *out, prm_err_t *err);
+const char *prm_chat_name(prm_chat_t c);
+/* The template as Hugging Face's Jinja `chat_template` (caller frees); eos:
+ * the text of the tokenizer's EOD token, or NULL when it has none. */
+char *prm_chat_jinja(prm_chat_t c, const char *eos);
+
+typedef struct {
+  const char *role;    /* "system", "user" or "assistant" */
+  const char *content;
+} prm_chat_msg_t;
+
+/* Appends the tokens of one example to *ids (and a mask byte per token to
+ * *mask: 1 = a loss token, predicted by the model) of *n tokens and
+ * capacity *cap (all may start NULL/0, grown with realloc; the caller
+ * frees). Unknown roles are PRM_EINVAL. */
+int prm_chat_encode(const prm_tokenizer_t *t, prm_chat_t c, const prm_chat_msg_t *msgs,
+                    int nmsgs, int32_t **ids, uint8_t **mask, int64_t *n, int64_t *cap,
+                    prm_err_t *err);
+
+typedef struct {
+  const char *path;            /* JSONL (.gz, .zst too): {"prompt","response"} or {"messages"} */
+  const char *tokenizer_type, *tokenizer_model;
+  const char *split;           /* "969,30,1" over examples in file order; NULL: all train */
+  prm_chat_t chat;
+  int64_t seq_length;          /* positions per sequence */
+  int64_t vocab_size;          /* every token must be < this */
+  int packing;                 /* 1: examples packed up to seq_length; 0: one each, padded */
+  int shuffle;                 /* examples of each split in an order drawn from seed */
+  uint64_t seed;
+  prm_split_t need;            /* the split that must have examples */
+} prm_sft_opts_t;
+
+typedef struct prm_sft prm_sft_t;
+
+/* Reads and tokenises every example once. An example of n tokens fills
+ * n - 1 positions (inputs t0..tn-2, targets t1..tn-1, a target being -1
+ * unless it is a loss token); one longer than seq_length + 1 tokens is cut
+ * to seq_length + 1 (counted in the log line), and one left without a loss
+ * token is dropped (counted). Errors name file:line: bad JSON, a missing
+ * or non-string field, an unknown role, no assistant message; an empty
+ * file or an empty `need` split is PRM_EINVAL. */
+int prm_sft_open(const prm_sft_opts_t *o, prm_sft_t **out, prm_err_t *err);
+void prm_sft_close(prm_sft_t *d);
+int64_t prm_sft_examples(const prm_sft_t *d, prm_split_t s);
+int64_t prm_sft_sequences(const prm_sft_t *d, prm_split_t s);
+/* Loss tokens of sequence k of a split (k wraps around, as for samples). */
+int64_t prm_sft_loss_tokens(const prm_sft_t *d, prm_split_t s, int64_t k);
+/* Sequence k (mod the split's count) as S = seq_length positions: tokens,
+ * targets (-1: no loss), the segment id of each position (its example's
+ * index in the sequence; padding is one more segment) and its position
+ * inside the segment (restarting at 0). */
+void prm_sft_sample(const prm_sft_t *d, prm_split_t s, int64_t k, int32_t *tokens,
+                    int32_t *targets, int32_t *seg, int32_t *pos);
+const char *prm_sft_describe(const prm_sft_t *d); /* one line for the log */
+
+/* ------------------------------------------------------------------------ */
 /* Preprocessing: raw text -> indexed dataset                                */
 /* ------------------------------------------------------------------------ */
 

@@ -172,6 +172,14 @@ void prm_rope_forward(float *x /* (B,T,nh,D) */, const float *cos_t, const float
 /* In place: dx = R^T dy. */
 void prm_rope_backward(float *dx /* (B,T,nh,D) */, const float *cos_t, const float *sin_t,
                        int64_t B, int64_t T, int64_t nh, int64_t D, int64_t pos0);
+/* The same with a position per row (packed sequences restart at 0 for each
+ * example); every pos[i] must be below the tables' T. */
+void prm_rope_forward_pos(float *x /* (B,T,nh,D) */, const float *cos_t, const float *sin_t,
+                          int64_t B, int64_t T, int64_t nh, int64_t D,
+                          const int32_t *pos /* (B,T) */);
+void prm_rope_backward_pos(float *dx /* (B,T,nh,D) */, const float *cos_t, const float *sin_t,
+                           int64_t B, int64_t T, int64_t nh, int64_t D,
+                           const int32_t *pos /* (B,T) */);
 
 /* h = silu(gate) * up, element-wise over n values. */
 void prm_swiglu_forward(float *h, const float *gate, const float *up, int64_t n);
@@ -189,7 +197,10 @@ void prm_add(float *y, const float *a, const float *b, int64_t n);
 /* out = softmax(q k^T / sqrt(D), causal) v per sequence and head; query
  * head h reads key/value group h / (H/G). lse keeps the log-sum-exp of each
  * query row's scaled scores, all backward needs besides q, k, v, out.
- * Memory beyond the outputs: O(D) per thread. */
+ * Memory beyond the outputs: O(D) per thread. The _seg variants take
+ * segment ids (packed sequences): query i sees key j iff j <= i and every
+ * position j..i has the id of i, i.e. a segment is a run of equal ids (the
+ * packer gives each example its own); seg NULL is plain causal attention. */
 void prm_attention_forward(float *out /* (B,T,H,D) */, float *lse /* (B,H,T) */,
                            const float *q /* (B,T,H,D) */, const float *k /* (B,T,G,D) */,
                            const float *v /* (B,T,G,D) */, int64_t B, int64_t T, int64_t H,
@@ -200,6 +211,17 @@ void prm_attention_backward(float *dq /* (B,T,H,D) */, float *dk /* (B,T,G,D) */
                             const float *q, const float *k, const float *v,
                             const float *out /* (B,T,H,D) */, const float *lse /* (B,H,T) */,
                             int64_t B, int64_t T, int64_t H, int64_t G, int64_t D);
+void prm_attention_forward_seg(float *out /* (B,T,H,D) */, float *lse /* (B,H,T) */,
+                               const float *q /* (B,T,H,D) */, const float *k /* (B,T,G,D) */,
+                               const float *v /* (B,T,G,D) */,
+                               const int32_t *seg /* (B,T) or NULL */, int64_t B, int64_t T,
+                               int64_t H, int64_t G, int64_t D);
+void prm_attention_backward_seg(float *dq /* (B,T,H,D) */, float *dk /* (B,T,G,D) */,
+                                float *dv /* (B,T,G,D) */, const float *dout /* (B,T,H,D) */,
+                                const float *q, const float *k, const float *v,
+                                const float *out /* (B,T,H,D) */, const float *lse /* (B,H,T) */,
+                                const int32_t *seg /* (B,T) or NULL */, int64_t B, int64_t T,
+                                int64_t H, int64_t G, int64_t D);
 /* Inference with a KV cache: Tq new queries at positions Tk-Tq .. Tk-1
  * attend to the Tk cached keys/values (causal within the new ones). */
 void prm_attention_decode(float *out /* (Tq,H,D) */, const float *q /* (Tq,H,D) */,

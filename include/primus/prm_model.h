@@ -138,6 +138,8 @@ typedef struct prm_llama {
   /* Gradient readiness (prm_llama_set_grads_hook); NULL: none. */
   void (*grads_ready)(void *ctx, int64_t offset, int64_t numel);
   void *grads_ctx;
+  /* Packed sequences (prm_llama_set_packing; borrowed, NULL: off). */
+  const int32_t *pack_seg, *pack_pos; /* (B,T) each */
   size_t acts_bytes, scratch_bytes;
   /* Tensor parallelism: the group, this rank's slices (Hl heads, Gl key/
    * value groups, Fl ffn columns, vocab rows [v0, v0 + Vl)), and the first
@@ -218,6 +220,14 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
  * in descending order, and together cover [0, nparams). fn NULL: off. */
 void prm_llama_set_grads_hook(prm_llama_t *m, void (*fn)(void *ctx, int64_t offset, int64_t numel),
                               void *ctx);
+
+/* Packed sequences: until cleared (NULL, NULL), every pass reads seg and
+ * pos (B,T each, borrowed; the caller fills them with each batch): row t of
+ * sequence b attends only inside its segment (a run of equal ids, see
+ * prm_attention_forward_seg) and is rotated as position pos, so each
+ * packed example computes what it would alone when pos restarts at 0 with
+ * each segment. Every pos must be below max_position_embeddings. */
+void prm_llama_set_packing(prm_llama_t *m, const int32_t *seg, const int32_t *pos);
 
 /* Mixture-of-experts statistics of the training passes since the last
  * call (which resets them): per MoE layer the tokens routed to each expert

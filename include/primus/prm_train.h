@@ -9,6 +9,7 @@
 #include "primus/prm_base.h"
 #include "primus/prm_config.h"
 #include "primus/prm_model.h"
+#include "primus/prm_data.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,6 +32,11 @@ typedef struct {
   int bf16;          /* bf16 GEMM operands, fp32 accumulation, master weights and optimizer */
   const char *data_path, *split, *tokenizer_type, *tokenizer_model;
   int data_shuffle, mock_data, finetune;
+  /* Supervised fine-tuning (module post_trainer, docs/posttrain.md):
+   * data_path is a JSONL file of examples. */
+  int sft;
+  int packing;                  /* packing: examples packed up to seq_length (default) */
+  prm_chat_t chat;              /* chat_template */
   int auto_continue; /* auto_continue_train: resume from the newest complete checkpoint in load */
   const prm_node_t *data_blend; /* data_path as a checked [w1, prefix1, ...] list, else NULL
                                  * (data_path is then the first prefix, for messages) */
@@ -94,6 +100,7 @@ typedef struct {
   const float *adam_m, *adam_v; /* (hi - lo) each */
   int rank, world;              /* whose file this is (world 0 means 1) */
   int64_t lo, hi;               /* the shard of the moments; hi 0: [0, nparams) */
+  const char *tokenizer_config; /* text of tokenizer_config.json, NULL: none written */
 } prm_ckpt_state_t;
 
 /* Writes DIR/model.safetensors and DIR/config.json (f32, HF names), and

@@ -83,6 +83,8 @@ static const prm_key_t prm__keys[] = {
     KEY("overlap_grad_reduce", BOOL, ANY, NULL, 0, 0, "Overlap gradient all-reduce with the backward pass."),
     /* Native keys: primus' own, with no Megatron equivalent. */
     KEY("data_shuffle", BOOL, ANY, NULL, 0, 1, "Shuffle sample order each epoch."),
+    KEY("packing", BOOL, ANY, NULL, 0, 1, "Fine-tuning: pack examples into seq_length sequences (attention stays inside each); false: one example per sequence, padded."),
+    KEY("chat_template", ENUM, ANY, "default|llama3", 0, 1, "Fine-tuning: how examples become tokens (docs/posttrain.md)."),
     KEY("ckpt_keep", INT, GE0, NULL, 0, 1, "Checkpoints to keep (the newest); 0 keeps all."),
     KEY("async_save", BOOL, ANY, NULL, 0, 1, "Write checkpoints in the background."),
     KEY("ddp_bucket_size", INT, GE1, NULL, 0, 1, "Gradient all-reduce bucket size, in parameters."),

@@ -2,7 +2,9 @@
  * vectorised. The forward keeps only out and the per-row log-sum-exp (an
  * online softmax over blocks of keys); the backward recomputes the
  * probabilities block by block (BQ queries x BK keys at a time, in small
- * stack buffers); no T x T buffer exists anywhere.
+ * stack buffers); no T x T buffer exists anywhere. Packed sequences pass
+ * segment ids: each query row then starts at its segment's first key, so
+ * blocks before it are skipped rather than masked.
  *
  * The inner loops run over the head dimension with `omp simd`; the workers
  * are compiled for AVX-512, AVX2+FMA and plain x86-64 and the best one is
@@ -119,38 +121,58 @@ static inline __attribute__((always_inline)) void prm__acc_rows(float *restrict 
   }
 }
 
+/* Segments (packed sequences): lo[a] = the first key row i0 + a sees, the
+ * start of the run of equal ids holding it; all 0 without segments, so the
+ * plain causal path only pays for filling a small array per block. The
+ * starts never decrease with the row, so lo[0] bounds the block's keys. */
+static inline void prm__seg_lo(int64_t *lo, const int32_t *seg, int64_t i0, int64_t nq) {
+  lo[0] = 0;
+  if (!seg) {
+    for (int64_t a = 0; a < nq; a++) lo[a] = 0;
+    return;
+  }
+  int64_t i = i0;
+  while (i > 0 && seg[i - 1] == seg[i0]) i--;
+  lo[0] = i;
+  for (int64_t a = 1; a < nq; a++) lo[a] = seg[i0 + a] == seg[i0 + a - 1] ? lo[a - 1] : i0 + a;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Forward: a block of query rows of one head, online softmax over key      */
 /* blocks                                                                    */
 /* ------------------------------------------------------------------------ */
 
 /* Rows i0 .. i0+nq-1 of one (sequence, head): query row r sits at q + r *
- * qs, key/value row j at kb/vb + j * ks. Row i sees keys pos0 + i + 1 keys
+ * qs, key/value row j at kb/vb + j * ks. Row i sees keys lo .. pos0 + i
  * (pos0 = 0 in training; the cache length before the new tokens when
- * decoding). */
+ * decoding; lo from the segment ids, 0 without them). */
 PRM__CLONES static void prm__attn_fwd_block(float *out, float *lse, int64_t lse_stride,
                                             const float *q, int64_t qs, const float *kb,
-                                            const float *vb, int64_t ks, int64_t i0, int64_t nq,
-                                            int64_t pos0, int64_t D, float scale) {
+                                            const float *vb, int64_t ks, const int32_t *seg,
+                                            int64_t i0, int64_t nq, int64_t pos0, int64_t D,
+                                            float scale) {
   float Kt[PRM__MAXD * PRM__BK], s[PRM__BK];
   float acc[PRM__BQ][PRM__MAXD], m[PRM__BQ], l[PRM__BQ];
+  int64_t lo[PRM__BQ];
+  prm__seg_lo(lo, seg, i0, nq);
   for (int64_t a = 0; a < nq; a++) {
     m[a] = -INFINITY;
     l[a] = 0;
     for (int64_t d = 0; d < D; d++) acc[a][d] = 0;
   }
   int64_t nkeys = pos0 + i0 + nq; /* keys the last row sees */
-  for (int64_t j0 = 0; j0 < nkeys; j0 += PRM__BK) {
+  for (int64_t j0 = lo[0]; j0 < nkeys; j0 += PRM__BK) {
     int64_t nk = nkeys - j0 < PRM__BK ? nkeys - j0 : PRM__BK;
     prm__transpose(Kt, kb + j0 * ks, ks, nk, D);
     for (int64_t a = 0; a < nq; a++) {
-      int64_t n = pos0 + i0 + a + 1 - j0; /* keys of this block row a sees */
-      if (n <= 0) continue;
+      int64_t n = pos0 + i0 + a + 1 - j0; /* keys of this block row a sees: [c0, n) */
+      int64_t c0 = lo[a] > j0 ? lo[a] - j0 : 0;
       if (n > nk) n = nk;
+      if (n <= c0) continue;
       const float *qa = q + (i0 + a) * qs;
       prm__scores(s, qa, Kt, D);
       float bm = -INFINITY;
-      for (int64_t c = 0; c < n; c++) {
+      for (int64_t c = c0; c < n; c++) {
         s[c] *= scale;
         bm = s[c] > bm ? s[c] : bm;
       }
@@ -162,12 +184,12 @@ PRM__CLONES static void prm__attn_fwd_block(float *out, float *lse, int64_t lse_
       }
       float sum = 0, ma = m[a];
 #pragma omp simd reduction(+ : sum)
-      for (int64_t c = 0; c < n; c++) {
+      for (int64_t c = c0; c < n; c++) {
         s[c] = prm__exp_neg(s[c] - ma);
         sum += s[c];
       }
       l[a] += sum;
-      prm__acc_rows(acc[a], s, 1, vb + j0 * ks, ks, n, D);
+      prm__acc_rows(acc[a], s + c0, 1, vb + (j0 + c0) * ks, ks, n - c0, D);
     }
   }
   for (int64_t a = 0; a < nq; a++) {
@@ -180,9 +202,15 @@ PRM__CLONES static void prm__attn_fwd_block(float *out, float *lse, int64_t lse_
 void prm_attention_forward(float *out, float *lse, const float *q, const float *k,
                            const float *v, int64_t B, int64_t T, int64_t H, int64_t G,
                            int64_t D) {
+  prm_attention_forward_seg(out, lse, q, k, v, NULL, B, T, H, G, D);
+}
+
+void prm_attention_forward_seg(float *out, float *lse, const float *q, const float *k,
+                               const float *v, const int32_t *seg, int64_t B, int64_t T,
+                               int64_t H, int64_t G, int64_t D) {
   PRM_ASSERT(G > 0 && H % G == 0);
   if (D > PRM__MAXD) {
-    prm__ref32_attention_forward(out, lse, q, k, v, B, T, H, G, D);
+    prm__ref32_attention_forward_seg(out, lse, q, k, v, seg, B, T, H, G, D);
     return;
   }
   int64_t hpg = H / G, nblk = (T + PRM__BQ - 1) / PRM__BQ;
@@ -195,8 +223,8 @@ void prm_attention_forward(float *out, float *lse, const float *q, const float *
         int64_t g = h / hpg, i0 = blk * PRM__BQ, nq = T - i0 < PRM__BQ ? T - i0 : PRM__BQ;
         int64_t base = (b * T * H + h) * D;
         prm__attn_fwd_block(out + base, lse + (b * H + h) * T, 1, q + base, H * D,
-                            k + (b * T * G + g) * D, v + (b * T * G + g) * D, G * D, i0, nq, 0,
-                            D, scale);
+                            k + (b * T * G + g) * D, v + (b * T * G + g) * D, G * D,
+                            seg ? seg + b * T : NULL, i0, nq, 0, D, scale);
       }
 }
 
@@ -214,7 +242,7 @@ void prm_attention_decode(float *out, const float *q, const float *kc, const flo
     for (int64_t blk = 0; blk < nblk; blk++) {
       int64_t g = h / hpg, i0 = blk * PRM__BQ, nq = Tq - i0 < PRM__BQ ? Tq - i0 : PRM__BQ;
       prm__attn_fwd_block(out + h * D, NULL, 0, q + h * D, H * D, kc + g * D, vc + g * D, G * D,
-                          i0, nq, Tk - Tq, D, scale);
+                          NULL, i0, nq, Tk - Tq, D, scale);
     }
 }
 
@@ -227,9 +255,9 @@ void prm_attention_decode(float *out, const float *q, const float *kc, const flo
  * threads ever touch the same row. */
 PRM__CLONES static void prm__attn_bwd_group(float *dq, float *dk, float *dv, const float *dout,
                                             const float *q, const float *k, const float *v,
-                                            const float *out, const float *lse, int64_t b,
-                                            int64_t g, int64_t T, int64_t H, int64_t G, int64_t D,
-                                            float scale) {
+                                            const float *out, const float *lse,
+                                            const int32_t *seg, int64_t b, int64_t g, int64_t T,
+                                            int64_t H, int64_t G, int64_t D, float scale) {
   int64_t hpg = H / G, ks = G * D, qs = H * D;
   const float *kb = k + (b * T * G + g) * D, *vb = v + (b * T * G + g) * D;
   float *dkb = dk + (b * T * G + g) * D, *dvb = dv + (b * T * G + g) * D;
@@ -239,33 +267,40 @@ PRM__CLONES static void prm__attn_bwd_group(float *dq, float *dk, float *dv, con
   }
   float P[PRM__BQ][PRM__BK], DS[PRM__BQ][PRM__BK], Di[PRM__BQ], L[PRM__BQ];
   float dqa[PRM__BQ * PRM__MAXD], Kt[PRM__MAXD * PRM__BK], Vt[PRM__MAXD * PRM__BK];
+  int64_t lo[PRM__BQ];
+  if (seg) seg += b * T;
   for (int64_t h = g * hpg; h < (g + 1) * hpg; h++) {
     int64_t base = (b * T * H + h) * D; /* row i of head h: base + i * qs */
     for (int64_t i0 = 0; i0 < T; i0 += PRM__BQ) {
       int64_t nq = T - i0 < PRM__BQ ? T - i0 : PRM__BQ;
+      prm__seg_lo(lo, seg, i0, nq);
       for (int64_t a = 0; a < nq; a++) {
         int64_t r = base + (i0 + a) * qs;
         Di[a] = prm__dot(dout + r, out + r, D);
         L[a] = lse[(b * H + h) * T + i0 + a];
         memset(dqa + a * D, 0, (size_t)D * sizeof(float));
       }
-      for (int64_t j0 = 0; j0 < i0 + nq; j0 += PRM__BK) {
+      for (int64_t j0 = lo[0]; j0 < i0 + nq; j0 += PRM__BK) {
         int64_t nk = i0 + nq - j0 < PRM__BK ? i0 + nq - j0 : PRM__BK;
         prm__transpose(Kt, kb + j0 * ks, ks, nk, D);
         prm__transpose(Vt, vb + j0 * ks, ks, nk, D);
-        /* Probabilities and score gradients of the block (causal: j <= i). */
+        /* Probabilities and score gradients of the block (causal: j <= i;
+         * segments: j >= lo); zero outside [c0, n). */
         for (int64_t a = 0; a < nq; a++) {
           int64_t i = i0 + a, r = base + i * qs;
           int64_t n = i - j0 + 1 < nk ? i - j0 + 1 : nk; /* keys j <= i */
-          if (n < 0) n = 0;
+          int64_t c0 = lo[a] > j0 ? lo[a] - j0 : 0;
+          if (c0 > nk) c0 = nk; /* the row's segment starts after this block */
+          if (n < c0) n = c0;
           prm__scores(P[a], q + r, Kt, D);
           prm__scores(DS[a], dout + r, Vt, D);
           float La = L[a], Da = Di[a];
 #pragma omp simd
-          for (int64_t c = 0; c < n; c++) {
+          for (int64_t c = c0; c < n; c++) {
             P[a][c] = prm__exp_neg(P[a][c] * scale - La);
             DS[a][c] = P[a][c] * (DS[a][c] - Da) * scale;
           }
+          for (int64_t c = 0; c < c0; c++) P[a][c] = DS[a][c] = 0;
           for (int64_t c = n; c < nk; c++) P[a][c] = DS[a][c] = 0;
         }
         /* dv_j += P^T dout and dk_j += DS^T q over the rows that see key j;
@@ -279,7 +314,9 @@ PRM__CLONES static void prm__attn_bwd_group(float *dq, float *dk, float *dv, con
         }
         for (int64_t a = 0; a < nq; a++) {
           int64_t last = i0 + a - j0 + 1 < nk ? i0 + a - j0 + 1 : nk;
-          if (last > 0) prm__acc_rows(dqa + a * D, DS[a], 1, kb + j0 * ks, ks, last, D);
+          int64_t c0 = lo[a] > j0 ? lo[a] - j0 : 0;
+          if (last > c0)
+            prm__acc_rows(dqa + a * D, DS[a] + c0, 1, kb + (j0 + c0) * ks, ks, last - c0, D);
         }
       }
       for (int64_t a = 0; a < nq; a++)
@@ -291,14 +328,21 @@ PRM__CLONES static void prm__attn_bwd_group(float *dq, float *dk, float *dv, con
 void prm_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                             const float *k, const float *v, const float *out, const float *lse,
                             int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
+  prm_attention_backward_seg(dq, dk, dv, dout, q, k, v, out, lse, NULL, B, T, H, G, D);
+}
+
+void prm_attention_backward_seg(float *dq, float *dk, float *dv, const float *dout,
+                                const float *q, const float *k, const float *v, const float *out,
+                                const float *lse, const int32_t *seg, int64_t B, int64_t T,
+                                int64_t H, int64_t G, int64_t D) {
   PRM_ASSERT(G > 0 && H % G == 0);
   if (D > PRM__MAXD) {
-    prm__ref32_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, G, D);
+    prm__ref32_attention_backward_seg(dq, dk, dv, dout, q, k, v, out, lse, seg, B, T, H, G, D);
     return;
   }
   float scale = (float)(1.0 / sqrt((double)D));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t g = 0; g < G; g++)
-      prm__attn_bwd_group(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, H, G, D, scale);
+      prm__attn_bwd_group(dq, dk, dv, dout, q, k, v, out, lse, seg, b, g, T, H, G, D, scale);
 }

@@ -165,14 +165,14 @@ PRM__CLONES static void prm__rope_row(float *x, const float *restrict co,
 }
 
 void prm__fast_rope_apply(float *x, const float *cos_t, const float *sin_t, int64_t B,
-                          int64_t T, int64_t nh, int64_t D, int64_t pos0, float sign) {
+                          int64_t T, int64_t nh, int64_t D, int64_t pos0, const int32_t *pos,
+                          float sign) {
   PRM_ASSERT(D % 2 == 0);
   int64_t half = D / 2, rows = B * T;
 #pragma omp parallel for schedule(static) if (rows * nh * D >= PRM__EW_PAR)
   for (int64_t bt = 0; bt < rows; bt++) {
-    int64_t t = bt % T;
-    prm__rope_row(x + bt * nh * D, cos_t + (pos0 + t) * half, sin_t + (pos0 + t) * half, nh, D,
-                  sign);
+    int64_t p = pos ? pos[bt] : pos0 + bt % T;
+    prm__rope_row(x + bt * nh * D, cos_t + p * half, sin_t + p * half, nh, D, sign);
   }
 }
 

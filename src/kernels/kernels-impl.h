@@ -17,9 +17,11 @@ void prm__fast_add(float *y, const float *a, const float *b, int64_t n);
 void prm__fast_swiglu_forward(float *h, const float *gate, const float *up, int64_t n);
 void prm__fast_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
                                const float *up, int64_t n);
-/* RoPE by +angle (sign 1, forward) or -angle (sign -1, backward). */
+/* RoPE by +angle (sign 1, forward) or -angle (sign -1, backward); row t of
+ * sequence b has position pos[b*T+t] when pos is not NULL, else pos0 + t. */
 void prm__fast_rope_apply(float *x /* (B,T,nh,D) */, const float *cos_t, const float *sin_t,
-                          int64_t B, int64_t T, int64_t nh, int64_t D, int64_t pos0, float sign);
+                          int64_t B, int64_t T, int64_t nh, int64_t D, int64_t pos0,
+                          const int32_t *pos /* (B,T) or NULL */, float sign);
 void prm__fast_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
                                int64_t N, int64_t C, float eps);
 void prm__fast_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,

@@ -35,12 +35,22 @@ void prm_rope_tables(float *cos_t, float *sin_t, int64_t T, int64_t D, double ba
 
 void prm_rope_forward(float *x, const float *cos_t, const float *sin_t, int64_t B, int64_t T,
                       int64_t nh, int64_t D, int64_t pos0) {
-  prm__fast_rope_apply(x, cos_t, sin_t, B, T, nh, D, pos0, 1.0f);
+  prm__fast_rope_apply(x, cos_t, sin_t, B, T, nh, D, pos0, NULL, 1.0f);
 }
 
 void prm_rope_backward(float *dx, const float *cos_t, const float *sin_t, int64_t B, int64_t T,
                        int64_t nh, int64_t D, int64_t pos0) {
-  prm__fast_rope_apply(dx, cos_t, sin_t, B, T, nh, D, pos0, -1.0f);
+  prm__fast_rope_apply(dx, cos_t, sin_t, B, T, nh, D, pos0, NULL, -1.0f);
+}
+
+void prm_rope_forward_pos(float *x, const float *cos_t, const float *sin_t, int64_t B,
+                          int64_t T, int64_t nh, int64_t D, const int32_t *pos) {
+  prm__fast_rope_apply(x, cos_t, sin_t, B, T, nh, D, 0, pos, 1.0f);
+}
+
+void prm_rope_backward_pos(float *dx, const float *cos_t, const float *sin_t, int64_t B,
+                           int64_t T, int64_t nh, int64_t D, const int32_t *pos) {
+  prm__fast_rope_apply(dx, cos_t, sin_t, B, T, nh, D, 0, pos, -1.0f);
 }
 
 void prm_swiglu_forward(float *h, const float *gate, const float *up, int64_t n) {

@@ -65,6 +65,16 @@ void PRM_REF(attention_backward)(real *dq /* (B,T,H,D) */, real *dk /* (B,T,G,D)
                                  const real *q, const real *k, const real *v,
                                  const real *out /* (B,T,H,D) */, const real *lse /* (B,H,T) */,
                                  int64_t B, int64_t T, int64_t H, int64_t G, int64_t D);
+/* With segment ids (prm_attention_forward_seg); seg NULL: plain causal. */
+void PRM_REF(attention_forward_seg)(real *out /* (B,T,H,D) */, real *lse /* (B,H,T) */,
+                                    const real *q, const real *k, const real *v,
+                                    const int32_t *seg /* (B,T) or NULL */, int64_t B, int64_t T,
+                                    int64_t H, int64_t G, int64_t D);
+void PRM_REF(attention_backward_seg)(real *dq, real *dk, real *dv, const real *dout,
+                                     const real *q, const real *k, const real *v,
+                                     const real *out, const real *lse,
+                                     const int32_t *seg /* (B,T) or NULL */, int64_t B, int64_t T,
+                                     int64_t H, int64_t G, int64_t D);
 void PRM_REF(attention_decode)(real *out /* (Tq,H,D) */, const real *q /* (Tq,H,D) */,
                                const real *kc /* (Tk,G,D) */, const real *vc /* (Tk,G,D) */,
                                int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D);

@@ -297,9 +297,17 @@ static void ref_attn_row(real *o, real *lse, const real *qi, const real *kb, con
   if (lse) *lse = m + R_LOG(l);
 }
 
-void PRM_REF(attention_forward)(real *out, real *lse, const real *q, const real *k,
-                                const real *v, int64_t B, int64_t T, int64_t H, int64_t G,
-                                int64_t D) {
+/* The first position of the run of equal segment ids that holds i (0
+ * without segments): the first key query i sees. */
+static inline int64_t ref_seg_start(const int32_t *seg, int64_t i) {
+  if (!seg) return 0;
+  while (i > 0 && seg[i - 1] == seg[i]) i--;
+  return i;
+}
+
+void PRM_REF(attention_forward_seg)(real *out, real *lse, const real *q, const real *k,
+                                    const real *v, const int32_t *seg, int64_t B, int64_t T,
+                                    int64_t H, int64_t G, int64_t D) {
   PRM_ASSERT(G > 0 && H % G == 0 && D <= REF_MAXD);
   int64_t hpg = H / G;
   real scale = (real)(1.0 / sqrt((double)D));
@@ -310,17 +318,25 @@ void PRM_REF(attention_forward)(real *out, real *lse, const real *q, const real 
     for (int64_t h = 0; h < H; h++)
       for (int64_t i = 0; i < T; i++) {
         int64_t g = h / hpg, row = (b * T + i) * H + h;
-        const real *kb = k + (b * T * G + g) * D, *vb = v + (b * T * G + g) * D;
-        ref_attn_row(out + row * D, lse + (b * H + h) * T + i, q + row * D, kb, vb, G * D, i + 1,
-                     D, scale);
+        int64_t lo = ref_seg_start(seg ? seg + b * T : NULL, i);
+        const real *kb = k + ((b * T + lo) * G + g) * D, *vb = v + ((b * T + lo) * G + g) * D;
+        ref_attn_row(out + row * D, lse + (b * H + h) * T + i, q + row * D, kb, vb, G * D,
+                     i + 1 - lo, D, scale);
       }
+}
+
+void PRM_REF(attention_forward)(real *out, real *lse, const real *q, const real *k,
+                                const real *v, int64_t B, int64_t T, int64_t H, int64_t G,
+                                int64_t D) {
+  PRM_REF(attention_forward_seg)(out, lse, q, k, v, NULL, B, T, H, G, D);
 }
 
 /* Threads own (b, g) pairs: every write to dk/dv of a group, and to dq of
  * its H/G query heads, comes from one thread in a fixed order. */
-void PRM_REF(attention_backward)(real *dq, real *dk, real *dv, const real *dout, const real *q,
-                                 const real *k, const real *v, const real *out, const real *lse,
-                                 int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
+void PRM_REF(attention_backward_seg)(real *dq, real *dk, real *dv, const real *dout,
+                                     const real *q, const real *k, const real *v,
+                                     const real *out, const real *lse, const int32_t *seg,
+                                     int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
   PRM_ASSERT(G > 0 && H % G == 0 && D <= REF_MAXD);
   int64_t hpg = H / G;
   real scale = (real)(1.0 / sqrt((double)D));
@@ -340,7 +356,7 @@ void PRM_REF(attention_backward)(real *dq, real *dk, real *dv, const real *dout,
           real Di = ref_dot(doi, out + row, D);
           real li = lse[(b * H + h) * T + i];
           for (int64_t d = 0; d < D; d++) dqacc[d] = 0;
-          for (int64_t j = 0; j <= i; j++) {
+          for (int64_t j = ref_seg_start(seg ? seg + b * T : NULL, i); j <= i; j++) {
             int64_t kv = ((b * T + j) * G + g) * D;
             const real *kj = k + kv, *vj = v + kv;
             real *dkj = dk + kv, *dvj = dv + kv;
@@ -355,6 +371,12 @@ void PRM_REF(attention_backward)(real *dq, real *dk, real *dv, const real *dout,
           memcpy(dq + row, dqacc, (size_t)D * sizeof(real));
         }
     }
+}
+
+void PRM_REF(attention_backward)(real *dq, real *dk, real *dv, const real *dout, const real *q,
+                                 const real *k, const real *v, const real *out, const real *lse,
+                                 int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
+  PRM_REF(attention_backward_seg)(dq, dk, dv, dout, q, k, v, out, lse, NULL, B, T, H, G, D);
 }
 
 void PRM_REF(attention_decode)(real *out, const real *q, const real *kc, const real *vc,

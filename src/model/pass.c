@@ -29,9 +29,14 @@ static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
   prm__lin_fwd(m, a->q, a->ln1, x16, w->wq, N, C, HD);
   prm__lin_fwd(m, a->k, a->ln1, x16, w->wk, N, C, GD);
   prm__lin_fwd(m, a->v, a->ln1, x16, w->wv, N, C, GD);
-  prm_rope_forward(a->q, m->rope_cos, m->rope_sin, B, T, H, D, 0);
-  prm_rope_forward(a->k, m->rope_cos, m->rope_sin, B, T, G, D, 0);
-  prm_attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, H, G, D);
+  if (m->pack_pos) {
+    prm_rope_forward_pos(a->q, m->rope_cos, m->rope_sin, B, T, H, D, m->pack_pos);
+    prm_rope_forward_pos(a->k, m->rope_cos, m->rope_sin, B, T, G, D, m->pack_pos);
+  } else {
+    prm_rope_forward(a->q, m->rope_cos, m->rope_sin, B, T, H, D, 0);
+    prm_rope_forward(a->k, m->rope_cos, m->rope_sin, B, T, G, D, 0);
+  }
+  prm_attention_forward_seg(a->att, a->lse, a->q, a->k, a->v, m->pack_seg, B, T, H, G, D);
   prm__lin_fwd(m, a->mid, a->att, prm__to16(m, 0, a->att, N * HD), w->wo, N, HD, C);
   prm__tp_sum(m, a->mid, N * C);
   /* mid = x + attention; ln2 = rmsnorm(mid), in one pass. */
@@ -87,10 +92,15 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
   dy16 = prm__to16(m, 1, s->dres, N * C);
   x16 = prm__to16(m, 0, a->att, N * HD);
   prm__lin_bwd(m, s->datt, dw->wo, s->dres, dy16, a->att, x16, w->wo, N, HD, C, 0);
-  prm_attention_backward(s->dq, s->dk, s->dv, s->datt, a->q, a->k, a->v, a->att, a->lse, B, T,
-                         H, G, D);
-  prm_rope_backward(s->dq, m->rope_cos, m->rope_sin, B, T, H, D, 0);
-  prm_rope_backward(s->dk, m->rope_cos, m->rope_sin, B, T, G, D, 0);
+  prm_attention_backward_seg(s->dq, s->dk, s->dv, s->datt, a->q, a->k, a->v, a->att, a->lse,
+                             m->pack_seg, B, T, H, G, D);
+  if (m->pack_pos) {
+    prm_rope_backward_pos(s->dq, m->rope_cos, m->rope_sin, B, T, H, D, m->pack_pos);
+    prm_rope_backward_pos(s->dk, m->rope_cos, m->rope_sin, B, T, G, D, m->pack_pos);
+  } else {
+    prm_rope_backward(s->dq, m->rope_cos, m->rope_sin, B, T, H, D, 0);
+    prm_rope_backward(s->dk, m->rope_cos, m->rope_sin, B, T, G, D, 0);
+  }
   x16 = prm__to16(m, 0, a->ln1, N * C);
   prm__lin_bwd(m, s->dln, dw->wq, s->dq, prm__to16(m, 1, s->dq, N * HD), a->ln1, x16, w->wq, N, C,
                HD, 0);
@@ -198,4 +208,9 @@ void prm_llama_set_grads_hook(prm_llama_t *m, void (*fn)(void *ctx, int64_t offs
                               void *ctx) {
   m->grads_ready = fn;
   m->grads_ctx = ctx;
+}
+
+void prm_llama_set_packing(prm_llama_t *m, const int32_t *seg, const int32_t *pos) {
+  m->pack_seg = seg;
+  m->pack_pos = pos;
 }

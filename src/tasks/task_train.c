@@ -1,5 +1,5 @@
-/* task_train.c - the train pillar's commands: `train pretrain` (the native
- * engine), `eval` (validation loss and perplexity) and `generate` (text
+/* task_train.c - the train pillar's commands: `train pretrain` and `train
+ * posttrain` (the native engine; supervised fine-tuning), `eval` (validation loss and perplexity) and `generate` (text
  * from a checkpoint), plus the hidden `train grads` used by the PyTorch
  * oracle tests. */
 #define _GNU_SOURCE
@@ -33,6 +33,25 @@ static int prm__train_pretrain(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_train_opts_t o;
   int rc = prm__opts(ctx, 1, &o, err);
   if (rc) return rc;
+  if (o.sft)
+    return prm_errf(err, PRM_EINVAL, "train pretrain: the experiment's module is post_trainer "
+                                     "(fine-tuning); run `primus train posttrain`");
+  return prm_train_run(&o, ctx->run_dir, err);
+}
+
+static const prm_opt_t prm__posttrain_opts[] = {
+    {"config", 'c', PRM_OPT_STR, "FILE", NULL, "experiment YAML (modules.post_trainer)"},
+    {"module", 0, PRM_OPT_STR, "NAME", "post_trainer", "module of the experiment to run"},
+    {NULL},
+};
+
+static int prm__train_posttrain(prm_task_ctx_t *ctx, prm_err_t *err) {
+  prm_train_opts_t o;
+  int rc = prm__opts(ctx, 1, &o, err);
+  if (rc) return rc;
+  if (!o.sft)
+    return prm_errf(err, PRM_EINVAL, "train posttrain: module %s is not post_trainer",
+                    prm_exp_module(ctx->exp));
   return prm_train_run(&o, ctx->run_dir, err);
 }
 
@@ -64,13 +83,27 @@ static const prm_subtask_t prm__train_subs[] = {
      prm__train_opts,
      PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED | PRM_SUB_RUN | PRM_SUB_MULTIRANK | PRM_SUB_SUPERVISED,
      prm__train_pretrain},
+    {"posttrain", "supervised fine-tuning on JSONL examples (prompt/response or chat)", NULL,
+     "Runs the native engine on the post_trainer module: data_path is a JSONL file\n"
+     "of {\"prompt\", \"response\"} or {\"messages\": [{\"role\", \"content\"}]} lines, made\n"
+     "into tokens by chat_template (default | llama3); the loss covers only the\n"
+     "response / assistant tokens. packing: true (default) packs examples up to\n"
+     "seq_length with attention kept inside each. `load` gives the starting weights\n"
+     "(a checkpoint folder or a Hugging Face Llama folder); finetune: true starts at\n"
+     "step 1 with a fresh optimizer. See docs/posttrain.md.\n\n"
+     "Example:\n"
+     "  primus train posttrain --config configs/examples/llama_124M-posttrain.yaml",
+     prm__posttrain_opts,
+     PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED | PRM_SUB_RUN | PRM_SUB_MULTIRANK | PRM_SUB_SUPERVISED,
+     prm__train_posttrain},
     {"grads", "write the first batch's gradients (for reference checks)", NULL, NULL,
      prm__grads_opts, PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED | PRM_SUB_HIDDEN,
      prm__train_grads},
     {NULL},
 };
 
-const prm_task_t prm__task_train = {"train", "train models (pretrain)", prm__train_subs, NULL};
+const prm_task_t prm__task_train = {"train", "train models (pretrain, posttrain)", prm__train_subs,
+                                    NULL};
 
 /* ------------------------------------------------------------------------ */
 /* eval                                                                      */

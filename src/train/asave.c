@@ -37,7 +37,8 @@ static void *prm__asave_main(void *arg) {
   prm__asave_t *a = arg;
   double t0 = prm_time_now();
   prm_ckpt_state_t st = {.iteration = a->iter, .consumed_samples = a->consumed, .seed = a->seed,
-                         .adam_m = a->adam_m, .adam_v = a->adam_v};
+                         .adam_m = a->adam_m, .adam_v = a->adam_v,
+                         .tokenizer_config = a->tokenizer_config};
   a->rc = prm_ckpt_save(&a->view, a->save, a->iter, a->tokenizer_type, a->tokenizer_model, &st,
                         &a->err);
   a->seconds = prm_time_now() - t0;

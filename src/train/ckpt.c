@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "train-impl.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -91,8 +92,60 @@ static int prm__copy_tokenizer(const char *model, const char *dir, prm_err_t *er
   return rc;
 }
 
+/* The text of one token id, NULL-safe (caller frees; NULL for id < 0). */
+static char *prm__token_text(const prm_tokenizer_t *t, int32_t id) {
+  if (id < 0) return NULL;
+  prm_sb_t sb = {0};
+  prm_tokenizer_decode(t, &id, 1, &sb);
+  return prm_sb_steal(&sb);
+}
+
+int prm__tokenizer_config(const prm_train_opts_t *o, char **out, prm_err_t *err) {
+  *out = NULL;
+  if (!o->tokenizer_model || !prm_streq(o->tokenizer_type, "HuggingFaceTokenizer")) return 0;
+  prm_tokenizer_t *t = NULL;
+  int rc = prm_tokenizer_open(o->tokenizer_type, o->tokenizer_model, &t, err);
+  if (rc) return rc;
+  /* Llama-3 tokenizers end a turn with <|eot_id|> and begin with
+   * <|begin_of_text|>; GPT-2-style ones use their EOD token for both. */
+  int32_t eos_id = prm_tokenizer_eod(t), bos_id = prm_tokenizer_token_to_id(t, "<|begin_of_text|>");
+  if (o->sft && o->chat == PRM_CHAT_LLAMA3 && prm_tokenizer_token_to_id(t, "<|eot_id|>") >= 0)
+    eos_id = prm_tokenizer_token_to_id(t, "<|eot_id|>");
+  char *eos = prm__token_text(t, eos_id), *bos = prm__token_text(t, bos_id >= 0 ? bos_id : eos_id);
+  /* The default template ends a turn with the EOD token (chat.c). */
+  char *eod = prm__token_text(t, prm_tokenizer_eod(t));
+  prm_tokenizer_free(t);
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "tokenizer_class", "PreTrainedTokenizerFast");
+  if (bos) cJSON_AddStringToObject(root, "bos_token", bos);
+  else cJSON_AddNullToObject(root, "bos_token");
+  if (eos) cJSON_AddStringToObject(root, "eos_token", eos);
+  else cJSON_AddNullToObject(root, "eos_token");
+  cJSON_AddNumberToObject(root, "model_max_length", (double)o->model.max_pos);
+  cJSON_AddBoolToObject(root, "add_bos_token", 0);
+  cJSON_AddBoolToObject(root, "add_eos_token", 0);
+  cJSON_AddBoolToObject(root, "clean_up_tokenization_spaces", 0);
+  if (o->sft) {
+    char *jinja = prm_chat_jinja(o->chat, eod);
+    cJSON_AddStringToObject(root, "chat_template", jinja);
+    free(jinja);
+  }
+  free(eod);
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  free(bos);
+  free(eos);
+  prm_sb_t sb = {0};
+  prm_sb_append(&sb, text);
+  prm_sb_putc(&sb, '\n');
+  cJSON_free(text);
+  *out = prm_sb_steal(&sb);
+  return 0;
+}
+
 int prm__ckpt_write_model(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
-                            const char *tokenizer_model, prm_err_t *err) {
+                          const char *tokenizer_model, const char *tokenizer_config,
+                          prm_err_t *err) {
   prm_st_entry_t *ent = prm_xcalloc((size_t)m->ntensors, sizeof *ent);
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
@@ -115,6 +168,11 @@ int prm__ckpt_write_model(const prm_llama_t *m, const char *dir, const char *tok
   free(cj);
   if (!rc && tokenizer_model && prm_streq(tokenizer_type, "HuggingFaceTokenizer"))
     rc = prm__copy_tokenizer(tokenizer_model, dir, err);
+  if (!rc && tokenizer_config) {
+    char *path = prm_path_join(dir, "tokenizer_config.json");
+    rc = prm_fs_write_atomic(path, tokenizer_config, strlen(tokenizer_config), err);
+    free(path);
+  }
   return rc;
 }
 
@@ -166,7 +224,9 @@ int prm_ckpt_write_hf(const prm_llama_t *m, const char *dir, const char *tokeniz
   char *tmp = NULL;
   int rc = prm__ckpt_mktemp(dir, (int)getpid(), &tmp, err);
   if (rc) goto done;
-  if ((rc = prm__ckpt_write_model(m, tmp, tokenizer_type, tokenizer_model, err))) goto fail_tmp;
+  if ((rc = prm__ckpt_write_model(m, tmp, tokenizer_type, tokenizer_model,
+                                  st ? st->tokenizer_config : NULL, err)))
+    goto fail_tmp;
   if (st && ((rc = prm__state_write(tmp, m, st, err)) || (rc = prm__state_done(tmp, err))))
     goto fail_tmp;
   rc = prm__ckpt_commit(tmp, dir, err); /* removes tmp on failure */

@@ -252,6 +252,31 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   }
   if ((rc = prm_llama_tp_check_config(&o->model, o->tp, err)))
     return prm__prefix_origin(e, "tensor_model_parallel_size", err);
+  /* Supervised fine-tuning: the module decides, the data keys follow. */
+  o->sft = prm_streq(prm_exp_module(e), "post_trainer");
+  prm__bool(e, "packing", 1, &o->packing);
+  if ((rc = prm_chat_parse(prm_exp_get_str(e, "chat_template"), &o->chat, err)))
+    return prm__prefix_origin(e, "chat_template", err);
+  if (o->sft && (o->data_blend || o->mock_data))
+    return prm__prefix_origin(e, o->mock_data ? "mock_data" : "data_path",
+                              (prm_errf(err, PRM_ECONFIG,
+                                        "%s: fine-tuning (post_trainer) reads one JSONL file of "
+                                        "examples; blends and mock_data are not supported",
+                                        o->mock_data ? "mock_data" : "data_path"), err));
+  if (o->sft && o->tp > 1)
+    return prm__prefix_origin(e, "tensor_model_parallel_size",
+                              (prm_errf(err, PRM_ECONFIG,
+                                        "tensor_model_parallel_size: fine-tuning (post_trainer) "
+                                        "runs with data parallelism only for now; got %d",
+                                        o->tp), err));
+  /* The router losses are weighted per token of a pre-training batch
+   * (prm_llama_forward_backward's grad_scale x B x T), which a loss over
+   * the response tokens does not match. */
+  if (o->sft && c->experts)
+    return prm__prefix_origin(e, "num_experts",
+                              (prm_errf(err, PRM_ECONFIG,
+                                        "num_experts: fine-tuning (post_trainer) of "
+                                        "mixture-of-experts models is not supported yet"), err));
   int64_t mport = 0;
   PRM__I("metrics_port", 0, &mport);
   if (mport < 0 || mport > 65535)

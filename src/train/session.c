@@ -22,7 +22,15 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
    * shape (docs/benchmark.md); freed by prm__session_close. */
   int rc = prm_gemm_init_tuned(&s->gemm, o->gemm, getenv("PRIMUS_GEMM_TUNE"), err);
   if (rc) return rc;
-  if (!o->mock_data && (o->data_shuffle || o->data_blend)) {
+  if (o->sft) {
+    /* Fine-tuning examples (JSONL), tokenised once here. */
+    prm_sft_opts_t f = {.path = o->data_path, .tokenizer_type = o->tokenizer_type,
+                        .tokenizer_model = o->tokenizer_model, .split = o->split,
+                        .chat = o->chat, .seq_length = o->seq_length,
+                        .vocab_size = o->model.vocab, .packing = o->packing,
+                        .shuffle = o->data_shuffle, .seed = (uint64_t)o->seed, .need = need};
+    if ((rc = prm_sft_open(&f, &s->sft, err))) goto fail;
+  } else if (!o->mock_data && (o->data_shuffle || o->data_blend)) {
     /* Shuffled and/or blended: the samplers, sized for what this run reads
      * (evaluation always reads the first eval_iters global batches). */
     int n = o->data_blend ? o->data_blend->n / 2 : 1;
@@ -71,6 +79,14 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
   s->seq = prm_xmalloc((size_t)(o->seq_length + 1) * sizeof(int32_t));
   s->tokens = prm_xmalloc((size_t)n * sizeof(int32_t));
   s->targets = prm_xmalloc((size_t)n * sizeof(int32_t));
+  if (s->sft) {
+    s->seg = prm_xmalloc((size_t)n * sizeof(int32_t));
+    s->pos = prm_xmalloc((size_t)n * sizeof(int32_t));
+    /* Packed: attention inside each example, positions restarting at 0.
+     * Padded (packing: false): plain causal attention already keeps an
+     * example away from the padding after it. */
+    if (o->packing) prm_llama_set_packing(s->model, s->seg, s->pos);
+  }
   return 0;
 fail:
   prm__session_close(s);
@@ -88,6 +104,9 @@ void prm__session_close(prm__session_t *s) {
   prm_gemm_free(&s->gemm);
   prm_dataset_close(s->data);
   prm_blend_close(s->blend);
+  prm_sft_close(s->sft);
+  free(s->seg);
+  free(s->pos);
   free(s->seq);
   free(s->tokens);
   free(s->targets);
@@ -95,6 +114,7 @@ void prm__session_close(prm__session_t *s) {
 }
 
 int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split) {
+  if (s->sft) return prm_sft_sequences(s->sft, split);
   if (s->blend) return prm_blend_tokens(s->blend, split);
   return s->data ? prm_dataset_tokens(s->data, split) : 0;
 }
@@ -105,6 +125,11 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
   int64_t S = o->seq_length;
   for (int64_t b = 0; b < B; b++) {
     int64_t k = first + b;
+    if (s->sft) {
+      prm_sft_sample(s->sft, split, k, s->tokens + b * S, s->targets + b * S, s->seg + b * S,
+                     s->pos + b * S);
+      continue;
+    }
     if (s->blend) {
       prm_blend_sample(s->blend, split, k, s->seq);
     } else if (s->data) {
@@ -127,7 +152,18 @@ int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
                            int64_t step0, double *loss, prm_err_t *err) {
   int64_t G = o->global_batch, B = o->micro_batch, S = o->seq_length;
   int64_t share = G / dp->size, begin = step0 * G + dp->rank * share;
-  float scale = (float)(1.0 / ((double)G * (double)S));
+  /* The loss is the mean over the global batch's loss tokens: G x S in
+   * pre-training; in fine-tuning every rank counts them over the whole
+   * batch (the examples are in memory), so all ranks scale alike. */
+  double denom = (double)G * (double)S;
+  s->loss_tokens = G * S;
+  if (s->sft) {
+    s->loss_tokens = 0;
+    for (int64_t k = step0 * G; k < step0 * G + G; k++)
+      s->loss_tokens += prm_sft_loss_tokens(s->sft, PRM_SPLIT_TRAIN, k);
+    denom = s->loss_tokens > 0 ? (double)s->loss_tokens : 1.0;
+  }
+  float scale = (float)(1.0 / denom);
   double sum = 0;
   prm_llama_zero_grad(s->model);
   prm_llama_params_changed(s->model); /* updated, loaded or rolled back since the last step */
@@ -147,7 +183,7 @@ int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
   int rc = prm_llama_tp_check(s->model, err);
   if (!rc) rc = prm__dp_reduce(dp, s->model, err);
   if (!rc) rc = prm__dp_sum(dp, &sum, 1, err);
-  *loss = sum / ((double)G * (double)S);
+  *loss = sum / denom;
   return rc;
 }
 
@@ -194,6 +230,7 @@ int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *
   prm__dp_t dp;
   prm__par_t par;
   double loss = 0, norm = 0;
+  if (s.sft) PRM_INFO("data: %s", prm_sft_describe(s.sft));
   if (!(rc = prm__par_open(&par, o, err))) { /* one rank: MPI untouched */
     prm__dp_open(&dp, o, &par, s.model->nparams, err);
     rc = prm__accumulate(&s, o, &dp, 0, &loss, err);

@@ -32,10 +32,13 @@ typedef struct {
   prm_dataset_t *data;    /* one dataset read in order; NULL otherwise */
   prm_blend_t *blend;     /* shuffled and/or blended samples; NULL otherwise
                            * (both NULL with mock_data) */
+  prm_sft_t *sft;         /* fine-tuning examples (o->sft); the others NULL then */
   prm_llama_t *model;
   int64_t loaded_iter;    /* iteration of the checkpoint loaded, 0 otherwise */
   int32_t *seq;           /* (S+1) */
   int32_t *tokens, *targets; /* (B,S) */
+  int32_t *seg, *pos;     /* (B,S) fine-tuning: segment ids and positions (packing) */
+  int64_t loss_tokens;    /* targets in the loss of the last prm__accumulate's batch */
   double data_s;          /* the last prm__accumulate's time in prm__session_batch */
   /* Tensor parallelism, on the rank that writes checkpoints: the whole
    * model and moments gathered from the group (tpstate.c); NULL otherwise. */
@@ -51,7 +54,8 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
                       prm_split_t need, const prm_llama_tp_t *tp, prm__session_t *s,
                       prm_err_t *err);
 void prm__session_close(prm__session_t *s);
-/* Tokens of a split over the session's data (0 with mock_data). */
+/* Tokens of a split over the session's data (0 with mock_data; with
+ * fine-tuning data the split's sequences, only ever compared with 0). */
 int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split);
 /* Fills tokens/targets (B,S) with global samples first .. first+B-1 of a
  * split: sample k of the train split is the k-th one a run consumes (step
@@ -62,7 +66,9 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
 /* Forward+backward over one global batch (optimizer step `step0`, 0-based)
  * into zeroed gradients, summed over the data-parallel ranks of dp (each
  * takes the contiguous G/D samples of its rank); *loss gets the batch's
- * mean. */
+ * mean: over its G x S targets in pre-training, over its loss tokens in
+ * fine-tuning (every rank counts those of the whole global batch from the
+ * data it holds, so the ranks agree without communicating). */
 int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, int64_t step0,
                     double *loss, prm_err_t *err);
 /* Mean loss over `iters` global batches of the validation split, shared
@@ -76,6 +82,10 @@ int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
 int prm__state_write(const char *dir, const prm_llama_t *m, const prm_ckpt_state_t *st,
                      prm_err_t *err);
 /* Writes DIR/DONE: the checkpoint is complete (after every rank's files). */
+/* *out (caller frees) = the text of tokenizer_config.json for a run with a
+ * HuggingFaceTokenizer (bos/eos tokens, model_max_length, the class, and in
+ * fine-tuning the chat template as Jinja); NULL for other tokenizers. */
+int prm__tokenizer_config(const prm_train_opts_t *o, char **out, prm_err_t *err);
 int prm__state_done(const char *dir, prm_err_t *err);
 
 /* ---- tpstate.c: whole-model files for tensor-parallel shards ---- */
@@ -114,7 +124,8 @@ char *prm__ckpt_iter_dir(const char *save, int64_t iter);
 int prm__ckpt_mktemp(const char *dir, int pid, char **tmp, prm_err_t *err);
 /* model.safetensors, config.json (and tokenizer.json) into an existing folder. */
 int prm__ckpt_write_model(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
-                          const char *tokenizer_model, prm_err_t *err);
+                          const char *tokenizer_model, const char *tokenizer_config,
+                          prm_err_t *err);
 /* fsyncs tmp and renames it to dir (replacing an old one); tmp is removed
  * on failure. */
 int prm__ckpt_commit(const char *tmp, const char *dir, prm_err_t *err);
@@ -180,6 +191,7 @@ typedef struct {
   prm_llama_t view;                /* the model with params = the copy */
   char *save;                      /* owned */
   const char *tokenizer_type, *tokenizer_model;
+  const char *tokenizer_config;    /* borrowed from the trainer, NULL: none */
   int64_t iter, consumed, seed;
   pthread_t thread;
   int busy;                        /* a save is in flight (thread to join) */

@@ -193,6 +193,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   FILE *events = NULL;
   float *adam_m = NULL, *adam_v = NULL;
   size_t obytes = 0;
+  char *tok_config = NULL; /* tokenizer_config.json of every checkpoint (BPE runs) */
+  if (o->save && (rc = prm__tokenizer_config(o, &tok_config, err))) goto done;
   if ((rc = prm__dp_open(&dp, o, &par, m->nparams, err))) goto done;
   if ((rc = prm__tm_open(&tm, o, &dp, err))) goto done;
   /* ZeRO-1: this rank keeps the moments of its shard [lo, hi) only. */
@@ -227,6 +229,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   else if (writer && o->async_save && o->save &&
            (rc = prm__asave_init(&as, s.full ? s.full : m, err)))
     goto done;
+  as.tokenizer_config = tok_config;
   if (run_dir && writer) {
     char *path = prm_path_join(run_dir, "events.jsonl");
     events = fopen(path, "a");
@@ -253,7 +256,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
                  (long long)c->vocab, c->tied ? "tied" : "untied");
   PRM_INFO("%s", prm_sb_str(&line));
   prm_sb_reset(&line);
-  if (s.blend) PRM_INFO("data: %s", prm_blend_describe(s.blend));
+  if (s.sft) PRM_INFO("data: %s", prm_sft_describe(s.sft));
+  else if (s.blend) PRM_INFO("data: %s", prm_blend_describe(s.blend));
   else if (s.data) PRM_INFO("data: %s", prm_dataset_describe(s.data));
   else PRM_INFO("data: mock tokens (mock_data: true)");
   if (o->eval_iters > 0 && (s.data || s.blend) && prm__session_tokens(&s, PRM_SPLIT_VALID) == 0)
@@ -417,12 +421,15 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         prm_llama_moe_format(&moe_st, &moe_js, &moe_ln);
       }
     }
+    /* Fine-tuning: the loss is the mean over loss_tokens targets. */
+    char lt[48] = "";
+    if (s.sft) snprintf(lt, sizeof lt, ",\"loss_tokens\":%lld", (long long)s.loss_tokens);
     prm__emit(events,
-              "\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld,"
+              "\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld%s,"
               "\"step_ms\":%.3f,\"data_ms\":%.3f%s%s%s",
               (long long)step, prm__jnum(jl, sizeof jl, loss), lr, prm__jnum(jn, sizeof jn, norm),
-              (long long)tokens_step, ms, s.data_s * 1e3, comm, skip ? ",\"skipped\":true" : "",
-              prm_sb_str(&moe_js));
+              (long long)tokens_step, lt, ms, s.data_s * 1e3, comm,
+              skip ? ",\"skipped\":true" : "", prm_sb_str(&moe_js));
     prm_sb_free(&moe_js);
     prm__tm_step_t tms = {.step = step, .tokens_step = tokens_step, .global_batch = o->global_batch,
                           .loss = loss, .lr = lr, .grad_norm = norm, .seconds = ms / 1e3,
@@ -445,9 +452,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         snprintf(cm, sizeof cm, " (comm %.1f)", dp.wait_s * 1e3);
       else if (par.tp_size > 1)
         snprintf(cm, sizeof cm, " (tp comm %.1f)", m->tp_seconds * 1e3);
-      PRM_INFO("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.1f ms%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | rss %s",
-               (long long)step, (long long)o->train_iters, loss, lr, norm, ms, cm, tps, tflops,
-               peak > 0 ? 100.0 * tflops * 1e3 / peak / dp.all_size : 0.0, rss);
+      char lts[48] = "";
+      if (s.sft) snprintf(lts, sizeof lts, " (%lld loss tokens)", (long long)s.loss_tokens);
+      PRM_INFO("step %lld/%lld | loss %.4f%s | lr %.3e | grad norm %.3f | %.1f ms%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | rss %s",
+               (long long)step, (long long)o->train_iters, loss, lts, lr, norm, ms, cm, tps,
+               tflops, peak > 0 ? 100.0 * tflops * 1e3 / peak / dp.all_size : 0.0, rss);
       if (moe_ln.len) PRM_INFO("step %lld | %s", (long long)step, prm_sb_str(&moe_ln));
     } else {
       prm_progress((double)step / (double)o->train_iters, "%lld/%lld loss %.4f",
@@ -481,7 +490,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       prm__hb_beat(&hb, step, "save");
       double ts = prm_time_now();
       prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
-                              .seed = o->seed, .adam_m = adam_m, .adam_v = adam_v};
+                              .seed = o->seed, .adam_m = adam_m, .adam_v = adam_v,
+                              .tokenizer_config = tok_config};
       if ((rc = prm__zero_save(&dp, m, o, &now, err))) goto done;
       double secs = prm_time_now() - ts;
       ckpt_waited += secs;
@@ -511,7 +521,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         } else {
           double ts = prm_time_now();
           prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
-                                  .seed = o->seed, .adam_m = sam, .adam_v = sav};
+                                  .seed = o->seed, .adam_m = sam, .adam_v = sav,
+                                  .tokenizer_config = tok_config};
           if ((rc = prm_ckpt_save(sm, o->save, step, o->tokenizer_type, o->tokenizer_model, &now,
                                   err)))
             goto done;
@@ -562,6 +573,7 @@ done:
   if (events) fclose(events);
   prm__hb_close(&hb);
   free(bad_steps);
+  free(tok_config);
   prm_mem_free(PRM_MEM_OPTIM, adam_m, obytes);
   prm_mem_free(PRM_MEM_OPTIM, adam_v, obytes);
   prm__session_close(&s);

@@ -163,7 +163,8 @@ int prm__zero_save(prm__dp_t *dp, const prm_llama_t *m, const prm_train_opts_t *
   mine.hi = dp->shard_hi;
   rc = prm__state_write(tmp, m, &mine, err);
   if (!rc && dp->rank == 0)
-    rc = prm__ckpt_write_model(m, tmp, o->tokenizer_type, o->tokenizer_model, err);
+    rc = prm__ckpt_write_model(m, tmp, o->tokenizer_type, o->tokenizer_model,
+                               st->tokenizer_config, err);
   /* Every rank has written its part, or one of them failed. */
   int64_t failed = rc != 0;
   if ((crc = prm_comm_allreduce(dp->world, &failed, 1, PRM_COMM_I64, PRM_COMM_MAX, err)))
