@@ -205,9 +205,32 @@ char *prm_pf_baseline_find(const char *platform);
 /* Node files and the cluster report                                         */
 /* ------------------------------------------------------------------------ */
 
+/* This node's name in results and reports: $PRIMUS_NODE_NAME when set
+ * (so tests can play several nodes on one host), else the host name.
+ * PRM_EINVAL naming the variable when it is not a host name (1 to 255
+ * letters, digits, '.', '-' or '_'). */
+int prm_pf_node_name(char *buf, size_t n, prm_err_t *err);
+
+/* The text of one node's result file (JSON, see docs/preflight.md);
+ * caller frees. */
+char *prm_pf_node_json(const char *host, const char *platform, const prm_pf_results_t *r);
 /* Writes RUN_DIR/nodes/<host>.json (atomically) for one node's results. */
 int prm_pf_write_node(const char *run_dir, const char *host, const char *platform,
                       const prm_pf_results_t *r, prm_err_t *err);
+
+/* What a node file says, in short. */
+typedef struct {
+  char host[256];
+  prm_pf_level_t level; /* FAIL when any result FAILs */
+  int node_fail, net_fail, warns; /* results that FAIL outside / inside network, WARN */
+  char why[1024];       /* the FAILs, "id: message; ..." (cut) */
+} prm_pf_node_info_t;
+
+/* Checks that text is a node file (`what` names it in errors: PRM_EPARSE)
+ * and fills *info (may be NULL). */
+int prm_pf_node_check(const char *text, const char *what, prm_pf_node_info_t *info, prm_err_t *err);
+/* Checks text as a node file and writes it as RUN_DIR/nodes/<its host>.json. */
+int prm_pf_write_node_json(const char *run_dir, const char *text, prm_err_t *err);
 
 typedef struct {
   int nodes, healthy, failed_node, failed_network;
@@ -219,6 +242,38 @@ typedef struct {
  * else the network check with a FAIL in it. PRM_ENOENT when there are no
  * node files; PRM_EPARSE naming a malformed one. */
 int prm_pf_report(const char *run_dir, prm_pf_summary_t *sum, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* One check per node across the ranks of a job (cluster.c)                  */
+/* ------------------------------------------------------------------------ */
+
+struct prm_comm;
+
+/* Who checks which node: ranks that give the same node name share a node,
+ * and the lowest of them checks it. */
+typedef struct {
+  int runner;      /* 1: this rank runs its node's checks */
+  int runner_rank; /* the rank that checks this rank's node */
+  int nodes;       /* distinct node names in the job */
+  int ranks;       /* the job's size */
+} prm_pf_plan_t;
+
+/* Collective over c: all-gathers every rank's node name (prm_pf_node_name;
+ * a rank whose name is invalid passes "" and counts as a node of its
+ * own). */
+int prm_pf_plan(struct prm_comm *c, const char *node, prm_pf_plan_t *plan, prm_err_t *err);
+
+/* Collective over c, once after prm_pf_plan: a runner passes its node's
+ * result (prm_pf_node_json), a rank whose own checks could not run passes
+ * `error` instead, every other rank NULL for both. Rank 0 receives them all
+ * (prm_comm_gatherv): with a run directory it writes RUN_DIR/nodes/<host>.json
+ * for every node, then the report (prm_pf_report); *sum counts the nodes
+ * gathered, and `table` (may be NULL) gets one line per node (name, level,
+ * the FAILs) and one per rank that could not check. On rank 0 the return
+ * is PRM_ERUNTIME naming those ranks (after everything else is written);
+ * elsewhere *sum is zero and table untouched. */
+int prm_pf_gather(struct prm_comm *c, const char *node_json, const char *error, const char *run_dir,
+                  prm_pf_summary_t *sum, prm_sb_t *table, prm_err_t *err);
 
 /* ------------------------------------------------------------------------ */
 /* Bad-node search                                                           */

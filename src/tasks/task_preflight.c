@@ -5,6 +5,7 @@
  * (write a perf baseline for this node's platform). */
 #define _GNU_SOURCE
 #include "tasks-impl.h"
+#include "primus/prm_comm.h"
 #include "primus/prm_preflight.h"
 
 #include <stdlib.h>
@@ -61,6 +62,77 @@ static void prm__pf_opts_from_args(const prm_args_t *a, prm_pf_opts_t *o) {
 
 static int prm__pf_color(FILE *f) { return isatty(fileno(f)) && !getenv("NO_COLOR"); }
 
+/* Detects the platform into *plat, runs the checks of this node and
+ * prints them; *json (caller frees) receives the node file's text when
+ * json is not NULL. */
+static int prm__pf_check_node(prm_task_ctx_t *ctx, prm_pf_opts_t *o, const char *node,
+                              prm_platform_t *plat, prm_pf_results_t *res, char **json,
+                              prm_err_t *err) {
+  int rc = prm_platform_detect(plat, err);
+  if (rc) return rc;
+  o->platform = plat;
+  if ((rc = prm_pf_run(o, res, err))) return rc;
+  prm_sb_t sb = {0};
+  prm_sb_appendf(&sb, "preflight on %s (platform %s)\n\n", node, plat->name);
+  prm_pf_format(res, prm__pf_color(ctx->out), &sb);
+  fputs(prm_sb_str(&sb), ctx->out);
+  fflush(ctx->out);
+  prm_sb_free(&sb);
+  if (json) *json = prm_pf_node_json(node, plat->name, res);
+  return 0;
+}
+
+/* Started as several ranks (mpirun, srun): one check per node, gathered on
+ * rank 0, which alone writes the node files and the report. Every rank
+ * finalises MPI before it returns, so the exit code (2 on rank 0 when a
+ * node FAILs) is only a verdict: mpirun does not stop the job for it. */
+static int prm__pf_check_ranks(prm_task_ctx_t *ctx, prm_pf_opts_t *o, const char *node,
+                               prm_err_t *node_err, prm_err_t *err) {
+  prm_comm_t *w;
+  int rc = prm_comm_world(&w, err);
+  if (rc) return rc;
+  prm_pf_plan_t plan;
+  if ((rc = prm_pf_plan(w, node_err->code ? "" : node, &plan, err))) return rc;
+  int me = prm_comm_rank(w);
+  prm_pf_results_t res = {0};
+  char *json = NULL;
+  prm_err_t local = *node_err;
+  prm_platform_t plat;
+  if (plan.runner && !local.code) prm__pf_check_node(ctx, o, node, &plat, &res, &json, &local);
+  if (!plan.runner)
+    fprintf(ctx->out, "preflight on %s: rank %d of %d shares this node with rank %d, which checks it\n",
+            node, me, plan.ranks, plan.runner_rank);
+  if (local.code) PRM_ERROR("rank %d: %s", me, local.msg);
+  prm_pf_summary_t sum;
+  prm_sb_t table = {0};
+  rc = prm_pf_gather(w, local.code ? NULL : json, local.code ? local.msg : NULL, ctx->run_dir, &sum,
+                     &table, err);
+  if (me == 0 && (!rc || rc == PRM_ERUNTIME) && (sum.nodes || table.len)) {
+    fprintf(ctx->out, "\ncluster: %d node%s checked by %d ranks: %d healthy, %d failed the node check, %d "
+            "failed the network check\n%s",
+            sum.nodes, sum.nodes == 1 ? "" : "s", plan.ranks, sum.healthy, sum.failed_node,
+            sum.failed_network, prm_sb_str(&table));
+    if (ctx->run_dir)
+      fprintf(ctx->out, "reports: %s/{bench_report.txt,preflight.json,preflight.md,healthy_nodes.txt,"
+              "failed_nodes.txt}, node results in %s/nodes/\n",
+              ctx->run_dir, ctx->run_dir);
+  }
+  prm_sb_free(&table);
+  free(json);
+  prm_pf_results_free(&res);
+  /* An MPI failure leaves MPI up: the exit hook then skips finalising and
+   * the launcher stops the other ranks. */
+  if (rc && rc != PRM_ERUNTIME) return rc;
+  if (rc == 0 && local.code && me != 0) {
+    *err = local;
+    rc = local.code;
+  }
+  prm_err_t ferr = {0};
+  if (prm_comm_finalize(&ferr)) PRM_WARN("%s", ferr.msg);
+  if (rc) return rc;
+  return me == 0 && sum.healthy < sum.nodes ? 2 : 0;
+}
+
 static int prm__pf_check(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_pf_opts_t o;
   prm__pf_opts_from_args(ctx->args, &o);
@@ -69,27 +141,30 @@ static int prm__pf_check(prm_task_ctx_t *ctx, prm_err_t *err) {
   if (!(o.threshold > 0 && o.threshold <= 1))
     return prm_errf(err, PRM_EINVAL, "preflight check: --threshold: expected a fraction in (0, 1], got %g",
                     o.threshold);
-  prm_platform_t plat;
-  int rc = prm_platform_detect(&plat, err);
-  if (rc) return rc;
-  o.platform = &plat;
+  char node[256];
+  prm_err_t node_err = {0};
+  int rc = prm_pf_node_name(node, sizeof node, &node_err);
+  /* Several ranks: every rank joins the collectives, even one whose name
+   * is invalid (it reports the error through rank 0). */
+  if (ctx->world > 1) return prm__pf_check_ranks(ctx, &o, rc ? "?" : node, &node_err, err);
+  if (rc) {
+    *err = node_err;
+    return rc;
+  }
   prm_pf_results_t res = {0};
-  rc = prm_pf_run(&o, &res, err);
+  prm_platform_t plat;
+  rc = prm__pf_check_node(ctx, &o, node, &plat, &res, NULL, err);
   if (rc) goto done;
-  prm_sb_t sb = {0};
-  prm_sb_appendf(&sb, "preflight on %s (platform %s)\n\n", prm_hostname(), plat.name);
-  prm_pf_format(&res, prm__pf_color(ctx->out), &sb);
-  fputs(prm_sb_str(&sb), ctx->out);
-  prm_sb_free(&sb);
   if (ctx->run_dir) {
     prm_pf_summary_t sum;
-    if ((rc = prm_pf_write_node(ctx->run_dir, prm_hostname(), plat.name, &res, err))) goto done;
-    /* Every node rebuilds the report from the node files present; after a
-     * multi-node run, `preflight report RUN_DIR` merges them all. */
+    if ((rc = prm_pf_write_node(ctx->run_dir, node, plat.name, &res, err)))
+      goto done;
+    /* A single process (no launcher) adds its node to whatever node files
+     * the run directory holds and rebuilds the report from them. */
     if ((rc = prm_pf_report(ctx->run_dir, &sum, err))) goto done;
     fprintf(ctx->out, "\nresults: %s/nodes/%s.json; reports: %s/{bench_report.txt,preflight.json,preflight.md,"
             "healthy_nodes.txt,failed_nodes.txt} (%d node%s so far)\n",
-            ctx->run_dir, prm_hostname(), ctx->run_dir, sum.nodes, sum.nodes == 1 ? "" : "s");
+            ctx->run_dir, node, ctx->run_dir, sum.nodes, sum.nodes == 1 ? "" : "s");
   }
   rc = prm_pf_worst(&res) == PRM_PF_FAIL ? 2 : 0;
 done:
@@ -281,7 +356,7 @@ static const prm_subtask_t prm__pf_subs[] = {
      "  primus preflight check --perf --quick --threshold 0.7\n"
      "  primus slurm srun -N 4 -- preflight check --all    # then: primus preflight report RUN_DIR\n\n"
      "See docs/preflight.md for every check id and threshold.",
-     prm__pf_check_opts, PRM_SUB_RUN, prm__pf_check},
+     prm__pf_check_opts, PRM_SUB_RUN | PRM_SUB_MULTIRANK, prm__pf_check},
     {"report", "merge RUN_DIR/nodes/*.json into the cluster report", "RUN_DIR",
      "Writes bench_report.txt (Primus-Bench's layout), preflight.json, preflight.md,\n"
      "healthy_nodes.txt and failed_nodes.txt into RUN_DIR and prints the report.\n"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # primus preflight: checks on fixture nodes (healthy 8 x MI300X, a missing
 # GPU, a busy device, an inactive RDMA port, a kernel log with planted
-# errors), the reports in the run directory, the merge of node files, the
-# simulated bad-node search, and calibrate -> check --perf.
+# errors), the reports in the run directory, PRIMUS_NODE_NAME, several
+# ranks (mpirun, MPMD: two named nodes, one failing) gathered on rank 0,
+# the merge of node files, the simulated bad-node search, and calibrate ->
+# check --perf.
 source "$(dirname "$0")/lib.sh"
 FX=${PRIMUS_FIXTURES:-$PRIMUS_SRC/tests/fixtures}
 cd "$T" || exit 1
@@ -83,6 +85,66 @@ expect_not_in "default has no perf" "perf." "$OUT"
 run preflight check --threshold 2
 expect_rc "bad threshold" 2
 expect_in "threshold explained" "--threshold: expected a fraction" "$ERR"
+
+# --- the node name override, and a single process leaves MPI alone -----------
+export PRIMUS_RUN_DIR=$T/run-solo
+PRIMUS_NODE_NAME=solo01 PRIMUS_SYSFS_ROOT=$FX/sysfs/mi300x-8 run --debug preflight check --gpu --expect_gpus 8
+expect_rc "PRIMUS_NODE_NAME, one process" 0
+expect_in "the node is named after PRIMUS_NODE_NAME" "preflight on solo01 (platform MI300X)" "$OUT"
+expect_file "node file under that name" "$T/run-solo/nodes/solo01.json"
+expect_not_in "one process does not initialise MPI" "MPI initialised" "$ERR"
+PRIMUS_NODE_NAME=bad/name run preflight check --gpu
+expect_rc "an invalid PRIMUS_NODE_NAME" 2
+expect_in "the error names the variable" 'PRIMUS_NODE_NAME="bad/name": expected a host name' "$ERR"
+
+# --- several ranks: one check per node, gathered on rank 0 --------------------
+# Two "nodes" on this host (PRIMUS_NODE_NAME), started as primus starts its
+# ranks (mpirun ... env PRIMUS_LAUNCHED=1 primus direct -- TASK), MPMD: nodeA
+# healthy, nodeB with a GPU missing. Rank 1 gets a run directory of its own,
+# which must stay free of preflight output: rank 0 alone writes, from what
+# it gathered over MPI.
+mpiflags=(--oversubscribe)
+[[ $(id -u) == 0 ]] && mpiflags+=(--allow-run-as-root)
+if command -v mpirun >/dev/null; then
+  R0=$T/run-mpmd R1=$T/run-mpmd-rank1
+  OUT=$(timeout 120 mpirun "${mpiflags[@]}" --bind-to none \
+    -np 1 env PRIMUS_LAUNCHED=1 PRIMUS_RUN_DIR="$R0" PRIMUS_NODE_NAME=nodeA PRIMUS_SYSFS_ROOT="$FX/sysfs/mi300x-8" \
+    "$PRIMUS_BIN" --debug direct -- preflight check --gpu --expect_gpus 8 : \
+    -np 1 env PRIMUS_LAUNCHED=1 PRIMUS_RUN_DIR="$R1" PRIMUS_NODE_NAME=nodeB PRIMUS_SYSFS_ROOT="$FX/sysfs/mi300x-7" \
+    "$PRIMUS_BIN" --debug direct -- preflight check --gpu --expect_gpus 8 2>"$T/.err")
+  RC=$?
+  ERR=$(cat "$T/.err")
+  expect_rc "two nodes, one failing: rank 0 exits 2" 2
+  expect_in "the ranks initialised MPI" "MPI initialised: rank 1 of 2" "$ERR"
+  expect_in "rank 1 printed its own node" "7 accelerators found, 8 expected" "$OUT"
+  expect_in "rank 0 printed the cluster summary" "cluster: 2 nodes checked by 2 ranks: 1 healthy, 1 failed the node check" "$OUT"
+  expect_in "the summary names nodeB and why" "nodeB                FAIL   gpu.count: 7 accelerators found, 8 expected  (rank 1)" "$OUT"
+  expect_file "rank 0 wrote nodeA's file" "$R0/nodes/nodeA.json"
+  expect_file "rank 0 wrote nodeB's file (gathered)" "$R0/nodes/nodeB.json"
+  expect_in "nodeB's file holds nodeB's result" '"level":	"FAIL"' "$(cat "$R0/nodes/nodeB.json" 2>/dev/null)"
+  expect_eq "failed_nodes.txt names nodeB" "$(cat "$R0/failed_nodes.txt" 2>/dev/null)" nodeB
+  expect_eq "healthy_nodes.txt names nodeA" "$(cat "$R0/healthy_nodes.txt" 2>/dev/null)" nodeA
+  BR=$(cat "$R0/bench_report.txt" 2>/dev/null)
+  expect_in "bench_report: nodeB failed the node check" "Failed Nodes (Node Check) - 1 nodes" "$BR"
+  expect_in "bench_report: nodeB's line" "nodeB (" "$BR"
+  expect_in "bench_report: summary" "Summary: 1 healthy nodes out of 2 total nodes checked" "$BR"
+  n=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(len(d["nodes"]), d["failed_nodes"])' "$R0/preflight.json" 2>&1)
+  expect_eq "preflight.json: two nodes, nodeB failed" "$n" "2 ['nodeB']"
+  expect_file "preflight.md" "$R0/preflight.md"
+  left=$(cd "$R1" 2>/dev/null && ls -d nodes preflight.json preflight.md bench_report.txt healthy_nodes.txt failed_nodes.txt 2>/dev/null)
+  expect_eq "rank 1 wrote no preflight output into its run directory" "$left" ""
+
+  # Two ranks on one node: one check, one node file.
+  export PRIMUS_RUN_DIR=$T/run-np2
+  PRIMUS_SYSFS_ROOT=$FX/sysfs/mi300x-8 run direct --nproc 2 -- preflight check --gpu --expect_gpus 8
+  expect_rc "two ranks on one node" 0
+  expect_in "rank 1 leaves the node to rank 0" "rank 1 of 2 shares this node with rank 0, which checks it" "$OUT"
+  expect_eq "the node's checks ran once" "$(grep -c '8 accelerators found, 8 expected' <<<"$OUT")" 1
+  expect_in "one node, two ranks" "cluster: 1 node checked by 2 ranks: 1 healthy" "$OUT"
+  expect_eq "one node file" "$(ls "$T/run-np2/nodes" 2>/dev/null)" "$HOST.json"
+else
+  bad "several ranks: mpirun is missing (Debian: openmpi-bin)"
+fi
 
 # --- merge of node files ------------------------------------------------------
 mkdir -p "$T/merge/nodes"
