@@ -279,17 +279,65 @@ int prm_pf_gather(struct prm_comm *c, const char *node_json, const char *error, 
 /* Bad-node search                                                           */
 /* ------------------------------------------------------------------------ */
 
-/* Tests a group of node indices together: 1 when the group passes. */
-typedef int (*prm_pf_group_fn)(const int *nodes, int n, void *ctx);
+/* A group of nodes, as indices into the caller's node list. */
+typedef struct {
+  const int *nodes;
+  int n;
+} prm_pf_group_t;
+
+/* The group tests of one search. `test` runs a batch of groups (they never
+ * share a node, so they may run at once) and sets pass[i] = 1 for each
+ * group that passed (pass[] arrives zeroed); a negative return stops the
+ * search with that error. `round_done` (may be NULL) hears each round's
+ * accused nodes (suspect[i] = 1). */
+typedef struct {
+  int (*test)(void *ctx, const prm_pf_group_t *groups, int n, int *pass, prm_err_t *err);
+  void (*round_done)(void *ctx, int round, const int *suspect, int n_nodes);
+} prm_pf_bisect_i;
 
 /* Primus-Bench's search: each round shuffles the nodes (seeded), tests the
- * whole group, splits a failing group in halves and tests both, and tests
+ * whole group, splits failing groups in halves and tests all the halves of
+ * a level as one batch (both halves of a failing group at once), and tests
  * each node of a failing group of two or fewer paired with a node known to
- * be good (alone when none is known yet). The result is the intersection
- * of the rounds' suspects: bad[i] = 1 for those. Returns how many;
- * *tests (may be NULL) receives the number of group tests run. */
-int prm_pf_bisect(int n_nodes, prm_pf_group_fn test, void *ctx, int rounds, uint64_t seed,
-                  int *bad, int *tests);
+ * be good, each pair with a partner of its own (alone, all at once, when
+ * none is known yet). The result is the intersection of the rounds'
+ * suspects: bad[i] = 1 for those. Returns how many, or the batch test's
+ * error; *tests (may be NULL) receives the number of group tests run. */
+int prm_pf_bisect(int n_nodes, const prm_pf_bisect_i *t, void *ctx, int rounds, uint64_t seed,
+                  int *bad, int *tests, prm_err_t *err);
+
+/* Real group tests (groups.c): a command run once per group, as an argv
+ * array (never a shell line), whose words may hold {nodes} (the group's
+ * names comma-joined, what srun --nodelist takes) and {n} (its size). A
+ * group passes when the command exits 0 within the timeout. */
+typedef struct {
+  char *const *argv;        /* the command, with placeholders */
+  int argc;
+  char *const *names;       /* node names, by index */
+  double timeout;           /* seconds per test; <= 0: none */
+  const char *log_dir;      /* each test's output to LOG_DIR/test-NNN.log; NULL: inherited */
+} prm_pf_cmd_t;
+
+typedef struct {
+  int pass;
+  int code;          /* exit code, 128+N when killed by signal N */
+  int timed_out;     /* ended by the timeout (its process group killed) */
+  double seconds;
+  char log[4096];    /* its output file ("" without a log folder) */
+} prm_pf_outcome_t;
+
+/* PRM_EINVAL for an empty command, an unknown {placeholder} (naming the
+ * argument) or no {nodes} anywhere; PRM_ENOENT when the program is not in
+ * PATH (or not an executable file). */
+int prm_pf_cmd_check(const prm_pf_cmd_t *c, prm_err_t *err);
+/* The command for one group, placeholders replaced, appended to out. */
+void prm_pf_cmd_expand(const prm_pf_cmd_t *c, const prm_pf_group_t *g, prm_argv_t *out);
+/* Runs the n groups' commands at once, each leading its own process group
+ * (a timed-out one gets TERM, then KILL, as a group), and waits for them
+ * all; res[i] gets each outcome, logs numbered from first_id. An error
+ * (a command that cannot start) is returned after the started ones end. */
+int prm_pf_cmd_run(const prm_pf_cmd_t *c, const prm_pf_group_t *g, int n, int first_id,
+                   prm_pf_outcome_t *res, prm_err_t *err);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* task_preflight.c - `primus preflight`: check this node (and write its
  * result into the run directory, merged with the other nodes' into the
  * cluster report), report (merge a run directory's node files), bisect
- * (the bad-node search, over a simulated cluster for now) and calibrate
+ * (the bad-node search; task_preflight_bisect.c) and calibrate
  * (write a perf baseline for this node's platform). */
 #define _GNU_SOURCE
 #include "tasks-impl.h"
@@ -196,96 +196,6 @@ static int prm__pf_report_run(prm_task_ctx_t *ctx, prm_err_t *err) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* bisect                                                                    */
-/* ------------------------------------------------------------------------ */
-
-static const prm_opt_t prm__pf_bisect_opts[] = {
-    {"nodes", 0, PRM_OPT_STR, "FILE|LIST", NULL, "the nodes: a file with one hostname a line, or a comma-separated list"},
-    {"rounds", 0, PRM_OPT_INT, "R", "3", "shuffled rounds; a node is reported only when every round accuses it"},
-    {"seed", 0, PRM_OPT_INT, "S", "1", "seed of the shuffles"},
-    {"simulate_bad", 0, PRM_OPT_STR, "LIST", NULL, "simulate a cluster where these nodes fail every group they are in"},
-    {NULL},
-};
-
-static void prm__pf_split(const char *s, const char *seps, prm_argv_t *out) {
-  char *c = prm_xstrdup(s);
-  for (char *save = NULL, *t = strtok_r(c, seps, &save); t; t = strtok_r(NULL, seps, &save)) {
-    char *w = prm_strtrim(t);
-    if (*w && *w != '#') prm_argv_push(out, w);
-  }
-  free(c);
-}
-
-typedef struct {
-  const int *bad; /* per node */
-} prm__pf_sim_t;
-
-static int prm__pf_sim_test(const int *nodes, int n, void *ctx) {
-  const prm__pf_sim_t *s = ctx;
-  for (int i = 0; i < n; i++)
-    if (s->bad[nodes[i]]) return 0;
-  return 1;
-}
-
-static int prm__pf_bisect_run(prm_task_ctx_t *ctx, prm_err_t *err) {
-  const char *spec = prm_args_str(ctx->args, "nodes");
-  const char *sim = prm_args_str(ctx->args, "simulate_bad");
-  if (!spec) return prm_errf(err, PRM_EINVAL, "preflight bisect: --nodes FILE|LIST is required");
-  if (!sim)
-    return prm_errf(err, PRM_EINVAL,
-                    "preflight bisect: only the simulated mode exists (--simulate_bad LIST); a real group "
-                    "test (srun of `preflight check --network` over each group) is not wired yet");
-  prm_argv_t nodes = {0}, bad = {0};
-  int rc = 0;
-  if (prm_fs_exists(spec)) {
-    char *text;
-    if ((rc = prm_fs_read_all(spec, &text, NULL, err))) return rc;
-    prm__pf_split(text, "\n", &nodes);
-    free(text);
-  } else {
-    prm__pf_split(spec, ",", &nodes);
-  }
-  prm__pf_split(sim, ",", &bad);
-  int n = nodes.n;
-  int *isbad = prm_xcalloc((size_t)(n ? n : 1), sizeof(int));
-  int *found = prm_xcalloc((size_t)(n ? n : 1), sizeof(int));
-  if (!n) {
-    rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --nodes %s: no node names", spec);
-    goto done;
-  }
-  for (int i = 0; i < bad.n; i++) {
-    int k = prm_argv_find(&nodes, bad.v[i]);
-    if (k < 0) {
-      rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --simulate_bad: \"%s\" is not one of the %d nodes",
-                    bad.v[i], n);
-      goto done;
-    }
-    isbad[k] = 1;
-  }
-  int64_t rounds = prm_args_int(ctx->args, "rounds", 3), seed = prm_args_int(ctx->args, "seed", 1);
-  if (rounds < 1 || rounds > 1000) {
-    rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --rounds: expected 1..1000, got %lld", (long long)rounds);
-    goto done;
-  }
-  prm__pf_sim_t s = {isbad};
-  int tests = 0;
-  int nb = prm_pf_bisect(n, prm__pf_sim_test, &s, (int)rounds, (uint64_t)seed, found, &tests);
-  fprintf(ctx->out, "bisect over %d nodes (simulated), %lld rounds, seed %lld: %d group tests\n", n,
-          (long long)rounds, (long long)seed, tests);
-  fprintf(ctx->out, "bad nodes (%d):", nb);
-  for (int i = 0; i < n; i++)
-    if (found[i]) fprintf(ctx->out, " %s", nodes.v[i]);
-  fprintf(ctx->out, "%s\n", nb ? "" : " none");
-  rc = nb ? 2 : 0;
-done:
-  free(isbad);
-  free(found);
-  prm_argv_free(&nodes);
-  prm_argv_free(&bad);
-  return rc;
-}
-
-/* ------------------------------------------------------------------------ */
 /* calibrate                                                                 */
 /* ------------------------------------------------------------------------ */
 
@@ -362,13 +272,29 @@ static const prm_subtask_t prm__pf_subs[] = {
      "healthy_nodes.txt and failed_nodes.txt into RUN_DIR and prints the report.\n"
      "Exit code 2 when a node failed.",
      prm__pf_report_opts, PRM_SUB_POSITIONAL, prm__pf_report_run},
-    {"bisect", "find bad nodes by group tests (Primus-Bench's search), over a simulated cluster", NULL,
-     "Tests the whole group, halves failing groups, tests failing groups of two or\n"
-     "fewer node by node with a known-good partner, over --rounds shuffled rounds, and\n"
-     "reports the nodes every round accused. Only --simulate_bad runs today (a group\n"
-     "fails when it holds a simulated bad node). Exit code 2 when bad nodes are found.\n\n"
+    {"bisect", "find bad nodes by group tests (Primus-Bench's search): a command run per group", "-- CMD ARG...",
+     "Tests the whole group, halves failing groups and tests both halves at once\n"
+     "(every half of a level runs in parallel), tests failing groups of two or fewer\n"
+     "node by node, each with a known-good partner, over --rounds shuffled rounds, and\n"
+     "reports the nodes every round accused (the intersection).\n\n"
+     "The group test is the command after --, run as an argv (no shell) once per group:\n"
+     "{nodes} in any argument becomes the group, comma-joined (what srun --nodelist\n"
+     "takes), {n} its size. A group passes when the command exits 0 within --timeout;\n"
+     "a hang is killed with its process group and fails. Each test is printed (result,\n"
+     "seconds, nodes; its output is in RUN_DIR/logs/bisect/test-NNN.log), then each\n"
+     "round's accused nodes and the intersection. RUN_DIR gets healthy_nodes.txt and\n"
+     "failed_nodes.txt (for srun --nodelist/--exclude). Exit code 2 when bad nodes\n"
+     "are found. --simulate_bad LIST replaces the command by a simulated cluster.\n\n"
+     "Inside a Slurm allocation (salloc/sbatch -N 16), an all-reduce across each group:\n"
+     "  scontrol show hostnames \"$SLURM_JOB_NODELIST\" > nodes.txt\n"
+     "  primus preflight bisect --nodefile nodes.txt --timeout 300 -- \\\n"
+     "    srun -N {n} --nodelist {nodes} --ntasks-per-node 1 --mpi=pmix \\\n"
+     "    primus benchmark allreduce --check --max_bytes 268435456\n"
+     "or each group's network checks:\n"
+     "  primus preflight bisect --nodefile nodes.txt -- \\\n"
+     "    srun -N {n} --nodelist {nodes} --ntasks-per-node 1 primus preflight check --network\n"
      "  primus preflight bisect --nodes n01,n02,n03,n04 --simulate_bad n03 --rounds 3",
-     prm__pf_bisect_opts, 0, prm__pf_bisect_run},
+     prm__pf_bisect_opts, PRM_SUB_RUN | PRM_SUB_COMMAND, prm__pf_bisect_run},
     {"calibrate", "measure this node and write a perf baseline for its platform", NULL,
      "Runs the perf measurements of `preflight check --perf` and writes them as\n"
      "<platform>.yaml (default in ~/.config/primus/baselines/, searched before the\n"

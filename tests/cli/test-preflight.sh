@@ -4,7 +4,9 @@
 # errors), the reports in the run directory, PRIMUS_NODE_NAME, several
 # ranks (mpirun, MPMD: two named nodes, one failing) gathered on rank 0,
 # the merge of node files, the simulated bad-node search, and calibrate ->
-# check --perf.
+# check --perf; the bad-node search with real group tests (a stand-in
+# command: 16 nodes, 2 bad, halves run at once), a hang past --timeout,
+# and bad commands, node lists and placeholders.
 source "$(dirname "$0")/lib.sh"
 FX=${PRIMUS_FIXTURES:-$PRIMUS_SRC/tests/fixtures}
 cd "$T" || exit 1
@@ -194,10 +196,109 @@ run preflight bisect --nodes "$T/nodes.txt" --simulate_bad= --rounds 2
 expect_rc "bisect with no bad node" 0
 expect_in "bisect none" "bad nodes (0): none" "$OUT"
 run preflight bisect --nodes "$T/nodes.txt"
-expect_rc "bisect without simulation" 2
-expect_in "bisect says real mode is not wired" "not wired yet" "$ERR"
+expect_rc "bisect without a group test" 2
+expect_in "bisect asks for a command or a simulation" 'no group test: give a command after "--" with {nodes}' "$ERR"
 run preflight bisect --nodes "$T/nodes.txt" --simulate_bad n99
 expect_rc "bisect unknown node" 2
+
+# --- bisect with real group tests ------------------------------------------------
+# A stand-in group test: fails when its group holds a node listed in the
+# bad-node file, checks {n} against the group, and logs its start and end
+# (pid, time) so the halves can be seen running at once.
+cat >"$T/group-test.sh" <<'SH'
+#!/bin/bash
+# group-test.sh NODES N LOG BADFILE: exit 1 when NODES holds a bad node.
+nodes=$1 n=$2 log=$3 bad=$4 rc=0
+echo "start $$ $(date +%s.%N) $n $nodes" >>"$log"
+sleep 0.25
+IFS=, read -ra ns <<<"$nodes"
+[[ ${#ns[@]} == "$n" ]] || { echo "{n} is $n, the group has ${#ns[@]}"; rc=3; }
+for x in "${ns[@]}"; do grep -qx -- "$x" "$bad" && rc=1; done
+echo "group $nodes: exit $rc"
+echo "end $$ $(date +%s.%N) $n $nodes" >>"$log"
+exit $rc
+SH
+chmod +x "$T/group-test.sh"
+printf 'n04\nn13\n' >"$T/bad-nodes.txt"
+export PRIMUS_RUN_DIR=$T/run-bisect
+run preflight bisect --nodes "$NODES" --rounds 3 --seed 5 --timeout 30 -- \
+  "$T/group-test.sh" {nodes} {n} "$T/gt.log" "$T/bad-nodes.txt"
+expect_rc "real bisect over 16 nodes finds bad nodes" 2
+expect_in "exactly n04 and n13" "bad nodes (2): n04 n13 (accused by every round)" "$OUT"
+expect_in "progress: the whole group fails first" "test   1  FAIL (exit 1)" "$OUT"
+expect_in "progress: a passing half, with seconds and nodes" "PASS  0." "$OUT"
+expect_in "each round's accused nodes" "round 3 accuses" "$OUT"
+expect_eq "failed_nodes.txt" "$(cat "$T/run-bisect/failed_nodes.txt" 2>/dev/null)" "$(printf 'n04\nn13')"
+expect_eq "healthy_nodes.txt: the other 14" "$(grep -c . "$T/run-bisect/healthy_nodes.txt" 2>/dev/null)" 14
+ntests=$(sed -n 's/^\([0-9]*\) group tests in .*/\1/p' <<<"$OUT")
+expect_eq "every group test ran the command once" "$(grep -c '^start' "$T/gt.log" 2>/dev/null)" "${ntests:-?}"
+expect_in "a group test's output is in its log" "exit 1" "$(cat "$T"/run-bisect/logs/bisect/test-001.log 2>/dev/null)"
+if msg=$(python3 - "$T/gt.log" <<'PY' 2>&1
+import sys
+runs = {}
+for line in open(sys.argv[1]):
+    kind, pid, t, n, nodes = line.split()
+    runs.setdefault(pid, {})[kind] = float(t)
+    runs[pid]["n"], runs[pid]["nodes"] = int(n), nodes
+for r in runs.values():
+    assert "start" in r and "end" in r, r
+    assert r["n"] == len(r["nodes"].split(",")), r
+# The two halves of round 1's whole group (8 nodes each) ran at once.
+halves = sorted((r for r in runs.values() if r["n"] == 8), key=lambda r: r["start"])[:2]
+assert len(halves) == 2, "no two 8-node halves"
+a, b = halves
+assert set(a["nodes"].split(",")).isdisjoint(b["nodes"].split(",")), (a, b)
+assert a["start"] < b["end"] and b["start"] < a["end"], f"halves did not overlap: {a} {b}"
+print(f"{b['start'] - a['start']:.3f}")
+PY
+); then ok "the two halves of a failing group ran at the same time (starts $msg s apart)"; else bad "halves in parallel: $msg"; fi
+
+# A hang is a failure: past --timeout the test's whole process group ends.
+cat >"$T/hang.sh" <<'SH'
+#!/bin/bash
+# hang.sh NODES PIDFILE: never ends; leaves a child in its process group.
+sleep 300 &
+echo $! >>"$2"
+sleep 300
+SH
+chmod +x "$T/hang.sh"
+run preflight bisect --nodes h1,h2 --rounds 1 --timeout 1 -- "$T/hang.sh" {nodes} "$T/hang.pids"
+expect_rc "hanging group tests fail" 2
+expect_in "the hang is reported as a timeout" "FAIL (timed out)  1." "$OUT"
+expect_in "every hanging node accused" "bad nodes (2): h1 h2" "$OUT"
+left=""
+# (A killed child whose parent died first may stay a zombie here, where
+# PID 1 does not reap: it counts as ended.)
+for p in $(cat "$T/hang.pids" 2>/dev/null); do
+  st=$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)
+  [[ -n $st && $st != Z ]] && left+="$p "
+done
+expect_eq "the hung tests' children were killed with their group ($(wc -l <"$T/hang.pids" 2>/dev/null) started)" "$left" ""
+
+# Bad commands, node lists and placeholders.
+run preflight bisect --nodes n1,n2 -- no-such-command-xyz {nodes}
+expect_rc "unknown command" 2
+expect_in "unknown command named" 'command "no-such-command-xyz" is not found in PATH' "$ERR"
+run preflight bisect --nodes n1,n2 -- true --nodelist {node}
+expect_rc "unknown placeholder" 2
+expect_in "unknown placeholder named" 'argument 3 "{node}": unknown placeholder {node}' "$ERR"
+run preflight bisect --nodes n1,n2 -- true n1
+expect_rc "no {nodes}" 2
+expect_in "no {nodes} explained" "the command never names the group" "$ERR"
+: >"$T/empty.txt"
+run preflight bisect --nodefile "$T/empty.txt" -- true {nodes}
+expect_rc "empty node file" 2
+expect_in "empty node list named" "--nodefile $T/empty.txt: no node names" "$ERR"
+run preflight bisect --nodes n1,n2,n1 -- true {nodes}
+expect_rc "a node twice" 2
+expect_in "duplicate named" 'node "n1" is listed twice' "$ERR"
+run preflight bisect --nodes n1,n2 --simulate_bad n1 -- true {nodes}
+expect_rc "simulation and a command" 2
+run preflight bisect --nodefile "$T/nodes.txt" --rounds 1 -- true {nodes}
+expect_rc "all groups pass" 0
+expect_in "one test when the whole group passes" "1 group tests in" "$OUT"
+expect_in "nothing accused" "bad nodes (0): none" "$OUT"
+unset PRIMUS_RUN_DIR
 
 # --- calibrate, then check --perf reads it ------------------------------------
 export PRIMUS_RUN_DIR=$T/run-cal
