@@ -206,7 +206,9 @@ char *prm_pf_baseline_find(const char *platform);
 /* ------------------------------------------------------------------------ */
 
 /* This node's name in results and reports: $PRIMUS_NODE_NAME when set
- * (so tests can play several nodes on one host), else the host name.
+ * (so tests can play several nodes on one host), else $SLURMD_NODENAME in
+ * a Slurm step (the name srun --nodelist/--exclude take), else the host
+ * name.
  * PRM_EINVAL naming the variable when it is not a host name (1 to 255
  * letters, digits, '.', '-' or '_'). */
 int prm_pf_node_name(char *buf, size_t n, prm_err_t *err);

@@ -2,9 +2,9 @@
  * srun --mpi=pmix): the node names are all-gathered so that one rank per
  * node runs the checks, and rank 0 gathers the nodes' results over MPI
  * (prm_comm_gatherv) and writes the node files and the report alone, so
- * the other nodes need no shared filesystem. Also the node name itself,
- * with the PRIMUS_NODE_NAME override tests use to play several nodes on
- * one host. */
+ * the other nodes need no shared filesystem. Also the node name itself:
+ * PRIMUS_NODE_NAME (tests play several nodes on one host with it), else
+ * Slurm's name for the node, else the host name. */
 #define _GNU_SOURCE
 #include "preflight-impl.h"
 #include "primus/prm_comm.h"
@@ -18,7 +18,10 @@
 int prm_pf_node_name(char *buf, size_t n, prm_err_t *err) {
   const char *v = getenv("PRIMUS_NODE_NAME");
   if (!v || !*v) {
-    snprintf(buf, n, "%s", prm_hostname());
+    /* In a Slurm step, the node's Slurm name: what srun --nodelist and
+     * --exclude take (it may differ from the host name). */
+    const char *sl = getenv("SLURMD_NODENAME");
+    snprintf(buf, n, "%s", sl && *sl && !strpbrk(sl, "/ \t,") ? sl : prm_hostname());
     return 0;
   }
   size_t len = strlen(v);
