@@ -1,6 +1,7 @@
 /* task_preflight.c - `primus preflight`: check this node (and write its
  * result into the run directory, merged with the other nodes' into the
- * cluster report), report (merge a run directory's node files), bisect
+ * cluster report; under several ranks one check per node, gathered on
+ * rank 0), report (merge a run directory's node files), bisect
  * (the bad-node search; task_preflight_bisect.c) and calibrate
  * (write a perf baseline for this node's platform). */
 #define _GNU_SOURCE
@@ -259,12 +260,17 @@ static const prm_subtask_t prm__pf_subs[] = {
     {"check", "check this node: host, CPU, accelerators, network, I/O, kernel log, software (and perf)", NULL,
      "Without a category flag every category but perf runs. Each check prints OK, WARN,\n"
      "FAIL or SKIP with the measured value and, when not OK, what to do. The node's\n"
-     "result goes to RUN_DIR/nodes/<host>.json and the run directory gets\n"
+     "result goes to RUN_DIR/nodes/<node>.json and the run directory gets\n"
      "bench_report.txt, preflight.json, preflight.md, healthy_nodes.txt and\n"
      "failed_nodes.txt. Exit code 2 when any check FAILs (WARN alone is 0).\n\n"
+     "Started as several ranks (mpirun, srun), one rank per node runs the checks and\n"
+     "rank 0 gathers every node's result over MPI: it alone writes the node files and\n"
+     "the reports, prints the cluster summary, and exits 2 when any node FAILs.\n"
+     "The node's name is $PRIMUS_NODE_NAME, else Slurm's ($SLURMD_NODENAME), else\n"
+     "the host name.\n\n"
      "  primus preflight check --expect_gpus 8\n"
      "  primus preflight check --perf --quick --threshold 0.7\n"
-     "  primus slurm srun -N 4 -- preflight check --all    # then: primus preflight report RUN_DIR\n\n"
+     "  primus slurm srun -N 4 -- preflight check --all    # one check per node, report on rank 0\n\n"
      "See docs/preflight.md for every check id and threshold.",
      prm__pf_check_opts, PRM_SUB_RUN | PRM_SUB_MULTIRANK, prm__pf_check},
     {"report", "merge RUN_DIR/nodes/*.json into the cluster report", "RUN_DIR",
