@@ -108,6 +108,7 @@ static void test_plan_gather_one_rank(void **state) {
   prm_sb_t table = {0};
   assert_int_equal(prm_pf_gather(w, text, NULL, run, &sum, &table, &err), 0);
   assert_int_equal(sum.nodes, 1);
+  assert_int_equal(sum.unchecked, 0);
   assert_int_equal(sum.failed_node, 1);
   assert_int_equal(sum.healthy, 0);
   assert_non_null(strstr(prm_sb_str(&table), "nodeA                FAIL   gpu.count: gpu.count is FAIL  (rank 0)"));
@@ -129,6 +130,7 @@ static void test_plan_gather_one_rank(void **state) {
   assert_int_equal(prm_pf_gather(w, NULL, "bad.tsv:1: min_count", NULL, &sum, &table, &err), PRM_ERUNTIME);
   assert_non_null(strstr(err.msg, "1 rank could not check its node: rank 0: bad.tsv:1: min_count"));
   assert_int_equal(sum.nodes, 0);
+  assert_int_equal(sum.unchecked, 1);
   assert_non_null(strstr(prm_sb_str(&table), "ERROR  rank 0 could not check it"));
   /* A result that is not a node file. */
   assert_int_equal(prm_pf_gather(w, "{}", NULL, NULL, &sum, NULL, &err), PRM_ERUNTIME);

@@ -236,6 +236,7 @@ int prm_pf_write_node_json(const char *run_dir, const char *text, prm_err_t *err
 
 typedef struct {
   int nodes, healthy, failed_node, failed_network;
+  int unchecked; /* prm_pf_gather: ranks that could not check their node */
 } prm_pf_summary_t;
 
 /* Merges every RUN_DIR/nodes/<host>.json into RUN_DIR/preflight.json,
@@ -271,9 +272,10 @@ int prm_pf_plan(struct prm_comm *c, const char *node, prm_pf_plan_t *plan, prm_e
  * (prm_comm_gatherv): with a run directory it writes RUN_DIR/nodes/<host>.json
  * for every node, then the report (prm_pf_report); *sum counts the nodes
  * gathered, and `table` (may be NULL) gets one line per node (name, level,
- * the FAILs) and one per rank that could not check. On rank 0 the return
- * is PRM_ERUNTIME naming those ranks (after everything else is written);
- * elsewhere *sum is zero and table untouched. */
+ * the FAILs) and one per rank that could not check (sum->unchecked). On
+ * rank 0 the return is then PRM_ERUNTIME naming those ranks (after
+ * everything else is written); elsewhere *sum is zero and table untouched.
+ * An MPI failure is returned as it comes, with sum->unchecked 0. */
 int prm_pf_gather(struct prm_comm *c, const char *node_json, const char *error, const char *run_dir,
                   prm_pf_summary_t *sum, prm_sb_t *table, prm_err_t *err);
 

@@ -134,6 +134,7 @@ int prm_pf_gather(prm_comm_t *c, const char *node_json, const char *error, const
     prm_pf_summary_t rs;
     rc = prm_pf_report(run_dir, &rs, err);
   }
+  sum->unchecked = nbad;
   if (!rc && nbad)
     rc = prm_errf(err, PRM_ERUNTIME, "preflight check: %d rank%s could not check %s node: %s", nbad,
                   nbad == 1 ? "" : "s", nbad == 1 ? "its" : "their", prm_sb_str(&bad));

@@ -108,7 +108,8 @@ static int prm__pf_check_ranks(prm_task_ctx_t *ctx, prm_pf_opts_t *o, const char
   prm_sb_t table = {0};
   rc = prm_pf_gather(w, local.code ? NULL : json, local.code ? local.msg : NULL, ctx->run_dir, &sum,
                      &table, err);
-  if (me == 0 && (!rc || rc == PRM_ERUNTIME) && (sum.nodes || table.len)) {
+  int verdict_err = rc && me == 0 && sum.unchecked > 0; /* ranks that could not check */
+  if (me == 0 && (!rc || verdict_err)) {
     fprintf(ctx->out, "\ncluster: %d node%s checked by %d ranks: %d healthy, %d failed the node check, %d "
             "failed the network check\n%s",
             sum.nodes, sum.nodes == 1 ? "" : "s", plan.ranks, sum.healthy, sum.failed_node,
@@ -123,7 +124,7 @@ static int prm__pf_check_ranks(prm_task_ctx_t *ctx, prm_pf_opts_t *o, const char
   prm_pf_results_free(&res);
   /* An MPI failure leaves MPI up: the exit hook then skips finalising and
    * the launcher stops the other ranks. */
-  if (rc && rc != PRM_ERUNTIME) return rc;
+  if (rc && !verdict_err) return rc;
   if (rc == 0 && local.code && me != 0) {
     *err = local;
     rc = local.code;

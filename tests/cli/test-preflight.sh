@@ -136,6 +136,21 @@ if command -v mpirun >/dev/null; then
   left=$(cd "$R1" 2>/dev/null && ls -d nodes preflight.json preflight.md bench_report.txt healthy_nodes.txt failed_nodes.txt 2>/dev/null)
   expect_eq "rank 1 wrote no preflight output into its run directory" "$left" ""
 
+  # A rank that cannot check its node (an invalid name) still joins the
+  # gather: rank 0 writes the others and names it; nobody hangs.
+  R2=$T/run-mpmd-bad
+  OUT=$(timeout 120 mpirun "${mpiflags[@]}" --bind-to none \
+    -np 1 env PRIMUS_LAUNCHED=1 PRIMUS_RUN_DIR="$R2" PRIMUS_NODE_NAME=nodeA PRIMUS_SYSFS_ROOT="$FX/sysfs/mi300x-8" \
+    "$PRIMUS_BIN" direct -- preflight check --gpu : \
+    -np 1 env PRIMUS_LAUNCHED=1 PRIMUS_RUN_DIR="$R2" PRIMUS_NODE_NAME=bad/name \
+    "$PRIMUS_BIN" direct -- preflight check --gpu 2>"$T/.err")
+  RC=$?
+  ERR=$(cat "$T/.err")
+  if [[ $RC != 0 && $RC != 124 ]]; then ok "a rank that could not check: non-zero exit ($RC), no hang"; else bad "a rank that could not check: exit $RC"; fi
+  expect_in "rank 0 names the rank and why" '1 rank could not check its node: rank 1: PRIMUS_NODE_NAME="bad/name"' "$ERR"
+  expect_in "the summary lists it" "ERROR  rank 1 could not check it" "$OUT"
+  expect_file "the other node was still written" "$R2/nodes/nodeA.json"
+
   # Two ranks on one node: one check, one node file.
   export PRIMUS_RUN_DIR=$T/run-np2
   PRIMUS_SYSFS_ROOT=$FX/sysfs/mi300x-8 run direct --nproc 2 -- preflight check --gpu --expect_gpus 8
