@@ -1,6 +1,7 @@
 /* test-preflight.c - preflight checks against sysfs/proc fixture trees and
  * stand-in tools, the kernel-log pattern table, baseline comparison, the
- * node-file merge into the cluster reports, and the bad-node search. */
+ * node-file merge into the cluster reports, and the results table (the
+ * bad-node search and the checks across ranks: test-preflight-cluster.c). */
 #define _GNU_SOURCE
 #include "testlib.h"
 
@@ -530,124 +531,8 @@ static void test_report_merge(void **state) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Bad-node search                                                           */
+/* The results table                                                         */
 /* ------------------------------------------------------------------------ */
-
-typedef struct {
-  const int *bad;
-  int calls, batches, max_batch, rounds;
-  int fail_at; /* > 0: the batch test fails at this call (an error) */
-} sim_t;
-
-/* A simulated cluster: a group fails when it holds a bad node. Checks the
- * promise of a batch: its groups never share a node. */
-static int sim_test(void *ctx, const prm_pf_group_t *g, int n, int *pass, prm_err_t *err) {
-  sim_t *s = ctx;
-  int seen[64] = {0};
-  s->batches++;
-  if (n > s->max_batch) s->max_batch = n;
-  for (int i = 0; i < n; i++) {
-    s->calls++;
-    if (s->fail_at && s->calls >= s->fail_at) return prm_errf(err, PRM_ECHILD, "cannot run the group test");
-    assert_true(g[i].n >= 1);
-    assert_int_equal(pass[i], 0);
-    pass[i] = 1;
-    for (int k = 0; k < g[i].n; k++) {
-      int x = g[i].nodes[k];
-      if (seen[x]) fail_msg("node %d twice in one batch", x);
-      seen[x] = 1;
-      if (s->bad[x]) pass[i] = 0;
-    }
-  }
-  return 0;
-}
-
-static void sim_round(void *ctx, int round, const int *suspect, int n) {
-  sim_t *s = ctx;
-  (void)suspect;
-  (void)n;
-  assert_int_equal(round, s->rounds);
-  s->rounds++;
-}
-
-static const prm_pf_bisect_i sim_i = {sim_test, sim_round};
-
-static void bisect_case(int n, const int *bad_idx, int nbad, uint64_t seed, int rounds) {
-  int bad[64] = {0}, found[64];
-  for (int i = 0; i < nbad; i++) bad[bad_idx[i]] = 1;
-  sim_t s = {.bad = bad};
-  int tests = 0;
-  prm_err_t err = {0};
-  int nb = prm_pf_bisect(n, &sim_i, &s, rounds, seed, found, &tests, &err);
-  assert_int_equal(tests, s.calls);
-  assert_int_equal(s.rounds, rounds);
-  if (nb != nbad) fail_msg("seed %llu: found %d bad nodes, expected %d", (unsigned long long)seed, nb, nbad);
-  for (int i = 0; i < n; i++)
-    if (found[i] != bad[i]) fail_msg("seed %llu: node %d found=%d bad=%d", (unsigned long long)seed, i, found[i], bad[i]);
-  /* The halves of a failing group went out together. */
-  assert_true(s.max_batch >= 2);
-  assert_true(s.batches < s.calls);
-}
-
-static void test_bisect(void **state) {
-  (void)state;
-  static const int two[] = {3, 11}, adjacent[] = {0, 1}, one[] = {15}, many[] = {1, 4, 7, 9, 14};
-  for (uint64_t seed = 1; seed <= 8; seed++) {
-    bisect_case(16, two, 2, seed, 3);
-    bisect_case(16, adjacent, 2, seed, 3);
-    bisect_case(16, one, 1, seed, 1);
-    bisect_case(16, many, 5, seed, 3);
-  }
-  prm_err_t err = {0};
-  /* No bad node: one passing group test per round, nothing reported. */
-  int bad[16] = {0}, found[16];
-  sim_t s = {.bad = bad};
-  int tests;
-  assert_int_equal(prm_pf_bisect(16, &sim_i, &s, 4, 7, found, &tests, &err), 0);
-  assert_int_equal(tests, 4);
-  for (int i = 0; i < 16; i++) assert_int_equal(found[i], 0);
-  /* Every node bad: still each one found (tested alone, all at once). */
-  for (int i = 0; i < 16; i++) bad[i] = 1;
-  s = (sim_t){.bad = bad};
-  assert_int_equal(prm_pf_bisect(16, &sim_i, &s, 2, 3, found, NULL, &err), 16);
-  /* Fewer tests than one per node for 2 bad in 16. */
-  int b2[16] = {0};
-  b2[5] = b2[6] = 1;
-  sim_t s2 = {.bad = b2};
-  prm_pf_bisect(16, &sim_i, &s2, 1, 1, found, &tests, &err);
-  assert_true(tests < 16);
-  /* The batch test's error stops the search and comes back. */
-  sim_t s3 = {.bad = b2, .fail_at = 4};
-  assert_int_equal(prm_pf_bisect(16, &sim_i, &s3, 3, 1, found, &tests, &err), PRM_ECHILD);
-  assert_non_null(strstr(err.msg, "cannot run the group test"));
-  assert_int_equal(s3.rounds, 0);
-}
-
-/* A flaky link between two specific nodes: only a group holding both
- * fails. Rounds that separate them accuse nobody, so the intersection is
- * empty rather than a wrong node. */
-static int pair_test(void *ctx, const prm_pf_group_t *g, int n, int *pass, prm_err_t *err) {
-  (void)ctx;
-  (void)err;
-  for (int i = 0; i < n; i++) {
-    int a = 0, b = 0;
-    for (int k = 0; k < g[i].n; k++) a |= g[i].nodes[k] == 2, b |= g[i].nodes[k] == 9;
-    pass[i] = !(a && b);
-  }
-  return 0;
-}
-
-static void test_bisect_interaction(void **state) {
-  (void)state;
-  int found[16];
-  prm_err_t err = {0};
-  const prm_pf_bisect_i pi = {pair_test, NULL};
-  int nb = prm_pf_bisect(16, &pi, NULL, 5, 11, found, NULL, &err);
-  assert_true(nb >= 0);
-  for (int i = 0; i < 16; i++)
-    if (found[i]) assert_true(i == 2 || i == 9);
-  assert_true(nb <= 2);
-}
 
 static void test_format(void **state) {
   (void)state;
@@ -682,8 +567,6 @@ int main(void) {
       cmocka_unit_test(test_compare),
       cmocka_unit_test(test_baseline_files),
       cmocka_unit_test(test_report_merge),
-      cmocka_unit_test(test_bisect),
-      cmocka_unit_test(test_bisect_interaction),
       cmocka_unit_test(test_format),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
