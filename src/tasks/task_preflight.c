@@ -159,8 +159,7 @@ static int prm__pf_check(prm_task_ctx_t *ctx, prm_err_t *err) {
   if (rc) goto done;
   if (ctx->run_dir) {
     prm_pf_summary_t sum;
-    if ((rc = prm_pf_write_node(ctx->run_dir, node, plat.name, &res, err)))
-      goto done;
+    if ((rc = prm_pf_write_node(ctx->run_dir, node, plat.name, &res, err))) goto done;
     /* A single process (no launcher) adds its node to whatever node files
      * the run directory holds and rebuilds the report from them. */
     if ((rc = prm_pf_report(ctx->run_dir, &sum, err))) goto done;
