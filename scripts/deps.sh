@@ -13,7 +13,7 @@ PKGS_BUILD=(build-essential cmake pkg-config libyaml-dev libcjson-dev libhwloc-d
 # Tests: cmocka; podman/runc/busybox for a real container run; prometheus
 # scrapes a live training (tests/cli/test-metrics.sh); chromium renders the
 # HTML run report headless (tests/cli/test-analyze-report.sh); slurm-wlm and
-# munge run a private one-node cluster (scripts/slurm-local.sh,
+# munge run a private cluster on this host (scripts/slurm-local.sh,
 # tests/cli/test-slurm-live.sh).
 PKGS_TEST=(libcmocka-dev podman runc busybox-static python3-torch python3-numpy prometheus
            chromium slurm-wlm munge)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # slurm-local.sh - a private single-host Slurm for tests: munge, slurmctld
-# and one slurmd (Debian's slurm-wlm and munge) on 127.0.0.1, with every
-# key, socket, state folder, spool, log and pid file inside DIR.
+# and one slurmd per node (Debian's slurm-wlm and munge) on 127.0.0.1, with
+# every key, socket, state folder, spool, log and pid file inside DIR.
 #
 #   scripts/slurm-local.sh up DIR      start (or find running), wait until the
 #                                      node is idle, print `export SLURM_CONF=...`
@@ -19,6 +19,17 @@
 #
 # SLURM_LOCAL_GRACE_TIME (default 10) and SLURM_LOCAL_CRED_EXPIRE (default
 # 10) shorten the preemption timings for tests (whole seconds).
+# SLURM_LOCAL_NODES=N (1 to 16, default 1) makes node1..nodeN, one slurmd
+# each (`slurmd -N nodeK`, a port of its own): Debian's Slurm is built with
+# multiple-slurmd support (`scontrol show config` says MULTIPLE_SLURMD =
+# Yes), so several node names share this host. With one node the pid and
+# log files are run/slurmd.pid and log/slurmd.log; with more,
+# run/slurmd-nodeK.pid and log/slurmd-nodeK.log. Each node's TmpFS is
+# DIR/tmp/nodeK: Slurm's PMIx plugin makes a folder per step under it
+# (spmix_appdir_UID_JOB.STEP), which under the default /tmp would be the
+# same path for every node of a multi-node MPI step here (the second
+# slurmstepd then fails: "File exists") and for other private clusters'
+# jobs of the same number.
 #
 # Exit codes: 0 ok, 1 a program is missing, 2 bad usage, 3 a daemon did not
 # start or is not running (the message ends with the tail of its log).
@@ -41,6 +52,7 @@ UP_TIMEOUT=${SLURM_LOCAL_TIMEOUT:-20} # seconds for the node to become idle
 # long a requeued job waits before it may start again.
 GRACE_TIME=${SLURM_LOCAL_GRACE_TIME:-10}
 CRED_EXPIRE=${SLURM_LOCAL_CRED_EXPIRE:-10}
+NODES=${SLURM_LOCAL_NODES:-1}
 
 say() { echo "slurm-local: $*" >&2; }
 # die CODE MESSAGE: the message, the tail of every daemon log, then (for a
@@ -60,15 +72,33 @@ die() {
 }
 
 # pid_of NAME: the pid in run/NAME.pid when that process is alive and is
-# NAME (a recycled pid belongs to someone else and is never signalled).
+# the program NAME names ("slurmd-node2" is a slurmd; a recycled pid
+# belongs to someone else and is never signalled).
 pid_of() {
   local f=$D/run/$1.pid pid comm
   [[ -s $f ]] || return 1
   read -r pid <"$f" || return 1
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
-  [[ $comm == "$1" ]] || return 1
+  [[ $comm == "${1%%-*}" ]] || return 1
   echo "$pid"
+}
+
+# slurmd_names: the pid-file names of the slurmds - those of a running
+# cluster when it has pid files, else those `up` makes for $NODES nodes.
+slurmd_names() {
+  local f found=0
+  for f in "$D"/run/slurmd*.pid; do
+    [[ -e $f ]] || continue
+    f=${f##*/}
+    echo "${f%.pid}"
+    found=1
+  done
+  ((found)) && return 0
+  if ((NODES == 1)); then echo slurmd; else
+    local k
+    for ((k = 1; k <= NODES; k++)); do echo "slurmd-node$k"; done
+  fi
 }
 
 # stop_pid PID: TERM, then KILL when it is still there after 5 s.
@@ -115,7 +145,7 @@ down() {
       sleep 0.2
     done
   fi
-  for name in slurmd slurmctld; do
+  for name in $(slurmd_names) slurmctld; do
     if pid=$(pid_of "$name"); then
       stop_pid "$pid"
       say "stopped $name (pid $pid)"
@@ -138,7 +168,7 @@ down() {
 
 status() {
   local rc=0 name pid
-  for name in munged slurmctld slurmd; do
+  for name in munged slurmctld $(slurmd_names); do
     if pid=$(pid_of "$name"); then
       echo "$name: running (pid $pid)"
     else
@@ -177,11 +207,12 @@ P
 }
 
 write_conf() {
-  local ctld_port=$1 slurmd_port=$2 cpus
+  local ctld_port=$1 slurmd_port=$2 cpus k nodes=node1 pidf=slurmd logf=slurmd
+  ((NODES == 1)) || nodes="node[1-$NODES]" pidf=slurmd-%n logf=slurmd-%n
   # Not nproc: it obeys OMP_NUM_THREADS, and slurmd compares with the hardware.
   cpus=$(getconf _NPROCESSORS_ONLN)
   cat >"$CONF.tmp" <<EOF
-# Written by scripts/slurm-local.sh: a private one-node cluster on 127.0.0.1.
+# Written by scripts/slurm-local.sh: a private cluster on 127.0.0.1.
 ClusterName=primuslocal
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$ctld_port
@@ -193,10 +224,11 @@ CredType=cred/munge
 AuthInfo=socket=$SOCK,cred_expire=$CRED_EXPIRE
 StateSaveLocation=$D/state
 SlurmdSpoolDir=$D/spool/%n
+TmpFS=$D/tmp/%n
 SlurmctldPidFile=$D/run/slurmctld.pid
-SlurmdPidFile=$D/run/slurmd.pid
+SlurmdPidFile=$D/run/$pidf.pid
 SlurmctldLogFile=$D/log/slurmctld.log
-SlurmdLogFile=$D/log/slurmd.log
+SlurmdLogFile=$D/log/$logf.log
 PlugStackConfig=$D/etc/plugstack.conf
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -215,9 +247,15 @@ InactiveLimit=0
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal
-NodeName=node1 NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
-PartitionName=low Nodes=node1 Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE_TIME
-PartitionName=high Nodes=node1 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+EOF
+  # One node: SlurmdPort. More: each slurmd a port of its own (the next
+  # arguments), which multiple-slurmd builds read from the node's line.
+  for ((k = 1; k <= NODES; k++)); do
+    echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$cpus$( ((NODES == 1)) || echo " Port=${*:k+2:1}") State=UNKNOWN"
+  done >>"$CONF.tmp"
+  cat >>"$CONF.tmp" <<EOF
+PartitionName=low Nodes=$nodes Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE_TIME
+PartitionName=high Nodes=$nodes MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 EOF
   : >"$D/etc/plugstack.conf"
   mv "$CONF.tmp" "$CONF"
@@ -232,16 +270,22 @@ up() {
   done
   [[ $GRACE_TIME =~ ^[0-9]+$ && $CRED_EXPIRE =~ ^[0-9]+$ ]] ||
     die 2 "SLURM_LOCAL_GRACE_TIME=$GRACE_TIME, SLURM_LOCAL_CRED_EXPIRE=$CRED_EXPIRE: expected whole seconds"
+  [[ $NODES =~ ^[1-9][0-9]?$ ]] && ((NODES <= 16)) || die 2 "SLURM_LOCAL_NODES=$NODES: expected 1 to 16"
   ((${#missing[@]} == 0)) || die 1 "missing ${missing[*]} (Debian: slurm-wlm munge; scripts/deps.sh installs them)"
-  if pid_of slurmctld >/dev/null && pid_of slurmd >/dev/null && pid_of munged >/dev/null &&
-    [[ $(node_state) =~ idle|alloc|mix ]]; then
+  local all_up=1 name
+  for name in slurmctld munged $(slurmd_names); do pid_of "$name" >/dev/null || all_up=0; done
+  if ((all_up)) && [[ $(node_state) =~ idle|alloc|mix ]]; then
     say "already up in $D"
     printf 'export SLURM_CONF=%q\n' "$CONF"
     return 0
   fi
   down 2>/dev/null # a half-started cluster from before
-  mkdir -p "$D"/{munge,etc,state,spool/node1,log,run}
-  chmod 755 "$D" "$D"/{munge,etc,state,spool,spool/node1,log,run}
+  mkdir -p "$D"/{munge,etc,state,spool,log,run}
+  chmod 755 "$D" "$D"/{munge,etc,state,spool,log,run}
+  local k
+  for ((k = 1; k <= NODES; k++)); do
+    mkdir -p "$D/spool/node$k" "$D/tmp/node$k" && chmod 755 "$D/spool/node$k" "$D/tmp" "$D/tmp/node$k"
+  done
   # munged refuses a socket in a folder that others cannot reach: every
   # folder above it must be executable by owner, group and others.
   p=$D
@@ -267,16 +311,25 @@ up() {
   munge -S "$SOCK" -n 2>/dev/null | unmunge -S "$SOCK" >/dev/null 2>&1 ||
     die 3 "munge does not answer on $SOCK"
 
-  local cport dport
+  local cport dport ports=() used
   cport=$(free_port) || die 3 "no free port below the ephemeral range"
   dport=$(free_port "$cport") || die 3 "no free port below the ephemeral range"
-  write_conf "$cport" "$dport"
+  used=" $cport $dport "
+  while ((NODES > 1 && ${#ports[@]} < NODES)); do
+    p=$(free_port "$cport") || die 3 "no free port below the ephemeral range"
+    [[ $used == *" $p "* ]] || ports+=("$p") used+="$p "
+  done
+  write_conf "$cport" "$dport" "${ports[@]}"
   : >"$D/log/slurmctld.log"
-  : >"$D/log/slurmd.log"
   SLURM_CONF=$CONF slurmctld -i </dev/null >>"$D/log/slurmctld.log" 2>&1 ||
     die 3 "slurmctld did not start"
-  SLURM_CONF=$CONF slurmd -N node1 </dev/null >>"$D/log/slurmd.log" 2>&1 ||
-    die 3 "slurmd did not start"
+  local log
+  for ((k = 1; k <= NODES; k++)); do
+    log=$D/log/slurmd.log
+    ((NODES == 1)) || log=$D/log/slurmd-node$k.log
+    : >"$log"
+    SLURM_CONF=$CONF slurmd -N "node$k" </dev/null >>"$log" 2>&1 || die 3 "slurmd for node$k did not start"
+  done
   local state="" deadline=$((SECONDS + UP_TIMEOUT))
   while ((SECONDS < deadline)); do
     state=$(node_state)
@@ -285,8 +338,9 @@ up() {
     sleep 0.1
   done
   [[ $state == "idle " ]] ||
-    die 3 "node1 not idle after ${UP_TIMEOUT}s (state: ${state:-no answer from slurmctld})"
-  say "up in $D (slurmctld 127.0.0.1:$cport, slurmd 127.0.0.1:$dport)"
+    die 3 "$( ((NODES == 1)) && echo node1 || echo "node[1-$NODES]") not idle after ${UP_TIMEOUT}s (state: ${state:-no answer from slurmctld})"
+  if ((NODES == 1)); then say "up in $D (slurmctld 127.0.0.1:$cport, slurmd 127.0.0.1:$dport)"
+  else say "up in $D (slurmctld 127.0.0.1:$cport, $NODES slurmds node[1-$NODES] on ports ${ports[*]})"; fi
   printf 'export SLURM_CONF=%q\n' "$CONF"
 }
 

@@ -251,6 +251,23 @@ static void test_proc_spawn(void **state) {
   assert_non_null(strstr(err.msg, "primus-nope"));
   prm_proc_opts_t cap = {.capture = 1};
   assert_int_equal(prm_proc_spawn(sl, &cap, &pid, &err), PRM_EINVAL);
+  /* out_path: stdout and stderr into a file, truncated first. */
+  char dir[] = "/tmp/prm-test-out-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[64];
+  snprintf(path, sizeof path, "%s/o.log", dir);
+  assert_int_equal(prm_fs_write_atomic(path, "old text, longer than the new\n", 30, &err), 0);
+  char *pr[] = {"sh", "-c", "echo out; echo err >&2", NULL};
+  prm_proc_opts_t fo = {.out_path = path};
+  assert_int_equal(prm_proc_spawn(pr, &fo, &pid, &err), 0);
+  assert_int_equal(prm_proc_wait(pid, -1, &st), 1);
+  assert_int_equal(st, 0);
+  char *text = NULL;
+  assert_int_equal(prm_fs_read_all(path, &text, NULL, &err), 0);
+  assert_string_equal(text, "out\nerr\n");
+  free(text);
+  unlink(path);
+  rmdir(dir);
 }
 
 int main(void) {

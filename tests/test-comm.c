@@ -4,7 +4,8 @@
  * that name the rank, the group and the operation. Two and more ranks are
  * tested end to end by tests/cli/test-comm.sh, which also starts this
  * program under mpirun: with more than one rank it runs the multi-rank
- * group instead (reduce to a root, blocking and not, at the end). */
+ * group instead (reduce to a root, blocking and not, and the
+ * variable-length gather, at the end). */
 #include "testlib.h"
 
 #include "primus/prm_bench.h"
@@ -196,6 +197,35 @@ static void test_bench_one_rank(void **state) {
   assert_int_equal(prm_bench_coll(w, &bad, &rows, &n, &err), PRM_EINVAL);
 }
 
+static void test_gatherv_one_rank(void **state) {
+  (void)state;
+  prm_comm_t *w;
+  prm_err_t err = {0};
+  assert_int_equal(prm_comm_world(&w, &err), 0);
+  const char msg[] = "node01 result";
+  void *got = NULL;
+  int64_t counts[1] = {-1};
+  assert_int_equal(prm_comm_gatherv(w, msg, (int64_t)sizeof msg, PRM_COMM_U8, &got, counts, 0, &err), 0);
+  assert_non_null(got);
+  assert_int_equal(counts[0], sizeof msg);
+  assert_memory_equal(got, msg, sizeof msg);
+  free(got);
+  /* Nothing to send: still a buffer to free, a count of 0. */
+  got = NULL;
+  assert_int_equal(prm_comm_gatherv(w, NULL, 0, PRM_COMM_I32, &got, counts, 0, &err), 0);
+  assert_non_null(got);
+  assert_int_equal(counts[0], 0);
+  free(got);
+  /* Checked before MPI: the root, the receive pointer, the send buffer. */
+  assert_int_equal(prm_comm_gatherv(w, msg, 3, PRM_COMM_U8, &got, counts, 1, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "MPI_Gatherv: root 1 outside [0, 1)"));
+  assert_int_equal(prm_comm_gatherv(w, msg, 3, PRM_COMM_U8, NULL, counts, 0, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "no receive pointer"));
+  assert_int_equal(prm_comm_gatherv(w, NULL, 3, PRM_COMM_U8, &got, counts, 0, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "no send buffer"));
+  assert_int_equal(prm_comm_gatherv(w, msg, -2, PRM_COMM_U8, &got, counts, 0, &err), PRM_EINVAL);
+}
+
 static void test_finalize(void **state) {
   (void)state;
   prm_err_t err = {0};
@@ -302,12 +332,62 @@ static void test_ranks_ireduce_pieces(void **state) {
   free(g);
 }
 
+/* Each rank sends a different length (rank 1 nothing at all), to every
+ * root in turn; the root sees every block in rank order with its count,
+ * the others' pointers stay untouched. Twice over i64 too. */
+static void test_ranks_gatherv(void **state) {
+  (void)state;
+  prm_comm_t *w;
+  prm_err_t err = {0};
+  assert_int_equal(prm_comm_world(&w, &err), 0);
+  int P = prm_comm_size(w), me = prm_comm_rank(w);
+  int64_t len = me == 1 ? 0 : 3 + 5 * me;
+  uint8_t *send = malloc((size_t)len + 1);
+  for (int64_t i = 0; i < len; i++) send[i] = (uint8_t)(me * 31 + i);
+  int64_t *counts = malloc(sizeof(int64_t) * (size_t)P);
+  for (int root = 0; root < P; root++) {
+    void *got = (void *)&err; /* a sentinel: must stay away from the root */
+    for (int i = 0; i < P; i++) counts[i] = -7;
+    assert_int_equal(prm_comm_gatherv(w, send, len, PRM_COMM_U8, &got, counts, root, &err), 0);
+    if (me != root) {
+      assert_ptr_equal(got, (void *)&err);
+      assert_true(counts[0] == -7);
+      continue;
+    }
+    const uint8_t *g = got;
+    for (int r = 0, off = 0; r < P; r++) {
+      int64_t want = r == 1 ? 0 : 3 + 5 * r;
+      if (counts[r] != want) fail_msg("root %d: rank %d sent %lld, got count %lld", root, r, (long long)want, (long long)counts[r]);
+      for (int64_t i = 0; i < want; i++)
+        if (g[off + i] != (uint8_t)(r * 31 + i)) fail_msg("root %d: rank %d byte %lld wrong", root, r, (long long)i);
+      off += (int)want;
+    }
+    free(got);
+  }
+  int64_t v[2] = {(int64_t)me << 40, -me};
+  void *got = NULL;
+  assert_int_equal(prm_comm_gatherv(w, v, me % 2 ? 1 : 2, PRM_COMM_I64, &got, counts, 0, &err), 0);
+  if (me == 0) {
+    const int64_t *g = got;
+    for (int r = 0, off = 0; r < P; r++) {
+      assert_int_equal(counts[r], r % 2 ? 1 : 2);
+      assert_true(g[off] == (int64_t)r << 40);
+      if (!(r % 2)) assert_true(g[off + 1] == -r);
+      off += (int)counts[r];
+    }
+    free(got);
+  }
+  free(counts);
+  free(send);
+}
+
 int main(void) {
   const char *np = getenv("OMPI_COMM_WORLD_SIZE");
   if (np && atoi(np) > 1) {
     const struct CMUnitTest ranks[] = {
         cmocka_unit_test(test_ranks_reduce),
         cmocka_unit_test(test_ranks_ireduce_pieces),
+        cmocka_unit_test(test_ranks_gatherv),
     };
     return cmocka_run_group_tests(ranks, NULL, NULL);
   }
@@ -319,6 +399,7 @@ int main(void) {
       cmocka_unit_test(test_split),
       cmocka_unit_test(test_errors_name_rank_and_call),
       cmocka_unit_test(test_bench_one_rank),
+      cmocka_unit_test(test_gatherv_one_rank),
       cmocka_unit_test(test_finalize), /* last: MPI cannot start again */
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

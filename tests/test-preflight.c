@@ -1,6 +1,7 @@
 /* test-preflight.c - preflight checks against sysfs/proc fixture trees and
  * stand-in tools, the kernel-log pattern table, baseline comparison, the
- * node-file merge into the cluster reports, and the bad-node search. */
+ * node-file merge into the cluster reports, and the results table (the
+ * bad-node search and the checks across ranks: test-preflight-cluster.c). */
 #define _GNU_SOURCE
 #include "testlib.h"
 
@@ -530,82 +531,8 @@ static void test_report_merge(void **state) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Bad-node search                                                           */
+/* The results table                                                         */
 /* ------------------------------------------------------------------------ */
-
-typedef struct {
-  const int *bad;
-  int calls;
-} sim_t;
-
-static int sim_test(const int *nodes, int n, void *ctx) {
-  sim_t *s = ctx;
-  s->calls++;
-  assert_true(n >= 1);
-  for (int i = 0; i < n; i++) {
-    for (int k = 0; k < i; k++) assert_int_not_equal(nodes[i], nodes[k]);
-    if (s->bad[nodes[i]]) return 0;
-  }
-  return 1;
-}
-
-static void bisect_case(int n, const int *bad_idx, int nbad, uint64_t seed, int rounds) {
-  int bad[64] = {0}, found[64];
-  for (int i = 0; i < nbad; i++) bad[bad_idx[i]] = 1;
-  sim_t s = {bad, 0};
-  int tests = 0;
-  int nb = prm_pf_bisect(n, sim_test, &s, rounds, seed, found, &tests);
-  assert_int_equal(tests, s.calls);
-  if (nb != nbad) fail_msg("seed %llu: found %d bad nodes, expected %d", (unsigned long long)seed, nb, nbad);
-  for (int i = 0; i < n; i++)
-    if (found[i] != bad[i]) fail_msg("seed %llu: node %d found=%d bad=%d", (unsigned long long)seed, i, found[i], bad[i]);
-}
-
-static void test_bisect(void **state) {
-  (void)state;
-  static const int two[] = {3, 11}, adjacent[] = {0, 1}, one[] = {15}, many[] = {1, 4, 7, 9, 14};
-  for (uint64_t seed = 1; seed <= 8; seed++) {
-    bisect_case(16, two, 2, seed, 3);
-    bisect_case(16, adjacent, 2, seed, 3);
-    bisect_case(16, one, 1, seed, 1);
-    bisect_case(16, many, 5, seed, 3);
-  }
-  /* No bad node: one passing group test per round, nothing reported. */
-  int bad[16] = {0}, found[16];
-  sim_t s = {bad, 0};
-  int tests;
-  assert_int_equal(prm_pf_bisect(16, sim_test, &s, 4, 7, found, &tests), 0);
-  assert_int_equal(tests, 4);
-  for (int i = 0; i < 16; i++) assert_int_equal(found[i], 0);
-  /* Every node bad: still each one found (tested alone without a partner). */
-  for (int i = 0; i < 16; i++) bad[i] = 1;
-  assert_int_equal(prm_pf_bisect(16, sim_test, &s, 2, 3, found, NULL), 16);
-  /* Fewer tests than one per node for 2 bad in 16. */
-  int b2[16] = {0};
-  b2[5] = b2[6] = 1;
-  sim_t s2 = {b2, 0};
-  prm_pf_bisect(16, sim_test, &s2, 1, 1, found, &tests);
-  assert_true(tests < 16);
-}
-
-/* A flaky link between two specific nodes: only a group holding both
- * fails. Rounds that separate them accuse nobody, so the intersection is
- * empty rather than a wrong node. */
-static int pair_test(const int *nodes, int n, void *ctx) {
-  (void)ctx;
-  int a = 0, b = 0;
-  for (int i = 0; i < n; i++) a |= nodes[i] == 2, b |= nodes[i] == 9;
-  return !(a && b);
-}
-
-static void test_bisect_interaction(void **state) {
-  (void)state;
-  int found[16];
-  int nb = prm_pf_bisect(16, pair_test, NULL, 5, 11, found, NULL);
-  for (int i = 0; i < 16; i++)
-    if (found[i]) assert_true(i == 2 || i == 9);
-  assert_true(nb <= 2);
-}
 
 static void test_format(void **state) {
   (void)state;
@@ -640,8 +567,6 @@ int main(void) {
       cmocka_unit_test(test_compare),
       cmocka_unit_test(test_baseline_files),
       cmocka_unit_test(test_report_merge),
-      cmocka_unit_test(test_bisect),
-      cmocka_unit_test(test_bisect_interaction),
       cmocka_unit_test(test_format),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

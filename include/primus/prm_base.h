@@ -274,6 +274,8 @@ typedef struct {
   int capture;               /* 1: collect stdout into out (stderr passes) */
   int merge_stderr;          /* with capture: stderr into out too */
   int quiet;                 /* 1: child's stdout/stderr to /dev/null */
+  const char *out_path;      /* non-NULL: child's stdout and stderr to this file
+                                (created or truncated, 0644); wins over quiet */
   const char *stdin_path;    /* NULL: inherit; "/dev/null" for none */
   size_t *out_len;           /* with capture: receives the length (output may hold NULs) */
   int forward_signals;       /* 1: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this process

@@ -129,6 +129,17 @@ int prm_comm_reduce_scatter(prm_comm_t *c, const void *send, void *recv, int64_t
  * forms may use different orders). */
 int prm_comm_reduce(prm_comm_t *c, const void *send, void *recv, int64_t count,
                     prm_comm_dtype_t t, prm_comm_op_t op, int root, prm_err_t *err);
+/* Variable-length gather: every rank sends `count` elements (its own
+ * count, 0 allowed); the root receives them all, in rank order. On the
+ * root, *recv gets one buffer (the caller frees it; never NULL, even when
+ * every count is 0) and counts[i] (size entries, caller's array) rank i's
+ * count; elsewhere recv and counts may be NULL and are not touched. The
+ * counts travel first (an all-gather of one count per rank), so no rank
+ * needs to know the others' sizes beforehand, and every rank sees the same
+ * total: a total above INT_MAX elements is PRM_ERANGE on every rank alike,
+ * before the data moves. */
+int prm_comm_gatherv(prm_comm_t *c, const void *send, int64_t count, prm_comm_dtype_t t,
+                     void **recv, int64_t *counts, int root, prm_err_t *err);
 /* Block j of send (size x count) goes to rank j; block i of recv comes from
  * rank i. */
 int prm_comm_alltoall(prm_comm_t *c, const void *send, void *recv, int64_t count,

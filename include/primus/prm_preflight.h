@@ -205,12 +205,38 @@ char *prm_pf_baseline_find(const char *platform);
 /* Node files and the cluster report                                         */
 /* ------------------------------------------------------------------------ */
 
+/* This node's name in results and reports: $PRIMUS_NODE_NAME when set
+ * (so tests can play several nodes on one host), else $SLURMD_NODENAME in
+ * a Slurm step (the name srun --nodelist/--exclude take), else the host
+ * name.
+ * PRM_EINVAL naming the variable when it is not a host name (1 to 255
+ * letters, digits, '.', '-' or '_'). */
+int prm_pf_node_name(char *buf, size_t n, prm_err_t *err);
+
+/* The text of one node's result file (JSON, see docs/preflight.md);
+ * caller frees. */
+char *prm_pf_node_json(const char *host, const char *platform, const prm_pf_results_t *r);
 /* Writes RUN_DIR/nodes/<host>.json (atomically) for one node's results. */
 int prm_pf_write_node(const char *run_dir, const char *host, const char *platform,
                       const prm_pf_results_t *r, prm_err_t *err);
 
+/* What a node file says, in short. */
+typedef struct {
+  char host[256];
+  prm_pf_level_t level; /* FAIL when any result FAILs */
+  int node_fail, net_fail, warns; /* results that FAIL outside / inside network, WARN */
+  char why[1024];       /* the FAILs, "id: message; ..." (cut) */
+} prm_pf_node_info_t;
+
+/* Checks that text is a node file (`what` names it in errors: PRM_EPARSE)
+ * and fills *info (may be NULL). */
+int prm_pf_node_check(const char *text, const char *what, prm_pf_node_info_t *info, prm_err_t *err);
+/* Checks text as a node file and writes it as RUN_DIR/nodes/<its host>.json. */
+int prm_pf_write_node_json(const char *run_dir, const char *text, prm_err_t *err);
+
 typedef struct {
   int nodes, healthy, failed_node, failed_network;
+  int unchecked; /* prm_pf_gather: ranks that could not check their node */
 } prm_pf_summary_t;
 
 /* Merges every RUN_DIR/nodes/<host>.json into RUN_DIR/preflight.json,
@@ -221,20 +247,101 @@ typedef struct {
 int prm_pf_report(const char *run_dir, prm_pf_summary_t *sum, prm_err_t *err);
 
 /* ------------------------------------------------------------------------ */
+/* One check per node across the ranks of a job (cluster.c)                  */
+/* ------------------------------------------------------------------------ */
+
+struct prm_comm;
+
+/* Who checks which node: ranks that give the same node name share a node,
+ * and the lowest of them checks it. */
+typedef struct {
+  int runner;      /* 1: this rank runs its node's checks */
+  int runner_rank; /* the rank that checks this rank's node */
+  int nodes;       /* distinct node names in the job */
+  int ranks;       /* the job's size */
+} prm_pf_plan_t;
+
+/* Collective over c: all-gathers every rank's node name (prm_pf_node_name;
+ * a rank whose name is invalid passes "" and counts as a node of its
+ * own). */
+int prm_pf_plan(struct prm_comm *c, const char *node, prm_pf_plan_t *plan, prm_err_t *err);
+
+/* Collective over c, once after prm_pf_plan: a runner passes its node's
+ * result (prm_pf_node_json), a rank whose own checks could not run passes
+ * `error` instead, every other rank NULL for both. Rank 0 receives them all
+ * (prm_comm_gatherv): with a run directory it writes RUN_DIR/nodes/<host>.json
+ * for every node, then the report (prm_pf_report); *sum counts the nodes
+ * gathered, and `table` (may be NULL) gets one line per node (name, level,
+ * the FAILs) and one per rank that could not check (sum->unchecked). On
+ * rank 0 the return is then PRM_ERUNTIME naming those ranks (after
+ * everything else is written); elsewhere *sum is zero and table untouched.
+ * An MPI failure is returned as it comes, with sum->unchecked 0. */
+int prm_pf_gather(struct prm_comm *c, const char *node_json, const char *error, const char *run_dir,
+                  prm_pf_summary_t *sum, prm_sb_t *table, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
 /* Bad-node search                                                           */
 /* ------------------------------------------------------------------------ */
 
-/* Tests a group of node indices together: 1 when the group passes. */
-typedef int (*prm_pf_group_fn)(const int *nodes, int n, void *ctx);
+/* A group of nodes, as indices into the caller's node list. */
+typedef struct {
+  const int *nodes;
+  int n;
+} prm_pf_group_t;
+
+/* The group tests of one search. `test` runs a batch of groups (they never
+ * share a node, so they may run at once) and sets pass[i] = 1 for each
+ * group that passed (pass[] arrives zeroed); a negative return stops the
+ * search with that error. `round_done` (may be NULL) hears each round's
+ * accused nodes (suspect[i] = 1). */
+typedef struct {
+  int (*test)(void *ctx, const prm_pf_group_t *groups, int n, int *pass, prm_err_t *err);
+  void (*round_done)(void *ctx, int round, const int *suspect, int n_nodes);
+} prm_pf_bisect_i;
 
 /* Primus-Bench's search: each round shuffles the nodes (seeded), tests the
- * whole group, splits a failing group in halves and tests both, and tests
+ * whole group, splits failing groups in halves and tests all the halves of
+ * a level as one batch (both halves of a failing group at once), and tests
  * each node of a failing group of two or fewer paired with a node known to
- * be good (alone when none is known yet). The result is the intersection
- * of the rounds' suspects: bad[i] = 1 for those. Returns how many;
- * *tests (may be NULL) receives the number of group tests run. */
-int prm_pf_bisect(int n_nodes, prm_pf_group_fn test, void *ctx, int rounds, uint64_t seed,
-                  int *bad, int *tests);
+ * be good, each pair with a partner of its own (alone, all at once, when
+ * none is known yet). The result is the intersection of the rounds'
+ * suspects: bad[i] = 1 for those. Returns how many, or the batch test's
+ * error; *tests (may be NULL) receives the number of group tests run. */
+int prm_pf_bisect(int n_nodes, const prm_pf_bisect_i *t, void *ctx, int rounds, uint64_t seed,
+                  int *bad, int *tests, prm_err_t *err);
+
+/* Real group tests (groups.c): a command run once per group, as an argv
+ * array (never a shell line), whose words may hold {nodes} (the group's
+ * names comma-joined, what srun --nodelist takes) and {n} (its size). A
+ * group passes when the command exits 0 within the timeout. */
+typedef struct {
+  char *const *argv;        /* the command, with placeholders */
+  int argc;
+  char *const *names;       /* node names, by index */
+  double timeout;           /* seconds per test; <= 0: none */
+  const char *log_dir;      /* each test's output to LOG_DIR/test-NNN.log; NULL: inherited */
+} prm_pf_cmd_t;
+
+typedef struct {
+  int pass;
+  int code;          /* exit code, 128+N when killed by signal N */
+  int timed_out;     /* ended by the timeout (its process group killed) */
+  double seconds;
+  char log[4096];    /* its output file ("" without a log folder) */
+} prm_pf_outcome_t;
+
+/* PRM_EINVAL for an empty command, an unknown {placeholder} (naming the
+ * argument) or no {nodes} anywhere; PRM_ENOENT when the program is not in
+ * PATH (or not an executable file). */
+int prm_pf_cmd_check(const prm_pf_cmd_t *c, prm_err_t *err);
+/* The command for one group, placeholders replaced, appended to out. */
+void prm_pf_cmd_expand(const prm_pf_cmd_t *c, const prm_pf_group_t *g, prm_argv_t *out);
+/* Runs the n groups' commands at once, each leading its own process group
+ * (a timed-out one gets TERM, then KILL, as a group), and waits for them
+ * all; res[i] gets each outcome, logs numbered from first_id. An error
+ * (a command that cannot start) is returned after the started ones end. */
+int prm_pf_cmd_run(const prm_pf_cmd_t *c, const prm_pf_group_t *g, int n, int first_id,
+                   prm_pf_outcome_t *res, prm_err_t *err);
 
 #ifdef __cplusplus
 }

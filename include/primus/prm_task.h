@@ -64,9 +64,9 @@ int prm_args_list(const prm_args_t *a, const char *name, char *const **vals);
 int prm_args_npos(const prm_args_t *a);
 const char *prm_args_pos(const prm_args_t *a, int i);
 const prm_override_t *prm_args_overrides(const prm_args_t *a, int *n);
-/* Renders the parsed options (and positionals, not overrides) back into
- * words, leaving out the option named `skip` (may be NULL). Used to record
- * a command for replay. */
+/* Renders the parsed options (and positionals, and "--" with the words
+ * after it; not overrides) back into words, leaving out the option named
+ * `skip` (may be NULL). Used to record a command for replay. */
 void prm_args_to_words(const prm_args_t *a, const char *skip, prm_argv_t *out);
 /* Words after "--" with PRM_ARGS_STOP_AT_DASHDASH (-1 when no "--"). */
 int prm_args_rest(const prm_args_t *a, char ***rest);
@@ -103,6 +103,7 @@ enum {
   PRM_SUB_HIDDEN = 1 << 5,     /* not listed in help or completion */
   PRM_SUB_SUPERVISED = 1 << 6, /* runs under the SaFE supervisor when the experiment's
                                   fault_tolerance asks for it (docs/safe.md) */
+  PRM_SUB_COMMAND = 1 << 7,    /* takes a command after "--" (prm_args_rest) */
 };
 
 typedef struct prm_subtask {

@@ -132,8 +132,14 @@ static int prm__proc_start(char *const *argv, const prm_proc_opts_t *opts, int o
       int fd = open(opts->stdin_path, O_RDONLY);
       if (fd >= 0) dup2(fd, 0), close(fd);
     }
-    if (opts->quiet) {
-      int fd = open("/dev/null", O_WRONLY);
+    if (opts->quiet || opts->out_path) {
+      int fd = opts->out_path ? open(opts->out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
+                              : open("/dev/null", O_WRONLY);
+      if (fd < 0 && opts->out_path) {
+        int e = errno;
+        (void)!write(errpipe[1], &e, sizeof e);
+        _exit(127);
+      }
       if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
     }
     if (out_fd >= 0) {

@@ -1,11 +1,14 @@
 /* coll.c - collectives over a group, blocking and non-blocking: all-reduce
  * (in place), all-gather, reduce-scatter, reduce to one root, all-to-all(v),
- * broadcast and barrier. Each checks what it can, calls MPI, and turns a failure into an
- * error naming the rank, the group and the call with its arguments. */
+ * broadcast, barrier, and a variable-length gather to one root. Each
+ * checks what it can, calls MPI, and turns a failure into an error naming
+ * the rank, the group and the call with its arguments. */
 #define _GNU_SOURCE
 #include "comm-impl.h"
 
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* "MPI_Allreduce (f32 x 1024, sum)" */
 static const char *prm__what(char *buf, size_t n, const char *call, int count, prm_comm_dtype_t t,
@@ -234,5 +237,66 @@ int prm_comm_ibarrier(prm_comm_t *c, prm_comm_req_t *req, prm_err_t *err) {
   rc = MPI_Ibarrier(c->mpi, &r);
   if (rc != MPI_SUCCESS) return prm__comm_fail(c, rc, "MPI_Ibarrier", err);
   prm__comm_req_set(req, c, "MPI_Ibarrier", r);
+  return 0;
+}
+
+/* ---- variable-length gather --------------------------------------------- */
+
+int prm_comm_gatherv(prm_comm_t *c, const void *send, int64_t count, prm_comm_dtype_t t,
+                     void **recv, int64_t *counts, int root, prm_err_t *err) {
+  const char *call = "MPI_Gatherv";
+  int n, rc = prm__comm_args(c, call, count, t, -1, &n, err);
+  if (rc || (rc = prm__comm_root(c, call, root, err))) return rc;
+  int me = c->rank == root;
+  if (me && !recv)
+    return prm_errf(err, PRM_EINVAL, "rank %d of %d (%s): %s (root %d): no receive pointer (NULL)",
+                    c->rank, c->size, c->name, call, root);
+  if (n > 0 && !send)
+    return prm_errf(err, PRM_EINVAL, "rank %d of %d (%s): %s: no send buffer (NULL)", c->rank,
+                    c->size, c->name, call);
+  /* Every rank learns every count, so all agree on the total. */
+  int64_t *all = prm_xcalloc((size_t)c->size, sizeof *all);
+  int64_t mine = n;
+  rc = MPI_Allgather(&mine, 1, MPI_INT64_T, all, 1, MPI_INT64_T, c->mpi);
+  if (rc != MPI_SUCCESS) {
+    free(all);
+    return prm__comm_fail(c, rc, "MPI_Allgather (the counts of MPI_Gatherv)", err);
+  }
+  int64_t total = 0;
+  for (int i = 0; i < c->size; i++) total += all[i];
+  if (total > INT_MAX) {
+    free(all);
+    return prm_errf(err, PRM_ERANGE, "rank %d of %d (%s): %s: %lld elements in all, above %d",
+                    c->rank, c->size, c->name, call, (long long)total, INT_MAX);
+  }
+  int *rc_n = NULL, *rc_d = NULL;
+  char *buf = NULL;
+  size_t esz = prm_comm_dtype_size(t);
+  if (me) {
+    rc_n = prm_xmalloc(sizeof(int) * (size_t)c->size);
+    rc_d = prm_xmalloc(sizeof(int) * (size_t)c->size);
+    for (int i = 0, d = 0; i < c->size; i++) {
+      rc_n[i] = (int)all[i];
+      rc_d[i] = d;
+      d += (int)all[i];
+    }
+    buf = prm_xmalloc(total ? (size_t)total * esz : 1);
+  }
+  MPI_Datatype dt = prm__comm_mpi_dtype(t);
+  rc = MPI_Gatherv(send, n, dt, buf, rc_n, rc_d, dt, root, c->mpi);
+  free(rc_n);
+  free(rc_d);
+  if (rc != MPI_SUCCESS) {
+    free(buf);
+    free(all);
+    char what[128];
+    return prm__comm_fail(c, rc, prm__what(what, sizeof what, call, n, t, -1), err);
+  }
+  if (me) {
+    *recv = buf;
+    if (counts)
+      for (int i = 0; i < c->size; i++) counts[i] = all[i];
+  }
+  free(all);
   return 0;
 }

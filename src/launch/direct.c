@@ -240,8 +240,14 @@ static int prm__run_rank(prm_launch_t *l, prm_err_t *err) {
   prm_log_set_rank(rank, world);
   const char *run_dir = getenv("PRIMUS_RUN_DIR");
   if (run_dir && *run_dir) {
+    /* The launcher made logs/ on its own node; a rank on another node
+     * without a shared filesystem makes its own. */
+    char *ld = prm_path_join(run_dir, "logs");
+    int rc = prm_fs_mkdir_p(ld, 0755, err);
+    free(ld);
+    if (rc) return rc;
     char *lf = prm_xasprintf("%s/logs/rank-%d.log", run_dir, rank);
-    int rc = prm_log_set_file(lf, err);
+    rc = prm_log_set_file(lf, err);
     free(lf);
     if (rc) return rc;
   }

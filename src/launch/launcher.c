@@ -208,6 +208,7 @@ int prm__task_prepare(const prm_launch_t *l, const prm_argv_t *words, prm_args_t
   unsigned flags = 0;
   if (s->flags & PRM_SUB_EXPERIMENT) flags |= PRM_ARGS_OVERRIDES;
   if (s->flags & PRM_SUB_POSITIONAL) flags |= PRM_ARGS_POSITIONAL;
+  if (s->flags & PRM_SUB_COMMAND) flags |= PRM_ARGS_STOP_AT_DASHDASH;
   rc = prm_args_parse(s->opts, words->n - used, words->v + used, flags, ctx, args, err);
   if (rc) goto done;
   if (s->flags & PRM_SUB_EXPERIMENT) {

@@ -68,28 +68,38 @@ static char *prm__pf_host_file(const char *host) {
   return h;
 }
 
-int prm_pf_write_node(const char *run_dir, const char *host, const char *platform,
-                      const prm_pf_results_t *r, prm_err_t *err) {
+char *prm_pf_node_json(const char *host, const char *platform, const prm_pf_results_t *r) {
+  cJSON *o = prm__pf_node_obj(r, host, platform);
+  char *text = cJSON_Print(o);
+  cJSON_Delete(o);
+  char *out = prm_xasprintf("%s\n", text);
+  free(text);
+  return out;
+}
+
+/* Writes text (a node file already checked) as RUN_DIR/nodes/<host>.json. */
+static int prm__pf_write_node_text(const char *run_dir, const char *host, const char *text,
+                                   prm_err_t *err) {
   char *dir = prm_path_join(run_dir, "nodes");
   int rc = prm_fs_mkdir_p(dir, 0755, err);
   if (!rc) {
-    cJSON *o = prm__pf_node_obj(r, host, platform);
-    char *text = cJSON_Print(o);
     char *h = prm__pf_host_file(host);
     char *name = prm_xasprintf("%s.json", h);
     char *path = prm_path_join(dir, name);
-    prm_sb_t sb = {0};
-    prm_sb_append(&sb, text);
-    prm_sb_putc(&sb, '\n');
-    rc = prm_fs_write_atomic(path, sb.buf, sb.len, err);
-    prm_sb_free(&sb);
+    rc = prm_fs_write_atomic(path, text, strlen(text), err);
     free(path);
     free(name);
     free(h);
-    free(text);
-    cJSON_Delete(o);
   }
   free(dir);
+  return rc;
+}
+
+int prm_pf_write_node(const char *run_dir, const char *host, const char *platform,
+                      const prm_pf_results_t *r, prm_err_t *err) {
+  char *text = prm_pf_node_json(host, platform, r);
+  int rc = prm__pf_write_node_text(run_dir, host, text, err);
+  free(text);
   return rc;
 }
 
@@ -109,24 +119,21 @@ static const char *prm__pf_jstr(const cJSON *o, const char *k) {
   return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static int prm__pf_load_node(const char *path, prm__pf_node_t *n, prm_err_t *err) {
-  char *text;
-  int rc = prm_fs_read_all(path, &text, NULL, err);
-  if (rc) return rc;
+/* Parses one node file's text into n (`what` names it in errors). */
+static int prm__pf_parse_node(const char *text, const char *what, prm__pf_node_t *n, prm_err_t *err) {
   memset(n, 0, sizeof *n);
   n->obj = cJSON_Parse(text);
-  free(text);
   if (!cJSON_IsObject(n->obj))
-    return prm_errf(err, PRM_EPARSE, "%s: not a JSON object (a preflight node file)", path);
+    return prm_errf(err, PRM_EPARSE, "%s: not a JSON object (a preflight node file)", what);
   const cJSON *ver = cJSON_GetObjectItemCaseSensitive(n->obj, "version");
   if (cJSON_IsNumber(ver) && ver->valuedouble > PRM__PF_NODE_VERSION)
-    return prm_errf(err, PRM_EPARSE, "%s: version %g is newer than this primus reads (%d)", path,
+    return prm_errf(err, PRM_EPARSE, "%s: version %g is newer than this primus reads (%d)", what,
                     ver->valuedouble, PRM__PF_NODE_VERSION);
   n->host = prm__pf_jstr(n->obj, "host");
   n->addr = prm__pf_jstr(n->obj, "addr");
   const cJSON *res = cJSON_GetObjectItemCaseSensitive(n->obj, "results");
-  if (!n->host || !*n->host) return prm_errf(err, PRM_EPARSE, "%s: \"host\": expected a string", path);
-  if (!cJSON_IsArray(res)) return prm_errf(err, PRM_EPARSE, "%s: \"results\": expected an array", path);
+  if (!n->host || !*n->host) return prm_errf(err, PRM_EPARSE, "%s: \"host\": expected a string", what);
+  if (!cJSON_IsArray(res)) return prm_errf(err, PRM_EPARSE, "%s: \"results\": expected an array", what);
   int i = 0;
   const cJSON *e;
   cJSON_ArrayForEach(e, res) {
@@ -135,7 +142,7 @@ static int prm__pf_load_node(const char *path, prm__pf_node_t *n, prm_err_t *err
     int l = prm_pf_level_parse(lv);
     if (!id || l < 0 || !cat)
       return prm_errf(err, PRM_EPARSE, "%s: results[%d]: expected \"id\", \"category\" and a \"level\" of OK|SKIP|WARN|FAIL",
-                      path, i);
+                      what, i);
     if (l == PRM_PF_WARN) n->warns++;
     if (l == PRM_PF_FAIL) {
       if (prm_pf_cat_parse(cat) == PRM_PF_NETWORK) n->net_fail++;
@@ -145,6 +152,47 @@ static int prm__pf_load_node(const char *path, prm__pf_node_t *n, prm_err_t *err
     i++;
   }
   return 0;
+}
+
+static void prm__pf_node_free(prm__pf_node_t *n) {
+  cJSON_Delete(n->obj);
+  prm_sb_free(&n->why);
+  memset(n, 0, sizeof *n);
+}
+
+static int prm__pf_load_node(const char *path, prm__pf_node_t *n, prm_err_t *err) {
+  char *text;
+  memset(n, 0, sizeof *n);
+  int rc = prm_fs_read_all(path, &text, NULL, err);
+  if (rc) return rc;
+  rc = prm__pf_parse_node(text, path, n, err);
+  free(text);
+  return rc;
+}
+
+int prm_pf_node_check(const char *text, const char *what, prm_pf_node_info_t *info, prm_err_t *err) {
+  prm__pf_node_t n;
+  int rc = prm__pf_parse_node(text, what, &n, err);
+  if (!rc && info) {
+    memset(info, 0, sizeof *info);
+    snprintf(info->host, sizeof info->host, "%s", n.host);
+    const char *lv = prm__pf_jstr(n.obj, "level");
+    int l = prm_pf_level_parse(lv);
+    info->level = l < 0 ? PRM_PF_OK : (prm_pf_level_t)l;
+    if (n.node_fail || n.net_fail) info->level = PRM_PF_FAIL;
+    info->node_fail = n.node_fail;
+    info->net_fail = n.net_fail;
+    info->warns = n.warns;
+    snprintf(info->why, sizeof info->why, "%s", prm_sb_str(&n.why));
+  }
+  prm__pf_node_free(&n);
+  return rc;
+}
+
+int prm_pf_write_node_json(const char *run_dir, const char *text, prm_err_t *err) {
+  prm_pf_node_info_t info;
+  int rc = prm_pf_node_check(text, "node result", &info, err);
+  return rc ? rc : prm__pf_write_node_text(run_dir, info.host, text, err);
 }
 
 static int prm__pf_cmp_node(const void *a, const void *b) {
@@ -292,10 +340,7 @@ int prm_pf_report(const char *run_dir, prm_pf_summary_t *sum, prm_err_t *err) {
   prm_sb_free(&pj);
   prm_sb_free(&md);
 done:
-  for (int i = 0; i < ents.n; i++) {
-    cJSON_Delete(v[i].obj);
-    prm_sb_free(&v[i].why);
-  }
+  for (int i = 0; i < ents.n; i++) prm__pf_node_free(&v[i]);
   free(v);
   prm_argv_free(&ents);
   free(dir);

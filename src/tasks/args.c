@@ -283,4 +283,8 @@ void prm_args_to_words(const prm_args_t *a, const char *skip, prm_argv_t *out) {
     }
   }
   for (int i = 0; i < a->pos.n; i++) prm_argv_push(out, a->pos.v[i]);
+  if (a->nrest >= 0) {
+    prm_argv_push(out, "--");
+    prm_argv_pushv(out, a->nrest, a->rest);
+  }
 }

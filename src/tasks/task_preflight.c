@@ -1,10 +1,12 @@
 /* task_preflight.c - `primus preflight`: check this node (and write its
  * result into the run directory, merged with the other nodes' into the
- * cluster report), report (merge a run directory's node files), bisect
- * (the bad-node search, over a simulated cluster for now) and calibrate
+ * cluster report; under several ranks one check per node, gathered on
+ * rank 0), report (merge a run directory's node files), bisect
+ * (the bad-node search; task_preflight_bisect.c) and calibrate
  * (write a perf baseline for this node's platform). */
 #define _GNU_SOURCE
 #include "tasks-impl.h"
+#include "primus/prm_comm.h"
 #include "primus/prm_preflight.h"
 
 #include <stdlib.h>
@@ -61,6 +63,78 @@ static void prm__pf_opts_from_args(const prm_args_t *a, prm_pf_opts_t *o) {
 
 static int prm__pf_color(FILE *f) { return isatty(fileno(f)) && !getenv("NO_COLOR"); }
 
+/* Detects the platform into *plat, runs the checks of this node and
+ * prints them; *json (caller frees) receives the node file's text when
+ * json is not NULL. */
+static int prm__pf_check_node(prm_task_ctx_t *ctx, prm_pf_opts_t *o, const char *node,
+                              prm_platform_t *plat, prm_pf_results_t *res, char **json,
+                              prm_err_t *err) {
+  int rc = prm_platform_detect(plat, err);
+  if (rc) return rc;
+  o->platform = plat;
+  if ((rc = prm_pf_run(o, res, err))) return rc;
+  prm_sb_t sb = {0};
+  prm_sb_appendf(&sb, "preflight on %s (platform %s)\n\n", node, plat->name);
+  prm_pf_format(res, prm__pf_color(ctx->out), &sb);
+  fputs(prm_sb_str(&sb), ctx->out);
+  fflush(ctx->out);
+  prm_sb_free(&sb);
+  if (json) *json = prm_pf_node_json(node, plat->name, res);
+  return 0;
+}
+
+/* Started as several ranks (mpirun, srun): one check per node, gathered on
+ * rank 0, which alone writes the node files and the report. Every rank
+ * finalises MPI before it returns, so the exit code (2 on rank 0 when a
+ * node FAILs) is only a verdict: mpirun does not stop the job for it. */
+static int prm__pf_check_ranks(prm_task_ctx_t *ctx, prm_pf_opts_t *o, const char *node,
+                               prm_err_t *node_err, prm_err_t *err) {
+  prm_comm_t *w;
+  int rc = prm_comm_world(&w, err);
+  if (rc) return rc;
+  prm_pf_plan_t plan;
+  if ((rc = prm_pf_plan(w, node_err->code ? "" : node, &plan, err))) return rc;
+  int me = prm_comm_rank(w);
+  prm_pf_results_t res = {0};
+  char *json = NULL;
+  prm_err_t local = *node_err;
+  prm_platform_t plat;
+  if (plan.runner && !local.code) prm__pf_check_node(ctx, o, node, &plat, &res, &json, &local);
+  if (!plan.runner)
+    fprintf(ctx->out, "preflight on %s: rank %d of %d shares this node with rank %d, which checks it\n",
+            node, me, plan.ranks, plan.runner_rank);
+  if (local.code) PRM_ERROR("rank %d: %s", me, local.msg);
+  prm_pf_summary_t sum;
+  prm_sb_t table = {0};
+  rc = prm_pf_gather(w, local.code ? NULL : json, local.code ? local.msg : NULL, ctx->run_dir, &sum,
+                     &table, err);
+  int verdict_err = rc && me == 0 && sum.unchecked > 0; /* ranks that could not check */
+  if (me == 0 && (!rc || verdict_err)) {
+    fprintf(ctx->out, "\ncluster: %d node%s checked by %d ranks: %d healthy, %d failed the node check, %d "
+            "failed the network check\n%s",
+            sum.nodes, sum.nodes == 1 ? "" : "s", plan.ranks, sum.healthy, sum.failed_node,
+            sum.failed_network, prm_sb_str(&table));
+    if (ctx->run_dir)
+      fprintf(ctx->out, "reports: %s/{bench_report.txt,preflight.json,preflight.md,healthy_nodes.txt,"
+              "failed_nodes.txt}, node results in %s/nodes/\n",
+              ctx->run_dir, ctx->run_dir);
+  }
+  prm_sb_free(&table);
+  free(json);
+  prm_pf_results_free(&res);
+  /* An MPI failure leaves MPI up: the exit hook then skips finalising and
+   * the launcher stops the other ranks. */
+  if (rc && !verdict_err) return rc;
+  if (rc == 0 && local.code && me != 0) {
+    *err = local;
+    rc = local.code;
+  }
+  prm_err_t ferr = {0};
+  if (prm_comm_finalize(&ferr)) PRM_WARN("%s", ferr.msg);
+  if (rc) return rc;
+  return me == 0 && sum.healthy < sum.nodes ? 2 : 0;
+}
+
 static int prm__pf_check(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_pf_opts_t o;
   prm__pf_opts_from_args(ctx->args, &o);
@@ -69,27 +143,29 @@ static int prm__pf_check(prm_task_ctx_t *ctx, prm_err_t *err) {
   if (!(o.threshold > 0 && o.threshold <= 1))
     return prm_errf(err, PRM_EINVAL, "preflight check: --threshold: expected a fraction in (0, 1], got %g",
                     o.threshold);
-  prm_platform_t plat;
-  int rc = prm_platform_detect(&plat, err);
-  if (rc) return rc;
-  o.platform = &plat;
+  char node[256];
+  prm_err_t node_err = {0};
+  int rc = prm_pf_node_name(node, sizeof node, &node_err);
+  /* Several ranks: every rank joins the collectives, even one whose name
+   * is invalid (it reports the error through rank 0). */
+  if (ctx->world > 1) return prm__pf_check_ranks(ctx, &o, rc ? "?" : node, &node_err, err);
+  if (rc) {
+    *err = node_err;
+    return rc;
+  }
   prm_pf_results_t res = {0};
-  rc = prm_pf_run(&o, &res, err);
+  prm_platform_t plat;
+  rc = prm__pf_check_node(ctx, &o, node, &plat, &res, NULL, err);
   if (rc) goto done;
-  prm_sb_t sb = {0};
-  prm_sb_appendf(&sb, "preflight on %s (platform %s)\n\n", prm_hostname(), plat.name);
-  prm_pf_format(&res, prm__pf_color(ctx->out), &sb);
-  fputs(prm_sb_str(&sb), ctx->out);
-  prm_sb_free(&sb);
   if (ctx->run_dir) {
     prm_pf_summary_t sum;
-    if ((rc = prm_pf_write_node(ctx->run_dir, prm_hostname(), plat.name, &res, err))) goto done;
-    /* Every node rebuilds the report from the node files present; after a
-     * multi-node run, `preflight report RUN_DIR` merges them all. */
+    if ((rc = prm_pf_write_node(ctx->run_dir, node, plat.name, &res, err))) goto done;
+    /* A single process (no launcher) adds its node to whatever node files
+     * the run directory holds and rebuilds the report from them. */
     if ((rc = prm_pf_report(ctx->run_dir, &sum, err))) goto done;
     fprintf(ctx->out, "\nresults: %s/nodes/%s.json; reports: %s/{bench_report.txt,preflight.json,preflight.md,"
             "healthy_nodes.txt,failed_nodes.txt} (%d node%s so far)\n",
-            ctx->run_dir, prm_hostname(), ctx->run_dir, sum.nodes, sum.nodes == 1 ? "" : "s");
+            ctx->run_dir, node, ctx->run_dir, sum.nodes, sum.nodes == 1 ? "" : "s");
   }
   rc = prm_pf_worst(&res) == PRM_PF_FAIL ? 2 : 0;
 done:
@@ -118,96 +194,6 @@ static int prm__pf_report_run(prm_task_ctx_t *ctx, prm_err_t *err) {
   fprintf(ctx->out, "\nwritten: %s/{bench_report.txt,preflight.json,preflight.md,healthy_nodes.txt,failed_nodes.txt}\n",
           dir);
   return sum.healthy == sum.nodes ? 0 : 2;
-}
-
-/* ------------------------------------------------------------------------ */
-/* bisect                                                                    */
-/* ------------------------------------------------------------------------ */
-
-static const prm_opt_t prm__pf_bisect_opts[] = {
-    {"nodes", 0, PRM_OPT_STR, "FILE|LIST", NULL, "the nodes: a file with one hostname a line, or a comma-separated list"},
-    {"rounds", 0, PRM_OPT_INT, "R", "3", "shuffled rounds; a node is reported only when every round accuses it"},
-    {"seed", 0, PRM_OPT_INT, "S", "1", "seed of the shuffles"},
-    {"simulate_bad", 0, PRM_OPT_STR, "LIST", NULL, "simulate a cluster where these nodes fail every group they are in"},
-    {NULL},
-};
-
-static void prm__pf_split(const char *s, const char *seps, prm_argv_t *out) {
-  char *c = prm_xstrdup(s);
-  for (char *save = NULL, *t = strtok_r(c, seps, &save); t; t = strtok_r(NULL, seps, &save)) {
-    char *w = prm_strtrim(t);
-    if (*w && *w != '#') prm_argv_push(out, w);
-  }
-  free(c);
-}
-
-typedef struct {
-  const int *bad; /* per node */
-} prm__pf_sim_t;
-
-static int prm__pf_sim_test(const int *nodes, int n, void *ctx) {
-  const prm__pf_sim_t *s = ctx;
-  for (int i = 0; i < n; i++)
-    if (s->bad[nodes[i]]) return 0;
-  return 1;
-}
-
-static int prm__pf_bisect_run(prm_task_ctx_t *ctx, prm_err_t *err) {
-  const char *spec = prm_args_str(ctx->args, "nodes");
-  const char *sim = prm_args_str(ctx->args, "simulate_bad");
-  if (!spec) return prm_errf(err, PRM_EINVAL, "preflight bisect: --nodes FILE|LIST is required");
-  if (!sim)
-    return prm_errf(err, PRM_EINVAL,
-                    "preflight bisect: only the simulated mode exists (--simulate_bad LIST); a real group "
-                    "test (srun of `preflight check --network` over each group) is not wired yet");
-  prm_argv_t nodes = {0}, bad = {0};
-  int rc = 0;
-  if (prm_fs_exists(spec)) {
-    char *text;
-    if ((rc = prm_fs_read_all(spec, &text, NULL, err))) return rc;
-    prm__pf_split(text, "\n", &nodes);
-    free(text);
-  } else {
-    prm__pf_split(spec, ",", &nodes);
-  }
-  prm__pf_split(sim, ",", &bad);
-  int n = nodes.n;
-  int *isbad = prm_xcalloc((size_t)(n ? n : 1), sizeof(int));
-  int *found = prm_xcalloc((size_t)(n ? n : 1), sizeof(int));
-  if (!n) {
-    rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --nodes %s: no node names", spec);
-    goto done;
-  }
-  for (int i = 0; i < bad.n; i++) {
-    int k = prm_argv_find(&nodes, bad.v[i]);
-    if (k < 0) {
-      rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --simulate_bad: \"%s\" is not one of the %d nodes",
-                    bad.v[i], n);
-      goto done;
-    }
-    isbad[k] = 1;
-  }
-  int64_t rounds = prm_args_int(ctx->args, "rounds", 3), seed = prm_args_int(ctx->args, "seed", 1);
-  if (rounds < 1 || rounds > 1000) {
-    rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --rounds: expected 1..1000, got %lld", (long long)rounds);
-    goto done;
-  }
-  prm__pf_sim_t s = {isbad};
-  int tests = 0;
-  int nb = prm_pf_bisect(n, prm__pf_sim_test, &s, (int)rounds, (uint64_t)seed, found, &tests);
-  fprintf(ctx->out, "bisect over %d nodes (simulated), %lld rounds, seed %lld: %d group tests\n", n,
-          (long long)rounds, (long long)seed, tests);
-  fprintf(ctx->out, "bad nodes (%d):", nb);
-  for (int i = 0; i < n; i++)
-    if (found[i]) fprintf(ctx->out, " %s", nodes.v[i]);
-  fprintf(ctx->out, "%s\n", nb ? "" : " none");
-  rc = nb ? 2 : 0;
-done:
-  free(isbad);
-  free(found);
-  prm_argv_free(&nodes);
-  prm_argv_free(&bad);
-  return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -274,26 +260,47 @@ static const prm_subtask_t prm__pf_subs[] = {
     {"check", "check this node: host, CPU, accelerators, network, I/O, kernel log, software (and perf)", NULL,
      "Without a category flag every category but perf runs. Each check prints OK, WARN,\n"
      "FAIL or SKIP with the measured value and, when not OK, what to do. The node's\n"
-     "result goes to RUN_DIR/nodes/<host>.json and the run directory gets\n"
+     "result goes to RUN_DIR/nodes/<node>.json and the run directory gets\n"
      "bench_report.txt, preflight.json, preflight.md, healthy_nodes.txt and\n"
      "failed_nodes.txt. Exit code 2 when any check FAILs (WARN alone is 0).\n\n"
+     "Started as several ranks (mpirun, srun), one rank per node runs the checks and\n"
+     "rank 0 gathers every node's result over MPI: it alone writes the node files and\n"
+     "the reports, prints the cluster summary, and exits 2 when any node FAILs.\n"
+     "The node's name is $PRIMUS_NODE_NAME, else Slurm's ($SLURMD_NODENAME), else\n"
+     "the host name.\n\n"
      "  primus preflight check --expect_gpus 8\n"
      "  primus preflight check --perf --quick --threshold 0.7\n"
-     "  primus slurm srun -N 4 -- preflight check --all    # then: primus preflight report RUN_DIR\n\n"
+     "  primus slurm srun -N 4 -- preflight check --all    # one check per node, report on rank 0\n\n"
      "See docs/preflight.md for every check id and threshold.",
-     prm__pf_check_opts, PRM_SUB_RUN, prm__pf_check},
+     prm__pf_check_opts, PRM_SUB_RUN | PRM_SUB_MULTIRANK, prm__pf_check},
     {"report", "merge RUN_DIR/nodes/*.json into the cluster report", "RUN_DIR",
      "Writes bench_report.txt (Primus-Bench's layout), preflight.json, preflight.md,\n"
      "healthy_nodes.txt and failed_nodes.txt into RUN_DIR and prints the report.\n"
      "Exit code 2 when a node failed.",
      prm__pf_report_opts, PRM_SUB_POSITIONAL, prm__pf_report_run},
-    {"bisect", "find bad nodes by group tests (Primus-Bench's search), over a simulated cluster", NULL,
-     "Tests the whole group, halves failing groups, tests failing groups of two or\n"
-     "fewer node by node with a known-good partner, over --rounds shuffled rounds, and\n"
-     "reports the nodes every round accused. Only --simulate_bad runs today (a group\n"
-     "fails when it holds a simulated bad node). Exit code 2 when bad nodes are found.\n\n"
+    {"bisect", "find bad nodes by group tests (Primus-Bench's search): a command run per group", "-- CMD ARG...",
+     "Tests the whole group, halves failing groups and tests both halves at once\n"
+     "(every half of a level runs in parallel), tests failing groups of two or fewer\n"
+     "node by node, each with a known-good partner, over --rounds shuffled rounds, and\n"
+     "reports the nodes every round accused (the intersection).\n\n"
+     "The group test is the command after --, run as an argv (no shell) once per group:\n"
+     "{nodes} in any argument becomes the group, comma-joined (what srun --nodelist\n"
+     "takes), {n} its size. A group passes when the command exits 0 within --timeout;\n"
+     "a hang is killed with its process group and fails. Each test is printed (result,\n"
+     "seconds, nodes; its output is in RUN_DIR/logs/bisect/test-NNN.log), then each\n"
+     "round's accused nodes and the intersection. RUN_DIR gets healthy_nodes.txt and\n"
+     "failed_nodes.txt (for srun --nodelist/--exclude). Exit code 2 when bad nodes\n"
+     "are found. --simulate_bad LIST replaces the command by a simulated cluster.\n\n"
+     "Inside a Slurm allocation (salloc/sbatch -N 16), an all-reduce across each group:\n"
+     "  scontrol show hostnames \"$SLURM_JOB_NODELIST\" > nodes.txt\n"
+     "  primus preflight bisect --nodefile nodes.txt --timeout 300 -- \\\n"
+     "    srun -N {n} --nodelist {nodes} --ntasks-per-node 1 --mpi=pmix \\\n"
+     "    primus benchmark allreduce --check --max_bytes 268435456\n"
+     "or each group's network checks:\n"
+     "  primus preflight bisect --nodefile nodes.txt -- \\\n"
+     "    srun -N {n} --nodelist {nodes} --ntasks-per-node 1 primus preflight check --network\n"
      "  primus preflight bisect --nodes n01,n02,n03,n04 --simulate_bad n03 --rounds 3",
-     prm__pf_bisect_opts, 0, prm__pf_bisect_run},
+     prm__pf_bisect_opts, PRM_SUB_RUN | PRM_SUB_COMMAND, prm__pf_bisect_run},
     {"calibrate", "measure this node and write a perf baseline for its platform", NULL,
      "Runs the perf measurements of `preflight check --perf` and writes them as\n"
      "<platform>.yaml (default in ~/.config/primus/baselines/, searched before the\n"

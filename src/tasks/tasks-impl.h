@@ -17,4 +17,8 @@ extern const prm_task_t prm__task_analyze;
 extern const prm_task_t prm__task_export;
 extern const prm_task_t prm__task_import;
 
+/* preflight bisect lives in task_preflight_bisect.c. */
+extern const prm_opt_t prm__pf_bisect_opts[];
+int prm__pf_bisect_run(prm_task_ctx_t *ctx, prm_err_t *err);
+
 #endif

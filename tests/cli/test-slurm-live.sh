@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test-slurm-live.sh - the slurm runtime against real daemons: a private
-# one-node cluster (scripts/slurm-local.sh: munge, slurmctld, slurmd on
-# 127.0.0.1) in this test's temp folder, brought down by the EXIT trap even
-# after a failure.
+# three-node cluster on this host (scripts/slurm-local.sh with
+# SLURM_LOCAL_NODES=3: munge, slurmctld, one slurmd per node on 127.0.0.1)
+# in this test's temp folder, brought down by the EXIT trap even after a
+# failure.
 #   - `primus slurm srun -N1 -n2 -- train pretrain` trains with 2
 #     data-parallel ranks that srun starts with --mpi=pmix (the cluster's
 #     MpiDefault is none, so primus must ask) and ends with the same bytes
@@ -11,6 +12,12 @@
 #     into the run directory, submits, prints the job id; `primus slurm
 #     status` follows the job to COMPLETED (bounded poll), its log and the
 #     rank logs end up in the run directory, and the weights match again;
+#   - `primus slurm srun -N 3 -- preflight check --host`: one rank per node
+#     (srun --mpi=pmix), rank 0 gathers the three results over MPI and
+#     writes nodes/node{1,2,3}.json and the report;
+#   - `primus preflight bisect` whose group test is a real `srun -N {n}
+#     --nodelist {nodes}` (a stand-in step that fails on a node listed in
+#     a file) finds that node;
 #   - slurm-local.sh status/down: down stops every daemon and is idempotent.
 # Skips (exit 0, "SKIP: ..." with the daemons' log tails) only when the
 # cluster cannot start here; PRIMUS_REQUIRE_SLURM=1 turns that into a
@@ -29,7 +36,7 @@ trap '"$SL" down "$C" >/dev/null 2>&1; _cleanup' EXIT
 trap 'exit 130' INT TERM
 
 start=$SECONDS
-UP=$("$SL" up "$C" 2>&1)
+UP=$(SLURM_LOCAL_NODES=3 "$SL" up "$C" 2>&1)
 UP_RC=$?
 if [[ $UP_RC != 0 ]]; then
   echo "SKIP: the local Slurm cluster did not start (scripts/slurm-local.sh up: exit $UP_RC):"
@@ -44,6 +51,7 @@ ST=$("$SL" status "$C" 2>&1)
 expect_in "status: slurmctld running" "slurmctld: running" "$ST"
 expect_in "status: node idle in partition low" "node1 low* idle" "$ST"
 expect_in "status: partition high" "node1 high idle" "$ST"
+expect_in "status: node3 idle (three slurmds on one host)" "node3 low* idle" "$ST"
 LISTEN=$(ss -Hltnp 2>/dev/null | grep -E '"(slurmctld|slurmd|munged)"' || true)
 if [[ -n $LISTEN ]] && ! grep -qvE '127\.0\.0\.1:' <<<"$LISTEN"; then ok "daemons listen on 127.0.0.1 only"
 else bad "daemon sockets: ${LISTEN:-none seen}"; fi
@@ -134,6 +142,38 @@ expect_file "rank 0 log in the run directory" "$SB/logs/rank-0.log"
 expect_file "rank 1 log in the run directory" "$SB/logs/rank-1.log"
 expect_eq "sbatch: same losses as mpirun" "$(run_losses sb | tr '\n' ' ')" "$(run_losses mp | tr '\n' ' ')"
 same_weights "sbatch" mp sb
+
+# ---- preflight: one rank per node, gathered on rank 0 ----
+trun slurm srun -N 3 -- preflight check --host
+if [[ $RC == 0 || $RC == 2 ]]; then ok "slurm srun -N 3 -- preflight check (exit $RC)"; else bad "preflight over 3 nodes: exit $RC: $ERR"; fi
+expect_in "srun asked for PMIx" "srun -N 3 --mpi=pmix " "$ERR"
+expect_in "rank 0 printed the cluster summary" "cluster: 3 nodes checked by 3 ranks" "$OUT"
+PF=$(sed -n 's|^reports: \(.*\)/{bench_report.*|\1|p' <<<"$OUT")
+for n in node1 node2 node3; do expect_file "rank 0 wrote $n's result (Slurm's node name)" "$PF/nodes/$n.json"; done
+expect_eq "every node in healthy or failed_nodes.txt" \
+  "$(cat "$PF/healthy_nodes.txt" "$PF/failed_nodes.txt" 2>/dev/null | sort | tr '\n' ' ')" "node1 node2 node3 "
+expect_in "bench_report counts 3 nodes" "out of 3 total nodes checked" "$(cat "$PF/bench_report.txt" 2>/dev/null)"
+
+# ---- bisect: each group test a real srun over {nodes} ----
+cat >"$T/node-test.sh" <<'SH'
+#!/bin/bash
+# node-test.sh BADFILE LOG: one task of a group's step; fails on a bad node.
+echo "$SLURMD_NODENAME $SLURM_JOB_ID $(date +%s.%N)" >>"$2"
+sleep 0.2
+! grep -qx "$SLURMD_NODENAME" "$1"
+SH
+chmod +x "$T/node-test.sh"
+echo node2 >"$T/slurm-bad.txt"
+export PRIMUS_RUN_DIR=$T/bisect-run
+trun preflight bisect --nodes node1,node2,node3 --rounds 2 --timeout 60 -- \
+  srun -N {n} --nodelist {nodes} --ntasks-per-node 1 "$T/node-test.sh" "$T/slurm-bad.txt" "$T/node-test.log"
+unset PRIMUS_RUN_DIR
+expect_rc "bisect over srun group tests finds a bad node" 2
+expect_in "exactly node2" "bad nodes (1): node2 (accused by every round)" "$OUT"
+expect_eq "failed_nodes.txt" "$(cat "$T/bisect-run/failed_nodes.txt" 2>/dev/null)" node2
+ntests=$(sed -n 's/^\([0-9]*\) group tests in .*/\1/p' <<<"$OUT")
+expect_eq "one Slurm job per group test" "$(awk '{print $2}' "$T/node-test.log" 2>/dev/null | sort -u | wc -l)" "${ntests:-?}"
+grep -E '^(  test|round)' <<<"$OUT" | sed 's/^/# /'
 
 trun slurm status 999999
 expect_rc "unknown job" 2

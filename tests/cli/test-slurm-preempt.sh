@@ -165,7 +165,7 @@ expect_rc "slurm srun -N1 -- preflight check --host" 0
 # directory a second later: the newest by name is not always the one).
 PF=$(for d in "$T"/output/default/*/preflight-check/run-*; do [[ -d $d/nodes ]] && echo "$d"; done | tail -1)
 ls -d "$T"/output/default/*/preflight-check/run-* 2>/dev/null | sed 's/^/# preflight run directory: /'
-expect_file "preflight: node file of node1's host" "$PF/nodes/$(hostname).json"
+expect_file "preflight: node file named after Slurm's node (node1)" "$PF/nodes/node1.json"
 expect_file "preflight: failed_nodes.txt" "$PF/failed_nodes.txt"
 expect_eq "preflight: no failed node" "$(cat "$PF/failed_nodes.txt" 2>/dev/null)" ""
 trun slurm srun -N1 --exclude-failed "$PF" -- preflight check --host
