@@ -68,8 +68,11 @@ static int prm__proc_start_light(char *const *argv, const prm_proc_opts_t *opts,
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&at);
   if (opts->stdin_path) posix_spawn_file_actions_addopen(&fa, 0, opts->stdin_path, O_RDONLY, 0);
-  if (opts->quiet) {
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  if (opts->quiet || opts->out_path) {
+    if (opts->out_path)
+      posix_spawn_file_actions_addopen(&fa, 1, opts->out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    else
+      posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
   }
   if (out_fd >= 0) {
