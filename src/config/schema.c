@@ -78,7 +78,7 @@ static const prm_key_t prm__keys[] = {
     /* Parallelism. */
     KEY("tensor_model_parallel_size", INT, GE1, NULL, 0, 0, "Tensor-parallel group size."),
     KEY("pipeline_model_parallel_size", INT, GE1, NULL, 0, 0, "Pipeline-parallel stages."),
-    KEY("expert_model_parallel_size", INT, GE1, NULL, 0, 0, "Expert-parallel group size."),
+    KEY("expert_model_parallel_size", INT, GE1, NULL, 0, 0, "Expert-parallel group size: ranks that share out the experts of each MoE layer (a subset of the data-parallel group; divides it and num_experts)."),
     KEY("use_distributed_optimizer", BOOL, ANY, NULL, 0, 0, "Shard optimizer state across data-parallel ranks (ZeRO-1)."),
     KEY("overlap_grad_reduce", BOOL, ANY, NULL, 0, 0, "Overlap gradient all-reduce with the backward pass."),
     /* Native keys: primus' own, with no Megatron equivalent. */

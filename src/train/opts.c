@@ -202,16 +202,22 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   PRM__I("tensor_model_parallel_size", 1, &tp);
   PRM__I("pipeline_model_parallel_size", 1, &pp);
   PRM__I("expert_model_parallel_size", 1, &ep);
-  if (pp != 1 || ep != 1)
+  if (pp != 1)
     return prm_errf(err, PRM_ECONFIG,
-                    "pipeline/expert parallel sizes other than 1 are not supported yet "
-                    "(got %lld/%lld)", (long long)pp, (long long)ep);
+                    "pipeline parallel sizes other than 1 are not supported yet (got %lld)",
+                    (long long)pp);
+  if (ep < 1 || ep > 4096)
+    return prm__prefix_origin(e, "expert_model_parallel_size",
+                              (prm_errf(err, PRM_ECONFIG, "expert_model_parallel_size: must be "
+                                        "between 1 and 4096, got %lld", (long long)ep), err));
+  o->ep = (int)ep;
   if (tp < 1 || tp > 4096)
     return prm__prefix_origin(e, "tensor_model_parallel_size",
                               (prm_errf(err, PRM_ECONFIG, "tensor_model_parallel_size: must be "
                                         "between 1 and 4096, got %lld", (long long)tp), err));
   o->tp = (int)tp;
-  /* Mixture of experts (src/model/moe.c): one rank, fp32. */
+  /* Mixture of experts (src/model/moe.c): fp32, experts optionally sharded
+   * over expert_model_parallel_size ranks (par.c). */
   PRM__I("num_experts", 0, &c->experts);
   if (c->experts) {
     PRM__I("moe_router_topk", 2, &c->topk);
@@ -252,6 +258,8 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   }
   if ((rc = prm_llama_tp_check_config(&o->model, o->tp, err)))
     return prm__prefix_origin(e, "tensor_model_parallel_size", err);
+  if ((rc = prm_llama_ep_check_config(&o->model, o->ep, err)))
+    return prm__prefix_origin(e, "expert_model_parallel_size", err);
   int64_t mport = 0;
   PRM__I("metrics_port", 0, &mport);
   if (mport < 0 || mport > 65535)
