@@ -40,7 +40,7 @@ static const prm_key_t prm__keys[] = {
     KEY("moe_layer_freq", INT, GE1, NULL, 0, 0, "Every k-th layer (0, k, 2k, ...) is MoE; 1: every layer."),
     KEY("moe_z_loss_coeff", FLOAT, GE0, NULL, 1, 0, "Weight of the router z-loss (mean squared logsumexp of the router logits)."),
     KEY("moe_router_load_balancing_type", ENUM, ANY, "aux_loss|none", 0, 0, "Load balancing: the Switch/GShard aux loss, or none."),
-    KEY("moe_token_dispatcher_type", ENUM, ANY, "alltoall", 0, 0, "Token dispatcher (alltoall: the only one; one rank)."),
+    KEY("moe_token_dispatcher_type", ENUM, ANY, "alltoall", 0, 0, "Token dispatcher (alltoall: the only one; MPI all-to-alls under expert parallelism)."),
     KEY("moe_shared_expert_intermediate_size", INT, GE0, NULL, 1, 0, "Inner size of a shared expert (a dense SwiGLU on every token of an MoE layer); null or 0: none."),
     KEY("moe_expert_capacity_factor", FLOAT, GE0, NULL, 1, 0, "Expert capacity = ceil(factor x tokens x topk / experts); assignments over it are dropped; null: no capacity."),
     /* Batch, schedule and optimizer. */
