@@ -20,6 +20,9 @@
 extern "C" {
 #endif
 
+/* The longest moe_layer_freq list (layers). */
+#define PRM_LLAMA_MOE_LIST_MAX 1024
+
 typedef struct {
   int64_t vocab;   /* V */
   int64_t hidden;  /* C */
@@ -37,7 +40,11 @@ typedef struct {
   int64_t experts;    /* E: num_experts */
   int64_t topk;       /* moe_router_topk */
   int64_t moe_ffn;    /* moe_ffn_hidden_size: each expert's SwiGLU width */
-  int64_t moe_freq;   /* moe_layer_freq: layer l is MoE when l % moe_freq == 0 */
+  int64_t moe_freq;   /* moe_layer_freq as an int: layer l is MoE when l % moe_freq == 0;
+                       * 0 with a list */
+  int64_t moe_list_n; /* moe_layer_freq as a list (Megatron's [1, 0, 1, 0]): its length
+                       * (num_layers); 0: no list */
+  uint64_t moe_list[PRM_LLAMA_MOE_LIST_MAX / 64]; /* bit l: layer l is MoE (with a list) */
   int64_t shared_ffn; /* moe_shared_expert_intermediate_size; 0: no shared expert */
   double aux_coeff;   /* moe_aux_loss_coeff (0 with load balancing "none") */
   double z_coeff;     /* moe_z_loss_coeff */
@@ -46,7 +53,17 @@ typedef struct {
 
 /* Layer l's MLP is a mixture of experts. */
 static inline int prm_llama_is_moe(const prm_llama_config_t *c, int64_t l) {
-  return c->experts > 0 && c->moe_freq > 0 && l % c->moe_freq == 0;
+  if (c->experts <= 0 || l < 0) return 0;
+  if (c->moe_list_n) return l < c->moe_list_n && (c->moe_list[l / 64] >> (l % 64) & 1);
+  return c->moe_freq > 0 && l % c->moe_freq == 0;
+}
+/* Sets moe_layer_freq as a list of n entries (0/1) in c (moe_freq 0). */
+static inline void prm_llama_set_moe_list(prm_llama_config_t *c, const int *layers, int64_t n) {
+  c->moe_freq = 0;
+  c->moe_list_n = n;
+  for (int64_t i = 0; i < PRM_LLAMA_MOE_LIST_MAX / 64; i++) c->moe_list[i] = 0;
+  for (int64_t l = 0; l < n && l < PRM_LLAMA_MOE_LIST_MAX; l++)
+    if (layers[l]) c->moe_list[l / 64] |= (uint64_t)1 << (l % 64);
 }
 
 /* Shape rules: every size >= 1, heads divisible into hidden, the head size

@@ -50,9 +50,22 @@ int prm_llama_config_check(const prm_llama_config_t *c, prm_err_t *err) {
     if (c->moe_ffn < 1)
       return prm_errf(err, PRM_ECONFIG, "moe_ffn_hidden_size: must be at least 1, got %lld",
                       (long long)c->moe_ffn);
-    if (c->moe_freq < 1)
+    if (c->moe_list_n) {
+      if (c->moe_list_n != c->layers || c->moe_list_n > PRM_LLAMA_MOE_LIST_MAX)
+        return prm_errf(err, PRM_ECONFIG,
+                        "moe_layer_freq: the list has %lld entries but num_layers is %lld (one "
+                        "0/1 per layer, at most %d)", (long long)c->moe_list_n,
+                        (long long)c->layers, PRM_LLAMA_MOE_LIST_MAX);
+      int any = 0;
+      for (int64_t l = 0; l < c->layers; l++) any |= prm_llama_is_moe(c, l);
+      if (!any)
+        return prm_errf(err, PRM_ECONFIG,
+                        "moe_layer_freq: the list marks no layer as MoE (set num_experts: null "
+                        "for a dense model)");
+    } else if (c->moe_freq < 1) {
       return prm_errf(err, PRM_ECONFIG, "moe_layer_freq: must be at least 1, got %lld",
                       (long long)c->moe_freq);
+    }
     if (c->shared_ffn < 0)
       return prm_errf(err, PRM_ECONFIG,
                       "moe_shared_expert_intermediate_size: must be at least 0, got %lld",

@@ -222,7 +222,15 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   if (c->experts) {
     PRM__I("moe_router_topk", 2, &c->topk);
     PRM__I("moe_ffn_hidden_size", c->ffn, &c->moe_ffn);
-    PRM__I("moe_layer_freq", 1, &c->moe_freq);
+    const prm_node_t *freq = prm_exp_get(e, "moe_layer_freq");
+    if (freq && freq->kind == PRM_NODE_LIST) { /* [1, 0, 1, 0]: checked by the schema */
+      int *on = prm_xcalloc((size_t)freq->n + 1, sizeof *on);
+      for (int i = 0; i < freq->n; i++) on[i] = !strcmp(freq->items[i]->str, "1");
+      prm_llama_set_moe_list(c, on, freq->n);
+      free(on);
+    } else {
+      PRM__I("moe_layer_freq", 1, &c->moe_freq);
+    }
     PRM__I("moe_shared_expert_intermediate_size", 0, &c->shared_ffn);
     PRM__F("moe_aux_loss_coeff", 0.0, &c->aux_coeff);
     PRM__F("moe_z_loss_coeff", 0.0, &c->z_coeff);

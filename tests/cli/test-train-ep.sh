@@ -154,6 +154,32 @@ for pair in "2 1" "1 2"; do
   if within "$w" 1e-5; then ok "E = $a -> $b: weights within 1e-5 of an uninterrupted run ($w)"; else bad "E = $a -> $b: weights differ by $w"; fi
 done
 
+# ---- moe_layer_freq as a list (Megatron's [1, 0, 1, 0]) ----
+# [1, 0] is the int 2 (byte-identical weights on one rank); [0, 1] (layer 1
+# MoE, which no int can say) follows it under E = 2 as well, and its
+# checkpoint names the layers (primus_moe_layers) and refuses an
+# experiment whose MoE layers differ.
+exp int2 "moe_layer_freq: 2" "train_iters: 2" "save_interval: 2"
+run train pretrain --config int2.yaml
+expect_rc "moe_layer_freq: 2" 0
+exp list10 "moe_layer_freq: [1, 0]" "train_iters: 2" "save_interval: 2"
+run train pretrain --config list10.yaml
+expect_rc "moe_layer_freq: [1, 0]" 0
+if cmp -s "$T/ck-int2/iter_0000002/model.safetensors" "$T/ck-list10/iter_0000002/model.safetensors"; then
+  ok "[1, 0] is the int 2: byte-identical weights"; else bad "[1, 0] and 2 differ"; fi
+exp dp2-list "moe_layer_freq: [0, 1]"
+launch 2 dp2-list
+expect_in "[0, 1]: layer 1 is MoE" "layer 1: tokens" "$ERR"
+expect_not_in "[0, 1]: layer 0 is dense" "layer 0: tokens" "$ERR"
+exp ep2-list "moe_layer_freq: [0, 1]" "expert_model_parallel_size: 2"
+launch 2 ep2-list
+same ep2-list dp2-list "E = 2, moe_layer_freq [0, 1]"
+expect_in "[0, 1]: config.json lists the MoE layers" '"primus_moe_layers"' \
+  "$(cat "$T/ck-ep2-list/iter_0000006/config.json" 2>/dev/null)"
+run train pretrain --config list10.yaml "load=$T/ck-ep2-list/iter_0000006" train_iters=1 save=null
+expect_rc "a checkpoint with other MoE layers is refused" 2
+expect_in "naming the layer" "layer 0 is dense but the experiment's moe_layer_freq makes it MoE" "$ERR"
+
 # ---- Refusals ----
 refuse() { # NAME NPROC NEEDLE [KEY: VALUE...]
   local name=$1 np=$2 needle=$3
@@ -174,4 +200,8 @@ refuse "E with ZeRO (not yet)" 2 \
   "expert_model_parallel_size: 2" "use_distributed_optimizer: true"
 refuse "E with a dense model" 1 "expert_model_parallel_size 2 needs a mixture-of-experts model" \
   "expert_model_parallel_size: 2" "num_experts: null"
+refuse "a moe_layer_freq list of the wrong length" 1 \
+  "moe_layer_freq: the list has 3 entries but num_layers is 2" "moe_layer_freq: [1, 0, 1]"
+refuse "a moe_layer_freq list entry other than 0/1" 1 \
+  "moe_layer_freq: expected an integer or a list of 0/1 per layer, got \"2\"" "moe_layer_freq: [1, 2]"
 finish
