@@ -4,13 +4,16 @@
 # E = 2 on 2 ranks, E = 2 x 2 expert-parallel groups and E = 4 on 4 ranks
 # follow the runs without expert parallelism with the same data-parallel
 # size (losses within 1e-5 relative per step, whole-model weights within
-# 1e-5 after the run); so do the router's edge cases: top-k equal to the
-# number of experts, a capacity factor that drops assignments (with a
-# shared expert and recomputation), and a router that sends every token to
-# expert 0 so that one rank receives no rows. The routing statistics are
-# the group's (summed over the expert-parallel ranks); checkpoints hold the
-# whole model, so an E = 2 checkpoint resumes at E = 1 and the reverse to
-# the weights of an uninterrupted run. Bad sizes are refused naming the key.
+# 1e-5 after the run), and two E = 2 runs are byte-identical; so do the
+# router's edge cases: top-k equal to the number of experts, a capacity
+# factor that drops assignments (with a shared expert and recomputation),
+# and a router that sends every token to expert 0 so that one rank
+# receives no rows. The routing statistics are the group's (summed over
+# the expert-parallel ranks); checkpoints hold the whole model, so an E = 2
+# checkpoint resumes at E = 1 and the reverse to the weights of an
+# uninterrupted run. moe_layer_freq as a list: [1, 0] is the int 2, [0, 1]
+# trains (with E = 2 too) and its checkpoint names its MoE layers. Bad
+# sizes and lists are refused naming the key.
 source "$(dirname "$0")/lib.sh"
 cd "$T"
 export OMP_NUM_THREADS=1
@@ -74,6 +77,10 @@ if $PY -c 'import sys; sys.exit(0 if all(sum(map(int, x.split(":")[1].split("/")
   ok "E = 2: events count the group's 256 assignments per layer ($c)"
 else bad "E = 2: expected 256 assignments per layer, got '$c'"; fi
 expect_in "E = 2: and the log line" "layer 0: tokens" "$ERR"
+# The exchange's layout is fixed by the ranks and counts, not by timing.
+exp again "expert_model_parallel_size: 2"
+launch 2 again
+if cmp -s "$(final ep2)" "$(final again)"; then ok "E = 2 twice: byte-identical weights"; else bad "two E = 2 runs differ"; fi
 
 # ---- 4 ranks: E = 2 x 2 groups (overlapped buckets), E = 4 ----
 exp dp4
