@@ -195,9 +195,10 @@ int prm_llama_new(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned fl
                   const prm_gemm_t *gemm, prm_llama_t **out, prm_err_t *err);
 void prm_llama_free(prm_llama_t *m);
 
-/* The same, as this rank's shard of a tensor-parallel group (tp NULL or
- * size 1: prm_llama_new). PRM_ECONFIG naming the key when heads, query
- * groups, ffn or vocab do not divide by tp->size. Parameters are zeroed:
+/* The same, as this rank's shard of a tensor-parallel group and/or an
+ * expert-parallel group (tp NULL or both sizes 1: prm_llama_new).
+ * PRM_ECONFIG naming the key when heads, query groups, ffn or vocab do not
+ * divide by tp->size, or num_experts by tp->ep_size. Parameters are zeroed:
  * load or initialise a whole model (tp NULL) and copy this rank's part
  * with prm_llama_tp_slice, so that every tensor-parallel size starts from
  * the same weights. */

@@ -33,6 +33,7 @@
  * data-parallel run without expert parallelism. */
 #include "model-impl.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,14 @@ static void prm__ep_exchange(prm_llama_t *m, const prm__layer_acts_t *a, float *
                              float *theirs, int64_t W, int back) {
   int64_t El = m->El, P = m->tp.ep_size;
   if (m->tp_rc) return;
+  /* MPI counts are ints: the most rows one rank can hold, times W. */
+  if (prm__moe_rows(m, m->B * m->T) * W > INT_MAX) {
+    m->tp_rc = prm_errf(&m->tp_err, PRM_ERANGE,
+                        "expert parallel: %lld rows of %lld floats exceed MPI's int counts; use a "
+                        "smaller micro_batch_size or seq_length",
+                        (long long)prm__moe_rows(m, m->B * m->T), (long long)W);
+    return;
+  }
   int *v = prm_xcalloc((size_t)(4 * P), sizeof *v); /* my counts, displs; theirs */
   int *mc = v, *md = v + P, *tc = v + 2 * P, *td = v + 3 * P;
   double t0 = prm_time_now();
