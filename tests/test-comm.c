@@ -381,6 +381,63 @@ static void test_ranks_gatherv(void **state) {
   free(send);
 }
 
+/* Expert parallelism's pattern (src/model/moe.c): uneven all-to-all(v)
+ * blocks, some empty (rank 0 to itself and to the last rank, among
+ * others), at scattered displacements; every element names its source,
+ * its destination and its index; the reverse exchange brings the blocks
+ * back. */
+static void test_ranks_alltoallv(void **state) {
+  (void)state;
+  prm_comm_t *w;
+  prm_err_t err = {0};
+  assert_int_equal(prm_comm_world(&w, &err), 0);
+  int P = prm_comm_size(w), me = prm_comm_rank(w);
+  assert_true(P > 1);
+  /* Rank s sends n(s, d) = (s + 2 d) % 4 elements to d, but none from 0 to
+   * P - 1; blocks sit in reverse destination order with a gap of 3. */
+#define PRM__N(s, d) ((s) == 0 && (d) == P - 1 ? 0 : ((s) + 2 * (d)) % 4)
+  int *sc = calloc((size_t)P, sizeof *sc), *sd = calloc((size_t)P, sizeof *sd);
+  int *rc_ = calloc((size_t)P, sizeof *rc_), *rd = calloc((size_t)P, sizeof *rd);
+  int at = 0;
+  for (int d = P - 1; d >= 0; d--) {
+    sc[d] = PRM__N(me, d);
+    sd[d] = at;
+    at += sc[d] + 3;
+  }
+  int stotal = at, rtotal = 0;
+  for (int s = 0; s < P; s++) {
+    rc_[s] = PRM__N(s, me);
+    rd[s] = rtotal;
+    rtotal += rc_[s];
+  }
+  int32_t *send = calloc((size_t)stotal + 1, sizeof *send), *recv = calloc((size_t)rtotal + 1, sizeof *recv);
+  int32_t *back = calloc((size_t)stotal + 1, sizeof *back);
+  for (int i = 0; i < stotal; i++) send[i] = -1;
+  for (int d = 0; d < P; d++)
+    for (int i = 0; i < sc[d]; i++) send[sd[d] + i] = me * 10000 + d * 100 + i;
+  assert_int_equal(prm_comm_alltoallv(w, send, sc, sd, recv, rc_, rd, PRM_COMM_I32, &err), 0);
+  for (int s = 0; s < P; s++)
+    for (int i = 0; i < rc_[s]; i++)
+      if (recv[rd[s] + i] != s * 10000 + me * 100 + i)
+        fail_msg("rank %d: element %d from rank %d is %d", me, i, s, recv[rd[s] + i]);
+  for (int i = 0; i < stotal; i++) back[i] = -1;
+  assert_int_equal(prm_comm_alltoallv(w, recv, rc_, rd, back, sc, sd, PRM_COMM_I32, &err), 0);
+  assert_memory_equal(send, back, (size_t)stotal * sizeof *send); /* the gaps untouched too */
+  /* A negative count names the call and the rank it is for. */
+  sc[P - 1] = -1;
+  assert_int_equal(prm_comm_alltoallv(w, send, sc, sd, recv, rc_, rd, PRM_COMM_I32, &err),
+                   PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "MPI_Alltoallv: negative count"));
+#undef PRM__N
+  free(sc);
+  free(sd);
+  free(rc_);
+  free(rd);
+  free(send);
+  free(recv);
+  free(back);
+}
+
 int main(void) {
   const char *np = getenv("OMPI_COMM_WORLD_SIZE");
   if (np && atoi(np) > 1) {
@@ -388,6 +445,7 @@ int main(void) {
         cmocka_unit_test(test_ranks_reduce),
         cmocka_unit_test(test_ranks_ireduce_pieces),
         cmocka_unit_test(test_ranks_gatherv),
+        cmocka_unit_test(test_ranks_alltoallv),
     };
     return cmocka_run_group_tests(ranks, NULL, NULL);
   }

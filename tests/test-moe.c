@@ -347,6 +347,72 @@ static void test_ckpt_round_trip(void **state) {
   prm_llama_free(b);
 }
 
+/* moe_layer_freq as a list (Megatron's [1, 0, 1, 0]): the configuration
+ * rules, the layout ([0, 1]: layer 1 MoE, which no int can say; [1, 0]:
+ * the same model as the int 2), and config.json's primus_moe_layers round
+ * trip, refused by an experiment whose layers differ. */
+static void test_layer_list(void **state) {
+  (void)state;
+  prm_err_t err = {0};
+  prm_llama_config_t c = moe_cfg();
+  int three[3] = {1, 0, 1}, none[2] = {0, 0}, odd[2] = {0, 1}, even[2] = {1, 0};
+  prm_llama_set_moe_list(&c, three, 3);
+  assert_int_equal(prm_llama_config_check(&c, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "moe_layer_freq: the list has 3 entries but num_layers is 2"));
+  prm_llama_set_moe_list(&c, none, 2);
+  assert_int_equal(prm_llama_config_check(&c, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "moe_layer_freq: the list marks no layer as MoE"));
+  prm_llama_set_moe_list(&c, odd, 2);
+  assert_int_equal(prm_llama_config_check(&c, &err), 0);
+  assert_false(prm_llama_is_moe(&c, 0));
+  assert_true(prm_llama_is_moe(&c, 1));
+  assert_false(prm_llama_is_moe(&c, 2));
+  prm_llama_t *a = build(c, 2, 7, 0);
+  assert_null(prm_llama_find(a, "model.layers.0.block_sparse_moe.gate.weight"));
+  assert_non_null(prm_llama_find(a, "model.layers.0.mlp.gate_proj.weight"));
+  assert_non_null(prm_llama_find(a, "model.layers.1.block_sparse_moe.experts.3.w2.weight"));
+  assert_null(a->layer[0].router);
+  assert_non_null(a->layer[1].router);
+  /* [1, 0] is the int 2: the same layout and parameters. */
+  prm_llama_config_t e = moe_cfg();
+  prm_llama_set_moe_list(&e, even, 2);
+  prm_llama_t *x = build(e, 1, 4, 0), *y = build(moe_cfg(), 1, 4, 0);
+  assert_int_equal(x->nparams, y->nparams);
+  assert_memory_equal(x->params, y->params, (size_t)x->nparams * sizeof(float));
+  prm_llama_free(x);
+  prm_llama_free(y);
+  /* config.json carries the list and reads back into it. */
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/moe-list", prm_test_tmpdir());
+  assert_int_equal(prm_fs_mkdir_p(dir, 0755, &err), 0);
+  int rc = prm__ckpt_write_model(a, dir, "NullTokenizer", NULL, NULL, &err);
+  if (rc) fail_msg("write: %s", err.msg);
+  char path[600], *text = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  assert_int_equal(prm_fs_read_all(path, &text, &len, &err), 0);
+  assert_non_null(strstr(text, "\"primus_moe_layers\""));
+  assert_null(strstr(text, "\"primus_moe_layer_freq\""));
+  free(text);
+  prm_llama_config_t r;
+  assert_int_equal(prm_ckpt_read_config(dir, &r, NULL, 0, &err), 0);
+  assert_int_equal(r.moe_list_n, 2);
+  assert_false(prm_llama_is_moe(&r, 0));
+  assert_true(prm_llama_is_moe(&r, 1));
+  r.max_pos = c.max_pos;
+  prm_llama_t *b = build(r, 2, 7, 0);
+  memset(b->params, 0, (size_t)b->nparams * sizeof(float));
+  if ((rc = prm_ckpt_load_hf(b, dir, &err))) fail_msg("load: %s", err.msg);
+  assert_memory_equal(a->params, b->params, (size_t)a->nparams * sizeof(float));
+  /* An experiment with the MoE layer elsewhere ([1, 0]) is refused. */
+  prm_llama_t *w = build(e, 1, 4, 0);
+  assert_int_equal(prm_ckpt_load_hf(w, dir, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "layer 0 is dense but the experiment's moe_layer_freq makes it MoE"));
+  prm_llama_free(w);
+  prm_llama_free(a);
+  prm_llama_free(b);
+}
+
 /* A dense model has no MoE statistics. */
 static void test_dense_no_stats(void **state) {
   (void)state;
@@ -367,6 +433,7 @@ int main(void) {
       cmocka_unit_test(test_grad_fd_capacity),
       cmocka_unit_test(test_recompute_identical),
       cmocka_unit_test(test_ckpt_round_trip),
+      cmocka_unit_test(test_layer_list),
       cmocka_unit_test(test_dense_no_stats),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

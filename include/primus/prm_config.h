@@ -83,6 +83,7 @@ typedef enum {
   PRM_T_STR,
   PRM_T_ENUM,        /* STR limited to `choices` */
   PRM_T_STR_OR_LIST, /* data_path: "prefix" or [w1, p1, w2, p2] */
+  PRM_T_INT_OR_LIST, /* moe_layer_freq: k or [1, 0, 1, 0] (each item 0 or 1) */
   PRM_T_MAP,         /* free-form map (env:) */
   PRM_T__COUNT
 } prm_type_t;

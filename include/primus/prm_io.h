@@ -91,6 +91,8 @@ const prm_st_tensor_t *prm_hf_weights_at(const prm_hf_weights_t *w, int i,
 /* config.json of LlamaForCausalLM                                           */
 /* ------------------------------------------------------------------------ */
 
+#define PRM_HF_MOE_LAYERS_MAX 1024
+
 typedef struct {
   int64_t hidden_size, intermediate_size, num_attention_heads, num_key_value_heads;
   int64_t num_hidden_layers, vocab_size, max_position_embeddings;
@@ -107,6 +109,11 @@ typedef struct {
    * intermediate_size), shared_expert_intermediate_size (as Qwen2-MoE). */
   int64_t num_local_experts, num_experts_per_tok;
   int64_t moe_layer_freq, dense_intermediate_size, shared_expert_intermediate_size;
+  /* primus_moe_layers: moe_layer_freq given as a list, one 0/1 per layer
+   * (num_hidden_layers of them, at most PRM_HF_MOE_LAYERS_MAX); n 0 when
+   * absent. Written instead of primus_moe_layer_freq when n > 0. */
+  int64_t moe_layers_n;
+  uint8_t moe_layers[PRM_HF_MOE_LAYERS_MAX];
 } prm_hf_config_t;
 
 /* Reads config.json. Required: hidden_size, intermediate_size,

@@ -20,6 +20,9 @@
 extern "C" {
 #endif
 
+/* The longest moe_layer_freq list (layers). */
+#define PRM_LLAMA_MOE_LIST_MAX 1024
+
 typedef struct {
   int64_t vocab;   /* V */
   int64_t hidden;  /* C */
@@ -37,7 +40,11 @@ typedef struct {
   int64_t experts;    /* E: num_experts */
   int64_t topk;       /* moe_router_topk */
   int64_t moe_ffn;    /* moe_ffn_hidden_size: each expert's SwiGLU width */
-  int64_t moe_freq;   /* moe_layer_freq: layer l is MoE when l % moe_freq == 0 */
+  int64_t moe_freq;   /* moe_layer_freq as an int: layer l is MoE when l % moe_freq == 0;
+                       * 0 with a list */
+  int64_t moe_list_n; /* moe_layer_freq as a list (Megatron's [1, 0, 1, 0]): its length
+                       * (num_layers); 0: no list */
+  uint64_t moe_list[PRM_LLAMA_MOE_LIST_MAX / 64]; /* bit l: layer l is MoE (with a list) */
   int64_t shared_ffn; /* moe_shared_expert_intermediate_size; 0: no shared expert */
   double aux_coeff;   /* moe_aux_loss_coeff (0 with load balancing "none") */
   double z_coeff;     /* moe_z_loss_coeff */
@@ -46,7 +53,17 @@ typedef struct {
 
 /* Layer l's MLP is a mixture of experts. */
 static inline int prm_llama_is_moe(const prm_llama_config_t *c, int64_t l) {
-  return c->experts > 0 && c->moe_freq > 0 && l % c->moe_freq == 0;
+  if (c->experts <= 0 || l < 0) return 0;
+  if (c->moe_list_n) return l < c->moe_list_n && (c->moe_list[l / 64] >> (l % 64) & 1);
+  return c->moe_freq > 0 && l % c->moe_freq == 0;
+}
+/* Sets moe_layer_freq as a list of n entries (0/1) in c (moe_freq 0). */
+static inline void prm_llama_set_moe_list(prm_llama_config_t *c, const int *layers, int64_t n) {
+  c->moe_freq = 0;
+  c->moe_list_n = n;
+  for (int64_t i = 0; i < PRM_LLAMA_MOE_LIST_MAX / 64; i++) c->moe_list[i] = 0;
+  for (int64_t l = 0; l < n && l < PRM_LLAMA_MOE_LIST_MAX; l++)
+    if (layers[l]) c->moe_list[l / 64] |= (uint64_t)1 << (l % 64);
 }
 
 /* Shape rules: every size >= 1, heads divisible into hidden, the head size
@@ -68,6 +85,8 @@ typedef enum {
   PRM_TP_WHOLE = -1, /* every rank holds all of it (the norms) */
   PRM_TP_ROWS = 0,  /* rank r holds rows [r R/T, (r+1) R/T) (column-parallel) */
   PRM_TP_COLS = 1,  /* rank r holds columns [r K/T, (r+1) K/T) (row-parallel) */
+  PRM_TP_EXPERT = 2, /* an expert's matrix under expert parallelism: whole on the rank of the
+                      * expert-parallel group that holds the expert, absent (numel 0) elsewhere */
 } prm_tp_split_t;
 
 /* One named parameter tensor, a view into the model's parameter block.
@@ -95,6 +114,13 @@ typedef struct {
 typedef struct {
   int size, rank;   /* size 1 (or 0): no tensor parallelism */
   prm_comm_t *comm; /* the group (borrowed), NULL when size <= 1 */
+  /* Expert parallelism (expert_model_parallel_size, MoE models): rank r of
+   * a group of ep_size ranks holds experts [r E/ep_size, (r+1) E/ep_size)
+   * of every MoE layer; each rank routes its own tokens and sends the rows
+   * to the experts' holders with all-to-alls (moe.c). ep_size 1 (or 0):
+   * none. Every other parameter is whole on every rank of the group. */
+  int ep_size, ep_rank;
+  prm_comm_t *ep_comm; /* the group (borrowed), NULL when ep_size <= 1 */
 } prm_llama_tp_t;
 
 /* Pointers of one layer's tensors inside a block (params or grads). */
@@ -146,10 +172,12 @@ typedef struct prm_llama {
    * communication error inside a pass (prm_llama_tp_check). */
   prm_llama_tp_t tp;
   int64_t Hl, Gl, Fl, Vl, v0;
+  int64_t El, e0;        /* expert parallelism: this rank's experts [e0, e0 + El) */
   int64_t full_nparams;  /* prm_llama_param_count: the whole model */
   int tp_rc;
   prm_err_t tp_err;
   double tp_seconds;     /* time spent in the group's collectives (the caller resets it) */
+  double ep_seconds;     /* the same for the expert-parallel all-to-alls */
   int *layer_t0;         /* (L+1) index in tensors of each layer's first tensor, then the final norm */
   /* Mixture of experts: the state of the pass in progress (moe.c) and the
    * statistics of the training passes since prm_llama_moe_stats. */
@@ -169,9 +197,10 @@ int prm_llama_new(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned fl
                   const prm_gemm_t *gemm, prm_llama_t **out, prm_err_t *err);
 void prm_llama_free(prm_llama_t *m);
 
-/* The same, as this rank's shard of a tensor-parallel group (tp NULL or
- * size 1: prm_llama_new). PRM_ECONFIG naming the key when heads, query
- * groups, ffn or vocab do not divide by tp->size. Parameters are zeroed:
+/* The same, as this rank's shard of a tensor-parallel group and/or an
+ * expert-parallel group (tp NULL or both sizes 1: prm_llama_new).
+ * PRM_ECONFIG naming the key when heads, query groups, ffn or vocab do not
+ * divide by tp->size, or num_experts by tp->ep_size. Parameters are zeroed:
  * load or initialise a whole model (tp NULL) and copy this rank's part
  * with prm_llama_tp_slice, so that every tensor-parallel size starts from
  * the same weights. */
@@ -180,13 +209,22 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
                      prm_err_t *err);
 /* PRM_ECONFIG when the model cannot be split over `size` ranks. */
 int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *err);
+/* PRM_ECONFIG when the experts cannot be split over `size` ranks (a dense
+ * model, or num_experts not a multiple of size). */
+int prm_llama_ep_check_config(const prm_llama_config_t *c, int size, prm_err_t *err);
+/* The model is a shard (tensor or expert parallel): files hold the whole
+ * model, moved with prm_llama_tp_slice / prm_llama_tp_gather. */
+static inline int prm_llama_sharded(const prm_llama_t *m) {
+  return m->tp.size > 1 || m->tp.ep_size > 1;
+}
 /* local (m's layout, nparams) <- this rank's part of full (the whole
  * model's layout, full_nparams): parameters, or optimizer moments laid
  * out like them. */
 void prm_llama_tp_slice(const prm_llama_t *m, const float *full, float *local);
 /* The reverse, collective over the group: every rank's `local` gathered
  * into `full` on the group's rank 0 (full is ignored, may be NULL, on the
- * others). PRM_ERUNTIME from MPI. */
+ * others). Under expert parallelism the experts are gathered over the
+ * expert-parallel group too (to its rank 0). PRM_ERUNTIME from MPI. */
 int prm_llama_tp_gather(const prm_llama_t *m, const float *local, float *full, prm_err_t *err);
 /* After a pass: the first tensor-parallel communication error, or 0
  * (cleared by the call). */
@@ -244,7 +282,10 @@ typedef struct {
   double aux_loss, z_loss;
   int64_t passes;
 } prm_llama_moe_stats_t;
-/* Returns 0, or PRM_EINVAL for a dense model. */
+/* Returns 0, or PRM_EINVAL for a dense model. Under expert parallelism
+ * the call is collective over the expert-parallel group: the counts are
+ * those of the group's tokens (summed), the losses the group's mean, and
+ * an MPI failure is PRM_ERUNTIME (the stats are then this rank's). */
 int prm_llama_moe_stats(prm_llama_t *m, prm_llama_moe_stats_t *out);
 /* The stats as a JSON object (into json) and one log line (into line);
  * either may be NULL. */

@@ -44,6 +44,8 @@ typedef struct {
   int64_t save_interval, eval_interval, eval_iters, log_interval, ckpt_keep;
   int world;                    /* ranks: tensor x data parallel (1: no MPI) */
   int tp;                       /* tensor_model_parallel_size (1: off); divides world */
+  int ep;                       /* expert_model_parallel_size (1: off); divides the data-
+                                 * parallel size and num_experts */
   int64_t ddp_bucket_size;      /* parameters per all-reduce bucket */
   int overlap_grad_reduce;      /* all-reduce buckets while backward runs */
   int distributed_optimizer;    /* use_distributed_optimizer: ZeRO-1 with > 1 rank */

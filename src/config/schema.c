@@ -37,10 +37,10 @@ static const prm_key_t prm__keys[] = {
     KEY("moe_router_topk", INT, GE1, NULL, 0, 0, "Experts each token is routed to."),
     KEY("moe_ffn_hidden_size", INT, GE1, NULL, 1, 0, "Inner size of each expert's MLP; null: ffn_hidden_size."),
     KEY("moe_aux_loss_coeff", FLOAT, GE0, NULL, 0, 0, "Weight of the load-balancing auxiliary loss."),
-    KEY("moe_layer_freq", INT, GE1, NULL, 0, 0, "Every k-th layer (0, k, 2k, ...) is MoE; 1: every layer."),
+    KEY("moe_layer_freq", INT_OR_LIST, GE1, NULL, 0, 0, "Which layers are MoE: an int k, every k-th layer (0, k, 2k, ...; 1: every layer), or a list of num_layers 0/1 entries ([1, 0, 1, 0]: layers 0 and 2)."),
     KEY("moe_z_loss_coeff", FLOAT, GE0, NULL, 1, 0, "Weight of the router z-loss (mean squared logsumexp of the router logits)."),
     KEY("moe_router_load_balancing_type", ENUM, ANY, "aux_loss|none", 0, 0, "Load balancing: the Switch/GShard aux loss, or none."),
-    KEY("moe_token_dispatcher_type", ENUM, ANY, "alltoall", 0, 0, "Token dispatcher (alltoall: the only one; one rank)."),
+    KEY("moe_token_dispatcher_type", ENUM, ANY, "alltoall", 0, 0, "Token dispatcher (alltoall: the only one; MPI all-to-alls under expert parallelism)."),
     KEY("moe_shared_expert_intermediate_size", INT, GE0, NULL, 1, 0, "Inner size of a shared expert (a dense SwiGLU on every token of an MoE layer); null or 0: none."),
     KEY("moe_expert_capacity_factor", FLOAT, GE0, NULL, 1, 0, "Expert capacity = ceil(factor x tokens x topk / experts); assignments over it are dropped; null: no capacity."),
     /* Batch, schedule and optimizer. */
@@ -78,7 +78,7 @@ static const prm_key_t prm__keys[] = {
     /* Parallelism. */
     KEY("tensor_model_parallel_size", INT, GE1, NULL, 0, 0, "Tensor-parallel group size."),
     KEY("pipeline_model_parallel_size", INT, GE1, NULL, 0, 0, "Pipeline-parallel stages."),
-    KEY("expert_model_parallel_size", INT, GE1, NULL, 0, 0, "Expert-parallel group size."),
+    KEY("expert_model_parallel_size", INT, GE1, NULL, 0, 0, "Expert-parallel group size: ranks that share out the experts of each MoE layer (a subset of the data-parallel group; divides it and num_experts)."),
     KEY("use_distributed_optimizer", BOOL, ANY, NULL, 0, 0, "Shard optimizer state across data-parallel ranks (ZeRO-1)."),
     KEY("overlap_grad_reduce", BOOL, ANY, NULL, 0, 0, "Overlap gradient all-reduce with the backward pass."),
     /* Native keys: primus' own, with no Megatron equivalent. */
@@ -112,8 +112,9 @@ const prm_key_t *prm_schema_find(const char *key) {
   return NULL;
 }
 
-static const char *const prm__type_names[] = {"int", "float", "bool", "string",
-                                              "enum", "string or list", "map"};
+static const char *const prm__type_names[] = {"int",  "float",          "bool",
+                                              "string", "enum",         "string or list",
+                                              "int or list", "map"};
 _Static_assert(sizeof prm__type_names / sizeof prm__type_names[0] == PRM_T__COUNT,
                "type name table and prm_type_t disagree");
 
@@ -146,6 +147,7 @@ static const char *prm__expected(const prm_key_t *k, char *buf, size_t n) {
   case PRM_T_BOOL: return "true or false";
   case PRM_T_STR: return "a string";
   case PRM_T_STR_OR_LIST: return "a string or a list of strings";
+  case PRM_T_INT_OR_LIST: return "an integer or a list of 0/1 per layer";
   case PRM_T_MAP: return "a map";
   case PRM_T_ENUM:
     snprintf(buf, n, "one of %s%s", k->choices, k->nullable ? " or null" : "");
@@ -186,8 +188,17 @@ static int prm__check_value(prm_node_t *v, const prm_key_t *k, prm_err_t *err) {
     }
     return 0;
   }
+  if (k->type == PRM_T_INT_OR_LIST && v->kind == PRM_NODE_LIST) {
+    for (int i = 0; i < v->n; i++) {
+      const prm_node_t *x = v->items[i];
+      if (x->kind != PRM_NODE_SCALAR || (strcmp(x->str, "0") && strcmp(x->str, "1")))
+        return prm__type_err(x, k, err);
+    }
+    return 0;
+  }
   if (v->kind != PRM_NODE_SCALAR) return prm__type_err(v, k, err);
   switch (k->type) {
+  case PRM_T_INT_OR_LIST:
   case PRM_T_INT: {
     int64_t i;
     if (prm_parse_i64(v->str, &i)) return prm__type_err(v, k, err);

@@ -228,6 +228,27 @@ static int prm__cfg_int(const char *path, const cJSON *root, const char *key, in
   return 0;
 }
 
+/* primus_moe_layers: absent or null, or num_hidden_layers entries of 0/1. */
+static int prm__cfg_moe_layers(const char *path, const cJSON *root, prm_hf_config_t *r,
+                               prm_err_t *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "primus_moe_layers");
+  r->moe_layers_n = 0;
+  if (!v || cJSON_IsNull(v)) return 0;
+  int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+  if (n < 1 || n != r->num_hidden_layers || n > PRM_HF_MOE_LAYERS_MAX)
+    return prm_errf(err, PRM_EPARSE, "%s: key \"primus_moe_layers\": expected a list of %lld 0/1 "
+                    "entries (one per layer)", path, (long long)r->num_hidden_layers);
+  for (int i = 0; i < n; i++) {
+    int64_t x;
+    if (prm__io_json_int(cJSON_GetArrayItem(v, i), 0, 1, &x))
+      return prm_errf(err, PRM_EPARSE, "%s: key \"primus_moe_layers\": entry %d is not 0 or 1",
+                      path, i);
+    r->moe_layers[i] = (uint8_t)x;
+  }
+  r->moe_layers_n = n;
+  return 0;
+}
+
 /* A positive finite number; missing or null takes def. */
 static int prm__cfg_pos(const char *path, const cJSON *root, const char *key, double def,
                         double *out, prm_err_t *err) {
@@ -331,7 +352,8 @@ int prm_hf_config_read(const char *path, prm_hf_config_t *c, prm_err_t *err) {
        (rc = prm__cfg_int(path, root, "primus_dense_intermediate_size", 0, r.intermediate_size, 1,
                           &r.dense_intermediate_size, err)) ||
        (rc = prm__cfg_int(path, root, "shared_expert_intermediate_size", 0, 0, 0,
-                          &r.shared_expert_intermediate_size, err))))
+                          &r.shared_expert_intermediate_size, err)) ||
+       (rc = prm__cfg_moe_layers(path, root, &r, err))))
     goto fail;
 
   const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
@@ -407,7 +429,13 @@ int prm_hf_config_write(const char *path, const prm_hf_config_t *c, prm_err_t *e
   if (moe) {
     prm__cfg_add_int(root, "num_local_experts", c->num_local_experts);
     prm__cfg_add_int(root, "num_experts_per_tok", c->num_experts_per_tok);
-    if (c->moe_layer_freq > 1) prm__cfg_add_int(root, "primus_moe_layer_freq", c->moe_layer_freq);
+    if (c->moe_layers_n > 0 && c->moe_layers_n <= PRM_HF_MOE_LAYERS_MAX) {
+      cJSON *list = cJSON_AddArrayToObject(root, "primus_moe_layers");
+      for (int64_t l = 0; l < c->moe_layers_n; l++)
+        cJSON_AddItemToArray(list, cJSON_CreateNumber(c->moe_layers[l]));
+    } else if (c->moe_layer_freq > 1) {
+      prm__cfg_add_int(root, "primus_moe_layer_freq", c->moe_layer_freq);
+    }
     if (c->dense_intermediate_size > 0 && c->dense_intermediate_size != c->intermediate_size)
       prm__cfg_add_int(root, "primus_dense_intermediate_size", c->dense_intermediate_size);
     if (c->shared_expert_intermediate_size > 0)

@@ -50,9 +50,22 @@ int prm_llama_config_check(const prm_llama_config_t *c, prm_err_t *err) {
     if (c->moe_ffn < 1)
       return prm_errf(err, PRM_ECONFIG, "moe_ffn_hidden_size: must be at least 1, got %lld",
                       (long long)c->moe_ffn);
-    if (c->moe_freq < 1)
+    if (c->moe_list_n) {
+      if (c->moe_list_n != c->layers || c->moe_list_n > PRM_LLAMA_MOE_LIST_MAX)
+        return prm_errf(err, PRM_ECONFIG,
+                        "moe_layer_freq: the list has %lld entries but num_layers is %lld (one "
+                        "0/1 per layer, at most %d)", (long long)c->moe_list_n,
+                        (long long)c->layers, PRM_LLAMA_MOE_LIST_MAX);
+      int any = 0;
+      for (int64_t l = 0; l < c->layers; l++) any |= prm_llama_is_moe(c, l);
+      if (!any)
+        return prm_errf(err, PRM_ECONFIG,
+                        "moe_layer_freq: the list marks no layer as MoE (set num_experts: null "
+                        "for a dense model)");
+    } else if (c->moe_freq < 1) {
       return prm_errf(err, PRM_ECONFIG, "moe_layer_freq: must be at least 1, got %lld",
                       (long long)c->moe_freq);
+    }
     if (c->shared_ffn < 0)
       return prm_errf(err, PRM_ECONFIG,
                       "moe_shared_expert_intermediate_size: must be at least 0, got %lld",
@@ -84,6 +97,19 @@ int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *
       return prm_errf(err, PRM_ECONFIG,
                       "tensor_model_parallel_size %d must divide %s (%lld): each rank takes an "
                       "equal slice", size, split[i].key, (long long)split[i].v);
+  return 0;
+}
+
+int prm_llama_ep_check_config(const prm_llama_config_t *c, int size, prm_err_t *err) {
+  if (size <= 1) return 0;
+  if (!c->experts)
+    return prm_errf(err, PRM_ECONFIG,
+                    "expert_model_parallel_size %d needs a mixture-of-experts model (num_experts "
+                    "is not set)", size);
+  if (c->experts % size)
+    return prm_errf(err, PRM_ECONFIG,
+                    "expert_model_parallel_size %d must divide num_experts (%lld): each rank holds "
+                    "an equal share of the experts", size, (long long)c->experts);
   return 0;
 }
 
@@ -134,6 +160,7 @@ static void prm__add_tensor(prm_llama_t *m, int64_t *off, int64_t *full_off, con
   t->full_numel = cols ? rows * cols : rows;
   t->full_offset = *full_off;
   t->split = T > 1 ? how : PRM_TP_WHOLE;
+  if (how == PRM_TP_EXPERT) t->split = m->tp.ep_size > 1 ? how : PRM_TP_WHOLE;
   t->shape[0] = t->split == PRM_TP_ROWS ? rows / T : rows;
   t->shape[1] = t->split == PRM_TP_COLS ? cols / T : cols;
   t->numel = cols ? t->shape[0] * t->shape[1] : t->shape[0];
@@ -142,6 +169,19 @@ static void prm__add_tensor(prm_llama_t *m, int64_t *off, int64_t *full_off, con
   *off += t->numel;
   *full_off += t->full_numel;
 }
+
+/* Expert e's matrix: whole when this rank holds e, else absent (shape 0 x
+ * cols, numel 0, at the offset where the held experts start). */
+static void prm__add_expert(prm_llama_t *m, int64_t *off, int64_t *full_off, const char *name,
+                            int64_t e, int64_t rows, int64_t cols) {
+  prm__add_tensor(m, off, full_off, name, rows, cols, PRM_TP_EXPERT);
+  prm_tensor_t *t = &m->tensors[m->ntensors - 1];
+  if (e >= m->e0 && e < m->e0 + m->El) return;
+  *off -= t->numel;
+  t->shape[0] = 0;
+  t->numel = 0;
+}
+
 
 /* Lays out the tensors (names, offsets) in Hugging Face order. */
 static void prm__layout(prm_llama_t *m) {
@@ -166,13 +206,12 @@ static void prm__layout(prm_llama_t *m) {
       int64_t Fe = c->moe_ffn, Fs = c->shared_ffn;
       PRM__T("block_sparse_moe.gate.weight", c->experts, C, PRM_TP_WHOLE);
       for (int64_t e = 0; e < c->experts; e++) {
-        char sub[48];
-        snprintf(sub, sizeof sub, "block_sparse_moe.experts.%d.w1.weight", (int)e);
-        PRM__T(sub, Fe, C, PRM_TP_WHOLE);
-        snprintf(sub, sizeof sub, "block_sparse_moe.experts.%d.w2.weight", (int)e);
-        PRM__T(sub, C, Fe, PRM_TP_WHOLE);
-        snprintf(sub, sizeof sub, "block_sparse_moe.experts.%d.w3.weight", (int)e);
-        PRM__T(sub, Fe, C, PRM_TP_WHOLE);
+        const char *wn[3] = {"w1", "w2", "w3"};
+        for (int k = 0; k < 3; k++) {
+          snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight",
+                   (int)l, (int)e, wn[k]);
+          prm__add_expert(m, &off, &full, name, e, k == 1 ? C : Fe, k == 1 ? Fe : C);
+        }
       }
       if (Fs) {
         PRM__T("block_sparse_moe.shared_expert.gate_proj.weight", Fs, C, PRM_TP_WHOLE);
@@ -206,7 +245,7 @@ static void prm__point(const prm_llama_t *m, float *base, float **embed, prm_lla
     for (size_t s = 0; s < sizeof slots / sizeof slots[0]; s++) *slots[s] = base + t[i++].offset;
     if (prm_llama_is_moe(c, l)) {
       y->router = base + t[i++].offset;
-      y->experts = base + t[i].offset; /* the experts' tensors are contiguous */
+      y->experts = base + t[i].offset; /* the held experts' tensors are contiguous */
       i += (int)(3 * c->experts);
       if (c->shared_ffn) {
         y->sgate = base + t[i++].offset;
@@ -335,8 +374,22 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
   m->B = B;
   m->T = T;
   m->gemm = *gemm;
-  if (tsize > 1) m->tp = *tp;
-  else m->tp = (prm_llama_tp_t){.size = 1, .rank = 0, .comm = NULL};
+  int esize = tp && tp->ep_size > 1 ? tp->ep_size : 1;
+  if ((rc = prm_llama_ep_check_config(c, esize, err))) return rc;
+  PRM_ASSERT(esize == 1 || (tp->ep_comm && tp->ep_rank >= 0 && tp->ep_rank < esize));
+  m->tp = (prm_llama_tp_t){.size = 1, .rank = 0, .comm = NULL, .ep_size = 1};
+  if (tsize > 1) {
+    m->tp.size = tp->size;
+    m->tp.rank = tp->rank;
+    m->tp.comm = tp->comm;
+  }
+  if (esize > 1) {
+    m->tp.ep_size = tp->ep_size;
+    m->tp.ep_rank = tp->ep_rank;
+    m->tp.ep_comm = tp->ep_comm;
+  }
+  m->El = c->experts / esize;
+  m->e0 = m->El * m->tp.ep_rank;
   m->Hl = c->heads / tsize;
   m->Gl = c->groups / tsize;
   m->Fl = c->ffn / tsize;
@@ -348,7 +401,11 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
     int64_t C = c->hidden, D = prm_llama_head_dim(c);
     int64_t layer = 2 * C + (m->Hl * D) * C * 2 + 2 * (m->Gl * D) * C + 3 * m->Fl * C;
     m->nparams = m->Vl * C * (c->tied ? 1 : 2) + c->layers * layer + C;
-    if (c->experts) m->nparams = m->full_nparams; /* one rank only */
+    if (c->experts) { /* no tensor parallelism: the whole model but the experts held elsewhere */
+      m->nparams = m->full_nparams;
+      for (int64_t l = 0; l < c->layers; l++)
+        if (prm_llama_is_moe(c, l)) m->nparams -= (c->experts - m->El) * 3 * c->moe_ffn * C;
+    }
   }
   m->tensors = prm_xcalloc((size_t)(c->layers * (9 + (c->experts ? 4 + 3 * c->experts : 0)) + 3),
                            sizeof *m->tensors);
@@ -501,4 +558,8 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
   }
   if (m->tp.size > 1)
     prm_sb_appendf(out, " (tensor-parallel shard %d of %d)", m->tp.rank + 1, m->tp.size);
+  if (m->tp.ep_size > 1)
+    prm_sb_appendf(out, " (experts %lld-%lld of %lld: expert-parallel rank %d of %d)",
+                   (long long)m->e0, (long long)(m->e0 + m->El - 1), (long long)m->cfg.experts,
+                   m->tp.ep_rank + 1, m->tp.ep_size);
 }

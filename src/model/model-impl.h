@@ -26,6 +26,13 @@ typedef struct {
   float *xs;              /* (R,C) the input rows in sorted order */
   float *egate, *eup, *eh;/* (R,Fe) x 3 */
   float *eout;            /* (R,C) expert outputs (before the router weight) */
+  /* Expert parallelism: the rows this rank's El experts compute, Rr at
+   * most (every source's rows for local expert 0, then for 1, ...; within
+   * an expert by source rank, then by the source's sorted order). Without
+   * it xr, er and roff are xs, eout and eoff, and egate/eup/eh hold R rows. */
+  float *xr, *er;         /* (Rr,C) inputs and outputs on the experts' side */
+  int32_t *rcnt;          /* (P,El) rows received from each source rank per local expert */
+  int32_t *roff;          /* (El+1) each local expert's first row on the experts' side */
   float *sg, *su, *sh;    /* (N,Fs) x 3 shared expert */
   int64_t dropped;
   double aux, zloss;
@@ -42,6 +49,7 @@ struct prm_llama_acts {
   float *dk, *dv;            /* (N,G*D) x 2 */
   float *dh, *dgate, *dup;   /* (N,F) x 3 */
   float *mdout, *mdxs;       /* MoE: (R,C) x 2 */
+  float *mdor, *mdxr;        /* MoE, experts' side: (Rr,C) x 2 (mdout, mdxs without EP) */
   float *mdh, *mdgate, *mdup;/* MoE: (R,Fe) x 3 */
   float *msdh, *msdg, *msdu; /* MoE: (N,Fs) x 3 */
   float *mdw, *mdlogit;      /* MoE: (N,k), (N,E) */
@@ -73,6 +81,15 @@ void prm__lin_bwd(prm_llama_t *m, float *dx, float *dw, const float *dy, const p
                   int64_t out, int dx_accum);
 
 /* ---- moe.c: the mixture-of-experts MLP ---- */
+
+/* Rows the experts of this rank compute at most in a pass over N tokens:
+ * R = N k without expert parallelism; with P ranks each source sends at
+ * most min(k, El) rows per token (its k experts are distinct). */
+static inline int64_t prm__moe_rows(const prm_llama_t *m, int64_t N) {
+  int64_t K = m->cfg.topk, P = m->tp.ep_size > 1 ? m->tp.ep_size : 1;
+  if (P == 1) return N * K;
+  return P * N * (K < m->El ? K : m->El);
+}
 
 /* Floats the MoE buffers of one activation set (train: also backward's
  * scratch) take; carves them from base at *cur (base NULL: counts). */

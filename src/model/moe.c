@@ -1,5 +1,5 @@
 /* moe.c - the mixture-of-experts MLP (Mixtral-style) of MoE layers, fp32,
- * one rank (no expert parallelism).
+ * on one rank or with expert parallelism.
  *
  * Forward over N token rows x (the post-attention norm's output):
  *   router logits x W_r^T (N,E), softmax over the E experts, the top k by
@@ -16,9 +16,24 @@
  * fraction of the N k assignments routed to e, before capacity; P_e: the
  * mean router probability of e) and z = coeff mean_t logsumexp_t^2. They
  * are not part of the cross-entropy the passes return; their gradients
- * enter backward weighted by m->moe_gscale. */
+ * enter backward weighted by m->moe_gscale.
+ *
+ * Expert parallelism (m->tp.ep_size = P > 1): rank r holds experts
+ * [r El, (r+1) El). Each rank routes and sorts its own tokens as above, so
+ * the rows bound for one rank are contiguous; the kept counts per expert
+ * go out with one all-to-all, then, per local expert j, one all-to-all(v)
+ * moves the rows of expert j of every rank to its holder, received in
+ * source-rank order (fixed by the ranks, not by message timing). The
+ * holder computes its experts on the received rows, the same number of
+ * all-to-alls brings the outputs back, and the combination is the one-rank
+ * code's. Backward sends the outputs' gradients the same way and returns
+ * the inputs' gradients. Capacity and the aux loss's statistics (f_e,
+ * P_e) stay per rank, over the rank's own tokens, as Megatron computes
+ * them per micro-batch on each rank: the losses equal those of the same
+ * data-parallel run without expert parallelism. */
 #include "model-impl.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,11 +63,22 @@ void prm__moe_carve_acts(const prm_llama_t *m, prm__layer_acts_t *a, float *base
   a->order = (int32_t *)prm__mcarve(base, cur, R);
   a->eoff = (int32_t *)prm__mcarve(base, cur, E + 1);
   a->ecount = (int32_t *)prm__mcarve(base, cur, E);
+  int64_t Rr = prm__moe_rows(m, N);
   a->xs = prm__mcarve(base, cur, R * C);
-  a->egate = prm__mcarve(base, cur, R * Fe);
-  a->eup = prm__mcarve(base, cur, R * Fe);
-  a->eh = prm__mcarve(base, cur, R * Fe);
+  a->egate = prm__mcarve(base, cur, Rr * Fe);
+  a->eup = prm__mcarve(base, cur, Rr * Fe);
+  a->eh = prm__mcarve(base, cur, Rr * Fe);
   a->eout = prm__mcarve(base, cur, R * C);
+  a->xr = a->xs;
+  a->er = a->eout;
+  a->roff = a->eoff;
+  a->rcnt = NULL;
+  if (m->tp.ep_size > 1) {
+    a->xr = prm__mcarve(base, cur, Rr * C);
+    a->er = prm__mcarve(base, cur, Rr * C);
+    a->rcnt = (int32_t *)prm__mcarve(base, cur, m->tp.ep_size * m->El);
+    a->roff = (int32_t *)prm__mcarve(base, cur, m->El + 1);
+  }
   if (Fs) {
     a->sg = prm__mcarve(base, cur, N * Fs);
     a->su = prm__mcarve(base, cur, N * Fs);
@@ -64,11 +90,18 @@ void prm__moe_carve_scratch(const prm_llama_t *m, prm_llama_acts_t *a, float *ba
   const prm_llama_config_t *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->hidden, E = c->experts, K = c->topk, R = N * K;
   int64_t Fe = c->moe_ffn, Fs = c->shared_ffn;
+  int64_t Rr = prm__moe_rows(m, N);
   a->mdout = prm__mcarve(base, cur, R * C);
   a->mdxs = prm__mcarve(base, cur, R * C);
-  a->mdh = prm__mcarve(base, cur, R * Fe);
-  a->mdgate = prm__mcarve(base, cur, R * Fe);
-  a->mdup = prm__mcarve(base, cur, R * Fe);
+  a->mdor = a->mdout;
+  a->mdxr = a->mdxs;
+  if (m->tp.ep_size > 1) {
+    a->mdor = prm__mcarve(base, cur, Rr * C);
+    a->mdxr = prm__mcarve(base, cur, Rr * C);
+  }
+  a->mdh = prm__mcarve(base, cur, Rr * Fe);
+  a->mdgate = prm__mcarve(base, cur, Rr * Fe);
+  a->mdup = prm__mcarve(base, cur, Rr * Fe);
   if (Fs) {
     a->msdh = prm__mcarve(base, cur, N * Fs);
     a->msdg = prm__mcarve(base, cur, N * Fs);
@@ -87,6 +120,80 @@ static float *prm__w2(const prm_llama_config_t *c, float *ex, int64_t e) {
 }
 static float *prm__w3(const prm_llama_config_t *c, float *ex, int64_t e) {
   return prm__w1(c, ex, e) + 2 * c->moe_ffn * c->hidden;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Expert parallelism: the exchanges                                         */
+/* ------------------------------------------------------------------------ */
+
+/* The first failure is kept in m->tp_rc (prm_llama_tp_check reports it);
+ * later exchanges are skipped so that a broken group fails fast. */
+static void prm__ep_fail(prm_llama_t *m, int rc, const prm_err_t *e) {
+  if (rc && !m->tp_rc) {
+    m->tp_rc = rc;
+    m->tp_err = *e;
+  }
+}
+
+/* After the sort: the kept rows per expert go to the experts' holders
+ * (rcnt), and the holders lay out their side (roff). */
+static void prm__ep_counts(prm_llama_t *m, prm__layer_acts_t *a) {
+  int64_t E = m->cfg.experts, El = m->El, P = m->tp.ep_size;
+  memset(a->rcnt, 0, (size_t)(P * El) * sizeof *a->rcnt);
+  if (!m->tp_rc) {
+    int32_t *kept = prm_xcalloc((size_t)E, sizeof *kept);
+    for (int64_t e = 0; e < E; e++) kept[e] = a->eoff[e + 1] - a->eoff[e];
+    prm_err_t e = {0};
+    double t0 = prm_time_now();
+    prm__ep_fail(m, prm_comm_alltoall(m->tp.ep_comm, kept, a->rcnt, El, PRM_COMM_I32, &e), &e);
+    m->ep_seconds += prm_time_now() - t0;
+    free(kept);
+  }
+  a->roff[0] = 0;
+  for (int64_t j = 0; j < El; j++) {
+    int32_t n = 0;
+    for (int64_t s = 0; s < P; s++) n += a->rcnt[s * El + j];
+    a->roff[j + 1] = a->roff[j] + n;
+  }
+}
+
+/* Rows of width W between this rank's sorted order (mine, (R,W)) and the
+ * experts' side (theirs, (Rr,W)): to the holders, or back when `back`.
+ * One all-to-all(v) per local expert j: rank o sends the rows of its
+ * expert p El + j to rank p, which receives them in source-rank order at
+ * roff[j]. */
+static void prm__ep_exchange(prm_llama_t *m, const prm__layer_acts_t *a, float *mine,
+                             float *theirs, int64_t W, int back) {
+  int64_t El = m->El, P = m->tp.ep_size;
+  if (m->tp_rc) return;
+  /* MPI counts are ints: the most rows one rank can hold, times W. */
+  if (prm__moe_rows(m, m->B * m->T) * W > INT_MAX) {
+    m->tp_rc = prm_errf(&m->tp_err, PRM_ERANGE,
+                        "expert parallel: %lld rows of %lld floats exceed MPI's int counts; use a "
+                        "smaller micro_batch_size or seq_length",
+                        (long long)prm__moe_rows(m, m->B * m->T), (long long)W);
+    return;
+  }
+  int *v = prm_xcalloc((size_t)(4 * P), sizeof *v); /* my counts, displs; theirs */
+  int *mc = v, *md = v + P, *tc = v + 2 * P, *td = v + 3 * P;
+  double t0 = prm_time_now();
+  for (int64_t j = 0; j < El && !m->tp_rc; j++) {
+    int64_t row = a->roff[j];
+    for (int64_t p = 0; p < P; p++) {
+      int64_t e = p * El + j, n = a->rcnt[p * El + j];
+      mc[p] = (int)((a->eoff[e + 1] - a->eoff[e]) * W);
+      md[p] = (int)(a->eoff[e] * W);
+      tc[p] = (int)(n * W);
+      td[p] = (int)(row * W);
+      row += n;
+    }
+    prm_err_t e = {0};
+    int rc = back ? prm_comm_alltoallv(m->tp.ep_comm, theirs, tc, td, mine, mc, md, PRM_COMM_F32, &e)
+                  : prm_comm_alltoallv(m->tp.ep_comm, mine, mc, md, theirs, tc, td, PRM_COMM_F32, &e);
+    prm__ep_fail(m, rc, &e);
+  }
+  m->ep_seconds += prm_time_now() - t0;
+  free(v);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -159,18 +266,23 @@ void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
   int64_t E = c->experts, K = c->topk, C = c->hidden, Fe = c->moe_ffn, Fs = c->shared_ffn;
   prm__route(m, w, a, x, N);
   prm__dispatch(m, a, N);
-  int64_t rows = a->eoff[E];
+  int64_t rows = a->eoff[E], ep = m->tp.ep_size > 1;
   for (int64_t r = 0; r < rows; r++)
     memcpy(a->xs + r * C, x + (a->order[r] / K) * C, (size_t)C * sizeof(float));
-  /* The grouped GEMM: per expert one product per matrix on its rows. */
-  for (int64_t e = 0; e < E; e++) {
-    int64_t r0 = a->eoff[e], n = a->eoff[e + 1] - r0;
-    if (!n) continue;
-    prm_linear_forward(g, a->egate + r0 * Fe, a->xs + r0 * C, prm__w1(c, w->experts, e), n, C, Fe);
-    prm_linear_forward(g, a->eup + r0 * Fe, a->xs + r0 * C, prm__w3(c, w->experts, e), n, C, Fe);
-    prm_swiglu_forward(a->eh + r0 * Fe, a->egate + r0 * Fe, a->eup + r0 * Fe, n * Fe);
-    prm_linear_forward(g, a->eout + r0 * C, a->eh + r0 * Fe, prm__w2(c, w->experts, e), n, Fe, C);
+  if (ep) { /* the rows to the experts' holders */
+    prm__ep_counts(m, a);
+    prm__ep_exchange(m, a, a->xs, a->xr, C, 0);
   }
+  /* The grouped GEMM: per local expert one product per matrix on its rows. */
+  for (int64_t j = 0; j < m->El; j++) {
+    int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
+    if (!n) continue;
+    prm_linear_forward(g, a->egate + r0 * Fe, a->xr + r0 * C, prm__w1(c, w->experts, j), n, C, Fe);
+    prm_linear_forward(g, a->eup + r0 * Fe, a->xr + r0 * C, prm__w3(c, w->experts, j), n, C, Fe);
+    prm_swiglu_forward(a->eh + r0 * Fe, a->egate + r0 * Fe, a->eup + r0 * Fe, n * Fe);
+    prm_linear_forward(g, a->er + r0 * C, a->eh + r0 * Fe, prm__w2(c, w->experts, j), n, Fe, C);
+  }
+  if (ep) prm__ep_exchange(m, a, a->eout, a->er, C, 1); /* the outputs back */
   /* y = shared expert (or 0) + sum_j w_j expert_j(x), in assignment order. */
   if (Fs) {
     prm_linear_forward(g, a->sg, x, w->sgate, N, C, Fs);
@@ -233,19 +345,22 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
     }
     s->mdw[r] = (float)dot;
   }
-  /* The experts, slice by slice. */
-  for (int64_t e = 0; e < E; e++) {
-    int64_t r0 = a->eoff[e], n = a->eoff[e + 1] - r0;
+  /* The experts, slice by slice (on their holders under expert parallelism). */
+  int ep = m->tp.ep_size > 1;
+  if (ep) prm__ep_exchange(m, a, s->mdout, s->mdor, C, 0);
+  for (int64_t j = 0; j < m->El; j++) {
+    int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
     if (!n) continue;
-    prm_linear_backward(g, s->mdh + r0 * Fe, prm__w2(c, dw->experts, e), s->mdout + r0 * C,
-                        a->eh + r0 * Fe, prm__w2(c, w->experts, e), n, Fe, C, 0);
+    prm_linear_backward(g, s->mdh + r0 * Fe, prm__w2(c, dw->experts, j), s->mdor + r0 * C,
+                        a->eh + r0 * Fe, prm__w2(c, w->experts, j), n, Fe, C, 0);
     prm_swiglu_backward(s->mdgate + r0 * Fe, s->mdup + r0 * Fe, s->mdh + r0 * Fe,
                         a->egate + r0 * Fe, a->eup + r0 * Fe, n * Fe);
-    prm_linear_backward(g, s->mdxs + r0 * C, prm__w1(c, dw->experts, e), s->mdgate + r0 * Fe,
-                        a->xs + r0 * C, prm__w1(c, w->experts, e), n, C, Fe, 0);
-    prm_linear_backward(g, s->mdxs + r0 * C, prm__w3(c, dw->experts, e), s->mdup + r0 * Fe,
-                        a->xs + r0 * C, prm__w3(c, w->experts, e), n, C, Fe, 1);
+    prm_linear_backward(g, s->mdxr + r0 * C, prm__w1(c, dw->experts, j), s->mdgate + r0 * Fe,
+                        a->xr + r0 * C, prm__w1(c, w->experts, j), n, C, Fe, 0);
+    prm_linear_backward(g, s->mdxr + r0 * C, prm__w3(c, dw->experts, j), s->mdup + r0 * Fe,
+                        a->xr + r0 * C, prm__w3(c, w->experts, j), n, C, Fe, 1);
   }
+  if (ep) prm__ep_exchange(m, a, s->mdxs, s->mdxr, C, 1);
   /* dx = the shared expert's input gradient (or 0), plus the experts'. */
   if (Fs) {
     prm_linear_backward(g, s->msdh, dw->sdown, dy, a->sh, w->sdown, N, Fs, C, 0);
@@ -304,6 +419,18 @@ int prm_llama_moe_stats(prm_llama_t *m, prm_llama_moe_stats_t *out) {
   if (!c->experts || !m->moe_counts) return PRM_EINVAL;
   int64_t E = c->experts;
   out->experts = E;
+  int rc = 0;
+  if (m->tp.ep_size > 1) { /* the counts of the group's tokens; the losses' mean */
+    prm_err_t e = {0};
+    double l2[2] = {m->moe_aux_sum, m->moe_z_sum};
+    rc = prm_comm_allreduce(m->tp.ep_comm, m->moe_counts, c->layers * E, PRM_COMM_I64,
+                            PRM_COMM_SUM, &e);
+    if (!rc) rc = prm_comm_allreduce(m->tp.ep_comm, m->moe_dropped, c->layers, PRM_COMM_I64,
+                                     PRM_COMM_SUM, &e);
+    if (!rc) rc = prm_comm_allreduce(m->tp.ep_comm, l2, 2, PRM_COMM_F64, PRM_COMM_SUM, &e);
+    m->moe_aux_sum = l2[0] / m->tp.ep_size;
+    m->moe_z_sum = l2[1] / m->tp.ep_size;
+  }
   for (int64_t l = 0; l < c->layers; l++) {
     if (!prm_llama_is_moe(c, l) || out->nlayers >= 64) continue;
     int i = out->nlayers++;
@@ -327,7 +454,7 @@ int prm_llama_moe_stats(prm_llama_t *m, prm_llama_moe_stats_t *out) {
   memset(m->moe_dropped, 0, (size_t)c->layers * sizeof *m->moe_dropped);
   m->moe_aux_sum = m->moe_z_sum = 0;
   m->moe_passes = 0;
-  return 0;
+  return rc;
 }
 
 void prm_llama_moe_format(const prm_llama_moe_stats_t *s, prm_sb_t *json, prm_sb_t *line) {

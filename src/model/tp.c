@@ -25,6 +25,7 @@ void prm__tp_slice_tensor(const prm_llama_t *m, const prm_tensor_t *t, const flo
   int r = m->tp.rank;
   switch (t->split) {
   case PRM_TP_WHOLE:
+  case PRM_TP_EXPERT: /* whole where the expert is held, nothing (numel 0) elsewhere */
     memcpy(local, whole, (size_t)t->numel * sizeof(float));
     break;
   case PRM_TP_ROWS: /* the rank's rows are one contiguous block */
@@ -46,16 +47,35 @@ void prm_llama_tp_slice(const prm_llama_t *m, const float *full, float *local) {
   }
 }
 
+/* The experts of one MoE layer, whose tensors start at tensors[i]: the
+ * group's blocks (El experts each, in rank order: the experts in order)
+ * gathered into full on its rank 0. */
+static int prm__ep_gather_layer(const prm_llama_t *m, int i, const float *local, float *full,
+                                float **tmp, prm_err_t *err) {
+  const prm_tensor_t *t = &m->tensors[i];
+  int64_t per = 3 * m->cfg.moe_ffn * m->cfg.hidden, n = m->El * per;
+  *tmp = prm_xrealloc(*tmp, (size_t)(n * m->tp.ep_size) * sizeof(float));
+  int rc = prm_comm_allgather(m->tp.ep_comm, local + t->offset, *tmp, n, PRM_COMM_F32, err);
+  if (!rc && full && m->tp.ep_rank == 0)
+    memcpy(full + t->full_offset, *tmp, (size_t)(n * m->tp.ep_size) * sizeof(float));
+  return rc;
+}
+
 int prm_llama_tp_gather(const prm_llama_t *m, const float *local, float *full, prm_err_t *err) {
   int T = m->tp.size;
-  if (T <= 1) {
+  if (!prm_llama_sharded(m)) {
     memcpy(full, local, (size_t)m->nparams * sizeof(float));
     return 0;
   }
-  int root = m->tp.rank == 0, rc = 0;
+  int root = m->tp.rank == 0 && m->tp.ep_rank == 0, rc = 0;
   float *tmp = NULL; /* one tensor's shards, rank after rank */
   for (int i = 0; i < m->ntensors && !rc; i++) {
     const prm_tensor_t *t = &m->tensors[i];
+    if (t->split == PRM_TP_EXPERT) { /* the layer's experts at its first one's tensor */
+      if (i == 0 || m->tensors[i - 1].split != PRM_TP_EXPERT)
+        rc = prm__ep_gather_layer(m, i, local, root ? full : NULL, &tmp, err);
+      continue;
+    }
     if (t->split == PRM_TP_WHOLE) {
       if (root) memcpy(full + t->full_offset, local + t->offset, (size_t)t->numel * sizeof(float));
       continue;

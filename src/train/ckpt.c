@@ -36,6 +36,8 @@ static void prm__to_hf(const prm_llama_config_t *c, const char *tokenizer_type,
     h->num_local_experts = c->experts;
     h->num_experts_per_tok = c->topk;
     h->moe_layer_freq = c->moe_freq;
+    h->moe_layers_n = c->moe_list_n <= PRM_HF_MOE_LAYERS_MAX ? c->moe_list_n : 0;
+    for (int64_t l = 0; l < h->moe_layers_n; l++) h->moe_layers[l] = (uint8_t)prm_llama_is_moe(c, l);
     h->dense_intermediate_size = c->ffn;
     h->shared_expert_intermediate_size = c->shared_ffn;
   }
@@ -67,6 +69,11 @@ int prm_ckpt_read_config(const char *dir, prm_llama_config_t *c, char *tokenizer
     c->moe_ffn = h.intermediate_size;
     c->ffn = h.dense_intermediate_size;
     c->moe_freq = h.moe_layer_freq;
+    if (h.moe_layers_n > 0) {
+      int on[PRM_HF_MOE_LAYERS_MAX];
+      for (int64_t l = 0; l < h.moe_layers_n; l++) on[l] = h.moe_layers[l];
+      prm_llama_set_moe_list(c, on, h.moe_layers_n);
+    }
     c->shared_ffn = h.shared_expert_intermediate_size;
   }
   if (tokenizer_type && tokenizer_len) snprintf(tokenizer_type, tokenizer_len, "%s", h.tokenizer_type);
@@ -362,13 +369,15 @@ int prm_ckpt_load_hf(prm_llama_t *m, const char *dir, prm_err_t *err) {
   prm_llama_config_t c;
   int rc = prm_ckpt_read_config(dir, &c, NULL, 0, err);
   if (rc) return rc;
+  int all_moe = m->cfg.experts > 0;
+  for (int64_t l = 0; l < m->cfg.layers; l++) all_moe &= prm_llama_is_moe(&m->cfg, l);
   struct {
     const char *key;
     int64_t have, want;
   } keys[] = {{"hidden_size", c.hidden, m->cfg.hidden},
               /* (an all-MoE model has no dense layer: any size goes) */
               {"intermediate_size (ffn_hidden_size)", c.ffn,
-               m->cfg.experts && m->cfg.moe_freq == 1 ? c.ffn : m->cfg.ffn},
+               all_moe ? c.ffn : m->cfg.ffn},
               {"num_attention_heads", c.heads, m->cfg.heads},
               {"num_key_value_heads (num_query_groups)", c.groups, m->cfg.groups},
               {"num_hidden_layers (num_layers)", c.layers, m->cfg.layers},
@@ -378,14 +387,19 @@ int prm_ckpt_load_hf(prm_llama_t *m, const char *dir, prm_err_t *err) {
               {"num_experts_per_tok (moe_router_topk)", c.topk, m->cfg.experts ? m->cfg.topk : 0},
               {"intermediate_size (moe_ffn_hidden_size)", c.moe_ffn,
                m->cfg.experts ? m->cfg.moe_ffn : 0},
-              {"primus_moe_layer_freq (moe_layer_freq)", c.moe_freq,
-               m->cfg.experts ? m->cfg.moe_freq : 0},
               {"shared_expert_intermediate_size (moe_shared_expert_intermediate_size)",
                c.shared_ffn, m->cfg.experts ? m->cfg.shared_ffn : 0}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
     if (keys[i].have != keys[i].want)
       return prm_errf(err, PRM_ECONFIG, "%s/config.json: %s is %lld but the experiment has %lld",
                       dir, keys[i].key, (long long)keys[i].have, (long long)keys[i].want);
+  /* Which layers are MoE (moe_layer_freq as an int or a list). */
+  for (int64_t l = 0; l < c.layers && m->cfg.experts; l++)
+    if (prm_llama_is_moe(&c, l) != prm_llama_is_moe(&m->cfg, l))
+      return prm_errf(err, PRM_ECONFIG,
+                      "%s/config.json: layer %lld is %s but the experiment's moe_layer_freq makes "
+                      "it %s", dir, (long long)l, prm_llama_is_moe(&c, l) ? "MoE" : "dense",
+                      prm_llama_is_moe(&m->cfg, l) ? "MoE" : "dense");
 
   /* Scalars that change the function but not the shapes: the experiment
    * wins, but a difference is worth a line. */

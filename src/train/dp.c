@@ -13,7 +13,14 @@
  * (zero.c) the same buckets are summed into their owners' gradient shards
  * instead: each bucket is split at the shard boundaries and each piece is
  * reduced (MPI_Ireduce) to the rank that owns it; without overlap, one
- * blocking reduce-scatter after backward. */
+ * blocking reduce-scatter after backward.
+ *
+ * Under expert parallelism a rank's experts are not the other data-
+ * parallel ranks' experts: their gradient ranges (one block per MoE layer)
+ * are summed over the expert-data-parallel group instead (the ranks that
+ * hold the same experts; nothing when there is none), everything else over
+ * the data-parallel group as before. Buckets and the blocking sum are cut
+ * at those ranges (prm__dp_pieces). */
 #define _GNU_SOURCE
 #include "train-impl.h"
 
@@ -46,8 +53,58 @@ void prm__dp_close(prm__dp_t *dp) {
     prm_comm_waitall(dp->reqs, dp->nreq, &e);
   }
   free(dp->reqs);
+  free(dp->xlo);
+  free(dp->xhi);
   prm__zero_close(dp);
   memset(dp, 0, sizeof *dp);
+}
+
+int prm__dp_experts(prm__dp_t *dp, const prm__par_t *par, const prm_llama_t *m) {
+  if (par->ep_size <= 1) return 0;
+  const prm_llama_config_t *c = &m->cfg;
+  dp->edp = par->edp;
+  dp->xlo = prm_xcalloc((size_t)c->layers, sizeof *dp->xlo);
+  dp->xhi = prm_xcalloc((size_t)c->layers, sizeof *dp->xhi);
+  for (int64_t l = 0; l < c->layers; l++) {
+    if (!prm_llama_is_moe(c, l)) continue;
+    dp->xlo[dp->nx] = m->layer[l].experts - m->params;
+    dp->xhi[dp->nx] = dp->xlo[dp->nx] + m->El * 3 * c->moe_ffn * c->hidden;
+    dp->nx++;
+  }
+  /* A bucket is cut into at most two pieces more per expert range. */
+  dp->cap += 2 * dp->nx;
+  dp->reqs = prm_xrealloc(dp->reqs, (size_t)dp->cap * sizeof *dp->reqs);
+  memset(dp->reqs, 0, (size_t)dp->cap * sizeof *dp->reqs);
+  return dp->nx;
+}
+
+/* The sum of grads[lo, hi) over `c` (NULL: nothing), blocking or started. */
+static int prm__dp_piece(prm__dp_t *dp, prm_comm_t *c, int64_t lo, int64_t hi, int start,
+                         prm_err_t *err) {
+  if (!c || hi <= lo) return 0;
+  if (!start)
+    return prm_comm_allreduce(c, dp->grads + lo, hi - lo, PRM_COMM_F32, PRM_COMM_SUM, err);
+  PRM_ASSERT(dp->nreq < dp->cap);
+  int rc = prm_comm_iallreduce(c, dp->grads + lo, hi - lo, PRM_COMM_F32, PRM_COMM_SUM,
+                               &dp->reqs[dp->nreq], err);
+  if (!rc) dp->nreq++;
+  return rc;
+}
+
+/* grads[lo, hi) summed over the data-parallel group, the expert ranges in
+ * it over the expert-data-parallel group (see above). */
+static int prm__dp_pieces(prm__dp_t *dp, int64_t lo, int64_t hi, int start, prm_err_t *err) {
+  int64_t at = lo;
+  int rc = 0;
+  for (int i = 0; i < dp->nx && at < hi && !rc; i++) {
+    int64_t a = dp->xlo[i] > at ? dp->xlo[i] : at, b = dp->xhi[i] < hi ? dp->xhi[i] : hi;
+    if (a >= b) continue;
+    rc = prm__dp_piece(dp, dp->world, at, a, start, err);
+    if (!rc) rc = prm__dp_piece(dp, dp->edp, a, b, start, err);
+    at = b;
+  }
+  if (!rc) rc = prm__dp_piece(dp, dp->world, at, hi, start, err);
+  return rc;
 }
 
 /* Starts the all-reduce of grads[lo, hi); under ZeRO-1, its reduction to
@@ -58,10 +115,7 @@ static void prm__dp_launch(prm__dp_t *dp, int64_t lo, int64_t hi) {
     dp->rc = prm__zero_launch(dp, lo, hi, &dp->err);
     return;
   }
-  PRM_ASSERT(dp->nreq < dp->cap);
-  dp->rc = prm_comm_iallreduce(dp->world, dp->grads + lo, hi - lo, PRM_COMM_F32, PRM_COMM_SUM,
-                               &dp->reqs[dp->nreq], &dp->err);
-  if (!dp->rc) dp->nreq++;
+  dp->rc = prm__dp_pieces(dp, lo, hi, 1, &dp->err);
 }
 
 /* The model's hook: [offset, offset+numel) is final; ranges arrive
@@ -104,7 +158,8 @@ int prm__dp_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err) {
   } else if (dp->zero) {
     rc = prm__zero_reduce(dp, m, err);
   } else {
-    rc = prm_comm_allreduce(dp->world, m->grads, m->nparams, PRM_COMM_F32, PRM_COMM_SUM, err);
+    dp->grads = m->grads;
+    rc = prm__dp_pieces(dp, 0, m->nparams, 0, err);
   }
   dp->wait_s = prm_time_now() - t0;
   return rc;

@@ -202,21 +202,35 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   PRM__I("tensor_model_parallel_size", 1, &tp);
   PRM__I("pipeline_model_parallel_size", 1, &pp);
   PRM__I("expert_model_parallel_size", 1, &ep);
-  if (pp != 1 || ep != 1)
+  if (pp != 1)
     return prm_errf(err, PRM_ECONFIG,
-                    "pipeline/expert parallel sizes other than 1 are not supported yet "
-                    "(got %lld/%lld)", (long long)pp, (long long)ep);
+                    "pipeline parallel sizes other than 1 are not supported yet (got %lld)",
+                    (long long)pp);
+  if (ep < 1 || ep > 4096)
+    return prm__prefix_origin(e, "expert_model_parallel_size",
+                              (prm_errf(err, PRM_ECONFIG, "expert_model_parallel_size: must be "
+                                        "between 1 and 4096, got %lld", (long long)ep), err));
+  o->ep = (int)ep;
   if (tp < 1 || tp > 4096)
     return prm__prefix_origin(e, "tensor_model_parallel_size",
                               (prm_errf(err, PRM_ECONFIG, "tensor_model_parallel_size: must be "
                                         "between 1 and 4096, got %lld", (long long)tp), err));
   o->tp = (int)tp;
-  /* Mixture of experts (src/model/moe.c): one rank, fp32. */
+  /* Mixture of experts (src/model/moe.c): fp32, experts optionally sharded
+   * over expert_model_parallel_size ranks (par.c). */
   PRM__I("num_experts", 0, &c->experts);
   if (c->experts) {
     PRM__I("moe_router_topk", 2, &c->topk);
     PRM__I("moe_ffn_hidden_size", c->ffn, &c->moe_ffn);
-    PRM__I("moe_layer_freq", 1, &c->moe_freq);
+    const prm_node_t *freq = prm_exp_get(e, "moe_layer_freq");
+    if (freq && freq->kind == PRM_NODE_LIST) { /* [1, 0, 1, 0]: checked by the schema */
+      int *on = prm_xcalloc((size_t)freq->n + 1, sizeof *on);
+      for (int i = 0; i < freq->n; i++) on[i] = !strcmp(freq->items[i]->str, "1");
+      prm_llama_set_moe_list(c, on, freq->n);
+      free(on);
+    } else {
+      PRM__I("moe_layer_freq", 1, &c->moe_freq);
+    }
     PRM__I("moe_shared_expert_intermediate_size", 0, &c->shared_ffn);
     PRM__F("moe_aux_loss_coeff", 0.0, &c->aux_coeff);
     PRM__F("moe_z_loss_coeff", 0.0, &c->z_coeff);
@@ -277,6 +291,8 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                               (prm_errf(err, PRM_ECONFIG,
                                         "num_experts: fine-tuning (post_trainer) of "
                                         "mixture-of-experts models is not supported yet"), err));
+  if ((rc = prm_llama_ep_check_config(&o->model, o->ep, err)))
+    return prm__prefix_origin(e, "expert_model_parallel_size", err);
   int64_t mport = 0;
   PRM__I("metrics_port", 0, &mport);
   if (mport < 0 || mport > 65535)

@@ -168,6 +168,7 @@ int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
   prm_llama_zero_grad(s->model);
   prm_llama_params_changed(s->model); /* updated, loaded or rolled back since the last step */
   s->model->tp_seconds = 0;
+  s->model->ep_seconds = 0;
   s->data_s = 0;
   /* Fault injection: a NaN in this rank's gradient before the reduction, so
    * that, as a real one would, it reaches every rank through the sum. */

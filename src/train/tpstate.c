@@ -1,4 +1,4 @@
-/* tpstate.c - files and norms for tensor-parallel shards: a shard loads a
+/* tpstate.c - files and norms for tensor- and expert-parallel shards: a shard loads a
  * whole-model folder by staging the whole model and keeping its slice, and
  * the checkpoint writer gathers the group's shards before saving, so files
  * never depend on tensor_model_parallel_size (see train-impl.h). Without
@@ -21,7 +21,7 @@ static float *prm__moments(int64_t n) {
 
 int prm__load_weights(prm__session_t *s, const char *dir, prm_err_t *err) {
   prm_llama_t *m = s->model, *w = NULL;
-  if (m->tp.size <= 1) return prm_ckpt_load_hf(m, dir, err);
+  if (!prm_llama_sharded(m)) return prm_ckpt_load_hf(m, dir, err);
   int rc = prm__whole(m, &w, err);
   if (!rc) rc = prm_ckpt_load_hf(w, dir, err);
   if (!rc) prm_llama_tp_slice(m, w->params, m->params);
@@ -32,7 +32,7 @@ int prm__load_weights(prm__session_t *s, const char *dir, prm_err_t *err) {
 int prm__resume(prm__session_t *s, const char *save, int64_t lo, int64_t hi, float *adam_m,
                 float *adam_v, prm_ckpt_state_t *st, prm_err_t *err) {
   prm_llama_t *m = s->model, *w = NULL;
-  if (m->tp.size <= 1) return prm_ckpt_resume_range(m, save, lo, hi, adam_m, adam_v, st, err);
+  if (!prm_llama_sharded(m)) return prm_ckpt_resume_range(m, save, lo, hi, adam_m, adam_v, st, err);
   PRM_ASSERT(lo == 0 && hi == m->nparams);
   int rc = prm__whole(m, &w, err);
   if (rc) return rc;
@@ -40,7 +40,7 @@ int prm__resume(prm__session_t *s, const char *save, int64_t lo, int64_t hi, flo
   float *fm = prm__moments(n), *fv = prm__moments(n);
   if (!fm || !fv) {
     rc = prm_errf(err, PRM_ENOMEM, "cannot stage the whole model's AdamW moments (2 x %lld "
-                  "floats) to resume a tensor-parallel shard", (long long)n);
+                  "floats) to resume a tensor- or expert-parallel shard", (long long)n);
   } else if (!(rc = prm_ckpt_resume_range(w, save, 0, n, fm, fv, st, err)) && st->iteration > 0) {
     prm_llama_tp_slice(m, w->params, m->params);
     prm_llama_tp_slice(m, fm, adam_m);
@@ -54,7 +54,7 @@ int prm__resume(prm__session_t *s, const char *save, int64_t lo, int64_t hi, flo
 
 int prm__tp_save_open(prm__session_t *s, int holder, prm_err_t *err) {
   prm_llama_t *m = s->model;
-  if (m->tp.size <= 1 || !holder) return 0;
+  if (!prm_llama_sharded(m) || !holder) return 0;
   int rc = prm__whole(m, &s->full, err);
   if (rc) return rc;
   int64_t n = s->full->nparams;
@@ -76,9 +76,13 @@ int prm__tp_save_gather(prm__session_t *s, const float *adam_m, const float *ada
 }
 
 int prm__grad_norm(prm_llama_t *m, double *norm, prm_err_t *err) {
-  double ss = 0;
+  double ss = 0, sx = 0; /* sx: the experts this rank holds */
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
+    if (t->split == PRM_TP_EXPERT) {
+      sx += prm_sumsq(m->grads + t->offset, t->numel);
+      continue;
+    }
     if (t->split == PRM_TP_WHOLE && m->tp.rank != 0) continue; /* counted by rank 0 */
     ss += prm_sumsq(m->grads + t->offset, t->numel);
   }
@@ -86,6 +90,12 @@ int prm__grad_norm(prm_llama_t *m, double *norm, prm_err_t *err) {
     int rc = prm_comm_allreduce(m->tp.comm, &ss, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
     if (rc) return rc;
   }
-  *norm = sqrt(ss);
+  /* Each expert is held by one rank of the expert-parallel group: summed
+   * over it, every expert counts once. */
+  if (m->tp.ep_size > 1) {
+    int rc = prm_comm_allreduce(m->tp.ep_comm, &sx, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
+    if (rc) return rc;
+  }
+  *norm = sqrt(ss + sx);
   return 0;
 }

@@ -20,9 +20,14 @@ typedef struct {
                         * NULL when D = 1 */
   int tp_size, tp_rank, dp_size, dp_rank;
   int rank, size;      /* in the world (0 and 1 alone) */
+  /* Expert parallelism (MoE, expert_model_parallel_size E dividing D): */
+  prm_comm_t *ep;      /* the expert-parallel group (owned); NULL when E = 1 */
+  prm_comm_t *edp;     /* the ranks holding the same experts (owned); NULL when D = E or E = 1 */
+  int ep_size, ep_rank;
 } prm__par_t;
-/* Joins MPI when o->world > 1 and splits it; PRM_ECONFIG when T does not
- * divide the world or asks for more ranks than there are. */
+/* Joins MPI when o->world > 1 and splits it (world = T x D, the expert-
+ * parallel groups inside D); PRM_ECONFIG when T or E do not divide, or
+ * ask for more ranks than there are. */
 int prm__par_open(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *err);
 void prm__par_close(prm__par_t *p);
 void prm__par_model_tp(const prm__par_t *p, prm_llama_tp_t *tp);
@@ -236,6 +241,11 @@ struct prm__dp {
   int rc;                  /* the first error inside the hook, and its text */
   prm_err_t err;
   double wait_s;           /* exposed communication of the last step */
+  /* Expert parallelism (prm__dp_experts): the ranges of grads holding this
+   * rank's experts (nx of them, ascending), summed over edp instead. */
+  prm_comm_t *edp;         /* borrowed; NULL: no expert gradient sums */
+  int64_t *xlo, *xhi;
+  int nx;
   /* ZeRO-1 (zero.c), set by prm__zero_open: this rank owns the parameters
    * [shard_lo, shard_hi) of the flat vector and their AdamW moments. */
   int zero;
@@ -249,6 +259,10 @@ struct prm__dp {
 int prm__dp_open(prm__dp_t *dp, const prm_train_opts_t *o, const prm__par_t *par,
                  int64_t nparams, prm_err_t *err);
 void prm__dp_close(prm__dp_t *dp);
+/* Under expert parallelism (par->ep_size > 1): the expert ranges of m's
+ * gradients are summed over par's expert-data-parallel group. Returns the
+ * number of ranges. Call after prm__dp_open. */
+int prm__dp_experts(prm__dp_t *dp, const prm__par_t *par, const prm_llama_t *m);
 /* Before the step's last micro-batch: its backward starts the buckets. */
 void prm__dp_last_microbatch(prm__dp_t *dp, prm_llama_t *m);
 /* After backward: every gradient summed over the ranks (dp->wait_s: the

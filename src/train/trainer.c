@@ -196,6 +196,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   char *tok_config = NULL; /* tokenizer_config.json of every checkpoint (BPE runs) */
   if (o->save && (rc = prm__tokenizer_config(o, &tok_config, err))) goto done;
   if ((rc = prm__dp_open(&dp, o, &par, m->nparams, err))) goto done;
+  prm__dp_experts(&dp, &par, m);
   if ((rc = prm__tm_open(&tm, o, &dp, err))) goto done;
   /* ZeRO-1: this rank keeps the moments of its shard [lo, hi) only. */
   if (o->distributed_optimizer && dp.size > 1 && (rc = prm__zero_open(&dp, m->nparams, err)))
@@ -221,7 +222,9 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   int writer = dp.all_rank == 0;
   /* Tensor parallel: the group of data-parallel rank 0 gathers the whole
    * model into the writer's s.full before each save (tpstate.c). */
-  int tp_gathers = par.tp_size > 1 && par.dp_rank == 0 && o->save;
+  /* Expert parallel: the expert-parallel group of data-parallel rank 0
+   * gathers the experts the same way. */
+  int tp_gathers = (par.tp_size > 1 || par.ep_size > 1) && par.dp_rank < par.ep_size && o->save;
   if (tp_gathers && (rc = prm__tp_save_open(&s, writer, err))) goto done;
   if (dp.zero && o->async_save && o->save)
     PRM_WARN("async_save: not with use_distributed_optimizer yet (the shards are saved "
@@ -277,6 +280,13 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
              (long long)m->Gl, (long long)c->groups, (long long)m->Fl, (long long)c->ffn,
              (long long)m->v0, (long long)(m->v0 + m->Vl), par.dp_size,
              par.dp_size == 1 ? "" : "s");
+  if (par.ep_size > 1)
+    PRM_INFO("expert parallel: %d ranks per group (this is rank %d: experts %lld-%lld of %lld, "
+             "%lld of %lld parameters); %d group%s; expert gradients summed over %d rank%s",
+             par.ep_size, par.ep_rank, (long long)m->e0, (long long)(m->e0 + m->El - 1),
+             (long long)c->experts, (long long)m->nparams, (long long)m->full_nparams,
+             par.dp_size / par.ep_size, par.dp_size / par.ep_size == 1 ? "" : "s",
+             par.dp_size / par.ep_size, par.dp_size / par.ep_size == 1 ? "" : "s");
   if (dp.zero && dp.overlap)
     PRM_INFO("data parallel: %d ranks with the distributed optimizer (ZeRO-1): this rank owns "
              "parameters [%lld, %lld); gradients reduced to their shard owners in buckets of "
@@ -411,6 +421,9 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (par.tp_size > 1)
       snprintf(comm + strlen(comm), sizeof comm - strlen(comm), ",\"tp_comm_ms\":%.3f",
                m->tp_seconds * 1e3);
+    if (par.ep_size > 1)
+      snprintf(comm + strlen(comm), sizeof comm - strlen(comm), ",\"ep_comm_ms\":%.3f",
+               m->ep_seconds * 1e3);
     /* Mixture of experts (issue 11): this step's routing, as a "moe" field
      * and, at log intervals, a log line. */
     prm_sb_t moe_js = {0}, moe_ln = {0};

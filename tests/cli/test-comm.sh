@@ -106,8 +106,9 @@ expect_rc "overlap with one rank" 0
 # reduce at every root (NULL and untouched receive buffers away from it, in
 # place), and the distributed optimizer's pattern of non-blocking reduces of
 # pieces into their owners' shards, twice to the same bits; the variable-length
-# gather (prm_comm_gatherv) of uneven blocks to every root. 3 ranks gives
-# uneven shards and a non-power-of-two tree.
+# gather (prm_comm_gatherv) of uneven blocks to every root; and expert
+# parallelism's uneven all-to-all(v) there and back. 3 ranks gives uneven
+# shards and a non-power-of-two tree.
 unit=${PRIMUS_BUILD:-$(dirname "$PRIMUS_BIN")}/tests/test-comm
 if [[ -x $unit ]]; then
   mpiflags=(--oversubscribe)
@@ -116,8 +117,8 @@ if [[ -x $unit ]]; then
     OUT=$(timeout 300 mpirun "${mpiflags[@]}" -np "$np" "$unit" 2>&1)
     RC=$?
     ERR=$OUT
-    expect_rc "reduce, ireduce and gatherv over $np ranks (test-comm under mpirun)" 0
-    expect_eq "every rank passed the three multi-rank tests" "$(grep -c 'PASSED  \] 3 test' <<<"$OUT")" "$np"
+    expect_rc "reduce, ireduce, gatherv and alltoallv over $np ranks (test-comm under mpirun)" 0
+    expect_eq "every rank passed the four multi-rank tests" "$(grep -c 'PASSED  \] 4 test' <<<"$OUT")" "$np"
   done
 else
   bad "reduce over several ranks: $unit is missing (set PRIMUS_BUILD)"
