@@ -698,6 +698,38 @@ static void test_sft_pack(void **state) {
   assert_int_equal(seg[31], 0);
   assert_int_equal(seg[32], 1);
   prm_sft_close(d);
+  /* Shuffled: every epoch is a permutation of the sequences (one example
+   * each here), the first in the example order, later ones in other
+   * orders, the same for the same seed. */
+  o.packing = 0, o.shuffle = 1, o.seed = 5;
+  if (prm_sft_open(&o, &d, &err)) fail_msg("%s", err.msg);
+  enum { E = 6 };
+  int64_t n = prm_sft_sequences(d, PRM_SPLIT_TRAIN), changed = 0;
+  assert_int_equal(n, 3);
+  int first[E][3];
+  for (int e = 0; e < E; e++) {
+    int seen = 0;
+    for (int q = 0; q < n; q++) {
+      prm_sft_sample(d, PRM_SPLIT_TRAIN, e * n + q, tok, tgt, seg, pos);
+      int ex = tok[9] == 'a' ? 0 : tok[9] == 'c' ? 1 : 2; /* the prompt's letter, after "<|user|>\n" */
+      if (tok[9] != 'a' && tok[9] != 'c' && tok[9] != 'e') fail_msg("epoch %d: byte %d", e, tok[9]);
+      seen |= 1 << ex;
+      first[e][q] = ex;
+      int64_t l = 0;
+      for (int i = 0; i < 80 && i < o.seq_length; i++) l += tgt[i] >= 0;
+      assert_int_equal(l, prm_sft_loss_tokens(d, PRM_SPLIT_TRAIN, e * n + q));
+    }
+    assert_int_equal(seen, 7); /* each example once per epoch */
+    if (e && memcmp(first[e], first[0], sizeof first[0])) changed++;
+  }
+  assert_true(changed >= 2);
+  prm_sft_close(d);
+  prm_sft_t *d2 = NULL;
+  if (prm_sft_open(&o, &d2, &err)) fail_msg("%s", err.msg);
+  prm_sft_sample(d2, PRM_SPLIT_TRAIN, 4 * n + 1, tok, tgt, seg, pos);
+  assert_int_equal(tok[9] == 'a' ? 0 : tok[9] == 'c' ? 1 : 2, first[4][1]);
+  prm_sft_close(d2);
+  o.shuffle = 0, o.packing = 1;
   o.packing = 0;
   o.seq_length = 24; /* every example cut before its response (token 25) */
   assert_int_equal(prm_sft_open(&o, &d, &err), PRM_EINVAL);

@@ -290,7 +290,8 @@ typedef struct {
   int64_t seq_length;          /* positions per sequence */
   int64_t vocab_size;          /* every token must be < this */
   int packing;                 /* 1: examples packed up to seq_length; 0: one each, padded */
-  int shuffle;                 /* examples of each split in an order drawn from seed */
+  int shuffle;                 /* examples of each split in an order drawn from seed, and
+                                  the sequences in a new order each epoch after the first */
   uint64_t seed;
   prm_split_t need;            /* the split that must have examples */
 } prm_sft_opts_t;
@@ -308,9 +309,12 @@ int prm_sft_open(const prm_sft_opts_t *o, prm_sft_t **out, prm_err_t *err);
 void prm_sft_close(prm_sft_t *d);
 int64_t prm_sft_examples(const prm_sft_t *d, prm_split_t s);
 int64_t prm_sft_sequences(const prm_sft_t *d, prm_split_t s);
-/* Loss tokens of sequence k of a split (k wraps around, as for samples). */
+/* Loss tokens of sample k of a split (the sequence prm_sft_sample gives). */
 int64_t prm_sft_loss_tokens(const prm_sft_t *d, prm_split_t s, int64_t k);
-/* Sequence k (mod the split's count) as S = seq_length positions: tokens,
+/* Sample k as S = seq_length positions. Sample k is sequence k mod n (n:
+ * the split's sequences) in the first epoch; with shuffle, epoch e = k / n
+ * >= 1 takes the sequences in an order drawn from (seed, split, e), so
+ * every epoch sees every sequence once, in another order. Fills tokens,
  * targets (-1: no loss), the segment id of each position (its example's
  * index in the sequence; padding is one more segment) and its position
  * inside the segment (restarting at 0). */

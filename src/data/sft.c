@@ -30,6 +30,8 @@ struct prm_sft {
   int64_t nex, S;
   int32_t pad;
   int64_t truncated, dropped;
+  int shuffle;
+  uint64_t seed;
   prm__sft_split_t sp[PRM_SPLIT__COUNT];
   char *desc;
 };
@@ -186,6 +188,8 @@ int prm_sft_open(const prm_sft_opts_t *o, prm_sft_t **out, prm_err_t *err) {
   if (rc) return rc;
   prm_sft_t *d = prm_xcalloc(1, sizeof *d);
   d->S = o->seq_length;
+  d->shuffle = o->shuffle;
+  d->seed = o->seed;
   d->pad = prm_tokenizer_eod(tok) >= 0 ? prm_tokenizer_eod(tok) : 0;
   rc = prm__sft_read(d, o, tok, err);
   prm_tokenizer_free(tok);
@@ -260,16 +264,39 @@ int64_t prm_sft_examples(const prm_sft_t *d, prm_split_t s) { return d->sp[s].ne
 int64_t prm_sft_sequences(const prm_sft_t *d, prm_split_t s) { return d->sp[s].nseq; }
 const char *prm_sft_describe(const prm_sft_t *d) { return d->desc; }
 
+static uint64_t prm__gcd(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/* The sequence sample k reads: k mod n in the first epoch; later, with
+ * shuffle, an affine permutation q -> (a q + b) mod n of the epoch's
+ * positions, a coprime with n, both drawn from (seed, split, epoch).
+ * Stateless, so any rank and any resume computes it alone. */
+static int64_t prm__sft_seq(const prm_sft_t *d, prm_split_t s, int64_t k) {
+  int64_t n = d->sp[s].nseq, e = k / n, q = k % n;
+  if (!d->shuffle || e == 0 || n < 3) return q;
+  prm_rng_t r;
+  prm_rng_seed(&r, d->seed * 1000003u + (uint64_t)s * 7919u + (uint64_t)e * 104729u + 29u);
+  uint64_t a = 1 + prm_rng_u64(&r) % (uint64_t)(n - 1), b = prm_rng_u64(&r) % (uint64_t)n;
+  while (prm__gcd(a, (uint64_t)n) != 1) a = a % (uint64_t)(n - 1) + 1;
+  return (int64_t)(((unsigned __int128)a * (uint64_t)q + b) % (uint64_t)n);
+}
+
 int64_t prm_sft_loss_tokens(const prm_sft_t *d, prm_split_t s, int64_t k) {
   const prm__sft_split_t *sp = &d->sp[s];
-  return sp->nseq ? sp->loss[k % sp->nseq] : 0;
+  return sp->nseq ? sp->loss[prm__sft_seq(d, s, k)] : 0;
 }
 
 void prm_sft_sample(const prm_sft_t *d, prm_split_t s, int64_t k, int32_t *tokens,
                     int32_t *targets, int32_t *seg, int32_t *pos) {
   const prm__sft_split_t *sp = &d->sp[s];
   PRM_ASSERT(sp->nseq > 0);
-  int64_t q = k % sp->nseq, p = 0;
+  int64_t q = prm__sft_seq(d, s, k), p = 0;
   int32_t id = 0;
   for (int64_t i = sp->first[q]; i < sp->first[q + 1]; i++, id++) {
     int64_t e = sp->order[i];
