@@ -27,6 +27,8 @@ int prm__dp_open(prm__dp_t *dp, const prm_train_opts_t *o, const prm__par_t *par
   dp->size = 1;
   dp->overlap = o->overlap_grad_reduce;
   dp->bucket = o->ddp_bucket_size > 0 ? o->ddp_bucket_size : nparams;
+  dp->rlo = 0;
+  dp->rhi = nparams;
   dp->all = par->world;
   dp->all_rank = par->rank;
   dp->all_size = par->size;
@@ -104,7 +106,8 @@ int prm__dp_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err) {
   } else if (dp->zero) {
     rc = prm__zero_reduce(dp, m, err);
   } else {
-    rc = prm_comm_allreduce(dp->world, m->grads, m->nparams, PRM_COMM_F32, PRM_COMM_SUM, err);
+    rc = prm_comm_allreduce(dp->world, m->grads + dp->rlo, dp->rhi - dp->rlo, PRM_COMM_F32,
+                            PRM_COMM_SUM, err);
   }
   dp->wait_s = prm_time_now() - t0;
   return rc;
