@@ -255,8 +255,12 @@ static int prm__pipe_op(prm__session_t *s, const prm_train_opts_t *o, prm__pipe_
     int k = 0;
     while (k < pp->nslots && pp->slot_busy[k]) k++;
     PRM_ASSERT(k < pp->nslots);
-    /* The slot's sends from its last micro-batch are done before it is reused. */
-    if ((rc = prm_comm_waitall(&pp->sreq[2 * k], 2, err))) return rc;
+    /* The slot's activations were sent from here: that send is done before
+     * they are overwritten (its receiver has answered with the gradient, so
+     * this never waits long). Its gradient send may still be in flight:
+     * forward does not touch that buffer, and waiting for it here could
+     * deadlock the interleaved schedule. */
+    if ((rc = prm_comm_wait(&pp->sreq[2 * k], err))) return rc;
     pp->slot_busy[k] = 1;
     *slot = k;
     prm_llama_use_slot(m, k);
@@ -272,10 +276,11 @@ static int prm__pipe_op(prm__session_t *s, const prm_train_opts_t *o, prm__pipe_
   int k = *slot;
   PRM_ASSERT(k >= 0);
   prm_llama_use_slot(m, k);
-  if (ch < C - 1) {
-    if ((rc = prm_comm_wait(&pp->sreq[2 * k + 1], err))) return rc;
-    if ((rc = prm__pipe_recv(pp, prm_llama_stage_dx(m), n, next, 2 * ch + 1, err))) return rc;
-  }
+  /* The gradient buffer's last send (an earlier micro-batch's) is done
+   * before it is written again. */
+  if ((rc = prm_comm_wait(&pp->sreq[2 * k + 1], err))) return rc;
+  if (ch < C - 1 && (rc = prm__pipe_recv(pp, prm_llama_stage_dx(m), n, next, 2 * ch + 1, err)))
+    return rc;
   if (ch == 0) prm__pipe_batch(s, o, PRM_SPLIT_TRAIN, first); /* the embedding's tokens */
   prm_llama_stage_backward(m, lo, hi, s->tokens, B);
   pp->slot_busy[k] = 0;
