@@ -46,12 +46,15 @@ typedef struct {
  * backwards); V > 1: Megatron's interleaved schedule (M a multiple of P).
  * Returns the count, or -1 when the arguments do not make a schedule. */
 int prm__pp_schedule(int P, int V, int M, int s, prm__pp_op_t *ops);
-/* The schedule's idle share of a step: (P - 1) / (V M + P - 1)... in
- * Megatron's accounting, (P - 1) / V micro-batch times over M + (P - 1) / V. */
+/* The schedule's idle share of a step in Megatron's accounting: (P - 1) / V
+ * micro-batch times of bubble over M + (P - 1) / V ((P - 1) / (M + P - 1)
+ * for 1F1B). */
 double prm__pp_bubble_fraction(int P, int V, int M);
 /* counts (n) <- L layers cut into n contiguous runs of at least one layer
  * each, the largest run's cost (cost: L values) as small as it can be;
- * ties go to the earlier cut. PRM_EINVAL when n > L. */
+ * ties keep the earlier cut, so later runs take the spare layers (the
+ * first stages hold the most micro-batches in flight). PRM_EINVAL when n
+ * > L or n < 1. */
 int prm__pp_balance(const double *cost, int64_t L, int n, int64_t *counts);
 
 typedef struct {
