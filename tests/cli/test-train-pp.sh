@@ -7,7 +7,8 @@
 # a tied head (the embedding's gradient summed between the first and last
 # stage), with recomputation and with a given pipeline_layer_split; a P = 2
 # checkpoint resumes at P = 1 and a P = 1 one at P = 2 to the weights of an
-# uninterrupted run; events carry the bubble; and bad layouts (more stages
+# uninterrupted run; events carry the bubble and `benchmark train` reports
+# it beside the schedule's; and bad layouts (more stages
 # than layers, bad splits, ZeRO-1 or MoE with P > 1, a world P does not
 # divide) are refused with the key named.
 source "$(dirname "$0")/lib.sh"
@@ -122,6 +123,16 @@ expect_rc "P = 4 with 2 micro-batches" 0
 expect_in "warns that the pipeline never fills" "the pipeline never fills" "$ERR"
 d=$(loss_diff few-one few)
 if within "$d" 1e-5; then ok "P = 4 with 2 micro-batches: losses within 1e-5 ($d)"; else bad "P = 4, M = 2: losses differ by $d"; fi
+
+# ---- benchmark train: the measured bubble beside the schedule's ----
+run direct --nproc 2 -- benchmark train --config pp2.yaml --warmup 1 --iters 3 -o bench.json
+expect_rc "benchmark train, P = 2" 0
+row=$(grep -o '{.*}' bench.json)
+bf=$(sed 's/.*"bubble_fraction": \([^,}]*\).*/\1/' <<<"$row")
+bs=$(sed 's/.*"bubble_schedule": \([^,}]*\).*/\1/' <<<"$row")
+expect_eq "benchmark train: the schedule's bubble for P = 2, M = 4 is 1/5" "$bs" "0.2000"
+if awk -v b="$bf" 'BEGIN { exit !(b > 0 && b < 1) }'; then ok "benchmark train: a measured bubble fraction ($bf)"
+else bad "benchmark train: bubble_fraction '$bf'"; fi
 
 # ---- Refusals ----
 refuse() { # WHAT NP NEEDLE KEY: VALUE...
