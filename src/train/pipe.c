@@ -316,6 +316,11 @@ int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t
   pp->wait_s += prm_time_now() - t0;
   if (!rc) rc = prm_llama_tp_check(m, err);
   if (!rc) rc = prm__dp_reduce(dp, m, err);
+  /* A tied head: the last stage's part of the embedding's gradient lies
+   * outside its range, so it is summed over the data-parallel ranks on its
+   * own, then the two ends' parts are added. */
+  if (!rc && pp->embd && dp->world && !pp->first)
+    rc = prm_comm_allreduce(dp->world, m->grads, pp->embed_n, PRM_COMM_F32, PRM_COMM_SUM, err);
   if (!rc && pp->embd)
     rc = prm_comm_allreduce(pp->embd, m->grads, pp->embed_n, PRM_COMM_F32, PRM_COMM_SUM, err);
   if (!rc) rc = prm__dp_sum(dp, &sum, 1, err);

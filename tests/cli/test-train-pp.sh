@@ -94,6 +94,10 @@ exp pp2-tied "pipeline_model_parallel_size: 2"
 launch 2 pp2-tied
 expect_rc "P = 2, tied head" 0
 same pp2-tied one-tied "P = 2, tied head"
+exp pp2dp2-tied "pipeline_model_parallel_size: 2"
+launch 4 pp2dp2-tied
+expect_rc "P = 2 x D = 2, tied head" 0
+same pp2dp2-tied one-tied "P = 2 x D = 2, tied head"
 exp vpp-tied "pipeline_model_parallel_size: 2" "num_layers_per_virtual_pipeline_stage: 1"
 launch 2 vpp-tied
 expect_rc "P = 2 interleaved, tied head" 0
