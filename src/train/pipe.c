@@ -363,6 +363,14 @@ int prm__pipe_evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *
   return rc;
 }
 
+int prm__pipe_bubble(prm__pipe_t *pp, double *seconds, prm_err_t *err) {
+  *seconds = pp->wait_s;
+  if (pp->size <= 1) return 0;
+  int rc = prm_comm_allreduce(pp->comm, seconds, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
+  *seconds /= pp->size;
+  return rc;
+}
+
 int prm__pipe_bcast(prm__pipe_t *pp, double *v, int n, prm_err_t *err) {
   if (pp->size <= 1) return 0;
   return prm_comm_bcast(pp->comm, v, n, PRM_COMM_F64, pp->size - 1, err);

@@ -87,6 +87,9 @@ int prm__pipe_owns(const prm__pipe_t *pp, const prm_tensor_t *t);
 /* The squared norm of this stage's gradients, summed over the tensor- and
  * pipeline-parallel groups (the tied embedding counted once). */
 int prm__pipe_grad_norm(prm__pipe_t *pp, prm_llama_t *m, double *norm, prm_err_t *err);
+/* The last step's bubble: the stages' mean time waiting for messages
+ * (collective over the pipeline group). */
+int prm__pipe_bubble(prm__pipe_t *pp, double *seconds, prm_err_t *err);
 /* v (n) <- the last stage's v, on every stage (nothing with one stage). */
 int prm__pipe_bcast(prm__pipe_t *pp, double *v, int n, prm_err_t *err);
 /* Collective over the pipeline group of data-parallel rank 0: every stage's

@@ -425,11 +425,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (par.tp_size > 1)
       snprintf(comm + strlen(comm), sizeof comm - strlen(comm), ",\"tp_comm_ms\":%.3f",
                m->tp_seconds * 1e3);
-    /* The pipeline's bubble: the stages' mean time waiting for messages. */
-    double bubble = pipe.wait_s;
-    if (s.pipe && (rc = prm_comm_allreduce(pipe.comm, &bubble, 1, PRM_COMM_F64, PRM_COMM_SUM, err)))
-      goto done;
-    bubble /= pipe.size;
+    double bubble = 0;
+    if (s.pipe && (rc = prm__pipe_bubble(&pipe, &bubble, err))) goto done;
     if (s.pipe)
       snprintf(comm + strlen(comm), sizeof comm - strlen(comm), ",\"pp_bubble_ms\":%.3f",
                bubble * 1e3);
@@ -464,13 +461,15 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       double tflops = flops_step / (ms / 1e3) / 1e12;
       char rss[32];
       prm_fmt_bytes(rss, sizeof rss, (double)prm_mem_rss());
-      char cm[40] = "";
+      char cm[72] = "";
       if (dp.world && par.tp_size > 1)
         snprintf(cm, sizeof cm, " (comm %.1f, tp %.1f)", dp.wait_s * 1e3, m->tp_seconds * 1e3);
       else if (dp.world)
         snprintf(cm, sizeof cm, " (comm %.1f)", dp.wait_s * 1e3);
       else if (par.tp_size > 1)
         snprintf(cm, sizeof cm, " (tp comm %.1f)", m->tp_seconds * 1e3);
+      if (s.pipe) /* the stages' mean wait for messages */
+        snprintf(cm + strlen(cm), sizeof cm - strlen(cm), " (pp bubble %.1f)", bubble * 1e3);
       PRM_INFO("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.1f ms%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | rss %s",
                (long long)step, (long long)o->train_iters, loss, lr, norm, ms, cm, tps, tflops,
                peak > 0 ? 100.0 * tflops * 1e3 / peak / dp.all_size : 0.0, rss);
