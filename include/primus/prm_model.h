@@ -251,9 +251,9 @@ float *prm_llama_stage_dx(prm_llama_t *m);
 double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int32_t *tokens,
                                const int32_t *targets, int64_t B, int train, float grad_scale,
                                int64_t *count);
-/* Backward of layers [hi, lo) for the slot's micro-batch (after its
- * training forward); weight gradients are added to m->grads, the first
- * stage's embedding's too. */
+/* Backward of layers [lo, hi), the last first, for the slot's micro-batch
+ * (after its training forward); weight gradients are added to m->grads,
+ * the first stage's embedding's too. */
 void prm_llama_stage_backward(prm_llama_t *m, int64_t lo, int64_t hi, const int32_t *tokens,
                               int64_t B);
 

@@ -82,7 +82,7 @@ typedef struct {
 int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t *par,
                    prm_llama_t *m, prm_err_t *err);
 void prm__pipe_close(prm__pipe_t *pp);
-/* Tensor i's parameters belong to this stage (it computes and updates them). */
+/* t's parameters belong to this stage (it computes and updates them). */
 int prm__pipe_owns(const prm__pipe_t *pp, const prm_tensor_t *t);
 /* The squared norm of this stage's gradients, summed over the tensor- and
  * pipeline-parallel groups (the tied embedding counted once). */
