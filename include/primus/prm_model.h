@@ -252,8 +252,10 @@ double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int
                                const int32_t *targets, int64_t B, int train, float grad_scale,
                                int64_t *count);
 /* Backward of layers [lo, hi), the last first, for the slot's micro-batch
- * (after its training forward); weight gradients are added to m->grads,
- * the first stage's embedding's too. */
+ * (after its training forward of the same layers, with no other forward in
+ * that slot since: under full recomputation the slot keeps only the last
+ * layer's activations); weight gradients are added to m->grads, the first
+ * stage's embedding's too. */
 void prm_llama_stage_backward(prm_llama_t *m, int64_t lo, int64_t hi, const int32_t *tokens,
                               int64_t B);
 
