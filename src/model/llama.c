@@ -532,7 +532,8 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
   prm_fmt_bytes(s, sizeof s, (double)m->scratch_bytes);
   prm_sb_appendf(out, "params %s, grads %s, activations %s%s, scratch %s", p, g, a,
                  (m->flags & PRM_LLAMA_RECOMPUTE) ? " (full recompute)" : "", s);
-  if (m->nslots > 1) prm_sb_appendf(out, " (x %d pipeline slots)", m->nslots);
+  if (m->nslots > 1)
+    prm_sb_appendf(out, " (activations and scratch each x %d pipeline slots)", m->nslots);
   if (m->params16) {
     char h[32];
     prm_fmt_bytes(h, sizeof h, (double)m->nparams * sizeof(prm_bf16_t));
