@@ -18,18 +18,24 @@ int prm__par_open(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *err) {
   memset(p, 0, sizeof *p);
   int T = o->tp > 1 ? o->tp : 1, P = o->pp > 1 ? o->pp : 1;
   p->tp_size = p->dp_size = p->pp_size = p->size = 1;
+  /* What the layout asks for, named as the experiment names it. */
+  char what[128];
+  if (P == 1)
+    snprintf(what, sizeof what, "tensor_model_parallel_size %d", T);
+  else if (T == 1)
+    snprintf(what, sizeof what, "pipeline_model_parallel_size %d", P);
+  else
+    snprintf(what, sizeof what, "tensor_model_parallel_size %d x pipeline_model_parallel_size %d",
+             T, P);
   if (o->world <= 1) {
     if (T > 1 || P > 1)
-      return prm_errf(err, PRM_ECONFIG,
-                      "tensor_model_parallel_size %d x pipeline_model_parallel_size %d needs %d "
-                      "ranks or a multiple (this run has 1): start it with --nproc %d", T, P,
-                      T * P, T * P);
+      return prm_errf(err, PRM_ECONFIG, "%s needs %d ranks or a multiple (this run has 1): start "
+                      "it with --nproc %d", what, T * P, T * P);
     return 0;
   }
   if (o->world % (T * P))
-    return prm_errf(err, PRM_ECONFIG,
-                    "tensor_model_parallel_size %d x pipeline_model_parallel_size %d must divide "
-                    "the %d ranks (world = pipeline x data x tensor parallel)", T, P, o->world);
+    return prm_errf(err, PRM_ECONFIG, "%s must divide the %d ranks (world = pipeline x data x "
+                    "tensor parallel)", what, o->world);
   if (T > 1 && o->distributed_optimizer)
     return prm_errf(err, PRM_ECONFIG,
                     "use_distributed_optimizer is not supported with tensor_model_parallel_size "
