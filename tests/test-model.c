@@ -1,7 +1,8 @@
 /* test-model.c - the Llama model as a whole: parameter layout and count,
  * initialisation, the full gradient against finite differences, full
  * recomputation giving the same gradients, micro-batches summing to the
- * batch, and KV-cache inference agreeing with the training forward. */
+ * batch, pipeline stages giving the whole model's passes, and KV-cache
+ * inference agreeing with the training forward. */
 #include "testlib.h"
 #include "primus/prm_model.h"
 
@@ -288,6 +289,63 @@ static void test_packed_equals_alone(void **state) {
   prm_llama_free(m);
 }
 
+/* Pipeline stages: two micro-batches through layers [0, 2) and [2, 3),
+ * each stage with its own activation slots (slots 0-1 and 2-3, the
+ * activations and gradients at the cut copied over as messages would be),
+ * interleaved as a pipeline runs them (both forwards, then both
+ * backwards), give the whole-model passes' losses and gradients: bit for
+ * bit with an untied head; the tied embedding adds its head and embedding
+ * parts in another order, so it agrees to rounding. */
+static void check_stages(int tied, unsigned flags) {
+  prm_llama_config_t c = tiny_cfg(tied);
+  c.layers = 3;
+  int64_t B = 1, T = 8, N = B * T, C = c.hidden;
+  size_t xb = (size_t)(N * C) * sizeof(float);
+  prm_llama_t *a = build(c, B, T, flags), *b = build(c, B, T, flags);
+  prm_err_t err = {0};
+  assert_int_equal(prm_llama_add_slots(b, 4, &err), 0);
+  assert_int_equal(b->nslots, 4);
+  int32_t tok[16], tgt[16];
+  random_tokens(tok, 2 * N, c.vocab, 11);
+  random_tokens(tgt, 2 * N, c.vocab, 12);
+  int64_t n;
+  double la = 0, lb = 0;
+  for (int k = 0; k < 2; k++) la += prm_llama_forward_backward(a, tok + k * N, tgt + k * N, B, 0.05f, &n);
+  for (int k = 0; k < 2; k++) {
+    prm_llama_use_slot(b, k);
+    assert_true(prm_llama_stage_forward(b, 0, 2, tok + k * N, tgt + k * N, B, 1, 0.05f, &n) == 0);
+    const float *y = prm_llama_stage_x(b, 2);
+    prm_llama_use_slot(b, 2 + k);
+    memcpy(prm_llama_stage_x(b, 2), y, xb);
+    lb += prm_llama_stage_forward(b, 2, 3, tok + k * N, tgt + k * N, B, 1, 0.05f, &n);
+    assert_int_equal(n, N);
+  }
+  for (int k = 0; k < 2; k++) {
+    prm_llama_use_slot(b, 2 + k);
+    prm_llama_stage_backward(b, 2, 3, tok + k * N, B);
+    const float *dx = prm_llama_stage_dx(b);
+    prm_llama_use_slot(b, k);
+    memcpy(prm_llama_stage_dx(b), dx, xb);
+    prm_llama_stage_backward(b, 0, 2, tok + k * N, B);
+  }
+  assert_true(la == lb);
+  int64_t e = tied ? a->tensors[0].numel : 0; /* bit for bit after the tied embedding */
+  assert_memory_equal(a->grads + e, b->grads + e, (size_t)(a->nparams - e) * sizeof(float));
+  float big = 0;
+  for (int64_t i = 0; i < e; i++) big = fmaxf(big, fabsf(a->grads[i]));
+  for (int64_t i = 0; i < e; i++) assert_true(fabsf(a->grads[i] - b->grads[i]) <= 1e-6f * big);
+  prm_llama_free(a);
+  prm_llama_free(b);
+}
+
+static void test_stages_match_whole(void **state) {
+  (void)state;
+  check_stages(0, PRM_LLAMA_TRAIN);
+  check_stages(1, PRM_LLAMA_TRAIN);
+  check_stages(0, PRM_LLAMA_TRAIN | PRM_LLAMA_RECOMPUTE);
+  check_stages(1, PRM_LLAMA_TRAIN | PRM_LLAMA_RECOMPUTE);
+}
+
 /* The gradient-readiness hook: contiguous ranges in descending order that
  * cover every parameter once, each already final when announced (tied and
  * untied heads, with and without recomputation). */
@@ -411,6 +469,7 @@ int main(void) {
       cmocka_unit_test(test_microbatches_sum),
       cmocka_unit_test(test_packed_equals_alone),
       cmocka_unit_test(test_grads_hook),
+      cmocka_unit_test(test_stages_match_whole),
       cmocka_unit_test(test_kv_cache_matches_forward),
       cmocka_unit_test(test_memory_accounting),
   };

@@ -1,8 +1,9 @@
 /* test-train.c - the trainer's pieces that need no data: the learning-rate
  * schedule, checkpoints that load back to identical bytes, and the errors a
  * bad checkpoint folder gives (missing tensor, wrong shape, truncated
- * file, mismatched config), the fault plan of PRIMUS_FAULT_INJECT, and the
- * bad-step detector. */
+ * file, mismatched config), the fault plan of PRIMUS_FAULT_INJECT, the
+ * bad-step detector, and the pipeline's schedules (their order, and that
+ * they cannot deadlock) and layer split. */
 #define _GNU_SOURCE
 #include "testlib.h"
 #include "primus/prm_io.h"
@@ -384,6 +385,150 @@ static void test_bad_steps(void **state) {
   assert_int_equal(b.n, PRM__BAD_WINDOW);
 }
 
+/* ---- pipeline parallel: the schedule and the split (pipe.c) ---- */
+
+/* A stage's schedule as text: "F3" / "B3" (one chunk) or "F3.1" (chunk 1). */
+static void prm__ops_text(int P, int V, int M, int s, char *out, size_t n) {
+  prm__pp_op_t ops[256];
+  int k = prm__pp_schedule(P, V, M, s, ops);
+  assert_int_equal(k, 2 * M * V);
+  out[0] = 0;
+  for (int i = 0; i < k; i++) {
+    size_t len = strlen(out);
+    if (V == 1)
+      snprintf(out + len, n - len, "%s%c%d", i ? " " : "", ops[i].kind == PRM__PP_FWD ? 'F' : 'B', ops[i].mb);
+    else
+      snprintf(out + len, n - len, "%s%c%d.%d", i ? " " : "", ops[i].kind == PRM__PP_FWD ? 'F' : 'B',
+               ops[i].mb, ops[i].chunk);
+  }
+}
+
+static void test_pp_schedule(void **state) {
+  (void)state;
+  char t[2048];
+  /* 1F1B, P = 4, M = 6: P - s - 1 warm-up forwards, then alternate. */
+  prm__ops_text(4, 1, 6, 0, t, sizeof t);
+  assert_string_equal(t, "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
+  prm__ops_text(4, 1, 6, 1, t, sizeof t);
+  assert_string_equal(t, "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 B4 B5");
+  prm__ops_text(4, 1, 6, 3, t, sizeof t);
+  assert_string_equal(t, "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
+  /* Fewer micro-batches than stages: all forwards first. */
+  prm__ops_text(4, 1, 2, 0, t, sizeof t);
+  assert_string_equal(t, "F0 F1 B0 B1");
+  /* Interleaved, P = 2, V = 2, M = 4 (Megatron's order: groups of P
+   * micro-batches through chunk 0, then chunk 1; backward chunks reversed). */
+  prm__ops_text(2, 2, 4, 0, t, sizeof t);
+  assert_string_equal(t, "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 "
+                         "B2.0 B3.0");
+  prm__ops_text(2, 2, 4, 1, t, sizeof t);
+  assert_string_equal(t, "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 "
+                         "B2.0 B3.0");
+  prm__pp_op_t ops[64];
+  assert_int_equal(prm__pp_schedule(2, 2, 3, 0, ops), -1); /* interleaved: M a multiple of P */
+  assert_int_equal(prm__pp_schedule(2, 1, 3, 2, ops), -1); /* no stage 2 of 2 */
+  assert_int_equal(prm__pp_schedule(2, 1, 0, 0, ops), -1);
+  assert_true(fabs(prm__pp_bubble_fraction(4, 1, 8) - 3.0 / 11.0) < 1e-15);
+  assert_true(fabs(prm__pp_bubble_fraction(4, 2, 8) - 1.5 / 9.5) < 1e-15);
+  assert_true(prm__pp_bubble_fraction(1, 1, 8) == 0);
+}
+
+/* Runs every stage's schedule as the trainer does (non-blocking sends,
+ * blocking receives, a slot per micro-batch in flight whose activation
+ * send must be received before the slot takes another forward and whose
+ * gradient send must be received before its next backward) and returns 1
+ * when every stage finishes: the schedule cannot deadlock. Each
+ * (kind, chunk, micro-batch) must run exactly once, forward before
+ * backward. */
+static int prm__pp_runs(int P, int V, int M) {
+  enum { MAXP = 8, MAXOPS = 2 * 4 * 16 };
+  int C = P * V, pos[MAXP] = {0}, nops[MAXP], at[MAXP][2][4 * MAXP][16];
+  prm__pp_op_t ops[MAXP][MAXOPS];
+  int fsend[MAXP][MAXOPS][3], bsend[MAXP][MAXOPS][3], busy[MAXP][MAXOPS], slot[4 * MAXP][16];
+  memset(fsend, -1, sizeof fsend);
+  memset(bsend, -1, sizeof bsend);
+  memset(busy, 0, sizeof busy);
+  for (int s = 0; s < P; s++) {
+    nops[s] = prm__pp_schedule(P, V, M, s, ops[s]);
+    if (nops[s] != 2 * M * V) return 0;
+    for (int i = 0; i < nops[s]; i++) {
+      int ch = ops[s][i].chunk * P + s;
+      at[s][ops[s][i].kind][ch][ops[s][i].mb] = i;
+    }
+  }
+  /* The operation (kind, chunk, mb) has been reached by its stage. */
+#define REACHED(k, c, mb) (pos[(c) % P] > at[(c) % P][k][c][mb] || \
+                           pos[(c) % P] == at[(c) % P][k][c][mb])
+#define DONE(k, c, mb) (pos[(c) % P] > at[(c) % P][k][c][mb])
+  for (int moved = 1; moved;) {
+    moved = 0;
+    for (int s = 0; s < P; s++) {
+      if (pos[s] == nops[s]) continue;
+      prm__pp_op_t op = ops[s][pos[s]];
+      int ch = op.chunk * P + s, k;
+      if (op.kind == PRM__PP_FWD) {
+        for (k = 0; busy[s][k]; k++) {}
+        if (fsend[s][k][0] >= 0 && !REACHED(fsend[s][k][0], fsend[s][k][1], fsend[s][k][2])) continue;
+        if (ch > 0 && !DONE(PRM__PP_FWD, ch - 1, op.mb)) continue;
+        busy[s][k] = 1;
+        slot[ch][op.mb] = k;
+        fsend[s][k][0] = ch < C - 1 ? PRM__PP_FWD : -1;
+        fsend[s][k][1] = ch + 1;
+        fsend[s][k][2] = op.mb;
+      } else {
+        k = slot[ch][op.mb];
+        if (bsend[s][k][0] >= 0 && !REACHED(bsend[s][k][0], bsend[s][k][1], bsend[s][k][2])) continue;
+        if (!DONE(PRM__PP_FWD, ch, op.mb)) return 0; /* backward before forward */
+        if (ch < C - 1 && !DONE(PRM__PP_BWD, ch + 1, op.mb)) continue;
+        busy[s][k] = 0;
+        bsend[s][k][0] = ch > 0 ? PRM__PP_BWD : -1;
+        bsend[s][k][1] = ch - 1;
+        bsend[s][k][2] = op.mb;
+      }
+      pos[s]++;
+      moved = 1;
+    }
+  }
+#undef REACHED
+#undef DONE
+  for (int s = 0; s < P; s++)
+    if (pos[s] != nops[s]) return 0;
+  return 1;
+}
+
+static void test_pp_no_deadlock(void **state) {
+  (void)state;
+  int runs = 0;
+  for (int P = 2; P <= 6; P++)
+    for (int V = 1; V <= 3; V++)
+      for (int M = 1; M <= 12; M++) {
+        if (V > 1 && M % P) continue;
+        if (!prm__pp_runs(P, V, M)) fail_msg("P %d V %d M %d: the schedule deadlocks", P, V, M);
+        runs++;
+      }
+  assert_true(runs > 50);
+}
+
+static void test_pp_balance(void **state) {
+  (void)state;
+  int64_t n[8];
+  double flat[4] = {1, 1, 1, 1}, front[5] = {10, 1, 1, 1, 1}, back[4] = {1, 1, 1, 10};
+  assert_int_equal(prm__pp_balance(flat, 4, 2, n), 0);
+  assert_true(n[0] == 2 && n[1] == 2);
+  assert_int_equal(prm__pp_balance(flat, 4, 4, n), 0);
+  assert_true(n[0] == 1 && n[1] == 1 && n[2] == 1 && n[3] == 1);
+  /* Ties keep the earlier cut: the later stages take the extra layer (the
+   * first ones hold the most micro-batches in flight). */
+  assert_int_equal(prm__pp_balance(flat, 4, 3, n), 0);
+  assert_true(n[0] == 1 && n[1] == 1 && n[2] == 2);
+  assert_int_equal(prm__pp_balance(front, 5, 2, n), 0); /* the heavy first layer alone */
+  assert_true(n[0] == 1 && n[1] == 4);
+  assert_int_equal(prm__pp_balance(back, 4, 2, n), 0);
+  assert_true(n[0] == 3 && n[1] == 1);
+  assert_int_equal(prm__pp_balance(flat, 4, 5, n), PRM_EINVAL); /* more stages than layers */
+  assert_int_equal(prm__pp_balance(flat, 4, 0, n), PRM_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lr_schedule),
@@ -395,6 +540,9 @@ int main(void) {
       cmocka_unit_test(test_flops),
       cmocka_unit_test(test_fault_plan),
       cmocka_unit_test(test_bad_steps),
+      cmocka_unit_test(test_pp_schedule),
+      cmocka_unit_test(test_pp_no_deadlock),
+      cmocka_unit_test(test_pp_balance),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -280,11 +280,21 @@ typedef struct {
   double step_ms;           /* mean of the measured steps */
   double tokens_per_s, tflops, mfu; /* mfu: tflops / (measured peak x threads); 0 unknown */
   int64_t tokens_per_step, params;
+  /* Pipeline parallel: the stages' mean time waiting for messages per
+   * step (pp_bubble_ms of the events), its share of the step, and the
+   * schedule's own bubble fraction (P - 1) / V / (M + (P - 1) / V); all 0
+   * with one stage. */
+  int pp, vpp;
+  int64_t micro_batches;    /* M a pipeline runs each step */
+  double bubble_ms, bubble_fraction, bubble_schedule;
+  int reported;             /* 1 on world rank 0, which has the figures; 0 on the others */
 } prm_bench_train_result_t;
 
 /* Runs prm_train_run for warmup + iters steps (o is copied; save, eval and
  * async saving are turned off) into a temporary run folder, reads step_ms
- * from its events.jsonl and averages the steps after the warm-up. */
+ * (and pp_bubble_ms) from its events.jsonl and averages the steps after the
+ * warm-up. Under MPI (o->world > 1) every rank trains; world rank 0, which
+ * writes the events, reports. */
 int prm_bench_train(const prm_train_opts_t *o, int64_t warmup, int64_t iters,
                     prm_bench_train_result_t *r, prm_err_t *err);
 

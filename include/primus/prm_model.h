@@ -160,7 +160,10 @@ typedef struct prm_llama {
   prm_llama_layer_t *dlayer;
 
   float *rope_cos, *rope_sin;        /* (max_pos, D/2) */
-  prm_llama_acts_t *acts;
+  prm_llama_acts_t *acts;             /* the slot in use (slots[0] unless switched) */
+  prm_llama_acts_t **slots;           /* (nslots) activation sets; pipeline stages keep one
+                                       * per micro-batch in flight (prm_llama_add_slots) */
+  int nslots;
   /* Gradient readiness (prm_llama_set_grads_hook); NULL: none. */
   void (*grads_ready)(void *ctx, int64_t offset, int64_t numel);
   void *grads_ctx;
@@ -266,6 +269,43 @@ void prm_llama_set_grads_hook(prm_llama_t *m, void (*fn)(void *ctx, int64_t offs
  * packed example computes what it would alone when pos restarts at 0 with
  * each segment. Every pos must be below max_position_embeddings. */
 void prm_llama_set_packing(prm_llama_t *m, const int32_t *seg, const int32_t *pos);
+
+/* ------------------------------------------------------------------------ */
+/* Pipeline stages                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* A pipeline stage runs the layers [lo, hi) of the model on one
+ * micro-batch at a time: the first stage (lo = 0) embeds the tokens, the
+ * last (hi = L) applies the final norm and the LM head with its loss; the
+ * others take their input from the previous stage and hand their output
+ * to the next one. Several micro-batches are in flight at once, each in
+ * its own activation slot: prm_llama_add_slots grows the model to n slots
+ * (the first is the one built with it; PRM_ENOMEM), prm_llama_use_slot
+ * selects the one the next stage call works in. */
+int prm_llama_add_slots(prm_llama_t *m, int n, prm_err_t *err);
+void prm_llama_use_slot(prm_llama_t *m, int k);
+/* The current slot's input of layer l (B*T,C): a stage with lo > 0 receives
+ * its input there before prm_llama_stage_forward, and finds its output at
+ * l = hi after it. */
+float *prm_llama_stage_x(prm_llama_t *m, int64_t l);
+/* The current slot's gradient buffer (B*T,C): a stage with hi < L receives
+ * dL/d(output) there before prm_llama_stage_backward, and a stage with lo
+ * > 0 finds dL/d(input) there after it. */
+float *prm_llama_stage_dx(prm_llama_t *m);
+/* Forward of layers [lo, hi) for B rows. The last stage returns the summed
+ * cross-entropy (count in *count) and, when `train`, fuses the head's
+ * backward in (gradients of grad_scale x loss added), as
+ * prm_llama_forward_backward does; other stages return 0. */
+double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int32_t *tokens,
+                               const int32_t *targets, int64_t B, int train, float grad_scale,
+                               int64_t *count);
+/* Backward of layers [lo, hi), the last first, for the slot's micro-batch
+ * (after its training forward of the same layers, with no other forward in
+ * that slot since: under full recomputation the slot keeps only the last
+ * layer's activations); weight gradients are added to m->grads, the first
+ * stage's embedding's too. */
+void prm_llama_stage_backward(prm_llama_t *m, int64_t lo, int64_t hi, const int32_t *tokens,
+                              int64_t B);
 
 /* Mixture-of-experts statistics of the training passes since the last
  * call (which resets them): per MoE layer the tokens routed to each expert

@@ -20,6 +20,9 @@ typedef enum { PRM_LR_COSINE, PRM_LR_LINEAR, PRM_LR_CONSTANT } prm_lr_style_t;
 /* fault_tolerance.nan_policy: what a bad step (NaN/Inf, loss spike) does. */
 typedef enum { PRM_NAN_STOP, PRM_NAN_SKIP, PRM_NAN_ROLLBACK } prm_nan_policy_t;
 
+/* The most model chunks (pipeline stages x virtual stages) a run has. */
+#define PRM_PP_MAX 256
+
 /* Everything the trainer reads from the experiment, already defaulted
  * (strings point into the experiment and live as long as it). */
 typedef struct {
@@ -46,6 +49,11 @@ typedef struct {
   int tp;                       /* tensor_model_parallel_size (1: off); divides world */
   int ep;                       /* expert_model_parallel_size (1: off); divides the data-
                                  * parallel size and num_experts */
+  int pp;                       /* pipeline_model_parallel_size (1: off); world = pp x dp x tp */
+  int vpp;                      /* model chunks a pipeline rank holds (1: plain 1F1B) */
+  int pp_nsplit;                /* pipeline_layer_split given: pp x vpp counts; 0: balanced */
+  int64_t pp_split[PRM_PP_MAX];
+  int64_t vpp_layers;           /* num_layers_per_virtual_pipeline_stage (0: not given) */
   int64_t ddp_bucket_size;      /* parameters per all-reduce bucket */
   int overlap_grad_reduce;      /* all-reduce buckets while backward runs */
   int distributed_optimizer;    /* use_distributed_optimizer: ZeRO-1 with > 1 rank */

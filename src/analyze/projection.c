@@ -118,7 +118,15 @@ int prm_pj_input_from_exp(const prm_exp_t *e, prm_pj_input_t *in, prm_err_t *err
   if (experts)
     return prm_errf(err, PRM_ECONFIG, "num_experts: the projection models dense models only");
 #undef PRM__PJ_I
+  /* The experiment's virtual stages (the interleaved schedule), as the
+   * trainer reads them; --virtual_stages overrides. */
+  int64_t v = 0, per = 0;
   in->vpp = 1;
+  if (!prm_exp_get_int(e, "virtual_pipeline_model_parallel_size", &v) && v > 0)
+    in->vpp = v;
+  else if (!prm_exp_get_int(e, "num_layers_per_virtual_pipeline_stage", &per) && per > 0 &&
+           in->pp > 0 && c->layers % (in->pp * per) == 0)
+    in->vpp = c->layers / (in->pp * per);
   in->nodes = 1;
   if (prm_exp_get_bool(e, "use_distributed_optimizer", &in->dist_opt)) in->dist_opt = 0;
   if (prm_exp_get_bool(e, "overlap_grad_reduce", &in->overlap)) in->overlap = 0;

@@ -78,6 +78,8 @@ static const prm_key_t prm__keys[] = {
     /* Parallelism. */
     KEY("tensor_model_parallel_size", INT, GE1, NULL, 0, 0, "Tensor-parallel group size."),
     KEY("pipeline_model_parallel_size", INT, GE1, NULL, 0, 0, "Pipeline-parallel stages."),
+    KEY("virtual_pipeline_model_parallel_size", INT, GE1, NULL, 1, 0, "Model chunks per pipeline rank (the interleaved 1F1B schedule); null: one."),
+    KEY("num_layers_per_virtual_pipeline_stage", INT, GE1, NULL, 1, 0, "Layers per model chunk of the interleaved schedule (another way to set the chunks); null: one chunk a rank."),
     KEY("expert_model_parallel_size", INT, GE1, NULL, 0, 0, "Expert-parallel group size: ranks that share out the experts of each MoE layer (a subset of the data-parallel group; divides it and num_experts)."),
     KEY("use_distributed_optimizer", BOOL, ANY, NULL, 0, 0, "Shard optimizer state across data-parallel ranks (ZeRO-1)."),
     KEY("overlap_grad_reduce", BOOL, ANY, NULL, 0, 0, "Overlap gradient all-reduce with the backward pass."),
@@ -87,6 +89,7 @@ static const prm_key_t prm__keys[] = {
     KEY("chat_template", ENUM, ANY, "default|llama3", 0, 1, "Fine-tuning: how examples become tokens (docs/posttrain.md)."),
     KEY("ckpt_keep", INT, GE0, NULL, 0, 1, "Checkpoints to keep (the newest); 0 keeps all."),
     KEY("async_save", BOOL, ANY, NULL, 0, 1, "Write checkpoints in the background."),
+    KEY("pipeline_layer_split", STR_OR_LIST, ANY, NULL, 1, 1, "Layers of each pipeline stage (each model chunk with virtual stages), first to last; null: balanced by parameter count."),
     KEY("ddp_bucket_size", INT, GE1, NULL, 0, 1, "Gradient all-reduce bucket size, in parameters."),
     KEY("metrics_port", INT, 0, 65535, NULL, 0, 1, "Prometheus /metrics port; 0 turns the endpoint off."),
     KEY("metrics_bind", STR, ANY, NULL, 0, 1, "Address the metrics endpoint listens on."),

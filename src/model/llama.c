@@ -345,6 +345,64 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
 /* Life cycle                                                                */
 /* ------------------------------------------------------------------------ */
 
+static void prm__acts_free(const prm_llama_t *m, prm_llama_acts_t *a) {
+  if (!a) return;
+  prm_mem_free(PRM_MEM_ACTS, a->block, m->acts_bytes);
+  prm_mem_free(PRM_MEM_SCRATCH, a->sblock, m->scratch_bytes);
+  free(a->set);
+  free(a);
+}
+
+/* One set of activation and scratch buffers for m (*out, freed by
+ * prm__acts_free); on failure `what` names the category. */
+static int prm__acts_new(prm_llama_t *m, prm_llama_acts_t **out, char *what, size_t n) {
+  const prm_llama_config_t *c = &m->cfg;
+  prm_llama_acts_t *a = *out = prm_xcalloc(1, sizeof *a);
+  a->nsets = ((m->flags & PRM_LLAMA_TRAIN) && !(m->flags & PRM_LLAMA_RECOMPUTE)) ? (int)c->layers : 1;
+  a->set = prm_xcalloc((size_t)a->nsets, sizeof *a->set);
+  /* LM-head chunk: at most ~4M logits (16 MiB) at a time. */
+  int64_t N = m->B * m->T;
+  a->chunk = (4 << 20) / m->Vl;
+  if (a->chunk < 1) a->chunk = 1;
+  if (a->chunk > N) a->chunk = N;
+  m->acts_bytes = prm__layout_acts(m, a, NULL);
+  m->scratch_bytes = prm__layout_scratch(m, a, NULL);
+  if (!(a->block = prm_mem_alloc(PRM_MEM_ACTS, m->acts_bytes))) {
+    snprintf(what, n, "activations");
+    return PRM_ENOMEM;
+  }
+  if (!(a->sblock = prm_mem_alloc(PRM_MEM_SCRATCH, m->scratch_bytes))) {
+    snprintf(what, n, "scratch buffers");
+    return PRM_ENOMEM;
+  }
+  prm__layout_acts(m, a, a->block);
+  prm__layout_scratch(m, a, a->sblock);
+  return 0;
+}
+
+int prm_llama_add_slots(prm_llama_t *m, int n, prm_err_t *err) {
+  char what[64];
+  if (n <= m->nslots) return 0;
+  m->slots = prm_xrealloc(m->slots, (size_t)n * sizeof *m->slots);
+  while (m->nslots < n) {
+    m->slots[m->nslots] = NULL;
+    int rc = prm__acts_new(m, &m->slots[m->nslots], what, sizeof what);
+    m->nslots++; /* freed with the model, even half built */
+    if (rc) {
+      char b[32];
+      prm_fmt_bytes(b, sizeof b, (double)(m->acts_bytes + m->scratch_bytes));
+      return prm_errf(err, PRM_ENOMEM, "cannot allocate the %s of activation slot %d (%s a slot)",
+                      what, m->nslots, b);
+    }
+  }
+  return 0;
+}
+
+void prm_llama_use_slot(prm_llama_t *m, int k) {
+  PRM_ASSERT(k >= 0 && k < m->nslots);
+  m->acts = m->slots[k];
+}
+
 int prm_llama_new(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
                   const prm_gemm_t *gemm, prm_llama_t **out, prm_err_t *err) {
   return prm_llama_new_tp(c, B, T, flags, gemm, NULL, out, err);
@@ -449,26 +507,10 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
   }
   prm_rope_tables(m->rope_cos, m->rope_sin, c->max_pos, D, c->rope_base);
 
-  prm_llama_acts_t *a = m->acts = prm_xcalloc(1, sizeof *a);
-  a->nsets = ((flags & PRM_LLAMA_TRAIN) && !(flags & PRM_LLAMA_RECOMPUTE)) ? (int)c->layers : 1;
-  a->set = prm_xcalloc((size_t)a->nsets, sizeof *a->set);
-  /* LM-head chunk: at most ~4M logits (16 MiB) at a time. */
-  int64_t N = B * T;
-  a->chunk = (4 << 20) / m->Vl;
-  if (a->chunk < 1) a->chunk = 1;
-  if (a->chunk > N) a->chunk = N;
-  m->acts_bytes = prm__layout_acts(m, a, NULL);
-  m->scratch_bytes = prm__layout_scratch(m, a, NULL);
-  if (!(a->block = prm_mem_alloc(PRM_MEM_ACTS, m->acts_bytes))) {
-    snprintf(what, sizeof what, "activations");
-    goto fail_nomem;
-  }
-  if (!(a->sblock = prm_mem_alloc(PRM_MEM_SCRATCH, m->scratch_bytes))) {
-    snprintf(what, sizeof what, "scratch buffers");
-    goto fail_nomem;
-  }
-  prm__layout_acts(m, a, a->block);
-  prm__layout_scratch(m, a, a->sblock);
+  m->slots = prm_xcalloc(1, sizeof *m->slots);
+  m->nslots = 1;
+  if (prm__acts_new(m, &m->slots[0], what, sizeof what)) goto fail_nomem;
+  m->acts = m->slots[0];
   *out = m;
   return 0;
 
@@ -491,12 +533,8 @@ void prm_llama_free(prm_llama_t *m) {
   size_t rope_bytes = (size_t)(m->cfg.max_pos * (D / 2)) * sizeof(float);
   prm_mem_free(PRM_MEM_SCRATCH, m->rope_cos, rope_bytes);
   prm_mem_free(PRM_MEM_SCRATCH, m->rope_sin, rope_bytes);
-  if (m->acts) {
-    prm_mem_free(PRM_MEM_ACTS, m->acts->block, m->acts_bytes);
-    prm_mem_free(PRM_MEM_SCRATCH, m->acts->sblock, m->scratch_bytes);
-    free(m->acts->set);
-    free(m->acts);
-  }
+  for (int k = 0; k < m->nslots; k++) prm__acts_free(m, m->slots[k]);
+  free(m->slots);
   free(m->tensors);
   free(m->layer);
   free(m->layer_t0);
@@ -551,6 +589,8 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
   prm_fmt_bytes(s, sizeof s, (double)m->scratch_bytes);
   prm_sb_appendf(out, "params %s, grads %s, activations %s%s, scratch %s", p, g, a,
                  (m->flags & PRM_LLAMA_RECOMPUTE) ? " (full recompute)" : "", s);
+  if (m->nslots > 1)
+    prm_sb_appendf(out, " (activations and scratch each x %d pipeline slots)", m->nslots);
   if (m->params16) {
     char h[32];
     prm_fmt_bytes(h, sizeof h, (double)m->nparams * sizeof(prm_bf16_t));

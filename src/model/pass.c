@@ -204,6 +204,72 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   return loss;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Pipeline stages                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* The same steps as the whole-model passes above, cut at layer boundaries:
+ * a stage's layers see exactly the inputs and output gradients they would
+ * see in one process, so a pipeline computes the same numbers. */
+
+float *prm_llama_stage_x(prm_llama_t *m, int64_t l) {
+  PRM_ASSERT(l >= 0 && l <= m->cfg.layers);
+  return m->acts->resid + l * m->B * m->T * m->cfg.hidden;
+}
+
+float *prm_llama_stage_dx(prm_llama_t *m) { return m->acts->dres; }
+
+double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int32_t *tokens,
+                               const int32_t *targets, int64_t B, int train, float grad_scale,
+                               int64_t *count) {
+  const prm_llama_config_t *c = &m->cfg;
+  PRM_ASSERT(B >= 1 && B <= m->B && 0 <= lo && lo < hi && hi <= c->layers);
+  PRM_ASSERT(!train || (m->flags & PRM_LLAMA_TRAIN));
+  prm_llama_acts_t *a = m->acts;
+  int64_t N = B * m->T, C = c->hidden, NC = m->B * m->T * C;
+  prm__refresh16(m);
+  if (lo == 0) {
+    if (m->tp.size > 1) prm__tp_embedding_forward(m, a->resid, tokens, N);
+    else prm_embedding_forward(a->resid, tokens, m->embed, N, C);
+  }
+  for (int64_t l = lo; l < hi; l++)
+    prm__layer_forward(m, &m->layer[l], prm__set(m, l), a->resid + l * NC, a->resid + (l + 1) * NC,
+                       B);
+  *count = 0;
+  if (hi < c->layers) return 0;
+  prm_rmsnorm_forward(a->lnf, a->rstdf, a->resid + c->layers * NC, m->norm, N, C,
+                      (float)c->norm_eps);
+  float *dx = train ? a->dlnf : NULL, *dw = train ? m->dhead : NULL;
+  if (m->tp.size > 1 || m->params16)
+    return prm__tp_lmhead_xent(m, dx, dw, count, a->lnf, m->head, targets, N, train ? grad_scale : 0.0f);
+  return prm_lmhead_xent(&m->gemm, dx, dw, count, a->lnf, m->head, targets, N, C, c->vocab,
+                         train ? grad_scale : 0.0f, a->logits, a->chunk);
+}
+
+void prm_llama_stage_backward(prm_llama_t *m, int64_t lo, int64_t hi, const int32_t *tokens,
+                              int64_t B) {
+  const prm_llama_config_t *c = &m->cfg;
+  PRM_ASSERT(m->flags & PRM_LLAMA_TRAIN);
+  PRM_ASSERT(B >= 1 && B <= m->B && 0 <= lo && lo < hi && hi <= c->layers);
+  prm_llama_acts_t *a = m->acts;
+  int64_t N = B * m->T, C = c->hidden, NC = m->B * m->T * C;
+  if (hi == c->layers) {
+    memset(a->dres, 0, (size_t)(N * C) * sizeof(float));
+    prm_rmsnorm_backward(a->dres, m->dnorm, a->dlnf, a->resid + c->layers * NC, m->norm, a->rstdf,
+                         N, C);
+  }
+  for (int64_t l = hi - 1; l >= lo; l--) {
+    prm__layer_acts_t *s = prm__set(m, l);
+    const float *x = a->resid + l * NC;
+    /* Full recomputation: the slot's one set holds the stage's last layer. */
+    if (a->nsets == 1 && l != hi - 1) prm__layer_forward(m, &m->layer[l], s, x, a->dln, B);
+    prm__layer_backward(m, &m->layer[l], &m->dlayer[l], s, x, B);
+  }
+  if (lo > 0) return;
+  if (m->tp.size > 1) prm__tp_embedding_backward(m, m->dembed, a->dres, tokens, N);
+  else prm_embedding_backward(m->dembed, a->dres, tokens, N, C);
+}
+
 void prm_llama_set_grads_hook(prm_llama_t *m, void (*fn)(void *ctx, int64_t offset, int64_t numel),
                               void *ctx) {
   m->grads_ready = fn;

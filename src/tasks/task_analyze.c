@@ -91,7 +91,7 @@ static const prm_opt_t prm__an_proj_opts[] = {
      "ranks per node (default: the hardware file's ranks_per_node, else devices_per_node, else 1)"},
     {"hardware", 0, PRM_OPT_STR, "FILE", NULL,
      "hardware rates (YAML, docs/analyze.md; default: this node's preflight baseline plus its measured peak)"},
-    {"virtual_stages", 0, PRM_OPT_INT, "V", "1", "virtual pipeline stages per rank (interleaved 1F1B)"},
+    {"virtual_stages", 0, PRM_OPT_INT, "V", NULL, "virtual pipeline stages per rank (interleaved 1F1B; default: the experiment's virtual_pipeline_model_parallel_size, else 1)"},
     {"json", 0, PRM_OPT_FLAG, NULL, NULL, "print the projection as JSON instead of the table"},
     {NULL},
 };
@@ -120,7 +120,7 @@ static int prm__an_proj_run(prm_task_ctx_t *ctx, prm_err_t *err) {
   if (rc) return rc;
   in.nodes = prm_args_int(ctx->args, "nodes", 1);
   in.ranks_per_node = prm_args_int(ctx->args, "gpus_per_node", 0);
-  in.vpp = prm_args_int(ctx->args, "virtual_stages", 1);
+  if (prm_args_has(ctx->args, "virtual_stages")) in.vpp = prm_args_int(ctx->args, "virtual_stages", 1);
   if (in.nodes < 1 || (prm_args_has(ctx->args, "gpus_per_node") && in.ranks_per_node < 1) || in.vpp < 1)
     return prm_errf(err, PRM_EINVAL, "analyze projection: --nodes, --gpus_per_node and --virtual_stages must be >= 1");
   prm_pj_hw_t hw;

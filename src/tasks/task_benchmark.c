@@ -623,15 +623,17 @@ static int prm__bench_train(prm_task_ctx_t *ctx, prm_err_t *err) {
   if ((rc = prm__check_output(ctx, "train", err)) || (rc = prm__int_opt(ctx, "train", "warmup", 2, 0, &warmup, err)) ||
       (rc = prm__int_opt(ctx, "train", "iters", 10, 1, &iters, err)))
     return rc;
-  if (ctx->world > 1)
-    return prm_errf(err, PRM_ECONFIG, "benchmark train: %d ranks: data-parallel training is not implemented yet; run one rank", ctx->world);
   prm_train_opts_t o;
   if ((rc = prm_train_opts_from_exp(ctx->exp, &o, err))) return rc;
+  o.world = ctx->world > 1 ? ctx->world : 1; /* data, tensor and pipeline parallel as in training */
   prm_bench_train_result_t r;
   if ((rc = prm_bench_train(&o, warmup, iters, &r, err))) return rc;
+  if (!r.reported) return 0; /* world rank 0 prints the figures */
   static const char *const cols[] = {"exp_name", "params", "seq_length", "global_batch", "threads",
-                                     "steps", "step_ms", "tokens_per_s", "tflops", "mfu"};
-  prm_table_t *t = prm_table_new(10, cols);
+                                     "steps", "step_ms", "tokens_per_s", "tflops", "mfu",
+                                     "ranks", "pp", "micro_batches", "bubble_ms",
+                                     "bubble_fraction", "bubble_schedule"};
+  prm_table_t *t = prm_table_new(r.pp > 1 ? 16 : 10, cols);
   prm_table_row(t);
   prm_table_str(t, prm_exp_top(ctx->exp, "exp_name"));
   prm_table_int(t, r.params);
@@ -643,6 +645,14 @@ static int prm__bench_train(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_table_num(t, r.tokens_per_s, 1);
   prm_table_num(t, r.tflops, 6);
   prm_table_num(t, r.mfu, 6);
+  if (r.pp > 1) { /* a pipeline's columns */
+    prm_table_int(t, o.world);
+    prm_table_int(t, r.pp);
+    prm_table_int(t, r.micro_batches);
+    prm_table_num(t, r.bubble_ms, 3);
+    prm_table_num(t, r.bubble_fraction, 4);
+    prm_table_num(t, r.bubble_schedule, 4);
+  }
   char title[96];
   snprintf(title, sizeof title, "Training throughput (%lld warm-up steps left out)", (long long)warmup);
   rc = prm__emit(ctx, t, title, err);
@@ -1071,10 +1081,17 @@ static const prm_subtask_t prm__bench_subs[] = {
      "folder (no checkpoints, no evaluation) and reports the mean step time of\n"
      "the steps after the warm-up: tokens_per_s, tflops (model FLOPs, see\n"
      "docs/train.md) and mfu (of the measured fp32 peak x threads). key=value\n"
-     "overrides work as in `train pretrain`; mock_data=true needs no dataset.\n\n"
+     "overrides work as in `train pretrain`; mock_data=true needs no dataset.\n"
+     "Under MPI every rank trains (data, tensor and pipeline parallel as the\n"
+     "experiment says) and rank 0 reports; a pipeline (pipeline_model_parallel_size\n"
+     "> 1) adds the measured bubble: bubble_ms, the stages' mean time waiting for\n"
+     "messages a step, bubble_fraction = bubble_ms / step_ms, and bubble_schedule,\n"
+     "the schedule's (P-1)/V / (M + (P-1)/V) for M micro-batches.\n\n"
      "Example:\n"
-     "  primus benchmark train --config configs/examples/llama_tiny-pretrain.yaml mock_data=true --iters 20",
-     prm__bench_train_opts, PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED, prm__bench_train},
+     "  primus benchmark train --config configs/examples/llama_tiny-pretrain.yaml mock_data=true --iters 20\n"
+     "  primus direct --nproc 2 -- benchmark train --config exp.yaml pipeline_model_parallel_size=2",
+     prm__bench_train_opts, PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED | PRM_SUB_MULTIRANK,
+     prm__bench_train},
     {"allreduce", "all-reduce bandwidth between ranks (sum, in place)", NULL,
      PRM__COLL_HELP("MPI_Allreduce (sum, in place)", "2(p-1)/p")
      "  primus direct --nproc 2 -- benchmark allreduce --check\n"

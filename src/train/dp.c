@@ -34,6 +34,8 @@ int prm__dp_open(prm__dp_t *dp, const prm_train_opts_t *o, const prm__par_t *par
   dp->size = 1;
   dp->overlap = o->overlap_grad_reduce;
   dp->bucket = o->ddp_bucket_size > 0 ? o->ddp_bucket_size : nparams;
+  dp->rlo = 0;
+  dp->rhi = nparams;
   dp->all = par->world;
   dp->all_rank = par->rank;
   dp->all_size = par->size;
@@ -158,8 +160,9 @@ int prm__dp_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err) {
   } else if (dp->zero) {
     rc = prm__zero_reduce(dp, m, err);
   } else {
+    /* The whole block, or a pipeline stage's range [rlo, rhi). */
     dp->grads = m->grads;
-    rc = prm__dp_pieces(dp, 0, m->nparams, 0, err);
+    rc = prm__dp_pieces(dp, dp->rlo, dp->rhi, 0, err);
   }
   dp->wait_s = prm_time_now() - t0;
   return rc;

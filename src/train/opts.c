@@ -50,6 +50,84 @@ static int prm__prefix_origin(const prm_exp_t *e, const char *key, prm_err_t *er
   return err ? err->code : PRM_ECONFIG;
 }
 
+/* pipeline_model_parallel_size, the virtual stages and pipeline_layer_split
+ * (a list of layer counts, or "a,b,..."); the counts are checked against
+ * num_layers here, the rest against the world when the run starts. */
+static int prm__pipeline(const prm_exp_t *e, int64_t pp, prm_train_opts_t *o, prm_err_t *err) {
+  const char *k = "pipeline_model_parallel_size";
+  int64_t L = o->model.layers, v = 0, per = 0;
+  if (pp < 1 || pp > PRM_PP_MAX)
+    return prm__prefix_origin(e, k, (prm_errf(err, PRM_ECONFIG, "%s: must be between 1 and %d, "
+                                              "got %lld", k, PRM_PP_MAX, (long long)pp), err));
+  if (pp > L)
+    return prm__prefix_origin(e, k, (prm_errf(err, PRM_ECONFIG, "%s: %lld stages but num_layers "
+                                              "is %lld (every stage needs a layer)", k,
+                                              (long long)pp, (long long)L), err));
+  o->pp = (int)pp;
+  o->vpp = 1;
+  if (prm_exp_get_int(e, "virtual_pipeline_model_parallel_size", &v) == 0 && v > 0) o->vpp = (int)v;
+  if (prm_exp_get_int(e, "num_layers_per_virtual_pipeline_stage", &per) == 0 && per > 0) {
+    const char *kv = "num_layers_per_virtual_pipeline_stage";
+    if (L % (pp * per))
+      return prm__prefix_origin(e, kv, (prm_errf(err, PRM_ECONFIG, "%s: %lld layers a chunk do not "
+                                                 "divide num_layers %lld into %lld stages", kv,
+                                                 (long long)per, (long long)L, (long long)pp), err));
+    if (v > 0 && v != L / (pp * per))
+      return prm__prefix_origin(e, kv, (prm_errf(err, PRM_ECONFIG, "%s: %lld layers a chunk make "
+                                                 "%lld virtual stages, but "
+                                                 "virtual_pipeline_model_parallel_size is %lld", kv,
+                                                 (long long)per, (long long)(L / (pp * per)),
+                                                 (long long)v), err));
+    o->vpp = (int)(L / (pp * per));
+    o->vpp_layers = per;
+  }
+  int64_t chunks = pp * o->vpp;
+  if (o->vpp > 1 && pp < 2)
+    return prm__prefix_origin(e, "virtual_pipeline_model_parallel_size",
+                              (prm_errf(err, PRM_ECONFIG, "virtual_pipeline_model_parallel_size: "
+                                        "virtual stages need pipeline_model_parallel_size > 1"),
+                               err));
+  if (chunks > L || chunks > PRM_PP_MAX)
+    return prm__prefix_origin(e, "virtual_pipeline_model_parallel_size",
+                              (prm_errf(err, PRM_ECONFIG, "virtual_pipeline_model_parallel_size: "
+                                        "%lld stages x %d virtual stages = %lld model chunks, but "
+                                        "num_layers is %lld (every chunk needs a layer)",
+                                        (long long)pp, o->vpp, (long long)chunks, (long long)L),
+                               err));
+  const char *ks = "pipeline_layer_split";
+  const prm_node_t *n = prm_exp_get(e, ks);
+  if (!n || n->kind == PRM_NODE_NULL) return 0;
+  /* The items: a list's, or a string's comma-separated fields. */
+  char *text = n->kind == PRM_NODE_SCALAR ? prm_xstrdup(n->str) : NULL, *save = NULL;
+  char *field = text ? strtok_r(text, ", ", &save) : NULL;
+  int64_t sum = 0;
+  int cnt = 0, rc = 0;
+  for (int i = 0;; i++) {
+    const char *item = text ? field : (i < n->n ? n->items[i]->str : NULL);
+    if (!item) break;
+    int64_t x;
+    if (prm_parse_i64(item, &x) || x < 1) {
+      rc = prm_errf(err, PRM_ECONFIG, "%s: item %d: expected a layer count >= 1, got \"%s\"", ks,
+                    i + 1, item);
+      break;
+    }
+    if (cnt < PRM_PP_MAX) o->pp_split[cnt] = x;
+    cnt++;
+    sum += x;
+    if (text) field = strtok_r(NULL, ", ", &save);
+  }
+  free(text);
+  if (!rc && cnt != chunks)
+    rc = prm_errf(err, PRM_ECONFIG, "%s: %d counts for %lld model chunks (%lld stages x %d "
+                  "virtual stages)", ks, cnt, (long long)chunks, (long long)pp, o->vpp);
+  if (!rc && sum != L)
+    rc = prm_errf(err, PRM_ECONFIG, "%s: the counts sum to %lld layers, but num_layers is %lld",
+                  ks, (long long)sum, (long long)L);
+  if (rc) return prm__prefix_origin(e, ks, err);
+  o->pp_nsplit = cnt;
+  return 0;
+}
+
 int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *err) {
   memset(o, 0, sizeof *o);
   prm_llama_config_t *c = &o->model;
@@ -202,15 +280,12 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   PRM__I("tensor_model_parallel_size", 1, &tp);
   PRM__I("pipeline_model_parallel_size", 1, &pp);
   PRM__I("expert_model_parallel_size", 1, &ep);
-  if (pp != 1)
-    return prm_errf(err, PRM_ECONFIG,
-                    "pipeline parallel sizes other than 1 are not supported yet (got %lld)",
-                    (long long)pp);
   if (ep < 1 || ep > 4096)
     return prm__prefix_origin(e, "expert_model_parallel_size",
                               (prm_errf(err, PRM_ECONFIG, "expert_model_parallel_size: must be "
                                         "between 1 and 4096, got %lld", (long long)ep), err));
   o->ep = (int)ep;
+  if ((rc = prm__pipeline(e, pp, o, err))) return rc;
   if (tp < 1 || tp > 4096)
     return prm__prefix_origin(e, "tensor_model_parallel_size",
                               (prm_errf(err, PRM_ECONFIG, "tensor_model_parallel_size: must be "
@@ -283,6 +358,14 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                                         "tensor_model_parallel_size: fine-tuning (post_trainer) "
                                         "runs with data parallelism only for now; got %d",
                                         o->tp), err));
+  /* The pipeline stages pass activations only, not the segment ids and
+   * positions of packed examples. */
+  if (o->sft && o->pp > 1)
+    return prm__prefix_origin(e, "pipeline_model_parallel_size",
+                              (prm_errf(err, PRM_ECONFIG,
+                                        "pipeline_model_parallel_size: fine-tuning (post_trainer) "
+                                        "runs with data parallelism only for now; got %d",
+                                        o->pp), err));
   /* The router losses are weighted per token of a pre-training batch
    * (prm_llama_forward_backward's grad_scale x B x T), which a loss over
    * the response tokens does not match. */

@@ -1,10 +1,14 @@
-/* par.c - the parallel layout of a training job: world = T x D ranks,
- * with T = tensor_model_parallel_size. As in Megatron, the T ranks of a
- * tensor-parallel group are adjacent: world rank w is tensor-parallel rank
- * w % T of data-parallel rank w / T, so a group stays on one node when
- * the launcher fills nodes in rank order. The data-parallel group of w
- * holds the ranks with the same w % T (the ranks that hold the same
- * shards). One rank alone touches no MPI at all.
+/* par.c - the parallel layout of a training job: world = P x D x T ranks,
+ * with T = tensor_model_parallel_size and P =
+ * pipeline_model_parallel_size. As in Megatron, tensor-parallel ranks are
+ * the fastest-varying, then data-parallel, then pipeline: world rank w is
+ * tensor-parallel rank w % T of data-parallel rank (w / T) % D of pipeline
+ * stage w / (D T), so a tensor-parallel group stays on one node when the
+ * launcher fills nodes in rank order. The data-parallel group of w holds
+ * the ranks of its stage with the same w % T (the ranks that hold the same
+ * shards); its pipeline group the ranks with the same data- and
+ * tensor-parallel ranks, one per stage. One rank alone touches no MPI at
+ * all.
  *
  * Expert parallelism (expert_model_parallel_size E, MoE models) divides
  * the data-parallel group, as Megatron's does: data-parallel ranks
@@ -12,7 +16,8 @@
  * experts (expert-parallel rank d % E holds experts [(d % E) El,
  * (d % E + 1) El)); the ranks that hold the same experts (the same d % E,
  * D / E of them) form the expert-data-parallel group over which those
- * experts' gradients are summed (prm__par_open_ep). */
+ * experts' gradients are summed (prm__par_open_ep). MoE models do not run
+ * in a pipeline yet, so the expert groups never span stages. */
 #define _GNU_SOURCE
 #include "train-impl.h"
 
@@ -20,27 +25,43 @@
 
 static int prm__par_layout(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *err) {
   memset(p, 0, sizeof *p);
-  int T = o->tp > 1 ? o->tp : 1;
-  p->tp_size = p->dp_size = p->size = 1;
+  int T = o->tp > 1 ? o->tp : 1, P = o->pp > 1 ? o->pp : 1;
+  p->tp_size = p->dp_size = p->pp_size = p->size = 1;
+  /* What the layout asks for, named as the experiment names it. */
+  char what[128];
+  if (P == 1)
+    snprintf(what, sizeof what, "tensor_model_parallel_size %d", T);
+  else if (T == 1)
+    snprintf(what, sizeof what, "pipeline_model_parallel_size %d", P);
+  else
+    snprintf(what, sizeof what, "tensor_model_parallel_size %d x pipeline_model_parallel_size %d",
+             T, P);
   if (o->world <= 1) {
     if (o->ep > 1)
       return prm_errf(err, PRM_ECONFIG,
                       "expert_model_parallel_size %d needs %d ranks or a multiple (this run has "
                       "1): start it with --nproc %d", o->ep, o->ep, o->ep);
-    if (T > 1)
-      return prm_errf(err, PRM_ECONFIG,
-                      "tensor_model_parallel_size %d needs %d ranks or a multiple (this run has "
-                      "1): start it with --nproc %d", T, T, T);
+    if (T > 1 || P > 1)
+      return prm_errf(err, PRM_ECONFIG, "%s needs %d ranks or a multiple (this run has 1): start "
+                      "it with --nproc %d", what, T * P, T * P);
     return 0;
   }
-  if (o->world % T)
-    return prm_errf(err, PRM_ECONFIG,
-                    "tensor_model_parallel_size %d must divide the %d ranks (world = tensor x "
-                    "data parallel)", T, o->world);
+  if (o->world % (T * P))
+    return prm_errf(err, PRM_ECONFIG, "%s must divide the %d ranks (world = pipeline x data x "
+                    "tensor parallel)", what, o->world);
   if (T > 1 && o->distributed_optimizer)
     return prm_errf(err, PRM_ECONFIG,
                     "use_distributed_optimizer is not supported with tensor_model_parallel_size "
                     "%d yet; set one of them off", T);
+  if (P > 1 && o->distributed_optimizer)
+    return prm_errf(err, PRM_ECONFIG,
+                    "use_distributed_optimizer is not supported with "
+                    "pipeline_model_parallel_size %d yet; set one of them off", P);
+  if (P > 1 && o->model.experts)
+    return prm_errf(err, PRM_ECONFIG,
+                    "pipeline_model_parallel_size %d: mixture-of-experts models (num_experts "
+                    "%lld) do not run in a pipeline yet; set one of them off", P,
+                    (long long)o->model.experts);
   int rc = prm_comm_world(&p->world, err);
   if (rc) return rc;
   int w = prm_comm_rank(p->world), size = prm_comm_size(p->world);
@@ -51,18 +72,26 @@ static int prm__par_layout(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *
   p->size = size;
   p->tp_size = T;
   p->tp_rank = w % T;
-  p->dp_size = size / T;
-  p->dp_rank = w / T;
-  if (T == 1) {
+  p->pp_size = P;
+  p->dp_size = size / (T * P);
+  p->dp_rank = (w / T) % p->dp_size;
+  p->pp_rank = w / (T * p->dp_size);
+  if (P > 1) {
+    /* One pipeline per (data-parallel, tensor-parallel) pair, ordered by stage. */
+    if ((rc = prm_comm_split(p->world, w % (T * p->dp_size), w, "pp", &p->pp, err))) return rc;
+  }
+  if (T == 1 && P == 1) {
     p->dp = p->world; /* borrowed: the data-parallel group is the world */
     return 0;
   }
-  if ((rc = prm_comm_split(p->world, p->dp_rank, w, "tp", &p->tp, err))) return rc;
+  if (T > 1 &&
+      (rc = prm_comm_split(p->world, p->pp_rank * p->dp_size + p->dp_rank, w, "tp", &p->tp, err)))
+    return rc;
   if (p->dp_size == 1) {
-    p->dp = NULL; /* tensor parallel only: no gradient sums over ranks */
+    p->dp = NULL; /* tensor or pipeline parallel only: no gradient sums over ranks */
     return 0;
   }
-  return prm_comm_split(p->world, p->tp_rank, w, "dp", &p->dp, err);
+  return prm_comm_split(p->world, p->pp_rank * T + p->tp_rank, w, "dp", &p->dp, err);
 }
 
 /* The expert-parallel groups, after prm__par_layout. */
@@ -99,6 +128,7 @@ void prm__par_close(prm__par_t *p) {
   prm_comm_free(p->ep);
   if (p->dp != p->world) prm_comm_free(p->dp);
   prm_comm_free(p->tp);
+  prm_comm_free(p->pp);
   memset(p, 0, sizeof *p);
 }
 

@@ -165,6 +165,7 @@ int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
   }
   float scale = (float)(1.0 / denom);
   double sum = 0;
+  if (s->pipe) return prm__pipe_accumulate(s, o, dp, step0, loss, err);
   prm_llama_zero_grad(s->model);
   prm_llama_params_changed(s->model); /* updated, loaded or rolled back since the last step */
   s->model->tp_seconds = 0;
@@ -200,15 +201,21 @@ int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, i
   int64_t share = dp ? G / dp->size : G, rank = dp ? dp->rank : 0;
   double sum[2] = {0, 0}; /* loss, tokens */
   prm_llama_params_changed(s->model); /* the last step's update */
-  for (int64_t it = 0; it < iters; it++)
-    for (int64_t first = it * G + rank * share; first < it * G + (rank + 1) * share; first += B) {
-      int64_t c = 0;
-      prm__session_batch(s, o, PRM_SPLIT_VALID, first, B);
-      sum[0] += prm_llama_forward(s->model, s->tokens, s->targets, B, &c);
-      sum[1] += (double)c;
-    }
-  int rc = prm_llama_tp_check(s->model, err);
+  int rc = 0;
+  if (s->pipe) { /* the last stage's sums; the others' stay 0 */
+    rc = prm__pipe_evaluate(s, o, dp, iters, sum, err);
+  } else {
+    for (int64_t it = 0; it < iters; it++)
+      for (int64_t first = it * G + rank * share; first < it * G + (rank + 1) * share; first += B) {
+        int64_t c = 0;
+        prm__session_batch(s, o, PRM_SPLIT_VALID, first, B);
+        sum[0] += prm_llama_forward(s->model, s->tokens, s->targets, B, &c);
+        sum[1] += (double)c;
+      }
+  }
+  if (!rc) rc = prm_llama_tp_check(s->model, err);
   if (!rc && dp) rc = prm__dp_sum(dp, sum, 2, err);
+  if (!rc && s->pipe) rc = prm__pipe_bcast(s->pipe, sum, 2, err);
   if (rc) return rc;
   double count = sum[1];
   res->iters = iters;

@@ -12,25 +12,96 @@
 
 typedef struct prm__dp prm__dp_t; /* dp.c */
 
-/* ---- par.c: the job's parallel layout (world = T x D) ---- */
+/* ---- par.c: the job's parallel layout (world = P x D x T) ---- */
 typedef struct {
   prm_comm_t *world;   /* every rank (borrowed); NULL: one rank, MPI untouched */
   prm_comm_t *tp;      /* the tensor-parallel group (owned); NULL when T = 1 */
-  prm_comm_t *dp;      /* the data-parallel group (owned, or the world when T = 1);
+  prm_comm_t *dp;      /* the data-parallel group (owned, or the world when T = P = 1);
                         * NULL when D = 1 */
-  int tp_size, tp_rank, dp_size, dp_rank;
+  prm_comm_t *pp;      /* the pipeline group, rank = stage (owned); NULL when P = 1 */
+  int tp_size, tp_rank, dp_size, dp_rank, pp_size, pp_rank;
   int rank, size;      /* in the world (0 and 1 alone) */
   /* Expert parallelism (MoE, expert_model_parallel_size E dividing D): */
   prm_comm_t *ep;      /* the expert-parallel group (owned); NULL when E = 1 */
   prm_comm_t *edp;     /* the ranks holding the same experts (owned); NULL when D = E or E = 1 */
   int ep_size, ep_rank;
 } prm__par_t;
-/* Joins MPI when o->world > 1 and splits it (world = T x D, the expert-
- * parallel groups inside D); PRM_ECONFIG when T or E do not divide, or
- * ask for more ranks than there are. */
+/* Joins MPI when o->world > 1 and splits it (world = P x D x T, the
+ * expert-parallel groups inside D); PRM_ECONFIG when T x P or E do not
+ * divide, ask for more ranks than there are, or a combination is not
+ * supported yet. */
 int prm__par_open(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *err);
 void prm__par_close(prm__par_t *p);
 void prm__par_model_tp(const prm__par_t *p, prm_llama_tp_t *tp);
+
+/* ---- pipe.c: pipeline parallel (docs/train.md, "Pipeline parallel") ---- */
+
+/* One operation of a stage's schedule: the forward or backward of
+ * micro-batch mb through the rank's model chunk v (0 .. V-1; the chunk's
+ * place in the model is v P + stage). */
+typedef enum { PRM__PP_FWD, PRM__PP_BWD } prm__pp_kind_t;
+typedef struct {
+  prm__pp_kind_t kind;
+  int mb, chunk;
+} prm__pp_op_t;
+
+/* The order in which stage s of P runs M micro-batches through its V
+ * chunks: 2 M V operations into ops. V = 1: 1F1B (min(P - s - 1, M)
+ * warm-up forwards, then one forward and one backward, then the remaining
+ * backwards); V > 1: Megatron's interleaved schedule (M a multiple of P).
+ * Returns the count, or -1 when the arguments do not make a schedule. */
+int prm__pp_schedule(int P, int V, int M, int s, prm__pp_op_t *ops);
+/* The schedule's idle share of a step in Megatron's accounting: (P - 1) / V
+ * micro-batch times of bubble over M + (P - 1) / V ((P - 1) / (M + P - 1)
+ * for 1F1B). */
+double prm__pp_bubble_fraction(int P, int V, int M);
+/* counts (n) <- L layers cut into n contiguous runs of at least one layer
+ * each, the largest run's cost (cost: L values) as small as it can be;
+ * ties keep the earlier cut, so later runs take the spare layers (the
+ * first stages hold the most micro-batches in flight). PRM_EINVAL when n
+ * > L or n < 1. */
+int prm__pp_balance(const double *cost, int64_t L, int n, int64_t *counts);
+
+typedef struct {
+  int size, rank, virt;      /* P, this stage, V chunks a rank */
+  prm_comm_t *comm;          /* the pipeline group (borrowed from par) */
+  prm_comm_t *embd;          /* tied head: the first and last stages (owned); NULL otherwise */
+  int64_t *lo, *hi;          /* (V) layers [lo, hi) of each local chunk */
+  int64_t *plo, *phi;        /* (V) the parameters each chunk owns (flat offsets) */
+  int64_t rlo, rhi;          /* the smallest range holding them all */
+  int64_t embed_n;           /* the embedding's parameters (tied: the last stage updates them too) */
+  int first, last;           /* this rank holds the model's first / last chunk */
+  int nslots;                /* activation slots: most micro-batches in flight */
+  prm__pp_op_t *ops;         /* (2 M V) this stage's schedule */
+  int nops, M;
+  int *slot_of;              /* (V M) slot of each micro-batch in flight, -1 none */
+  int *slot_busy;            /* (nslots) */
+  prm_comm_req_t *sreq;      /* (2 nslots) sends in flight from each slot (forward, backward) */
+  double wait_s;             /* the last step's time waiting for messages (the bubble) */
+} prm__pipe_t;
+
+/* Sets up this rank's stage (par's pipeline group; nothing when P = 1,
+ * pipe->size is then 1): the split (balanced by parameters, or
+ * pipeline_layer_split), the schedule over M = G / (B D) micro-batches and
+ * the activation slots it needs in m. */
+int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t *par,
+                   prm_llama_t *m, prm_err_t *err);
+void prm__pipe_close(prm__pipe_t *pp);
+/* t's parameters belong to this stage (it computes and updates them). */
+int prm__pipe_owns(const prm__pipe_t *pp, const prm_tensor_t *t);
+/* The squared norm of this stage's gradients, summed over the tensor- and
+ * pipeline-parallel groups (the tied embedding counted once). */
+int prm__pipe_grad_norm(prm__pipe_t *pp, prm_llama_t *m, double *norm, prm_err_t *err);
+/* The last step's bubble: the stages' mean time waiting for messages
+ * (collective over the pipeline group). */
+int prm__pipe_bubble(prm__pipe_t *pp, double *seconds, prm_err_t *err);
+/* v (n) <- the last stage's v, on every stage (nothing with one stage). */
+int prm__pipe_bcast(prm__pipe_t *pp, double *v, int n, prm_err_t *err);
+/* Collective over the pipeline group of data-parallel rank 0: every stage's
+ * parameters and moments into stage 0's (the same tensor-parallel rank),
+ * which then holds the whole (shard of the) model to save. */
+int prm__pipe_gather(prm__pipe_t *pp, prm_llama_t *m, float *adam_m, float *adam_v,
+                     prm_err_t *err);
 
 typedef struct {
   prm_gemm_t gemm;
@@ -49,6 +120,9 @@ typedef struct {
    * model and moments gathered from the group (tpstate.c); NULL otherwise. */
   prm_llama_t *full;
   float *full_m, *full_v;
+  /* Pipeline parallel: this rank's stage (borrowed); NULL with one stage,
+   * where the whole-model passes run. */
+  prm__pipe_t *pipe;
 } prm__session_t;
 
 /* Opens the data (the `need` split must have tokens), builds the model with
@@ -76,6 +150,11 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
  * data it holds, so the ranks agree without communicating). */
 int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, int64_t step0,
                     double *loss, prm_err_t *err);
+/* The same through the pipeline (pipe.c), s->pipe set. */
+int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
+                         int64_t step0, double *loss, prm_err_t *err);
+int prm__pipe_evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
+                       int64_t iters, double sum[2], prm_err_t *err);
 /* Mean loss over `iters` global batches of the validation split, shared
  * among the data-parallel ranks of dp (NULL: this rank alone); PRM_ENOENT
  * when that split is empty. */
@@ -234,6 +313,8 @@ struct prm__dp {
   int all_rank, all_size;  /* in the job */
   int overlap;             /* overlap_grad_reduce: buckets during backward */
   int64_t bucket;          /* parameters per bucket */
+  int64_t rlo, rhi;        /* the gradients summed without overlap: all, or a pipeline
+                            * stage's range (the others stay zero there) */
   float *grads;            /* the model's, during a step */
   int64_t lo, hi;          /* the open bucket [lo, hi) of grads */
   prm_comm_req_t *reqs;    /* (cap) buckets in flight */

@@ -155,6 +155,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm__bad_t bad;
   prm__dp_t dp = {0};
   prm__par_t par = {0};
+  prm__pipe_t pipe = {0};
   prm__tm_t *tm = NULL; /* live metrics (metrics.c); NULL when metrics_port is 0 */
   int64_t *bad_steps = NULL, nbad = 0; /* steps that were bad once (rollback) */
   double ckpt_waited = 0;
@@ -197,6 +198,18 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   if (o->save && (rc = prm__tokenizer_config(o, &tok_config, err))) goto done;
   if ((rc = prm__dp_open(&dp, o, &par, m->nparams, err))) goto done;
   prm__dp_experts(&dp, &par, m);
+  /* Pipeline parallel (pipe.c): this rank's stage, its gradients summed
+   * over the data-parallel ranks after backward. */
+  if ((rc = prm__pipe_open(&pipe, o, &par, m, err))) goto done;
+  if (pipe.size > 1) {
+    s.pipe = &pipe;
+    dp.rlo = pipe.rlo;
+    dp.rhi = pipe.rhi;
+    if (dp.overlap && dp.world)
+      PRM_WARN("overlap_grad_reduce: not with pipeline_model_parallel_size %d yet; gradients "
+               "are summed after backward", pipe.size);
+    dp.overlap = 0;
+  }
   if ((rc = prm__tm_open(&tm, o, &dp, err))) goto done;
   /* ZeRO-1: this rank keeps the moments of its shard [lo, hi) only. */
   if (o->distributed_optimizer && dp.size > 1 && (rc = prm__zero_open(&dp, m->nparams, err)))
@@ -224,7 +237,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
    * model into the writer's s.full before each save (tpstate.c). */
   /* Expert parallel: the expert-parallel group of data-parallel rank 0
    * gathers the experts the same way. */
-  int tp_gathers = (par.tp_size > 1 || par.ep_size > 1) && par.dp_rank < par.ep_size && o->save;
+  int tp_gathers = (par.tp_size > 1 || par.ep_size > 1) && par.dp_rank < par.ep_size &&
+                   par.pp_rank == 0 && o->save;
+  /* Pipeline parallel: the stages of data-parallel rank 0 send their
+   * layers to stage 0 first (pipe.c). */
+  int pp_gathers = pipe.size > 1 && par.dp_rank == 0 && o->save;
   if (tp_gathers && (rc = prm__tp_save_open(&s, writer, err))) goto done;
   if (dp.zero && o->async_save && o->save)
     PRM_WARN("async_save: not with use_distributed_optimizer yet (the shards are saved "
@@ -347,7 +364,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       double ss = prm__zero_sumsq(&dp, m);
       if ((rc = prm__dp_sum(&dp, &ss, 1, err))) goto done;
       norm = sqrt(ss);
-    } else if ((rc = prm__grad_norm(m, &norm, err))) {
+    } else if ((rc = s.pipe ? prm__pipe_grad_norm(&pipe, m, &norm, err)
+                            : prm__grad_norm(m, &norm, err))) {
       goto done;
     }
     const char *cause = prm__bad_check(&bad, loss, norm, &z);
@@ -410,13 +428,14 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       }
       for (int i = 0; i < m->ntensors; i++) {
         const prm_tensor_t *t = &m->tensors[i];
+        if (!prm__pipe_owns(&pipe, t)) continue; /* another stage's */
         prm_adamw_update(m->params + t->offset, m->grads + t->offset, adam_m + t->offset,
                          adam_v + t->offset, t->numel, (float)lr, (float)o->beta1, (float)o->beta2,
                          (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f, step);
       }
     }
     double ms = (prm_time_now() - t0) * 1e3;
-    char jl[32], jn[32], comm[96] = "";
+    char jl[32], jn[32], comm[128] = "";
     if (dp.world) snprintf(comm, sizeof comm, ",\"comm_ms\":%.3f", dp.wait_s * 1e3);
     if (par.tp_size > 1)
       snprintf(comm + strlen(comm), sizeof comm - strlen(comm), ",\"tp_comm_ms\":%.3f",
@@ -424,6 +443,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (par.ep_size > 1)
       snprintf(comm + strlen(comm), sizeof comm - strlen(comm), ",\"ep_comm_ms\":%.3f",
                m->ep_seconds * 1e3);
+    double bubble = 0;
+    if (s.pipe && (rc = prm__pipe_bubble(&pipe, &bubble, err))) goto done;
+    if (s.pipe)
+      snprintf(comm + strlen(comm), sizeof comm - strlen(comm), ",\"pp_bubble_ms\":%.3f",
+               bubble * 1e3);
     /* Mixture of experts (issue 11): this step's routing, as a "moe" field
      * and, at log intervals, a log line. */
     prm_sb_t moe_js = {0}, moe_ln = {0};
@@ -458,13 +482,15 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       double tflops = flops_step / (ms / 1e3) / 1e12;
       char rss[32];
       prm_fmt_bytes(rss, sizeof rss, (double)prm_mem_rss());
-      char cm[40] = "";
+      char cm[72] = "";
       if (dp.world && par.tp_size > 1)
         snprintf(cm, sizeof cm, " (comm %.1f, tp %.1f)", dp.wait_s * 1e3, m->tp_seconds * 1e3);
       else if (dp.world)
         snprintf(cm, sizeof cm, " (comm %.1f)", dp.wait_s * 1e3);
       else if (par.tp_size > 1)
         snprintf(cm, sizeof cm, " (tp comm %.1f)", m->tp_seconds * 1e3);
+      if (s.pipe) /* the stages' mean wait for messages */
+        snprintf(cm + strlen(cm), sizeof cm - strlen(cm), " (pp bubble %.1f)", bubble * 1e3);
       char lts[48] = "";
       if (s.sft) snprintf(lts, sizeof lts, " (%lld loss tokens)", (long long)s.loss_tokens);
       PRM_INFO("step %lld/%lld | loss %.4f%s | lr %.3e | grad norm %.3f | %.1f ms%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | rss %s",
@@ -510,13 +536,14 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       ckpt_waited += secs;
       if (writer && (rc = prm__saved(o, events, tm, step, secs, 0, secs, err))) goto done;
       prm__hb_beat(&hb, step, "step");
-    } else if (save_now && (writer || tp_gathers)) {
+    } else if (save_now && (writer || tp_gathers || pp_gathers)) {
       prm__hb_beat(&hb, step, "save");
       /* Under tensor parallelism the writer saves the whole model the
        * group gathers into s.full; the others only send their shards. */
       const prm_llama_t *sm = m;
       float *sam = adam_m, *sav = adam_v;
       double tg = prm_time_now();
+      if (pp_gathers && (rc = prm__pipe_gather(&pipe, m, adam_m, adam_v, err))) goto done;
       if (tp_gathers) {
         if ((rc = prm__tp_save_gather(&s, adam_m, adam_v, err))) goto done;
         sm = s.full;
@@ -574,6 +601,7 @@ done:
   prm__asave_free(&as);
   prm__tm_close(tm);
   prm__dp_close(&dp);
+  prm__pipe_close(&pipe);
   prm__par_close(&par);
   if (handlers) {
     /* A signal that arrived after the last poll is taken here, so that

@@ -76,6 +76,10 @@ expect_eq "bubble (p-1)/(m+p-1)" "$(jget 'abs(j["bubble_fraction"] - 1 / (j["lay
 run analyze projection --config pj.yaml --hardware "$HW" pipeline_model_parallel_size=2 --virtual_stages 2
 expect_rc "2 layers over 2 x 2 virtual stages" 2
 expect_in "names num_layers" "num_layers 2 is not divisible" "$ERR"
+# The experiment's own virtual_pipeline_model_parallel_size is the default.
+run analyze projection --config pj.yaml --hardware "$HW" pipeline_model_parallel_size=2 virtual_pipeline_model_parallel_size=2
+expect_rc "2 x 2 virtual stages from the experiment" 2
+expect_in "the experiment's virtual stages are used" "num_layers 2 is not divisible" "$ERR"
 
 # --- the engine's memory accounting ------------------------------------------
 run train pretrain --config pj.yaml

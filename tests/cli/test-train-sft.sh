@@ -132,6 +132,10 @@ post_exp badtp "tensor_model_parallel_size: 2"
 run train posttrain --config badtp.yaml
 expect_rc "tensor parallel: refused" 2
 expect_in "tensor parallel: says so" "tensor_model_parallel_size: fine-tuning (post_trainer) runs with data parallelism only" "$ERR"
+post_exp badpp "pipeline_model_parallel_size: 2"
+run train posttrain --config badpp.yaml
+expect_rc "pipeline parallel: refused" 2
+expect_in "pipeline parallel: says so" "pipeline_model_parallel_size: fine-tuning (post_trainer) runs with data parallelism only" "$ERR"
 post_exp badmoe "num_experts: 2"
 run train posttrain --config badmoe.yaml
 expect_rc "mixture of experts: refused" 2

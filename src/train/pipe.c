@@ -1,0 +1,423 @@
+/* pipe.c - pipeline parallel: the model's layers cut into P stages (P V
+ * model chunks with the interleaved schedule), micro-batches flowing
+ * forward through them and their gradients flowing back, with
+ * point-to-point MPI between adjacent stages (docs/train.md, "Pipeline
+ * parallel").
+ *
+ * Every rank holds the whole model's parameter block (the same layout as
+ * without a pipeline, so loading, resuming and the checkpoint files do not
+ * change), but computes, reduces and updates only its stage's layers: the
+ * first stage adds the embedding, the last the final norm and the LM head
+ * with its loss. A tied head is the embedding: the first and last stages
+ * both update it, after summing its gradient between them as Megatron
+ * does. Before a save, stage 0 gathers the other stages' parameters and
+ * moments, so its copy is the whole model again.
+ *
+ * A stage's layers see exactly the inputs and gradients they see in one
+ * process, and each stage adds its micro-batches' gradients in the same
+ * order, so a pipeline computes the numbers of P = 1 (the tied embedding's
+ * two halves are summed in another order, well inside 1e-5). Sends are
+ * non-blocking and receives blocking, so a rank only ever waits for the
+ * data its next operation needs: the time it waits is its share of the
+ * bubble. */
+#define _GNU_SOURCE
+#include "train-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* The schedule and the split (pure)                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Operation k of the interleaved order: micro-batches go through the chunks
+ * in groups of P (Megatron's get_model_chunk_id), backward chunks in
+ * reverse. */
+static prm__pp_op_t prm__pp_iop(int P, int V, int k, prm__pp_kind_t kind) {
+  int group = k / (P * V), in = k % (P * V), chunk = in / P;
+  prm__pp_op_t op = {kind, group * P + in % P, kind == PRM__PP_BWD ? V - 1 - chunk : chunk};
+  return op;
+}
+
+int prm__pp_schedule(int P, int V, int M, int s, prm__pp_op_t *ops) {
+  if (P < 1 || V < 1 || M < 1 || s < 0 || s >= P) return -1;
+  if (V > 1 && M % P) return -1;
+  int total = M * V, warm, n = 0;
+  if (V == 1) warm = P - s - 1;
+  else warm = M == P ? total : (P - s - 1) * 2 + (V - 1) * P;
+  if (warm > total) warm = total;
+  int f = 0, b = 0;
+  for (; f < warm; f++) ops[n++] = prm__pp_iop(P, V, f, PRM__PP_FWD);
+  while (f < total) { /* steady state: one forward, one backward */
+    ops[n++] = prm__pp_iop(P, V, f++, PRM__PP_FWD);
+    ops[n++] = prm__pp_iop(P, V, b++, PRM__PP_BWD);
+  }
+  while (b < total) ops[n++] = prm__pp_iop(P, V, b++, PRM__PP_BWD);
+  return n;
+}
+
+double prm__pp_bubble_fraction(int P, int V, int M) {
+  if (P < 2 || M < 1) return 0;
+  double b = (double)(P - 1) / (double)(V < 1 ? 1 : V);
+  return b / ((double)M + b);
+}
+
+int prm__pp_balance(const double *cost, int64_t L, int n, int64_t *counts) {
+  if (n < 1 || n > L) return PRM_EINVAL;
+  /* best[j][i]: the smallest largest-run cost of the first i layers in j
+   * runs; cut[j][i]: where the last of those runs starts. */
+  size_t w = (size_t)L + 1;
+  double *best = prm_xcalloc((size_t)(n + 1) * w, sizeof *best);
+  int64_t *cut = prm_xcalloc((size_t)(n + 1) * w, sizeof *cut);
+  double *pre = prm_xcalloc(w, sizeof *pre);
+  for (int64_t i = 0; i < L; i++) pre[i + 1] = pre[i] + cost[i];
+  for (int64_t i = 1; i <= L; i++) best[w + (size_t)i] = pre[i];
+  for (int j = 2; j <= n; j++)
+    for (int64_t i = j; i <= L; i++) {
+      double b = INFINITY;
+      for (int64_t k = j - 1; k < i; k++) {
+        double x = fmax(best[(size_t)(j - 1) * w + (size_t)k], pre[i] - pre[k]);
+        if (x < b) { /* strict: ties keep the earlier cut */
+          b = x;
+          cut[(size_t)j * w + (size_t)i] = k;
+        }
+      }
+      best[(size_t)j * w + (size_t)i] = b;
+    }
+  int64_t i = L;
+  for (int j = n; j >= 1; j--) {
+    int64_t k = j == 1 ? 0 : cut[(size_t)j * w + (size_t)i];
+    counts[j - 1] = i - k;
+    i = k;
+  }
+  free(best);
+  free(cut);
+  free(pre);
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Setting up a stage                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Offset of layer l's first parameter (l = L: the final norm's). */
+static int64_t prm__pp_off(const prm_llama_t *m, int64_t l) {
+  return m->tensors[m->layer_t0[l]].offset;
+}
+
+int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t *par,
+                   prm_llama_t *m, prm_err_t *err) {
+  memset(pp, 0, sizeof *pp);
+  pp->size = 1;
+  if (par->pp_size <= 1) return 0;
+  const prm_llama_config_t *c = &m->cfg;
+  int P = par->pp_size, V = o->vpp > 1 ? o->vpp : 1, C = P * V, rc = 0;
+  int64_t L = c->layers;
+  int64_t M = o->global_batch / (o->micro_batch * par->dp_size);
+  if (C > L)
+    return prm_errf(err, PRM_ECONFIG, "pipeline_model_parallel_size %d x %d virtual stages = %d "
+                    "model chunks, but num_layers is %lld (every chunk needs a layer)", P, V, C,
+                    (long long)L);
+  if (V > 1 && M % P)
+    return prm_errf(err, PRM_ECONFIG, "virtual_pipeline_model_parallel_size %d: the interleaved "
+                    "schedule needs the %lld micro-batches a step (global_batch_size / "
+                    "(micro_batch_size x %d data-parallel ranks)) to be a multiple of "
+                    "pipeline_model_parallel_size %d", V, (long long)M, par->dp_size, P);
+  if (M < P)
+    PRM_WARN("pipeline: %lld micro-batches a step for %d stages: the pipeline never fills "
+             "(bubble %.0f%% of the step); raise global_batch_size to at least %lld",
+             (long long)M, P, 100.0 * prm__pp_bubble_fraction(P, V, (int)M),
+             (long long)(P * o->micro_batch * par->dp_size));
+  /* The split: given, or balanced by parameter count (the embedding on the
+   * first layer, the final norm and an untied head on the last). */
+  int64_t *counts = prm_xcalloc((size_t)C, sizeof *counts);
+  if (o->pp_nsplit) {
+    memcpy(counts, o->pp_split, (size_t)C * sizeof *counts);
+  } else {
+    double *cost = prm_xcalloc((size_t)L, sizeof *cost);
+    for (int64_t l = 0; l < L; l++)
+      for (int i = m->layer_t0[l]; i < m->layer_t0[l + 1]; i++) cost[l] += (double)m->tensors[i].full_numel;
+    cost[0] += (double)m->tensors[0].full_numel;
+    for (int i = m->layer_t0[L]; i < m->ntensors; i++) cost[L - 1] += (double)m->tensors[i].full_numel;
+    prm__pp_balance(cost, L, C, counts);
+    free(cost);
+  }
+  pp->size = P;
+  pp->rank = par->pp_rank;
+  pp->virt = V;
+  pp->comm = par->pp;
+  pp->M = (int)M;
+  pp->lo = prm_xcalloc((size_t)V, sizeof *pp->lo);
+  pp->hi = prm_xcalloc((size_t)V, sizeof *pp->hi);
+  pp->plo = prm_xcalloc((size_t)V, sizeof *pp->plo);
+  pp->phi = prm_xcalloc((size_t)V, sizeof *pp->phi);
+  pp->embed_n = m->tensors[0].numel;
+  pp->first = pp->rank == 0;
+  pp->last = pp->rank == P - 1;
+  prm_sb_t desc = {0};
+  for (int ch = 0, l = 0; ch < C; l += (int)counts[ch], ch++) {
+    if (ch % P != pp->rank) continue;
+    int v = ch / P;
+    pp->lo[v] = l;
+    pp->hi[v] = l + counts[ch];
+    pp->plo[v] = ch == 0 ? 0 : prm__pp_off(m, pp->lo[v]);
+    pp->phi[v] = ch == C - 1 ? m->nparams : prm__pp_off(m, pp->hi[v]);
+    prm_sb_appendf(&desc, "%s[%lld, %lld)", v ? ", " : "", (long long)pp->lo[v], (long long)pp->hi[v]);
+  }
+  free(counts);
+  pp->rlo = pp->plo[0];
+  pp->rhi = pp->phi[V - 1];
+  /* The schedule, and the slots its most micro-batches in flight take. */
+  pp->ops = prm_xcalloc((size_t)(2 * M * V), sizeof *pp->ops);
+  pp->nops = prm__pp_schedule(P, V, (int)M, pp->rank, pp->ops);
+  PRM_ASSERT(pp->nops == 2 * M * V);
+  for (int i = 0, live = 0; i < pp->nops; i++) {
+    live += pp->ops[i].kind == PRM__PP_FWD ? 1 : -1;
+    if (live > pp->nslots) pp->nslots = live;
+  }
+  pp->slot_of = prm_xcalloc((size_t)(M * V), sizeof *pp->slot_of);
+  pp->slot_busy = prm_xcalloc((size_t)pp->nslots, sizeof *pp->slot_busy);
+  pp->sreq = prm_xcalloc((size_t)(2 * pp->nslots), sizeof *pp->sreq);
+  if ((rc = prm_llama_add_slots(m, pp->nslots, err))) goto out;
+  /* A tied head: the embedding's gradient is summed between the first and
+   * the last stage of each pipeline (collective over the world). */
+  if (c->tied &&
+      (rc = prm_comm_split(par->world, pp->first || pp->last ? par->dp_rank * par->tp_size + par->tp_rank : -1,
+                           par->rank, "embd", &pp->embd, err)))
+    goto out;
+  PRM_INFO("pipeline: stage %d of %d holds layers %s%s%s; %lld micro-batches a step, %s "
+           "schedule, %d in flight here, bubble fraction %.3f",
+           pp->rank, P, prm_sb_str(&desc), pp->first ? " and the embedding" : "",
+           pp->last ? (c->tied ? " and the final norm (tied head)" : " and the final norm and head") : "",
+           (long long)M, V > 1 ? "interleaved 1F1B" : "1F1B", pp->nslots,
+           prm__pp_bubble_fraction(P, V, (int)M));
+out:
+  prm_sb_free(&desc);
+  return rc;
+}
+
+void prm__pipe_close(prm__pipe_t *pp) {
+  if (pp->size > 1) {
+    prm_err_t e = {0};
+    prm_comm_waitall(pp->sreq, 2 * pp->nslots, &e);
+  }
+  prm_comm_free(pp->embd);
+  free(pp->lo);
+  free(pp->hi);
+  free(pp->plo);
+  free(pp->phi);
+  free(pp->ops);
+  free(pp->slot_of);
+  free(pp->slot_busy);
+  free(pp->sreq);
+  memset(pp, 0, sizeof *pp);
+}
+
+int prm__pipe_owns(const prm__pipe_t *pp, const prm_tensor_t *t) {
+  if (pp->size <= 1) return 1;
+  for (int v = 0; v < pp->virt; v++)
+    if (t->offset >= pp->plo[v] && t->offset < pp->phi[v]) return 1;
+  return pp->embd && pp->last && t->offset == 0; /* the tied head */
+}
+
+/* ------------------------------------------------------------------------ */
+/* One step                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static int prm__pipe_recv(prm__pipe_t *pp, float *buf, int64_t n, int src, int tag, prm_err_t *err) {
+  double t0 = prm_time_now();
+  int rc = prm_comm_recv(pp->comm, buf, n, PRM_COMM_F32, src, tag, err);
+  pp->wait_s += prm_time_now() - t0;
+  return rc;
+}
+
+static void prm__pipe_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_t split,
+                            int64_t first) {
+  double t0 = prm_time_now();
+  prm__session_batch(s, o, split, first, o->micro_batch);
+  s->data_s += prm_time_now() - t0;
+}
+
+/* One operation of the schedule. Tags: 2 c for the input of chunk c, 2 c +
+ * 1 for the gradient of its output; MPI keeps messages of one tag in
+ * order, and every chunk sees its micro-batches in order. */
+static int prm__pipe_op(prm__session_t *s, const prm_train_opts_t *o, prm__pipe_t *pp,
+                        const prm__pp_op_t *op, int64_t begin, float scale, double *sum,
+                        prm_err_t *err) {
+  prm_llama_t *m = s->model;
+  int P = pp->size, C = P * pp->virt, v = op->chunk, ch = v * P + pp->rank;
+  int next = (pp->rank + 1) % P, prev = (pp->rank + P - 1) % P, rc;
+  int64_t B = o->micro_batch, n = B * o->seq_length * m->cfg.hidden, lo = pp->lo[v], hi = pp->hi[v];
+  int64_t first = begin + op->mb * B;
+  int *slot = &pp->slot_of[v * pp->M + op->mb];
+  if (op->kind == PRM__PP_FWD) {
+    int k = 0;
+    while (k < pp->nslots && pp->slot_busy[k]) k++;
+    PRM_ASSERT(k < pp->nslots);
+    /* The slot's activations were sent from here: that send is done before
+     * they are overwritten (its receiver has answered with the gradient, so
+     * this never waits long). Its gradient send may still be in flight:
+     * forward does not touch that buffer, and waiting for it here could
+     * deadlock the interleaved schedule. */
+    if ((rc = prm_comm_wait(&pp->sreq[2 * k], err))) return rc;
+    pp->slot_busy[k] = 1;
+    *slot = k;
+    prm_llama_use_slot(m, k);
+    if (ch == 0 || ch == C - 1) prm__pipe_batch(s, o, PRM_SPLIT_TRAIN, first);
+    if (ch > 0 && (rc = prm__pipe_recv(pp, prm_llama_stage_x(m, lo), n, prev, 2 * ch, err)))
+      return rc;
+    int64_t count = 0;
+    *sum += prm_llama_stage_forward(m, lo, hi, s->tokens, s->targets, B, 1, scale, &count);
+    if (ch == C - 1) return 0;
+    return prm_comm_isend(pp->comm, prm_llama_stage_x(m, hi), n, PRM_COMM_F32, next, 2 * (ch + 1),
+                          &pp->sreq[2 * k], err);
+  }
+  int k = *slot;
+  PRM_ASSERT(k >= 0);
+  prm_llama_use_slot(m, k);
+  /* The gradient buffer's last send (an earlier micro-batch's) is done
+   * before it is written again. */
+  if ((rc = prm_comm_wait(&pp->sreq[2 * k + 1], err))) return rc;
+  if (ch < C - 1 && (rc = prm__pipe_recv(pp, prm_llama_stage_dx(m), n, next, 2 * ch + 1, err)))
+    return rc;
+  if (ch == 0) prm__pipe_batch(s, o, PRM_SPLIT_TRAIN, first); /* the embedding's tokens */
+  prm_llama_stage_backward(m, lo, hi, s->tokens, B);
+  pp->slot_busy[k] = 0;
+  *slot = -1;
+  if (ch == 0) return 0;
+  return prm_comm_isend(pp->comm, prm_llama_stage_dx(m), n, PRM_COMM_F32, prev, 2 * (ch - 1) + 1,
+                        &pp->sreq[2 * k + 1], err);
+}
+
+int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
+                         int64_t step0, double *loss, prm_err_t *err) {
+  prm__pipe_t *pp = s->pipe;
+  prm_llama_t *m = s->model;
+  int64_t G = o->global_batch, B = o->micro_batch, S = o->seq_length;
+  int64_t share = G / dp->size, begin = step0 * G + dp->rank * share;
+  PRM_ASSERT(share / B == pp->M);
+  float scale = (float)(1.0 / ((double)G * (double)S));
+  double sum = 0;
+  int rc = 0;
+  prm_llama_zero_grad(m);
+  prm_llama_params_changed(m);
+  m->tp_seconds = 0;
+  s->data_s = 0;
+  pp->wait_s = 0;
+  /* Fault injection: a NaN in a gradient this stage owns, so that the
+   * norm, summed over the stages, carries it to every rank. */
+  if (prm__fault_due(PRM__FAULT_NAN, step0 + 1)) m->grads[pp->plo[0]] = NAN;
+  for (int i = 0; i < pp->M * pp->virt; i++) pp->slot_of[i] = -1;
+  for (int i = 0; i < pp->nops && !rc; i++) rc = prm__pipe_op(s, o, pp, &pp->ops[i], begin, scale, &sum, err);
+  if (rc) return rc;
+  double t0 = prm_time_now();
+  rc = prm_comm_waitall(pp->sreq, 2 * pp->nslots, err);
+  pp->wait_s += prm_time_now() - t0;
+  if (!rc) rc = prm_llama_tp_check(m, err);
+  if (!rc) rc = prm__dp_reduce(dp, m, err);
+  /* A tied head: the last stage's part of the embedding's gradient lies
+   * outside its range, so it is summed over the data-parallel ranks on its
+   * own, then the two ends' parts are added. */
+  if (!rc && pp->embd && dp->world && !pp->first)
+    rc = prm_comm_allreduce(dp->world, m->grads, pp->embed_n, PRM_COMM_F32, PRM_COMM_SUM, err);
+  if (!rc && pp->embd)
+    rc = prm_comm_allreduce(pp->embd, m->grads, pp->embed_n, PRM_COMM_F32, PRM_COMM_SUM, err);
+  if (!rc) rc = prm__dp_sum(dp, &sum, 1, err);
+  if (!rc) rc = prm__pipe_bcast(pp, &sum, 1, err);
+  *loss = sum / ((double)G * (double)S);
+  return rc;
+}
+
+int prm__pipe_evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
+                       int64_t iters, double sum[2], prm_err_t *err) {
+  prm__pipe_t *pp = s->pipe;
+  prm_llama_t *m = s->model;
+  int64_t G = o->global_batch, B = o->micro_batch;
+  int64_t share = dp ? G / dp->size : G, rank = dp ? dp->rank : 0;
+  int P = pp->size, C = P * pp->virt, next = (pp->rank + 1) % P, prev = (pp->rank + P - 1) % P;
+  int64_t n = B * o->seq_length * m->cfg.hidden;
+  int rc = 0;
+  prm_llama_use_slot(m, 0);
+  /* One micro-batch at a time through the chunks in model order: a chain
+   * with one rank busy at a time (evaluation is rare and short). */
+  for (int64_t it = 0; it < iters && !rc; it++)
+    for (int64_t first = it * G + rank * share; first < it * G + (rank + 1) * share && !rc; first += B)
+      for (int v = 0; v < pp->virt && !rc; v++) {
+        int ch = v * P + pp->rank;
+        if (ch == 0 || ch == C - 1) prm__pipe_batch(s, o, PRM_SPLIT_VALID, first);
+        if (ch > 0 && (rc = prm__pipe_recv(pp, prm_llama_stage_x(m, pp->lo[v]), n, prev, 2 * ch, err)))
+          break;
+        int64_t c = 0;
+        double l = prm_llama_stage_forward(m, pp->lo[v], pp->hi[v], s->tokens, s->targets, B, 0,
+                                           0.0f, &c);
+        if (ch == C - 1) {
+          sum[0] += l;
+          sum[1] += (double)c;
+        } else {
+          rc = prm_comm_send(pp->comm, prm_llama_stage_x(m, pp->hi[v]), n, PRM_COMM_F32, next,
+                             2 * (ch + 1), err);
+        }
+      }
+  prm_llama_use_slot(m, 0);
+  return rc;
+}
+
+int prm__pipe_bubble(prm__pipe_t *pp, double *seconds, prm_err_t *err) {
+  *seconds = pp->wait_s;
+  if (pp->size <= 1) return 0;
+  int rc = prm_comm_allreduce(pp->comm, seconds, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
+  *seconds /= pp->size;
+  return rc;
+}
+
+int prm__pipe_bcast(prm__pipe_t *pp, double *v, int n, prm_err_t *err) {
+  if (pp->size <= 1) return 0;
+  return prm_comm_bcast(pp->comm, v, n, PRM_COMM_F64, pp->size - 1, err);
+}
+
+int prm__pipe_grad_norm(prm__pipe_t *pp, prm_llama_t *m, double *norm, prm_err_t *err) {
+  double ss = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    if (!prm__pipe_owns(pp, t)) continue;
+    if (t->offset == 0 && !pp->first) continue;                   /* the tied head: counted once */
+    if (t->split == PRM_TP_WHOLE && m->tp.rank != 0) continue;    /* counted by rank 0 */
+    ss += prm_sumsq(m->grads + t->offset, t->numel);
+  }
+  int rc = 0;
+  if (m->tp.size > 1) rc = prm_comm_allreduce(m->tp.comm, &ss, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
+  if (!rc) rc = prm_comm_allreduce(pp->comm, &ss, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
+  *norm = sqrt(ss);
+  return rc;
+}
+
+int prm__pipe_gather(prm__pipe_t *pp, prm_llama_t *m, float *adam_m, float *adam_v,
+                     prm_err_t *err) {
+  float *bufs[3] = {m->params, adam_m, adam_v};
+  int rc = 0;
+  if (pp->rank > 0) { /* each chunk's range, then its parameters and moments */
+    for (int v = 0; v < pp->virt && !rc; v++) {
+      int64_t range[2] = {pp->plo[v], pp->phi[v]};
+      rc = prm_comm_send(pp->comm, range, 2, PRM_COMM_I64, 0, 4 * v, err);
+      for (int b = 0; b < 3 && !rc; b++)
+        rc = prm_comm_send(pp->comm, bufs[b] + range[0], range[1] - range[0], PRM_COMM_F32, 0,
+                           4 * v + 1 + b, err);
+    }
+    return rc;
+  }
+  for (int r = 1; r < pp->size && !rc; r++)
+    for (int v = 0; v < pp->virt && !rc; v++) {
+      int64_t range[2];
+      if ((rc = prm_comm_recv(pp->comm, range, 2, PRM_COMM_I64, r, 4 * v, err))) break;
+      if (range[0] < 0 || range[1] > m->nparams || range[1] < range[0])
+        return prm_errf(err, PRM_ERUNTIME, "pipeline stage %d sent the range [%lld, %lld) of "
+                        "%lld parameters", r, (long long)range[0], (long long)range[1],
+                        (long long)m->nparams);
+      for (int b = 0; b < 3 && !rc; b++)
+        rc = prm_comm_recv(pp->comm, bufs[b] + range[0], range[1] - range[0], PRM_COMM_F32, r,
+                           4 * v + 1 + b, err);
+    }
+  prm_llama_params_changed(m);
+  return rc;
+}
