@@ -1,0 +1,336 @@
+/* task_bench_sys.c - `benchmark launch` (thread dispatch), `memory`
+ * (triad), `checkpoint-io`, `train` (end to end, under MPI too) and
+ * `tokenizer` (optionally against gpt-tokenizer in the same run). */
+#define _GNU_SOURCE
+#include "bench-tasks.h"
+#include "primus/prm_data.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* launch, memory, checkpoint-io                                             */
+/* ------------------------------------------------------------------------ */
+
+const prm_opt_t prm__bench_launch_opts[] = {
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent measuring, half for each test"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+int prm__bench_launch(prm_task_ctx_t *ctx, prm_err_t *err) {
+  double d, omp_us, pool_us;
+  int rc;
+  if ((rc = prm__bench_check_output(ctx, "launch", err)) || (rc = prm__bench_duration_opt(ctx, "launch", 1.0, &d, err))) return rc;
+  prm_bench_dispatch(d, &omp_us, &pool_us);
+  static const char *const cols[] = {"test", "threads", "median_us"};
+  prm_table_t *t = prm_table_new(3, cols);
+  const char *what[2] = {"omp_parallel_region", "kernel_pool_wakeup"};
+  double us[2] = {omp_us, pool_us};
+  for (int i = 0; i < 2; i++) {
+    prm_table_row(t);
+    prm_table_str(t, what[i]);
+    prm_table_int(t, prm_kernels_threads());
+    prm_table_num(t, us[i], 2);
+  }
+  rc = prm__bench_emit(ctx, t, "Thread dispatch latency", err);
+  prm_table_free(t);
+  return rc;
+}
+
+const prm_opt_t prm__bench_memory_opts[] = {
+    {"size_mb", 0, PRM_OPT_INT, "MB", "256", "size of each of the three arrays"},
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent repeating the triad (at least two passes)"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+int prm__bench_memory(prm_task_ctx_t *ctx, prm_err_t *err) {
+  int64_t mb;
+  double d;
+  int rc;
+  if ((rc = prm__bench_check_output(ctx, "memory", err)) || (rc = prm__bench_int_opt(ctx, "memory", "size_mb", 256, 1, &mb, err)) ||
+      (rc = prm__bench_duration_opt(ctx, "memory", 1.0, &d, err)))
+    return rc;
+  double gbs = prm_bench_triad((size_t)mb << 20, d);
+  if (!(gbs > 0))
+    return prm_errf(err, PRM_ENOMEM, "benchmark memory: cannot allocate 3 x %lld MB", (long long)mb);
+  static const char *const cols[] = {"test", "array_mb", "threads", "gbps"};
+  prm_table_t *t = prm_table_new(4, cols);
+  prm_table_row(t);
+  prm_table_str(t, "triad");
+  prm_table_int(t, mb);
+  prm_table_int(t, prm_kernels_threads());
+  prm_table_num(t, gbs, 2);
+  rc = prm__bench_emit(ctx, t, "Memory bandwidth (STREAM triad, 3 x array bytes per pass)", err);
+  prm_table_free(t);
+  return rc;
+}
+
+
+const prm_opt_t prm__bench_ckpt_opts[] = {
+    {"dir", 'd', PRM_OPT_STR, "DIR", ".", "folder to write in (the checkpoint's file system)"},
+    {"size_mb", 0, PRM_OPT_INT, "MB", "256", "bytes to write and read back"},
+    {"no_ckpt", 0, PRM_OPT_FLAG, NULL, NULL, "only the raw disk figures, no safetensors checkpoint"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+int prm__bench_ckpt_io(prm_task_ctx_t *ctx, prm_err_t *err) {
+  const char *dir = prm_args_str(ctx->args, "dir");
+  if (!dir) dir = ".";
+  int64_t mb;
+  int rc;
+  if ((rc = prm__bench_check_output(ctx, "checkpoint-io", err)) || (rc = prm__bench_int_opt(ctx, "checkpoint-io", "size_mb", 256, 1, &mb, err))) return rc;
+  if (!prm_fs_is_dir(dir))
+    return prm_errf(err, PRM_ENOENT, "benchmark checkpoint-io: --dir %s: not a folder", dir);
+  double w = 0, r = 0, sw = 0, sr = 0;
+  size_t actual = 0;
+  if ((rc = prm_bench_disk(dir, (size_t)mb << 20, &w, &r, err))) return prm_err_prefix(err, "benchmark checkpoint-io"), rc;
+  int ckpt = !prm_args_flag(ctx->args, "no_ckpt");
+  if (ckpt && (rc = prm_bench_ckpt(dir, (size_t)mb << 20, &sw, &sr, &actual, err)))
+    return prm_err_prefix(err, "benchmark checkpoint-io"), rc;
+  static const char *const cols[] = {"test", "size_mb", "gbps"};
+  prm_table_t *t = prm_table_new(3, cols);
+  const char *what[4] = {"disk_write", "disk_read", "ckpt_save", "ckpt_load"};
+  double gbs[4] = {w, r, sw, sr}, size[4] = {(double)mb, (double)mb, (double)actual / 1048576.0,
+                                             (double)actual / 1048576.0};
+  for (int i = 0; i < (ckpt ? 4 : 2); i++) {
+    prm_table_row(t);
+    prm_table_str(t, what[i]);
+    prm_table_num(t, size[i], 1);
+    prm_table_num(t, gbs[i], 4);
+  }
+  char *title = prm_xasprintf("Disk and checkpoint bandwidth in %s", dir);
+  rc = prm__bench_emit(ctx, t, title, err);
+  free(title);
+  prm_table_free(t);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* train                                                                     */
+/* ------------------------------------------------------------------------ */
+
+const prm_opt_t prm__bench_train_opts[] = {
+    {"config", 'c', PRM_OPT_STR, "FILE", NULL, "experiment YAML (modules.pre_trainer; mock_data: true needs no dataset)"},
+    {"warmup", 0, PRM_OPT_INT, "N", "2", "first steps left out of the figures"},
+    {"iters", 0, PRM_OPT_INT, "N", "10", "steps measured after the warm-up"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+int prm__bench_train(prm_task_ctx_t *ctx, prm_err_t *err) {
+  PRM_ASSERT(ctx->exp);
+  int64_t warmup, iters;
+  int rc;
+  if ((rc = prm__bench_check_output(ctx, "train", err)) || (rc = prm__bench_int_opt(ctx, "train", "warmup", 2, 0, &warmup, err)) ||
+      (rc = prm__bench_int_opt(ctx, "train", "iters", 10, 1, &iters, err)))
+    return rc;
+  prm_train_opts_t o;
+  if ((rc = prm_train_opts_from_exp(ctx->exp, &o, err))) return rc;
+  o.world = ctx->world > 1 ? ctx->world : 1; /* data, tensor and pipeline parallel as in training */
+  prm_bench_train_result_t r;
+  if ((rc = prm_bench_train(&o, warmup, iters, &r, err))) return rc;
+  if (!r.reported) return 0; /* world rank 0 prints the figures */
+  static const char *const cols[] = {"exp_name", "params", "seq_length", "global_batch", "threads",
+                                     "steps", "step_ms", "tokens_per_s", "tflops", "mfu",
+                                     "ranks", "pp", "micro_batches", "bubble_ms",
+                                     "bubble_fraction", "bubble_schedule"};
+  prm_table_t *t = prm_table_new(r.pp > 1 ? 16 : 10, cols);
+  prm_table_row(t);
+  prm_table_str(t, prm_exp_top(ctx->exp, "exp_name"));
+  prm_table_int(t, r.params);
+  prm_table_int(t, o.seq_length);
+  prm_table_int(t, o.global_batch);
+  prm_table_int(t, prm_kernels_threads());
+  prm_table_int(t, r.steps);
+  prm_table_num(t, r.step_ms, 2);
+  prm_table_num(t, r.tokens_per_s, 1);
+  prm_table_num(t, r.tflops, 6);
+  prm_table_num(t, r.mfu, 6);
+  if (r.pp > 1) { /* a pipeline's columns */
+    prm_table_int(t, o.world);
+    prm_table_int(t, r.pp);
+    prm_table_int(t, r.micro_batches);
+    prm_table_num(t, r.bubble_ms, 3);
+    prm_table_num(t, r.bubble_fraction, 4);
+    prm_table_num(t, r.bubble_schedule, 4);
+  }
+  char title[96];
+  snprintf(title, sizeof title, "Training throughput (%lld warm-up steps left out)", (long long)warmup);
+  rc = prm__bench_emit(ctx, t, title, err);
+  prm_table_free(t);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* tokenizer                                                                 */
+/* ------------------------------------------------------------------------ */
+
+const prm_opt_t prm__bench_tok_opts[] = {
+    {"input", 'i', PRM_OPT_STR, "FILE", NULL, "text to encode, one document per line (default: the Brown corpus in the primus cache)"},
+    {"tokenizer_type", 0, PRM_OPT_STR, "NAME", "GPT2BPETokenizer", "tokenizer to time"},
+    {"tokenizer_model", 0, PRM_OPT_STR, "FILE", NULL, "its rank file or tokenizer.json (default: GPT-2's from the cache)"},
+    {"workers", 'w', PRM_OPT_INT, "N", "1", "threads encoding documents in parallel"},
+    {"repeat", 0, PRM_OPT_INT, "N", "3", "runs; the fastest is reported"},
+    {"compare", 0, PRM_OPT_FLAG, NULL, NULL, "also time the npm package gpt-tokenizer (node) on the same text"},
+    {"output_file", 'o', PRM_OPT_STR, "FILE", NULL, "also write the results as a table to FILE (.md, .csv, .tsv, .jsonl, .json; - is Markdown on standard output)"},
+    {NULL},
+};
+
+
+/* Encodes every non-empty line; returns the token count or -1 (err set). */
+static int64_t prm__encode_lines(const prm_tokenizer_t *tok, char *const *lines, const size_t *lens,
+                                 int64_t n, int workers, prm_err_t *err) {
+  int64_t total = 0;
+  int failed = 0;
+#pragma omp parallel for schedule(dynamic, 64) num_threads(workers) reduction(+ : total)
+  for (int64_t i = 0; i < n; i++) {
+    if (!lens[i] || failed) continue;
+    int32_t *ids = NULL;
+    int64_t k = 0;
+    prm_err_t e = {0};
+    if (prm_tokenizer_encode(tok, lines[i], lens[i], &ids, &k, &e)) {
+#pragma omp critical
+      {
+        if (!failed && err) *err = e;
+        failed = 1;
+      }
+    }
+    free(ids);
+    total += k;
+  }
+  return failed ? -1 : total;
+}
+
+/* Runs bench/gpt_tokenizer_speed.cjs; fills seconds and tokens. */
+static int prm__time_gpt_tokenizer(const char *file, int64_t repeat, double *seconds,
+                                   int64_t *tokens, prm_err_t *err) {
+  char *pkg = prm_cache_path("npm/node_modules/gpt-tokenizer");
+  char *script = prm_path_join(prm_home(), "bench/gpt_tokenizer_speed.cjs");
+  char rep[32];
+  snprintf(rep, sizeof rep, "%lld", (long long)repeat);
+  char *argv[] = {"node", script, pkg, (char *)file, rep, NULL};
+  prm_proc_opts_t o = {.capture = 1, .stdin_path = "/dev/null"};
+  int status = 0, rc;
+  char *out = NULL;
+  if (!prm_fs_is_dir(pkg))
+    rc = prm_errf(err, PRM_EDEP, "%s: gpt-tokenizer is not installed (scripts/deps.sh installs it)", pkg);
+  else if ((rc = prm_proc_run(argv, &o, &status, &out, err)) == 0 && status != 0)
+    rc = prm_errf(err, PRM_ECHILD, "node %s exited with %d", script, status);
+  if (!rc) {
+    cJSON *j = cJSON_Parse(out ? out : "");
+    cJSON *s = cJSON_GetObjectItem(j, "seconds"), *t = cJSON_GetObjectItem(j, "tokens");
+    if (cJSON_IsNumber(s) && cJSON_IsNumber(t)) {
+      *seconds = s->valuedouble;
+      *tokens = (int64_t)t->valuedouble;
+    } else {
+      rc = prm_errf(err, PRM_ECHILD, "node %s printed no result: %s", script, out ? out : "");
+    }
+    cJSON_Delete(j);
+  }
+  free(out);
+  free(script);
+  free(pkg);
+  return rc;
+}
+
+int prm__bench_tokenizer(prm_task_ctx_t *ctx, prm_err_t *err) {
+  const char *in = prm_args_str(ctx->args, "input");
+  char *def = in ? NULL : prm_cache_path("data/brown.txt");
+  const char *path = in ? in : def;
+  const char *type = prm_args_str(ctx->args, "tokenizer_type");
+  if (!type) type = "GPT2BPETokenizer";
+  int64_t workers = prm_args_int(ctx->args, "workers", 1), repeat = prm_args_int(ctx->args, "repeat", 3);
+  prm_tokenizer_t *tok = NULL;
+  char *text = NULL;
+  size_t len = 0;
+  int rc;
+  prm_table_t *t = NULL;
+  if ((rc = prm__bench_check_output(ctx, "tokenizer", err))) goto done;
+  if (workers < 1 || repeat < 1) {
+    rc = prm_errf(err, PRM_EINVAL, "benchmark tokenizer: --workers and --repeat must be at least 1");
+    goto done;
+  }
+  if ((rc = prm_fs_read_all(path, &text, &len, err))) goto done;
+  if ((rc = prm_tokenizer_open(type, prm_args_str(ctx->args, "tokenizer_model"), &tok, err))) goto done;
+
+  /* Documents: the lines, split in place. */
+  int64_t n = 0;
+  for (size_t i = 0; i < len; i++) n += text[i] == '\n';
+  n++;
+  char **lines = prm_xmalloc((size_t)n * sizeof *lines);
+  size_t *lens = prm_xmalloc((size_t)n * sizeof *lens);
+  int64_t k = 0;
+  for (char *p = text, *end = text + len; p <= end && k < n;) {
+    char *nl = memchr(p, '\n', (size_t)(end - p));
+    lines[k] = p;
+    lens[k++] = (size_t)((nl ? nl : end) - p);
+    if (!nl) break;
+    p = nl + 1;
+  }
+  double best = 1e300;
+  int64_t tokens = 0;
+  for (int64_t r = 0; r < repeat && !rc; r++) {
+    double t0 = prm_time_now();
+    tokens = prm__encode_lines(tok, lines, lens, k, (int)workers, err);
+    double dt = prm_time_now() - t0;
+    if (tokens < 0) rc = err ? err->code : PRM_ERUNTIME;
+    if (dt < best) best = dt;
+  }
+  free(lines);
+  free(lens);
+  if (rc) goto done;
+  double mbps = (double)len / best / 1e6;
+  fprintf(ctx->out, "primus %s: %.2f MB, %lld documents, %lld tokens in %.3f s: %.1f MB/s (%lld worker%s)\n",
+          type, (double)len / 1e6, (long long)k, (long long)tokens, best, mbps, (long long)workers,
+          workers == 1 ? "" : "s");
+  static const char *const cols[] = {"implementation", "tokenizer", "bytes", "documents", "tokens",
+                                     "seconds", "mb_per_s", "workers"};
+  t = prm_table_new(8, cols);
+  prm_table_row(t);
+  prm_table_str(t, "primus");
+  prm_table_str(t, type);
+  prm_table_int(t, (int64_t)len);
+  prm_table_int(t, k);
+  prm_table_int(t, tokens);
+  prm_table_num(t, best, 6);
+  prm_table_num(t, mbps, 2);
+  prm_table_int(t, workers);
+  if (prm_args_flag(ctx->args, "compare")) {
+    double s = 0;
+    int64_t ref_tokens = 0;
+    if ((rc = prm__time_gpt_tokenizer(path, repeat, &s, &ref_tokens, err))) goto done;
+    double ref = (double)len / s / 1e6;
+    fprintf(ctx->out, "npm gpt-tokenizer (r50k_base, node): %lld tokens in %.3f s: %.1f MB/s\n",
+            (long long)ref_tokens, s, ref);
+    fprintf(ctx->out, "ratio: primus is %.1fx gpt-tokenizer; token counts %s\n", mbps / ref,
+            ref_tokens == tokens ? "agree" : "DIFFER");
+    prm_table_row(t);
+    prm_table_str(t, "gpt-tokenizer");
+    prm_table_str(t, "r50k_base");
+    prm_table_int(t, (int64_t)len);
+    prm_table_int(t, k);
+    prm_table_int(t, ref_tokens);
+    prm_table_num(t, s, 6);
+    prm_table_num(t, ref, 2);
+    prm_table_int(t, 1);
+  }
+  /* The text lines above stay the default output; the table goes where
+   * --output-file says (standard output for -). */
+  const char *outp = prm_args_str(ctx->args, "output_file");
+  if (outp && !strcmp(outp, "-")) rc = prm__bench_emit(ctx, t, "Tokenizer speed", err);
+  else if (outp) rc = prm_table_write(t, outp, "Tokenizer speed", err);
+done:
+  prm_table_free(t);
+  prm_tokenizer_free(tok);
+  free(text);
+  free(def);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
