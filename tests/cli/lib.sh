@@ -167,3 +167,20 @@ finish() {
   echo "$_pass passed, $_fail failed"
   [[ $_fail == 0 ]]
 }
+
+# The set-up of a multi-rank training test: work in $T, one thread a rank,
+# no fault injection or restart state inherited from the caller, PY, and a
+# small corpus.txt. Without mpirun the test ends there with one failure.
+multirank_setup() {
+  cd "$T" || exit 1
+  export OMP_NUM_THREADS=1
+  unset PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
+  if ! command -v mpirun >/dev/null; then
+    echo "mpirun missing (scripts/deps.sh installs openmpi-bin)"
+    bad "mpirun present"
+    finish
+    exit
+  fi
+  PY=/usr/bin/python3
+  small_corpus corpus.txt
+}

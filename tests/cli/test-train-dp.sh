@@ -13,12 +13,7 @@
 # does not split over the ranks is refused; and the supervisor restarts a
 # crashed rank of a 2-rank run to the same bytes as a fault-free one.
 source "$(dirname "$0")/lib.sh"
-cd "$T"
-export OMP_NUM_THREADS=1
-unset PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
-if ! command -v mpirun >/dev/null; then echo "mpirun missing (scripts/deps.sh installs openmpi-bin)"; bad "mpirun present"; finish; exit; fi
-PY=/usr/bin/python3
-small_corpus corpus.txt
+multirank_setup
 
 exp() { # NAME [KEY: VALUE...]
   local n=$1

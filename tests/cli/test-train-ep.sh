@@ -15,12 +15,7 @@
 # trains (with E = 2 too) and its checkpoint names its MoE layers. Bad
 # sizes and lists are refused naming the key.
 source "$(dirname "$0")/lib.sh"
-cd "$T"
-export OMP_NUM_THREADS=1
-unset PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
-if ! command -v mpirun >/dev/null; then echo "mpirun missing (scripts/deps.sh installs openmpi-bin)"; bad "mpirun present"; finish; exit; fi
-PY=/usr/bin/python3
-small_corpus corpus.txt
+multirank_setup
 
 exp() { # NAME [KEY: VALUE...]
   local n=$1

@@ -14,12 +14,7 @@
 # divide, an interleaved M that P does not divide) are refused with the
 # key named.
 source "$(dirname "$0")/lib.sh"
-cd "$T"
-export OMP_NUM_THREADS=1
-unset PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
-if ! command -v mpirun >/dev/null; then echo "mpirun missing (scripts/deps.sh installs openmpi-bin)"; bad "mpirun present"; finish; exit; fi
-PY=/usr/bin/python3
-small_corpus corpus.txt
+multirank_setup
 
 exp() { # NAME [KEY: VALUE...]: 4 layers, 4 micro-batches of 1 a step, 6 steps
   local n=$1

@@ -11,12 +11,7 @@
 # divide by T, a world T does not divide, and T > 1 on one rank are
 # refused with the key named.
 source "$(dirname "$0")/lib.sh"
-cd "$T"
-export OMP_NUM_THREADS=1
-unset PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
-if ! command -v mpirun >/dev/null; then echo "mpirun missing (scripts/deps.sh installs openmpi-bin)"; bad "mpirun present"; finish; exit; fi
-PY=/usr/bin/python3
-small_corpus corpus.txt
+multirank_setup
 
 exp() { # NAME [KEY: VALUE...]
   local n=$1
