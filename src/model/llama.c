@@ -360,9 +360,12 @@ static int prm__acts_new(prm_llama_t *m, prm_llama_acts_t **out, char *what, siz
   prm_llama_acts_t *a = *out = prm_xcalloc(1, sizeof *a);
   a->nsets = ((m->flags & PRM_LLAMA_TRAIN) && !(m->flags & PRM_LLAMA_RECOMPUTE)) ? (int)c->layers : 1;
   a->set = prm_xcalloc((size_t)a->nsets, sizeof *a->set);
-  /* LM-head chunk: at most ~4M logits (16 MiB) at a time. */
+  /* LM-head chunk: at most ~16M logits (64 MiB) at a time. Fewer rows
+   * starve the GEMMs: at vocab 50304 and hidden 768, oneDNN's three head
+   * GEMMs ran at 119/160/98 GFLOP/s with 83-row chunks (4M logits) and
+   * 171/185/168 with 333 rows (docs/benchmarks.md). */
   int64_t N = m->B * m->T;
-  a->chunk = (4 << 20) / m->Vl;
+  a->chunk = (16 << 20) / m->Vl;
   if (a->chunk < 1) a->chunk = 1;
   if (a->chunk > N) a->chunk = N;
   m->acts_bytes = prm__layout_acts(m, a, NULL);
