@@ -184,3 +184,26 @@ multirank_setup() {
   PY=/usr/bin/python3
   small_corpus corpus.txt
 }
+
+# oracle_eval NAME DIR STEP_TITLE: `primus eval` of the case in DIR (its
+# first global batch, every document in the validation split) must give the
+# reference's first-step loss (DIR/ref.json) within 1e-5 relative. Returns
+# 1 when eval itself failed (step already counted it), else 0 after one
+# ok/bad.
+oracle_eval() {
+  local name=$1 d=$2
+  step "$3" "$PRIMUS_BIN" eval --config "$d/exp.yaml" split=0,1,0 --eval_iters 1 \
+    --output "$d/eval.json" || return 1
+  if "$PY" - "$d/eval.json" "$d/ref.json" <<'PYEOF'; then
+import json, sys
+got = json.load(open(sys.argv[1]))["loss"]
+want = json.load(open(sys.argv[2]))["steps"][0]["loss"]
+print("eval loss %.10f, reference %.10f, rel %.2e" % (got, want, abs(got - want) / want))
+sys.exit(0 if abs(got - want) <= 1e-5 * want else 1)
+PYEOF
+    ok "$name: eval of the HF folder equals the reference loss"
+  else
+    bad "$name: eval of the HF folder differs from the reference loss"
+  fi
+  return 0
+}

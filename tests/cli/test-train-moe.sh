@@ -39,19 +39,7 @@ moe_case() {
     "$(head -c 100000 "${rd:-$d/no-run}/events.jsonl" 2>/dev/null)"
   # The Mixtral HF folder evaluates to PyTorch's loss (eval's first global
   # batch is training's first with every document in the validation split).
-  step "$name: eval of the HF folder" "$PRIMUS_BIN" eval --config "$d/exp.yaml" split=0,1,0 \
-    --eval_iters 1 --output "$d/eval.json" || return 0
-  if "$PY" - "$d/eval.json" "$d/ref.json" <<'PYEOF'; then
-import json, sys
-got = json.load(open(sys.argv[1]))["loss"]
-want = json.load(open(sys.argv[2]))["steps"][0]["loss"]
-print("eval loss %.10f, reference %.10f, rel %.2e" % (got, want, abs(got - want) / want))
-sys.exit(0 if abs(got - want) <= 1e-5 * want else 1)
-PYEOF
-    ok "$name: eval of the HF folder equals the reference loss"
-  else
-    bad "$name: eval of the HF folder differs from the reference loss"
-  fi
+  oracle_eval "$name" "$d" "$name: eval of the HF folder" || return 0
   # The saved checkpoint: a Mixtral folder; loaded back, it evaluates to
   # PyTorch's float64 loss of the very weights primus wrote.
   local ck=$d/ckpt/iter_0000010

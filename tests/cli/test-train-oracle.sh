@@ -28,19 +28,7 @@ oracle_case() {
   fi
   # The HF folder evaluates to PyTorch's loss: with every document in the
   # validation split, eval's first global batch is training's first.
-  step "$name: eval" "$PRIMUS_BIN" eval --config "$d/exp.yaml" split=0,1,0 --eval_iters 1 \
-    --output "$d/eval.json" || return 0
-  if "$PY" - "$d/eval.json" "$d/ref.json" <<'PYEOF'; then
-import json, sys
-got = json.load(open(sys.argv[1]))["loss"]
-want = json.load(open(sys.argv[2]))["steps"][0]["loss"]
-print("eval loss %.10f, reference %.10f, rel %.2e" % (got, want, abs(got - want) / want))
-sys.exit(0 if abs(got - want) <= 1e-5 * want else 1)
-PYEOF
-    ok "$name: eval of the HF folder equals the reference loss"
-  else
-    bad "$name: eval of the HF folder differs from the reference loss"
-  fi
+  oracle_eval "$name" "$d" "$name: eval" || return 0
 }
 
 step "reference selftest (naive loops, finite differences, file round trips)" "$PY" "$REF" selftest ||
