@@ -25,6 +25,11 @@
 #   VARIANTS_1THREAD  variants for THREADS=1 (default: torch, primus onednn passive)
 #   OUT       results folder (default /tmp/primus-bench-<pid>)
 #   PRIMUS    the binary (default build/primus); PY: /usr/bin/python3 (Debian torch 1.13)
+#   SEQS      "128 256 512 1024": run each model at these sequence lengths
+#             with TOKENS tokens per step (micro batch = TOKENS / seq; default
+#             the model's seq x batch), and print the step-time curve: ms/step
+#             against seq with a straight-line fit (at a fixed number of
+#             tokens only attention's work grows with seq, linearly)
 #   TABLE_FROM=results.tsv  run nothing, print the table of an earlier run's
 #             results.tsv (e.g. merged with a re-run of disturbed rows)
 #
@@ -37,7 +42,8 @@
 # PyTorch itself).
 # TFLOP/s use primus' formula (prm_llama_flops_per_token): per token
 # 6 * matmul params + 12 * layers * hidden * seq; "% peak" divides by the
-# measured fp32 FMA peak per core (~/.cache/primus/peak-fp32.txt) x threads.
+# fp32 FMA peak per core x threads, measured at the start of the same run
+# (`primus benchmark peak`: a VM's clock changes from one day to the next).
 # "bg%" is the CPU time other processes used during the run, as a share of
 # all cores (from /proc/stat minus the run's own user+sys): above ~10% the
 # figure was disturbed; re-run it.
@@ -52,8 +58,7 @@ VARIANTS=${VARIANTS:-torch primus:onednn:passive primus:onednn:active primus:one
 VARIANTS_1THREAD=${VARIANTS_1THREAD:-torch primus:onednn:passive}
 CONFIG=configs/examples/llama_tiny-pretrain.yaml
 NCPU=$(nproc)
-PEAK=$(awk 'NR==1{print $1}' "$HOME/.cache/primus/peak-fp32.txt" 2>/dev/null)
-PEAK=${PEAK:-0}
+SEQS=${SEQS:-}
 mkdir -p "$OUT"
 RES=$OUT/results.tsv
 if [ -n "${TABLE_FROM:-}" ]; then
@@ -61,7 +66,16 @@ if [ -n "${TABLE_FROM:-}" ]; then
   MODELS=""
 else
   : >"$RES"
+  maxt=1
+  for t in $THREADS; do [ "$t" -gt "$maxt" ] && maxt=$t; done
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$maxt" \
+    "$PRIMUS" benchmark peak -o "$OUT/peak.tsv" >/dev/null 2>"$OUT/peak.log" ||
+    echo "warning: benchmark peak failed; see $OUT/peak.log" >&2
 fi
+# The fp32 FMA peak of one core, GFLOP/s: this run's, else the cached one.
+PEAK=$(awk -F'\t' '$1=="fp32_fma" && $2==1 {print $3}' "$OUT/peak.tsv" 2>/dev/null)
+[ -n "$PEAK" ] || PEAK=$(awk 'NR==1{print $1}' "${PRIMUS_CACHE:-$HOME/.cache/primus}/peak-fp32.txt" 2>/dev/null)
+PEAK=${PEAK:-0}
 
 # name: hidden layers heads kv_heads ffn vocab seq batch steps
 model_args() {
@@ -95,7 +109,8 @@ run_timed() {
 
 [ -n "${TABLE_FROM:-}" ] || {
 echo "# primus vs PyTorch training throughput - $(date -u +%FT%TZ)"
-echo "# CPU: $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), $NCPU cores; fp32 peak ${PEAK} GFLOP/s/core (~/.cache/primus/peak-fp32.txt)"
+echo "# CPU: $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), $NCPU cores; fp32 peak ${PEAK} GFLOP/s/core, measured now by \`primus benchmark peak\`:"
+awk -F'\t' 'NR>1{printf "#   %s, %s threads: %s GFLOP/s (%s per core)\n", $1, $2, $3, $4}' "$OUT/peak.tsv" 2>/dev/null
 echo "# primus: $PRIMUS ($(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ', dirty tree')); torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null) via $PY"
 echo "# env: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-<unset>} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-<unset>}; torch runs with OMP_WAIT_POLICY=passive and both unset (env -u) in that command only"
 echo "# primus: OMP_WAIT_POLICY (exported, or removed for 'unset') and PRIMUS_GEMM as in the impl column; platforms/cpu.sh's OMP_* are setenv()ed after libgomp started, so only exported values count"
@@ -103,12 +118,18 @@ echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg); logs in $OUT"
 }
 
 for model in $MODELS; do
-  read -r C L H G F V S B N <<<"$(model_args "$model")" || exit 2
+  read -r C L H G F V S0 B0 N <<<"$(model_args "$model")" || exit 2
+  for S in ${SEQS:-$S0}; do
+  B=$B0
+  if [ -n "$SEQS" ]; then
+    B=$(( ${TOKENS:-$((S0 * B0))} / S ))
+    [ "$B" -ge 1 ] || { echo "TOKENS ${TOKENS:-} is below seq $S" >&2; exit 2; }
+  fi
   for t in $THREADS; do
     vlist=$VARIANTS
     [ "$t" = 1 ] && vlist=$VARIANTS_1THREAD
     for v in $vlist; do
-      tag="$model-t$t-${v//:/-}"
+      tag="$model-t$t-${v//:/-}${SEQS:+-s$S}"
       load=$(cut -d' ' -f1 /proc/loadavg)
       if [ "$v" = torch ]; then
         impl="torch (openblas, passive)"
@@ -144,6 +165,7 @@ for model in $MODELS; do
       echo "# done $tag: $ms ms/step, peak RSS $((RSS_KIB / 1024)) MiB, load $load, bg ${BG}%, wall ${WALL}s" >&2
     done
   done
+  done
 done
 
 # The table: flops per token as prm_llama_flops_per_token; ratio = primus
@@ -168,6 +190,32 @@ awk -F'\t' -v peak="$PEAK" '
       printf "| %s | %s | %s | %.1f | %.0f | %s | %.3f | %s | %.0f MiB | %s / %s%% |\n", f[1], f[2], f[3], f[4], tps, ratio, tf, pct, f[5] / 1024, f[6], f[7]
     }
   }' "$RES" | tee "$OUT/table.md"
+# The step-time curve over seq (SEQS, or a results.tsv with several seqs
+# of one model, threads and impl): ms/step = a + b seq fitted by least
+# squares, the residual of each point, and the attention FLOPs' share. At
+# a fixed number of tokens per step everything but attention does the same
+# work at every seq, so a straight line means nothing else grows.
+awk -F'\t' '
+  { k = $1 "|" $2 "|" $3; n[k]++; x[k, n[k]] = $14; y[k, n[k]] = $4; b[k, n[k]] = $15
+    att[k, n[k]] = 12 * $9 * $8 * $14; mm[k, n[k]] = 6 * ($9 * (2 * $8 * $8 + 2 * $8 * $11 * ($8 / $10) + 3 * $8 * $12) + $13 * $8) }
+  END {
+    for (k in n) {
+      if (n[k] < 3) continue
+      sx = sy = sxx = sxy = 0
+      for (i = 1; i <= n[k]; i++) { sx += x[k, i]; sy += y[k, i]; sxx += x[k, i] ^ 2; sxy += x[k, i] * y[k, i] }
+      d = n[k] * sxx - sx * sx; if (d == 0) continue
+      bb = (n[k] * sxy - sx * sy) / d; aa = (sy - bb * sx) / n[k]
+      split(k, f, "|")
+      printf "\n### Step time against seq: %s, %s threads, %s (fixed tokens per step)\n\n", f[1], f[2], f[3]
+      printf "fit: ms/step = %.1f + %.3f x seq\n\n", aa, bb
+      print "| seq | micro batch | ms/step | fit | residual | attention share of FLOPs |"
+      print "|---|---|---|---|---|---|"
+      for (i = 1; i <= n[k]; i++) {
+        fit = aa + bb * x[k, i]
+        printf "| %d | %d | %.1f | %.1f | %+.1f%% | %.1f%% |\n", x[k, i], b[k, i], y[k, i], fit, 100 * (y[k, i] - fit) / fit, 100 * att[k, i] / (att[k, i] + mm[k, i])
+      }
+    }
+  }' "$RES" | tee -a "$OUT/table.md"
 [ -n "${TABLE_FROM:-}" ] && exit 0
 echo
 echo "models: $(for m in $MODELS; do read -r C L H G F V S B N <<<"$(model_args "$m")"; printf '%s = hidden %s, layers %s, heads %s/%s kv, ffn %s, vocab %s, seq %s, batch %s, %s steps; ' "$m" "$C" "$L" "$H" "$G" "$F" "$V" "$S" "$B" "$N"; done)"

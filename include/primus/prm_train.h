@@ -193,6 +193,20 @@ int prm_generate(const prm_generate_opts_t *g, prm_err_t *err);
  * per CPU model in the primus cache folder). */
 double prm_peak_gflops_per_core(void);
 
+/* The machine's compute peaks, measured now (GFLOP/s): fp32 FMA and, where
+ * the CPU has avx512_bf16, vdpbf16ps, on one core and on `threads` threads
+ * at once, each the best of `runs` probes of ~30-50 ms. Refreshes the
+ * cached fp32 figure prm_peak_gflops_per_core returns (a VM's clock can
+ * change between runs). bf16 fields are 0 without the instructions.
+ * Returns -1 when the CPU has no FMA at all. */
+typedef struct {
+  int threads;
+  double fp32_core, fp32_all, bf16_core, bf16_all;
+  char cpu[256];
+} prm_peak_t;
+
+int prm_peak_measure(int threads, int runs, prm_peak_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -44,6 +44,8 @@ extern const prm_opt_t prm__bench_kernels_opts[];
 int prm__bench_kernels(prm_task_ctx_t *ctx, prm_err_t *err);
 extern const prm_opt_t prm__bench_launch_opts[];
 int prm__bench_launch(prm_task_ctx_t *ctx, prm_err_t *err);
+extern const prm_opt_t prm__bench_peak_opts[];
+int prm__bench_peak(prm_task_ctx_t *ctx, prm_err_t *err);
 extern const prm_opt_t prm__bench_memory_opts[];
 int prm__bench_memory(prm_task_ctx_t *ctx, prm_err_t *err);
 extern const prm_opt_t prm__bench_ckpt_opts[];

@@ -41,6 +41,49 @@ int prm__bench_launch(prm_task_ctx_t *ctx, prm_err_t *err) {
   return rc;
 }
 
+const prm_opt_t prm__bench_peak_opts[] = {
+    {"runs", 0, PRM_OPT_INT, "N", "5", "probes per figure; each figure is the best one"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+int prm__bench_peak(prm_task_ctx_t *ctx, prm_err_t *err) {
+  int64_t runs;
+  int rc;
+  if ((rc = prm__bench_check_output(ctx, "peak", err)) ||
+      (rc = prm__bench_int_opt(ctx, "peak", "runs", 5, 1, &runs, err)))
+    return rc;
+  if (runs > 1000) return prm_errf(err, PRM_ERANGE, "benchmark peak: --runs %lld: at most 1000", (long long)runs);
+  prm_peak_t pk;
+  if (prm_peak_measure(prm_kernels_threads(), (int)runs, &pk))
+    return prm_errf(err, PRM_EPLATFORM, "benchmark peak: this CPU has no FMA instructions to measure");
+  static const char *const cols[] = {"test", "threads", "gflops", "gflops_per_core"};
+  prm_table_t *t = prm_table_new(4, cols);
+  const char *what[2] = {"fp32_fma", "bf16_dot"};
+  double one[2] = {pk.fp32_core, pk.bf16_core}, all[2] = {pk.fp32_all, pk.bf16_all};
+  for (int i = 0; i < 2; i++) {
+    if (!(one[i] > 0)) continue; /* no avx512_bf16: no bf16 rows */
+    prm_table_row(t);
+    prm_table_str(t, what[i]);
+    prm_table_int(t, 1);
+    prm_table_num(t, one[i], 1);
+    prm_table_num(t, one[i], 1);
+    if (pk.threads > 1) {
+      prm_table_row(t);
+      prm_table_str(t, what[i]);
+      prm_table_int(t, pk.threads);
+      prm_table_num(t, all[i], 1);
+      prm_table_num(t, all[i] / pk.threads, 1);
+    }
+  }
+  char *title = prm_xasprintf("Compute peak of %s (vector FMA / dot-product chains)", pk.cpu);
+  rc = prm__bench_emit(ctx, t, title, err);
+  free(title);
+  prm_table_free(t);
+  if (!rc) PRM_INFO("fp32 peak %.1f GFLOP/s per core cached for MFU (primus cache folder, peak-fp32.txt)", pk.fp32_core);
+  return rc;
+}
+
 const prm_opt_t prm__bench_memory_opts[] = {
     {"size_mb", 0, PRM_OPT_INT, "MB", "256", "size of each of the three arrays"},
     {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent repeating the triad (at least two passes)"},

@@ -151,6 +151,16 @@ static const prm_subtask_t prm__bench_subs[] = {
      "Example:\n"
      "  primus benchmark launch --duration 2",
      prm__bench_launch_opts, 0, prm__bench_launch},
+    {"peak", "the CPU's measured fp32 FMA and bf16 dot-product peak", NULL,
+     "Runs twelve independent chains of the widest fp32 FMA the CPU has (AVX-512 or\n"
+     "AVX2) and, with avx512_bf16, of vdpbf16ps (64 FLOPs each), on one core and on\n"
+     "all threads at once, and prints the best of --runs probes in GFLOP/s. The\n"
+     "fp32 figure per core replaces the cached one that training's MFU and\n"
+     "`benchmark gemm`'s peak_fraction divide by: run it before a benchmark when\n"
+     "the machine's clock may have changed (virtual machines).\n\n"
+     "Example:\n"
+     "  primus benchmark peak -o peak.tsv",
+     prm__bench_peak_opts, 0, prm__bench_peak},
     {"memory", "memory bandwidth (STREAM triad)", NULL,
      "a[i] = b[i] + s c[i] over three arrays of --size_mb each with all threads; the\n"
      "best pass in GB/s counting 3 x the array bytes.\n\n"

@@ -101,6 +101,21 @@ check_table "kernels .jsonl" kern.jsonl kernel,shape,impl,threads,copies,calls,m
 run benchmark memory --size_mb 4 --duration 0.05 -o mem.jsonl
 expect_rc "memory" 0
 check_table "memory .jsonl" mem.jsonl test,array_mb,threads,gbps 1 "array_mb,gbps"
+mkdir peakcache
+PRIMUS_CACHE=$PWD/peakcache run benchmark peak --runs 1 -o peak.jsonl
+expect_rc "peak" 0
+check_table "peak .jsonl" peak.jsonl test,threads,gflops,gflops_per_core 1 "threads,gflops,gflops_per_core"
+# The fp32 one-core figure is the one training's MFU now divides by.
+if python3 - peak.jsonl peakcache/peak-fp32.txt <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+one = [r for r in rows if r["test"] == "fp32_fma" and int(r["threads"]) == 1]
+cached = float(open(sys.argv[2]).read().split("\t")[0])
+assert len(one) == 1 and abs(float(one[0]["gflops"]) - cached) < 0.051, (one, cached)
+PY
+then ok "peak refreshes the cached fp32 figure"; else bad "peak: cache not refreshed"; fi
+run benchmark peak --runs 0
+expect_rc "peak --runs 0" 2
 mkdir io
 run benchmark checkpoint-io --dir io --size_mb 2 -o io.csv
 expect_rc "checkpoint-io" 0
