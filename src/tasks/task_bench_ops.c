@@ -262,9 +262,16 @@ int prm__bench_gemm_dense(prm_task_ctx_t *ctx, prm_err_t *err) {
   int ng = prm_bench_dense_gemms(c->hidden, c->heads, c->groups, c->ffn, c->vocab,
                                  o.micro_batch * o.seq_length, g);
   prm_table_t *t = prm_table_new(PRM__GEMM_NCOLS, prm__gemm_cols);
-  double total_ms = 0;
+  double total_ms = 0, gflop = 0;
+  for (int i = 0; i < ng; i++) gflop += 2e-9 * (double)g[i].m * (double)g[i].n * (double)g[i].k;
+  for (int b = 0; b < nb; b++)
+    if (!strcmp(names[b], "native") && gflop > 20)
+      PRM_WARN("benchmark gemm-dense: the native backend (the scalar reference kernel, a few "
+               "GFLOP/s) needs at least two calls of each GEMM, %.0f GFLOP a round here: expect "
+               "minutes; --backend onednn or openblas time only the fast ones", gflop);
   for (int b = 0; b < nb && !rc; b++)
     for (int i = 0; i < ng && !rc; i++) {
+      prm_progress((double)(b * ng + i) / (nb * ng), "%s %s %s", names[b], g[i].name, g[i].phase);
       prm_bench_gemm_opts_t go = {.m = g[i].m, .n = g[i].n, .k = g[i].k, .trans_a = g[i].trans_a,
                                   .trans_b = g[i].trans_b, .bf16 = bf16, .backend = names[b],
                                   .duration_s = duration};
@@ -273,6 +280,7 @@ int prm__bench_gemm_dense(prm_task_ctx_t *ctx, prm_err_t *err) {
       prm__gemm_row(t, g[i].name, g[i].phase, &go, &r);
       if (b == 0) total_ms += r.ms_avg;
     }
+  prm_progress_end();
   if (!rc) {
     char title[256];
     snprintf(title, sizeof title,
