@@ -96,8 +96,18 @@ void prm_gemm_bf16(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int
  * lacks, is an error naming the file and line. The table is g's: release
  * it with prm_gemm_free (copies of g share it). */
 int prm_gemm_init_tuned(prm_gemm_t *g, const char *name, const char *tune_path, prm_err_t *err);
-/* Frees what prm_gemm_init_tuned allocated; a no-op for an untuned g. */
+/* Frees what prm_gemm_init_tuned and prm_gemm_profile allocated; a no-op
+ * for a plain g. */
 void prm_gemm_free(prm_gemm_t *g);
+/* Wraps g (tuned or not) so that every prm_sgemm and prm_gemm_bf16 through
+ * it, or through copies of it, is timed and counted per shape (dtype,
+ * transposes, M, N, K); g->i->name then ends in "+profiled". The profile is
+ * g's: prm_gemm_free releases it. A second call does nothing. */
+void prm_gemm_profile(prm_gemm_t *g);
+/* A Markdown table of g's profile, longest total first, with a last "all"
+ * row (calls, milliseconds and GFLOP/s as 2MNK per call over the time);
+ * the caller frees it. NULL when g is not profiled. */
+char *prm_gemm_profile_report(const prm_gemm_t *g);
 /* The backend g runs for this shape (bf16 1: prm_gemm_bf16). */
 const prm_gemm_i *prm_gemm_pick(const prm_gemm_t *g, int bf16, int trans_a, int trans_b,
                                 int64_t M, int64_t N, int64_t K);

@@ -32,6 +32,18 @@ void prm__gemm_bf16_reference(void *ctx, int trans_a, int trans_b, int64_t M, in
 void prm__gemm_bf16_onednn(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                            float alpha, const prm_bf16_t *A, int64_t lda, const prm_bf16_t *B,
                            int64_t ldb, float beta, float *C, int64_t ldc);
+/* ------------------------------------------------------------------------ */
+/* gemm_prof.c: the timing wrapper behind prm_gemm_profile                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct prm__prof prm__prof_t;
+/* g's profile, or NULL when g is not wrapped. */
+prm__prof_t *prm__prof_of(const prm_gemm_t *g);
+/* The handle a profiled g wraps (g itself when not profiled). */
+const prm_gemm_t *prm__prof_inner(const prm_gemm_t *g);
+/* Unwraps a profiled g (g is then the wrapped handle) and frees the profile. */
+void prm__prof_free(prm_gemm_t *g);
+
 #endif
 /* For a backend whose gemm_bf16 is NULL: A and B widened to fp32 into
  * buffers allocated for this call, then that backend's sgemm. */
@@ -69,5 +81,17 @@ const prm_gemm_i *prm__tuned_pick(const prm__tuned_t *t, int bf16, int trans_a, 
  * resolved against the table. Errors name the file and line. The entries
  * are the caller's (free()). */
 int prm__tune_read(const char *path, prm__tune_ent_t **ent, int *n, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* gemm_prof.c: the timing wrapper behind prm_gemm_profile                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct prm__prof prm__prof_t;
+/* g's profile, or NULL when g is not wrapped. */
+prm__prof_t *prm__prof_of(const prm_gemm_t *g);
+/* The handle a profiled g wraps (g itself when not profiled). */
+const prm_gemm_t *prm__prof_inner(const prm_gemm_t *g);
+/* Unwraps a profiled g (g is then the wrapped handle) and frees the profile. */
+void prm__prof_free(prm_gemm_t *g);
 
 #endif

@@ -158,6 +158,7 @@ int prm_gemm_init_tuned(prm_gemm_t *g, const char *name, const char *tune_path, 
 }
 
 void prm_gemm_free(prm_gemm_t *g) {
+  prm__prof_free(g);
   if (!gemm_is_tuned(g)) return;
   prm__tuned_t *t = g->ctx;
   g->i = t->dflt;
@@ -168,6 +169,7 @@ void prm_gemm_free(prm_gemm_t *g) {
 
 const prm_gemm_i *prm_gemm_pick(const prm_gemm_t *g, int bf16, int trans_a, int trans_b,
                                 int64_t M, int64_t N, int64_t K) {
+  g = prm__prof_inner(g);
   if (!gemm_is_tuned(g)) return g->i;
   return prm__tuned_pick(g->ctx, bf16 ? 1 : 0, trans_a, trans_b, M, N, K);
 }

@@ -22,6 +22,10 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
    * shape (docs/benchmark.md); freed by prm__session_close. */
   int rc = prm_gemm_init_tuned(&s->gemm, o->gemm, getenv("PRIMUS_GEMM_TUNE"), err);
   if (rc) return rc;
+  /* PRIMUS_GEMM_PROFILE=1: every GEMM timed per shape, the table logged by
+   * prm__session_close (docs/train.md "Speed knobs"). */
+  const char *prof = getenv("PRIMUS_GEMM_PROFILE");
+  if (prof && *prof && strcmp(prof, "0")) prm_gemm_profile(&s->gemm);
   if (o->sft) {
     /* Fine-tuning examples (JSONL), tokenised once here. */
     prm_sft_opts_t f = {.path = o->data_path, .tokenizer_type = o->tokenizer_type,
@@ -101,6 +105,11 @@ void prm__session_close(prm__session_t *s) {
     prm_llama_free(s->full);
   }
   prm_llama_free(s->model);
+  char *prof = prm_gemm_profile_report(&s->gemm);
+  if (prof) {
+    PRM_INFO("GEMM profile (PRIMUS_GEMM_PROFILE), every call of this run by shape:\n%s", prof);
+    free(prof);
+  }
   prm_gemm_free(&s->gemm);
   prm_dataset_close(s->data);
   prm_blend_close(s->blend);

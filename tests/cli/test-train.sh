@@ -88,11 +88,26 @@ expect_eq "replay reproduced every loss" "$(losses "$RD2/events.jsonl")" "$(loss
 
 # Full recomputation changes memory, not results.
 sleep 1
-run train pretrain --config "$T/exp.yaml" train_iters=3 recompute_granularity=full save=null
+# The same run profiles its GEMMs (PRIMUS_GEMM_PROFILE), which changes no number.
+PRIMUS_GEMM_PROFILE=1 run train pretrain --config "$T/exp.yaml" train_iters=3 recompute_granularity=full save=null
 expect_rc "train with recompute" 0
 expect_in "recompute reported" "full recompute" "$ERR"
 RD3=$(ls -d "$T"/ws/team/tester/tiny/run-* | tail -1)
 expect_eq "recompute gives identical losses" "$(losses "$RD3/events.jsonl")" "$(losses "$EV" | head -3)"
+expect_in "the profiled backend is named" "+profiled" "$ERR"
+# Every step makes the same GEMM calls: the "all" row's count is a multiple
+# of the 3 steps, and the shapes' counts add up to it.
+if python3 - "$ERR" <<'PY'
+import sys
+rows = [l.strip("|").split("|") for l in sys.argv[1].splitlines() if l.startswith("| ")]
+rows = [[c.strip() for c in r] for r in rows if r[0].strip() in ("fp32", "bf16", "all")]
+shapes, total = rows[:-1], rows[-1]
+assert total[0] == "all" and len(shapes) >= 3, rows
+calls = sum(int(r[6]) for r in shapes)
+assert calls == int(total[6]) and calls % 3 == 0, (calls, total)
+assert all(float(r[9]) > 0 for r in shapes), shapes
+PY
+then ok "GEMM profile table"; else bad "GEMM profile table missing or inconsistent: $ERR"; fi
 
 # ---- bad input: exit 2, a message naming the problem, nothing written ----
 run train pretrain --config "$T/exp.yaml" num_attention_heads=5 save="$T/bad1"
