@@ -363,11 +363,15 @@ static int prm__acts_new(prm_llama_t *m, prm_llama_acts_t **out, char *what, siz
   /* LM-head chunk: at most ~16M logits (64 MiB) at a time. Fewer rows
    * starve the GEMMs: at vocab 50304 and hidden 768, oneDNN's three head
    * GEMMs ran at 119/160/98 GFLOP/s with 83-row chunks (4M logits) and
-   * 171/185/168 with 333 rows (docs/benchmarks.md). */
+   * 171/185/168 with 333 rows (docs/benchmarks.md). The rows are then
+   * spread evenly over that many chunks, so no short last chunk runs its
+   * GEMMs slowly (2048 rows: 7 of 293, not 6 of 333 and one of 50). */
   int64_t N = m->B * m->T;
   a->chunk = (16 << 20) / m->Vl;
   if (a->chunk < 1) a->chunk = 1;
   if (a->chunk > N) a->chunk = N;
+  int64_t nchunks = (N + a->chunk - 1) / a->chunk;
+  a->chunk = (N + nchunks - 1) / nchunks;
   m->acts_bytes = prm__layout_acts(m, a, NULL);
   m->scratch_bytes = prm__layout_scratch(m, a, NULL);
   if (!(a->block = prm_mem_alloc(PRM_MEM_ACTS, m->acts_bytes))) {
