@@ -105,7 +105,8 @@ void prm_gemm_free(prm_gemm_t *g);
  * g's: prm_gemm_free releases it. A second call does nothing. */
 void prm_gemm_profile(prm_gemm_t *g);
 /* A Markdown table of g's profile, longest total first, with a last "all"
- * row (calls, milliseconds and GFLOP/s as 2MNK per call over the time);
+ * row (calls, milliseconds and GFLOP/s as 2MNK per call over the time; the
+ * fastest call's too, which load on the machine disturbs least);
  * the caller frees it. NULL when g is not profiled. */
 char *prm_gemm_profile_report(const prm_gemm_t *g);
 /* The backend g runs for this shape (bf16 1: prm_gemm_bf16). */

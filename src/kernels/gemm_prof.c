@@ -20,7 +20,7 @@
 typedef struct {
   int bf16, trans_a, trans_b;
   int64_t m, n, k, calls;
-  double sec;
+  double sec, best; /* total and fastest call, seconds */
 } prm__prof_ent_t;
 
 struct prm__prof {
@@ -42,9 +42,10 @@ static void prm__prof_add(prm__prof_t *p, int bf16, int ta, int tb, int64_t M, i
       e = &p->ent[i];
   if (!e && p->n < PRM__PROF_MAX) {
     e = &p->ent[p->n++];
-    *e = (prm__prof_ent_t){bf16, ta, tb, M, N, K, 0, 0};
+    *e = (prm__prof_ent_t){bf16, ta, tb, M, N, K, 0, 0, 0};
   }
   if (!e) e = &p->ent[PRM__PROF_MAX]; /* m = n = k = 0: the FLOPs are not counted */
+  if (!e->calls || sec < e->best) e->best = sec;
   e->calls++;
   e->sec += sec;
   pthread_mutex_unlock(&p->mu);
@@ -106,8 +107,8 @@ char *prm_gemm_profile_report(const prm_gemm_t *g) {
   pthread_mutex_unlock(&p->mu);
   qsort(ent, (size_t)n, sizeof *ent, prm__prof_cmp);
   prm_sb_t sb = {0};
-  prm_sb_appendf(&sb, "| dtype | trans_a | trans_b | M | N | K | calls | total_ms | avg_ms | GFLOP/s |\n"
-                      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  prm_sb_appendf(&sb, "| dtype | trans_a | trans_b | M | N | K | calls | total_ms | avg_ms | GFLOP/s | best_ms | best GFLOP/s |\n"
+                      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   double sec = 0, flop = 0;
   int64_t calls = 0;
   for (int i = 0; i < n; i++) {
@@ -117,16 +118,18 @@ char *prm_gemm_profile_report(const prm_gemm_t *g) {
     flop += f;
     calls += e->calls;
     if (!e->m)
-      prm_sb_appendf(&sb, "| other | | | | | | %lld | %.1f | %.3f | |\n", (long long)e->calls,
-                     e->sec * 1e3, e->sec * 1e3 / (double)e->calls);
+      prm_sb_appendf(&sb, "| other | | | | | | %lld | %.1f | %.3f | | %.3f | |\n",
+                     (long long)e->calls, e->sec * 1e3, e->sec * 1e3 / (double)e->calls,
+                     e->best * 1e3);
     else
-      prm_sb_appendf(&sb, "| %s | %d | %d | %lld | %lld | %lld | %lld | %.1f | %.3f | %.1f |\n",
+      prm_sb_appendf(&sb, "| %s | %d | %d | %lld | %lld | %lld | %lld | %.1f | %.3f | %.1f | %.3f | %.1f |\n",
                      e->bf16 ? "bf16" : "fp32", e->trans_a, e->trans_b, (long long)e->m,
                      (long long)e->n, (long long)e->k, (long long)e->calls, e->sec * 1e3,
-                     e->sec * 1e3 / (double)e->calls, e->sec > 0 ? f / e->sec / 1e9 : 0.0);
+                     e->sec * 1e3 / (double)e->calls, e->sec > 0 ? f / e->sec / 1e9 : 0.0,
+                     e->best * 1e3, e->best > 0 ? f / (double)e->calls / e->best / 1e9 : 0.0);
   }
-  prm_sb_appendf(&sb, "| all | | | | | | %lld | %.1f | | %.1f |\n", (long long)calls, sec * 1e3,
-                 sec > 0 ? flop / sec / 1e9 : 0.0);
+  prm_sb_appendf(&sb, "| all | | | | | | %lld | %.1f | | %.1f | | |\n", (long long)calls,
+                 sec * 1e3, sec > 0 ? flop / sec / 1e9 : 0.0);
   return prm_sb_steal(&sb);
 }
 
