@@ -16,7 +16,8 @@
 #             reference shape (hidden 768, 12 layers, 12 heads, ffn 2048,
 #             vocab 50304, seq 256, micro batch 8), not in the default list
 #   THREADS   "2 1"                       OMP_NUM_THREADS values
-#   VARIANTS  torch primus:GEMM:WAIT[:bf16] ...  GEMM onednn|openblas, WAIT passive|active|unset;
+#   VARIANTS  torch primus:GEMM:WAIT[:bf16] ...  GEMM onednn|openblas|tuned (tuned: a
+#             `benchmark gemm --tune` file for the shape, made once in OUT), WAIT passive|active|unset;
 #             a fourth field bf16 trains with bf16: true
 #             (unset: OMP_WAIT_POLICY removed from the environment, what a
 #             user who exports nothing gets: platforms/cpu.sh's passive is
@@ -145,7 +146,18 @@ for model in $MODELS; do
         bf16=false
         [ "${dtype:-}" = bf16 ] && bf16=true
         if [ "$wait" = unset ]; then wenv=(-u OMP_WAIT_POLICY); else wenv=(OMP_WAIT_POLICY="$wait"); fi
-        run_timed "$tag" env "${wenv[@]}" OMP_NUM_THREADS="$t" PRIMUS_GEMM="$gemm" \
+        genv=(PRIMUS_GEMM="$gemm")
+        if [ "$gemm" = tuned ]; then
+          # `benchmark gemm --tune` once per shape and thread count, then
+          # oneDNN with the per-shape winners (docs/benchmark.md).
+          tune="$OUT/tune-$model-s$S-b$B-t$t.tsv"
+          [ -f "$tune" ] || env "${wenv[@]}" OMP_NUM_THREADS="$t" "$PRIMUS" benchmark gemm --tune \
+            --hidden "$C" --heads "$H" --kv_heads "$G" --ffn "$F" --vocab "$V" --tokens $((S * B)) \
+            --output "$tune" >"$OUT/$tag.tune.log" 2>&1 ||
+            echo "warning: $tag: benchmark gemm --tune failed; see $OUT/$tag.tune.log" >&2
+          genv=(PRIMUS_GEMM=onednn PRIMUS_GEMM_TUNE="$tune")
+        fi
+        run_timed "$tag" env "${wenv[@]}" OMP_NUM_THREADS="$t" "${genv[@]}" \
           "$PRIMUS" train pretrain --config "$CONFIG" \
           hidden_size="$C" num_layers="$L" num_attention_heads="$H" num_query_groups="$G" \
           ffn_hidden_size="$F" vocab_size="$V" seq_length="$S" max_position_embeddings="$S" \
@@ -154,7 +166,9 @@ for model in $MODELS; do
         rc=$?
         rundir=$(sed -n 's/.*run directory: //p' "$OUT/$tag.log" | head -1)
         ms=$(awk -F'"step_ms":' '/"step_ms"/{split($0,a,"\"step\":"); split(a[2],b,","); if (b[1]>2) {split($2,c,"}"); s+=c[1]; n++}} END{if (n) printf "%.3f", s/n}' "$rundir/events.jsonl" 2>/dev/null)
-        grep -q "GEMM $gemm" "$OUT/$tag.log" || echo "warning: $tag: log does not say GEMM $gemm" >&2
+        want="GEMM $gemm"
+        [ "$gemm" = tuned ] && want="GEMM onednn+tuned"
+        grep -q "$want" "$OUT/$tag.log" || echo "warning: $tag: log does not say $want" >&2
       fi
       if [ "$rc" != 0 ] || [ -z "$ms" ]; then
         echo "warning: $tag failed (rc $rc); see $OUT/$tag.log" >&2
