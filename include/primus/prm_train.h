@@ -195,10 +195,11 @@ double prm_peak_gflops_per_core(void);
 
 /* The machine's compute peaks, measured now (GFLOP/s): fp32 FMA and, where
  * the CPU has avx512_bf16, vdpbf16ps, on one core and on `threads` threads
- * at once, each the best of `runs` probes of ~30-50 ms. Refreshes the
- * cached fp32 figure prm_peak_gflops_per_core returns (a VM's clock can
- * change between runs). bf16 fields are 0 without the instructions.
- * Returns -1 when the CPU has no FMA at all. */
+ * at once, each the best of `runs` probes of ~30-50 ms. bf16 fields are 0
+ * without the instructions. Returns -1 when the CPU has no FMA at all. A
+ * busy machine lowers the figures: prm_peak_save makes pk's fp32 figure
+ * the cached one prm_peak_gflops_per_core returns (a VM's clock can change
+ * from one day to the next), so save only a measurement of a quiet machine. */
 typedef struct {
   int threads;
   double fp32_core, fp32_all, bf16_core, bf16_all;
@@ -206,6 +207,7 @@ typedef struct {
 } prm_peak_t;
 
 int prm_peak_measure(int threads, int runs, prm_peak_t *out);
+void prm_peak_save(const prm_peak_t *pk);
 
 #ifdef __cplusplus
 }

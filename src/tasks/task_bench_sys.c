@@ -43,6 +43,7 @@ int prm__bench_launch(prm_task_ctx_t *ctx, prm_err_t *err) {
 
 const prm_opt_t prm__bench_peak_opts[] = {
     {"runs", 0, PRM_OPT_INT, "N", "5", "probes per figure; each figure is the best one"},
+    {"save", 0, PRM_OPT_FLAG, NULL, NULL, "make the fp32 one-core figure the cached one training's MFU divides by"},
     PRM__OUTPUT_OPT,
     {NULL},
 };
@@ -55,6 +56,7 @@ int prm__bench_peak(prm_task_ctx_t *ctx, prm_err_t *err) {
     return rc;
   if (runs > 1000) return prm_errf(err, PRM_ERANGE, "benchmark peak: --runs %lld: at most 1000", (long long)runs);
   prm_peak_t pk;
+  double cached = prm_peak_gflops_per_core();
   if (prm_peak_measure(prm_kernels_threads(), (int)runs, &pk))
     return prm_errf(err, PRM_EPLATFORM, "benchmark peak: this CPU has no FMA instructions to measure");
   static const char *const cols[] = {"test", "threads", "gflops", "gflops_per_core"};
@@ -80,7 +82,16 @@ int prm__bench_peak(prm_task_ctx_t *ctx, prm_err_t *err) {
   rc = prm__bench_emit(ctx, t, title, err);
   free(title);
   prm_table_free(t);
-  if (!rc) PRM_INFO("fp32 peak %.1f GFLOP/s per core cached for MFU (primus cache folder, peak-fp32.txt)", pk.fp32_core);
+  if (rc) return rc;
+  if (prm_args_flag(ctx->args, "save")) {
+    prm_peak_save(&pk);
+    PRM_INFO("fp32 peak %.1f GFLOP/s per core saved for MFU (was %.1f; primus cache folder, "
+             "peak-fp32.txt)", pk.fp32_core, cached);
+  } else if (cached > 0 && fabs(pk.fp32_core / cached - 1) > 0.1) {
+    PRM_WARN("fp32 peak %.1f GFLOP/s per core now, %.1f cached for MFU: a busy machine measures "
+             "low; on a quiet one, --save makes this figure the cached one",
+             pk.fp32_core, cached);
+  }
   return rc;
 }
 

@@ -182,8 +182,11 @@ int prm_peak_measure(int threads, int runs, prm_peak_t *out) {
   out->fp32_all = prm__measure_all(0, threads, runs);
   out->bf16_core = prm__measure_one(1, runs);
   if (out->bf16_core > 0) out->bf16_all = prm__measure_all(1, threads, runs);
-  char *path = prm_cache_path("peak-fp32.txt");
-  prm__peak_store(path, out->cpu, out->fp32_core);
-  free(path);
   return 0;
+}
+
+void prm_peak_save(const prm_peak_t *pk) {
+  char *path = prm_cache_path("peak-fp32.txt");
+  prm__peak_store(path, pk->cpu, pk->fp32_core);
+  free(path);
 }

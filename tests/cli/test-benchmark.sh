@@ -102,7 +102,13 @@ run benchmark memory --size_mb 4 --duration 0.05 -o mem.jsonl
 expect_rc "memory" 0
 check_table "memory .jsonl" mem.jsonl test,array_mb,threads,gbps 1 "array_mb,gbps"
 mkdir peakcache
+# A cached figure far from this machine's: kept without --save, and named.
+printf '999999.0\t%s\n' "$(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)" >peakcache/peak-fp32.txt
 PRIMUS_CACHE=$PWD/peakcache run benchmark peak --runs 1 -o peak.jsonl
+expect_rc "peak without --save" 0
+expect_in "peak without --save keeps the cache" "999999.0" "$(cat peakcache/peak-fp32.txt)"
+expect_in "peak warns about the stale cached figure" "999999.0 cached" "$ERR"
+PRIMUS_CACHE=$PWD/peakcache run benchmark peak --runs 1 --save -o peak.jsonl
 expect_rc "peak" 0
 check_table "peak .jsonl" peak.jsonl test,threads,gflops,gflops_per_core 1 "threads,gflops,gflops_per_core"
 # The fp32 one-core figure is the one training's MFU now divides by.
@@ -113,7 +119,7 @@ one = [r for r in rows if r["test"] == "fp32_fma" and int(r["threads"]) == 1]
 cached = float(open(sys.argv[2]).read().split("\t")[0])
 assert len(one) == 1 and abs(float(one[0]["gflops"]) - cached) < 0.051, (one, cached)
 PY
-then ok "peak refreshes the cached fp32 figure"; else bad "peak: cache not refreshed"; fi
+then ok "peak --save refreshes the cached fp32 figure"; else bad "peak --save: cache not refreshed"; fi
 run benchmark peak --runs 0
 expect_rc "peak --runs 0" 2
 mkdir io
