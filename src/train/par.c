@@ -139,4 +139,8 @@ void prm__par_model_tp(const prm__par_t *p, prm_llama_tp_t *tp) {
   tp->ep_size = p->ep_size > 1 ? p->ep_size : 1;
   tp->ep_rank = p->ep_rank;
   tp->ep_comm = p->ep;
+  tp->pp_size = p->pp_size > 1 ? p->pp_size : 1;
+  tp->pp_rank = p->pp_rank;
+  tp->pp_comm = p->pp;
+  tp->pp_stage = NULL; /* the caller's (prm__pipe_stages) */
 }

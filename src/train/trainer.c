@@ -119,6 +119,35 @@ static int prm__start_state(prm__session_t *s, const prm_train_opts_t *o, const 
   return 0;
 }
 
+/* The model state this rank holds (parameters, gradients, the bf16 shadow
+ * and `optim` bytes of AdamW moments) as a "memory" event; in a pipeline
+ * with every stage's total (collective over the pipeline group), which is
+ * what pipeline (and expert) parallelism divides. */
+static int prm__memory_event(FILE *events, const prm_llama_t *m, const prm__pipe_t *pp,
+                             size_t optim, prm_err_t *err) {
+  double p = (double)m->nparams * sizeof(float), g = m->grads ? p : 0;
+  double h = m->params16 ? (double)m->nparams * sizeof(prm_bf16_t) : 0;
+  double total = p + g + h + (double)optim;
+  prm_sb_t js = {0};
+  prm_sb_appendf(&js, "\"event\":\"memory\",\"params\":%lld,\"full_params\":%lld,"
+                 "\"param_bytes\":%.0f,\"grad_bytes\":%.0f,\"bf16_bytes\":%.0f,"
+                 "\"optim_bytes\":%zu,\"state_bytes\":%.0f", (long long)m->nparams,
+                 (long long)m->full_nparams, p, g, h, optim, total);
+  int rc = 0;
+  if (pp->size > 1) {
+    double *per = prm_xcalloc((size_t)pp->size, sizeof *per);
+    per[pp->rank] = total;
+    rc = prm_comm_allreduce(pp->comm, per, pp->size, PRM_COMM_F64, PRM_COMM_SUM, err);
+    prm_sb_appendf(&js, ",\"pp_stage_state_bytes\":[");
+    for (int i = 0; i < pp->size; i++) prm_sb_appendf(&js, "%s%.0f", i ? "," : "", per[i]);
+    prm_sb_appendf(&js, "]");
+    free(per);
+  }
+  if (!rc) prm__emit(events, "%s", prm_sb_str(&js));
+  prm_sb_free(&js);
+  return rc;
+}
+
 /* Logs and records a checkpoint that is complete, then applies ckpt_keep. */
 static int prm__saved(const prm_train_opts_t *o, FILE *events, prm__tm_t *tm, int64_t step,
                       double seconds, int async, double stall, prm_err_t *err) {
@@ -181,10 +210,13 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm__hb_open(&hb);
   prm__hb_beat(&hb, 0, "start");
   prm_llama_tp_t tp;
-  if (!(rc = prm__par_open(&par, o, err))) {
+  int *stages = NULL; /* pipeline parallel: each layer's stage, for building the model */
+  if (!(rc = prm__par_open(&par, o, err)) && !(rc = prm__pipe_stages(o, &par, &stages, err))) {
     prm__par_model_tp(&par, &tp);
+    tp.pp_stage = stages;
     rc = prm__session_open(o, flags, resume_dir ? NULL : o->load, PRM_SPLIT_TRAIN, &tp, &s, err);
   }
+  free(stages);
   if (rc) {
     prm__par_close(&par);
     prm__hb_close(&hb);
@@ -203,8 +235,6 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   if ((rc = prm__pipe_open(&pipe, o, &par, m, err))) goto done;
   if (pipe.size > 1) {
     s.pipe = &pipe;
-    dp.rlo = pipe.rlo;
-    dp.rhi = pipe.rhi;
     if (dp.overlap && dp.world)
       PRM_WARN("overlap_grad_reduce: not with pipeline_model_parallel_size %d yet; gradients "
                "are summed after backward", pipe.size);
@@ -234,14 +264,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
    * writes its optimizer shard into the checkpoint too (prm__zero_save). */
   int writer = dp.all_rank == 0;
   /* Tensor parallel: the group of data-parallel rank 0 gathers the whole
-   * model into the writer's s.full before each save (tpstate.c). */
-  /* Expert parallel: the expert-parallel group of data-parallel rank 0
-   * gathers the experts the same way. */
-  int tp_gathers = (par.tp_size > 1 || par.ep_size > 1) && par.dp_rank < par.ep_size &&
-                   par.pp_rank == 0 && o->save;
-  /* Pipeline parallel: the stages of data-parallel rank 0 send their
-   * layers to stage 0 first (pipe.c). */
-  int pp_gathers = pipe.size > 1 && par.dp_rank == 0 && o->save;
+   * model into the writer's s.full before each save (tpstate.c). Expert
+   * parallel: the expert-parallel group of data-parallel rank 0 gathers
+   * the experts the same way; pipeline parallel: every stage of it sends
+   * its tensors to stage 0. */
+  int tp_gathers = prm_llama_sharded(m) && par.dp_rank < par.ep_size && o->save;
   if (tp_gathers && (rc = prm__tp_save_open(&s, writer, err))) goto done;
   if (dp.zero && o->async_save && o->save)
     PRM_WARN("async_save: not with use_distributed_optimizer yet (the shards are saved "
@@ -333,6 +360,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   }
   PRM_INFO("memory: %s", prm_sb_str(&line));
   prm_sb_free(&line);
+  if ((rc = prm__memory_event(events, m, &pipe, 2 * obytes, err))) goto done;
 
   double peak = prm_peak_gflops_per_core() * prm_kernels_threads();
   double flops_step = prm_llama_flops_per_token(c, o->seq_length) * (double)o->global_batch *
@@ -364,8 +392,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       double ss = prm__zero_sumsq(&dp, m);
       if ((rc = prm__dp_sum(&dp, &ss, 1, err))) goto done;
       norm = sqrt(ss);
-    } else if ((rc = s.pipe ? prm__pipe_grad_norm(&pipe, m, &norm, err)
-                            : prm__grad_norm(m, &norm, err))) {
+    } else if ((rc = prm__grad_norm(m, &norm, err))) {
       goto done;
     }
     const char *cause = prm__bad_check(&bad, loss, norm, &z);
@@ -427,8 +454,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         if (coef < 1.0) prm_scale(m->grads, m->nparams, (float)coef);
       }
       for (int i = 0; i < m->ntensors; i++) {
-        const prm_tensor_t *t = &m->tensors[i];
-        if (!prm__pipe_owns(&pipe, t)) continue; /* another stage's */
+        const prm_tensor_t *t = &m->tensors[i]; /* this rank's (numel 0: another stage's) */
         prm_adamw_update(m->params + t->offset, m->grads + t->offset, adam_m + t->offset,
                          adam_v + t->offset, t->numel, (float)lr, (float)o->beta1, (float)o->beta2,
                          (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f, step);
@@ -536,14 +562,13 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       ckpt_waited += secs;
       if (writer && (rc = prm__saved(o, events, tm, step, secs, 0, secs, err))) goto done;
       prm__hb_beat(&hb, step, "step");
-    } else if (save_now && (writer || tp_gathers || pp_gathers)) {
+    } else if (save_now && (writer || tp_gathers)) {
       prm__hb_beat(&hb, step, "save");
       /* Under tensor parallelism the writer saves the whole model the
        * group gathers into s.full; the others only send their shards. */
       const prm_llama_t *sm = m;
       float *sam = adam_m, *sav = adam_v;
       double tg = prm_time_now();
-      if (pp_gathers && (rc = prm__pipe_gather(&pipe, m, adam_m, adam_v, err))) goto done;
       if (tp_gathers) {
         if ((rc = prm__tp_save_gather(&s, adam_m, adam_v, err))) goto done;
         sm = s.full;
@@ -587,10 +612,12 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     }
   }
   if ((rc = prm__collect(&as, o, events, tm, 1, &ckpt_waited, err))) goto done;
-  char stall[64] = "";
+  char stall[64] = "", hwm[32];
   if (o->save) snprintf(stall, sizeof stall, "; checkpoints stalled training %.2f s", ckpt_waited);
-  PRM_INFO("trained %lld steps in %.1f s%s", (long long)(o->train_iters - first_step + 1),
-           prm_time_now() - t_train, stall);
+  prm_fmt_bytes(hwm, sizeof hwm, (double)prm_mem_peak_rss());
+  PRM_INFO("trained %lld steps in %.1f s%s; peak rss %s (%zu bytes)",
+           (long long)(o->train_iters - first_step + 1), prm_time_now() - t_train, stall, hwm,
+           prm_mem_peak_rss());
   prm__hb_beat(&hb, o->train_iters, "done");
 done:
   if (as.busy) { /* an error path: let the writer finish, keep the first error */
