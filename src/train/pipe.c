@@ -207,7 +207,7 @@ int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t 
       (rc = prm_comm_split(par->world, pp->first || pp->last ? par->dp_rank * par->tp_size + par->tp_rank : -1,
                            par->rank, "embd", &pp->embd, err)))
     goto out;
-  PRM_INFO("pipeline: stage %d of %d holds layers %s%s%s (%lld of %lld parameters); %lld "
+  PRM_INFO("pipeline: stage %d of %d holds layers %s%s%s, %lld of %lld parameters; %lld "
            "micro-batches a step, %s schedule, %d in flight here, bubble fraction %.3f",
            pp->rank, P, prm_sb_str(&desc), pp->first ? " and the embedding" : "",
            pp->last ? (c->tied ? " and the final norm (tied head)" : " and the final norm and head") : "",

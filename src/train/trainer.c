@@ -120,16 +120,16 @@ static int prm__start_state(prm__session_t *s, const prm_train_opts_t *o, const 
 }
 
 /* The model state this rank holds (parameters, gradients, the bf16 shadow
- * and `optim` bytes of AdamW moments) as a "memory" event; in a pipeline
- * with every stage's total (collective over the pipeline group), which is
- * what pipeline (and expert) parallelism divides. */
-static int prm__memory_event(FILE *events, const prm_llama_t *m, const prm__pipe_t *pp,
-                             size_t optim, prm_err_t *err) {
+ * and `optim` bytes of AdamW moments) as a "memory" object for the first
+ * step's event (into js); in a pipeline with every stage's total
+ * (collective over the pipeline group), which is what pipeline (and
+ * expert) parallelism divides. */
+static int prm__memory_json(prm_sb_t *js, const prm_llama_t *m, const prm__pipe_t *pp,
+                            size_t optim, prm_err_t *err) {
   double p = (double)m->nparams * sizeof(float), g = m->grads ? p : 0;
   double h = m->params16 ? (double)m->nparams * sizeof(prm_bf16_t) : 0;
   double total = p + g + h + (double)optim;
-  prm_sb_t js = {0};
-  prm_sb_appendf(&js, "\"event\":\"memory\",\"params\":%lld,\"full_params\":%lld,"
+  prm_sb_appendf(js, ",\"memory\":{\"params\":%lld,\"full_params\":%lld,"
                  "\"param_bytes\":%.0f,\"grad_bytes\":%.0f,\"bf16_bytes\":%.0f,"
                  "\"optim_bytes\":%zu,\"state_bytes\":%.0f", (long long)m->nparams,
                  (long long)m->full_nparams, p, g, h, optim, total);
@@ -138,13 +138,12 @@ static int prm__memory_event(FILE *events, const prm_llama_t *m, const prm__pipe
     double *per = prm_xcalloc((size_t)pp->size, sizeof *per);
     per[pp->rank] = total;
     rc = prm_comm_allreduce(pp->comm, per, pp->size, PRM_COMM_F64, PRM_COMM_SUM, err);
-    prm_sb_appendf(&js, ",\"pp_stage_state_bytes\":[");
-    for (int i = 0; i < pp->size; i++) prm_sb_appendf(&js, "%s%.0f", i ? "," : "", per[i]);
-    prm_sb_appendf(&js, "]");
+    prm_sb_appendf(js, ",\"pp_stage_state_bytes\":[");
+    for (int i = 0; i < pp->size; i++) prm_sb_appendf(js, "%s%.0f", i ? "," : "", per[i]);
+    prm_sb_appendf(js, "]");
     free(per);
   }
-  if (!rc) prm__emit(events, "%s", prm_sb_str(&js));
-  prm_sb_free(&js);
+  prm_sb_appendf(js, "}");
   return rc;
 }
 
@@ -186,6 +185,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm__par_t par = {0};
   prm__pipe_t pipe = {0};
   prm__tm_t *tm = NULL; /* live metrics (metrics.c); NULL when metrics_port is 0 */
+  prm_sb_t mem_js = {0}; /* this rank's model state, for the run's first step event */
   int64_t *bad_steps = NULL, nbad = 0; /* steps that were bad once (rollback) */
   double ckpt_waited = 0;
   struct sigaction sa, old_term, old_usr1;
@@ -360,7 +360,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   }
   PRM_INFO("memory: %s", prm_sb_str(&line));
   prm_sb_free(&line);
-  if ((rc = prm__memory_event(events, m, &pipe, 2 * obytes, err))) goto done;
+  if ((rc = prm__memory_json(&mem_js, m, &pipe, 2 * obytes, err))) goto done;
 
   double peak = prm_peak_gflops_per_core() * prm_kernels_threads();
   double flops_step = prm_llama_flops_per_token(c, o->seq_length) * (double)o->global_batch *
@@ -489,11 +489,12 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (s.sft) snprintf(lt, sizeof lt, ",\"loss_tokens\":%lld", (long long)s.loss_tokens);
     prm__emit(events,
               "\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld%s,"
-              "\"step_ms\":%.3f,\"data_ms\":%.3f%s%s%s",
+              "\"step_ms\":%.3f,\"data_ms\":%.3f%s%s%s%s",
               (long long)step, prm__jnum(jl, sizeof jl, loss), lr, prm__jnum(jn, sizeof jn, norm),
               (long long)tokens_step, lt, ms, s.data_s * 1e3, comm,
-              skip ? ",\"skipped\":true" : "", prm_sb_str(&moe_js));
+              skip ? ",\"skipped\":true" : "", prm_sb_str(&moe_js), prm_sb_str(&mem_js));
     prm_sb_free(&moe_js);
+    prm_sb_reset(&mem_js); /* the first step's event only */
     prm__tm_step_t tms = {.step = step, .tokens_step = tokens_step, .global_batch = o->global_batch,
                           .loss = loss, .lr = lr, .grad_norm = norm, .seconds = ms / 1e3,
                           .flops_step = flops_step, .peak_gflops = peak * dp.all_size,
@@ -642,6 +643,7 @@ done:
   prm__hb_close(&hb);
   free(bad_steps);
   free(tok_config);
+  prm_sb_free(&mem_js);
   prm_mem_free(PRM_MEM_OPTIM, adam_m, obytes);
   prm_mem_free(PRM_MEM_OPTIM, adam_v, obytes);
   prm__session_close(&s);
