@@ -380,6 +380,21 @@ int prm__pipe_bubble(prm__pipe_t *pp, double *seconds, prm_err_t *err) {
   return rc;
 }
 
+int prm__pipe_moe_sum(prm__pipe_t *pp, prm_llama_t *m, prm_err_t *err) {
+  if (pp->size <= 1 || !m->cfg.experts || !m->moe_counts) return 0;
+  int64_t L = m->cfg.layers, passes = m->moe_passes;
+  double l2[2] = {m->moe_aux_sum, m->moe_z_sum};
+  int rc = prm_comm_allreduce(pp->comm, m->moe_counts, L * m->cfg.experts, PRM_COMM_I64,
+                              PRM_COMM_SUM, err);
+  if (!rc) rc = prm_comm_allreduce(pp->comm, m->moe_dropped, L, PRM_COMM_I64, PRM_COMM_SUM, err);
+  if (!rc) rc = prm_comm_allreduce(pp->comm, l2, 2, PRM_COMM_F64, PRM_COMM_SUM, err);
+  if (!rc) rc = prm_comm_allreduce(pp->comm, &passes, 1, PRM_COMM_I64, PRM_COMM_SUM, err);
+  m->moe_aux_sum = l2[0];
+  m->moe_z_sum = l2[1];
+  m->moe_passes = passes;
+  return rc;
+}
+
 int prm__pipe_bcast(prm__pipe_t *pp, double *v, int n, prm_err_t *err) {
   if (pp->size <= 1) return 0;
   return prm_comm_bcast(pp->comm, v, n, PRM_COMM_F64, pp->size - 1, err);

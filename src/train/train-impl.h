@@ -97,6 +97,11 @@ void prm__pipe_close(prm__pipe_t *pp);
 /* The last step's bubble: the stages' mean time waiting for messages
  * (collective over the pipeline group). */
 int prm__pipe_bubble(prm__pipe_t *pp, double *seconds, prm_err_t *err);
+/* MoE: the routing statistics of every stage's layers (counts, drops, the
+ * aux and z losses) and the micro-batches counted on the first stage,
+ * summed over the pipeline group into each stage's, before
+ * prm_llama_moe_stats (nothing with one stage or a dense model). */
+int prm__pipe_moe_sum(prm__pipe_t *pp, prm_llama_t *m, prm_err_t *err);
 /* v (n) <- the last stage's v, on every stage (nothing with one stage). */
 int prm__pipe_bcast(prm__pipe_t *pp, double *v, int n, prm_err_t *err);
 

@@ -479,6 +479,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     prm_sb_t moe_js = {0}, moe_ln = {0};
     if (m->cfg.experts) {
       prm_llama_moe_stats_t moe_st;
+      if ((rc = prm__pipe_moe_sum(&pipe, m, err))) goto done; /* every stage's layers */
       if (!prm_llama_moe_stats(m, &moe_st)) {
         prm_sb_appendf(&moe_js, ",\"moe\":");
         prm_llama_moe_format(&moe_st, &moe_js, &moe_ln);

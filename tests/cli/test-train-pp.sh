@@ -14,7 +14,7 @@
 # gradient and optimizer bytes in events adding up to the one-rank run's,
 # and a 4 M-parameter model's peak RSS per rank lower than at D = 2 by at
 # least half the state it no longer holds); and bad layouts (more stages
-# than layers, bad splits, ZeRO-1 or MoE with P > 1, a world P does not
+# than layers, bad splits, ZeRO-1 with P > 1, a world P does not
 # divide, an interleaved M that P does not divide) are refused with the
 # key named.
 source "$(dirname "$0")/lib.sh"
@@ -213,8 +213,6 @@ refuse "P = 2 on one rank" 1 "needs 2 ranks or a multiple" "pipeline_model_paral
 refuse "a world P does not divide" 3 "must divide the 3 ranks" "pipeline_model_parallel_size: 2"
 refuse "ZeRO-1 with P = 2" 2 "use_distributed_optimizer is not supported with pipeline_model_parallel_size 2" \
   "pipeline_model_parallel_size: 2" "use_distributed_optimizer: true"
-refuse "MoE with P = 2" 2 "mixture-of-experts models (num_experts 4) do not run in a pipeline" \
-  "pipeline_model_parallel_size: 2" "num_experts: 4"
 refuse "interleaved with micro-batches not a multiple of P" 2 "needs the 3 micro-batches" \
   "pipeline_model_parallel_size: 2" "virtual_pipeline_model_parallel_size: 2" "global_batch_size: 3"
 finish
