@@ -153,6 +153,12 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
  * data it holds, so the ranks agree without communicating). */
 int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, int64_t step0,
                     double *loss, prm_err_t *err);
+/* ",\"memory\":{...}" into js: the model state this rank holds (parameters,
+ * gradients, the bf16 shadow and `optim` bytes of AdamW moments) and, in
+ * a pipeline (pp->size > 1), every stage's total (collective over the
+ * pipeline group). PRM_ERUNTIME from MPI. */
+int prm__session_memory_json(prm_sb_t *js, const prm_llama_t *m, const prm__pipe_t *pp,
+                             size_t optim, prm_err_t *err);
 /* The same through the pipeline (pipe.c), s->pipe set. */
 int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
                          int64_t step0, double *loss, prm_err_t *err);

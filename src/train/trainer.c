@@ -119,34 +119,6 @@ static int prm__start_state(prm__session_t *s, const prm_train_opts_t *o, const 
   return 0;
 }
 
-/* The model state this rank holds (parameters, gradients, the bf16 shadow
- * and `optim` bytes of AdamW moments) as a "memory" object for the first
- * step's event (into js); in a pipeline with every stage's total
- * (collective over the pipeline group), which is what pipeline (and
- * expert) parallelism divides. */
-static int prm__memory_json(prm_sb_t *js, const prm_llama_t *m, const prm__pipe_t *pp,
-                            size_t optim, prm_err_t *err) {
-  double p = (double)m->nparams * sizeof(float), g = m->grads ? p : 0;
-  double h = m->params16 ? (double)m->nparams * sizeof(prm_bf16_t) : 0;
-  double total = p + g + h + (double)optim;
-  prm_sb_appendf(js, ",\"memory\":{\"params\":%lld,\"full_params\":%lld,"
-                 "\"param_bytes\":%.0f,\"grad_bytes\":%.0f,\"bf16_bytes\":%.0f,"
-                 "\"optim_bytes\":%zu,\"state_bytes\":%.0f", (long long)m->nparams,
-                 (long long)m->full_nparams, p, g, h, optim, total);
-  int rc = 0;
-  if (pp->size > 1) {
-    double *per = prm_xcalloc((size_t)pp->size, sizeof *per);
-    per[pp->rank] = total;
-    rc = prm_comm_allreduce(pp->comm, per, pp->size, PRM_COMM_F64, PRM_COMM_SUM, err);
-    prm_sb_appendf(js, ",\"pp_stage_state_bytes\":[");
-    for (int i = 0; i < pp->size; i++) prm_sb_appendf(js, "%s%.0f", i ? "," : "", per[i]);
-    prm_sb_appendf(js, "]");
-    free(per);
-  }
-  prm_sb_appendf(js, "}");
-  return rc;
-}
-
 /* Logs and records a checkpoint that is complete, then applies ckpt_keep. */
 static int prm__saved(const prm_train_opts_t *o, FILE *events, prm__tm_t *tm, int64_t step,
                       double seconds, int async, double stall, prm_err_t *err) {
@@ -360,7 +332,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   }
   PRM_INFO("memory: %s", prm_sb_str(&line));
   prm_sb_free(&line);
-  if ((rc = prm__memory_json(&mem_js, m, &pipe, 2 * obytes, err))) goto done;
+  if ((rc = prm__session_memory_json(&mem_js, m, &pipe, 2 * obytes, err))) goto done;
 
   double peak = prm_peak_gflops_per_core() * prm_kernels_threads();
   double flops_step = prm_llama_flops_per_token(c, o->seq_length) * (double)o->global_batch *
@@ -566,8 +538,9 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       prm__hb_beat(&hb, step, "step");
     } else if (save_now && (writer || tp_gathers)) {
       prm__hb_beat(&hb, step, "save");
-      /* Under tensor parallelism the writer saves the whole model the
-       * group gathers into s.full; the others only send their shards. */
+      /* Under tensor, expert or pipeline parallelism the writer saves the
+       * whole model the groups gather into s.full; the others only send
+       * their shards. */
       const prm_llama_t *sm = m;
       float *sam = adam_m, *sav = adam_v;
       double tg = prm_time_now();
