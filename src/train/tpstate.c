@@ -22,7 +22,8 @@ static float *prm__moments(int64_t n) {
 
 int prm__load_weights(prm__session_t *s, const char *dir, prm_err_t *err) {
   prm_llama_t *m = s->model, *w = NULL;
-  if (!prm_llama_sharded(m)) return prm_ckpt_load_hf(m, dir, err);
+  /* A pipeline stage's tensors are whole: it reads them from the files. */
+  if (m->tp.size <= 1 && m->tp.ep_size <= 1) return prm_ckpt_load_hf(m, dir, err);
   int rc = prm__whole(m, &w, err);
   if (!rc) rc = prm_ckpt_load_hf(w, dir, err);
   if (!rc) prm_llama_tp_slice(m, w->params, m->params);

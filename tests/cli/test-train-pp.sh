@@ -13,7 +13,8 @@
 # tensors (about half the parameters at P = 2, the stages' parameter,
 # gradient and optimizer bytes in events adding up to the one-rank run's,
 # and a 4 M-parameter model's peak RSS per rank lower than at D = 2 by at
-# least half the state it no longer holds); and bad layouts (more stages
+# least half the state it no longer holds; a stage loading weights reads
+# its own tensors); and bad layouts (more stages
 # than layers, bad splits, ZeRO-1 with P > 1, a world P does not
 # divide, an interleaved M that P does not divide) are refused with the
 # key named.
@@ -172,6 +173,17 @@ expect_rc "resumed at P = 1 from the background save" 0
 expect_in "T = 2 x P = 2 -> P = 1: resumed from iteration 3" "iteration 3" "$ERR"
 w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final one)" "$(final "$n-b")")
 if within "$w" 1e-5; then ok "T = 2 x P = 2 -> P = 1: weights within 1e-5 of an uninterrupted run ($w)"; else bad "T = 2 x P = 2 -> P = 1: weights differ by $w"; fi
+
+# Loading weights (a fresh optimizer): each stage reads its own tensors
+# from the files, to the losses of one rank loading them.
+exp load1 "$U" "load: $T/ck-one" "train_iters: 2" "save: $T/ck-load1"
+launch 1 load1
+exp load2 "$U" "load: $T/ck-one" "train_iters: 2" "save: $T/ck-load2" "pipeline_model_parallel_size: 2"
+launch 2 load2
+expect_rc "P = 2 loading a one-rank checkpoint" 0
+expect_in "P = 2: loaded the weights" "loaded weights from $T/ck-one" "$ERR"
+d=$(loss_diff load1 load2)
+if within "$d" 1e-5; then ok "P = 2 loading weights: losses within 1e-5 of one rank loading them ($d)"; else bad "P = 2 loading weights: losses differ by $d"; fi
 
 # ---- Fewer micro-batches than stages: a warning, still exact ----
 exp few-one "$U" "global_batch_size: 1"
