@@ -230,7 +230,8 @@ static void prm__layout(prm_llama_t *m) {
       PRM__T("mlp.down_proj.weight", C, F, PRM_TP_COLS);
     }
 #undef PRM__T
-    for (int i = i0; i < m->ntensors; i++) m->tensors[i].stage = m->layer_stage ? m->layer_stage[l] : 0;
+    for (int i = i0; i < m->ntensors; i++)
+      m->tensors[i].stage = m->layer_stage ? m->layer_stage[l] : 0;
   }
   int tail = m->ntensors;
   prm__add_tensor(m, &off, &full, "model.norm.weight", C, 0, PRM_TP_WHOLE);
@@ -610,7 +611,8 @@ void prm_llama_init(prm_llama_t *m, uint64_t seed) {
                    prm_endswith(t->name, "down_proj.weight") || prm_endswith(t->name, ".w2.weight");
     double s = out_proj ? out_std : std;
     float *dst = p;
-    if (t->split != PRM_TP_WHOLE || t->numel < t->full_numel) dst = whole = prm_xrealloc(whole, (size_t)t->full_numel * sizeof(float));
+    if (t->split != PRM_TP_WHOLE || t->numel < t->full_numel) /* a shard, or absent here */
+      dst = whole = prm_xrealloc(whole, (size_t)t->full_numel * sizeof(float));
     for (int64_t j = 0; j < t->full_numel; j++) dst[j] = (float)(s * prm_rng_normal(&rng));
     if (dst != p) prm__tp_slice_tensor(m, t, whole, p);
   }

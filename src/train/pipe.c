@@ -11,8 +11,9 @@
  * bf16 shadow all shrink to the stage's share. A tied head is the
  * embedding: the first and last stages both hold and update it, after
  * summing its gradient between them as Megatron does. Files still hold
- * the whole model: a stage loads by staging it and keeping its tensors,
- * and a save gathers every stage's tensors to the writer (tpstate.c,
+ * the whole model: a stage reads its own tensors from them (a resume
+ * stages the whole model and moments and keeps its part), and a save
+ * gathers every stage's tensors to the writer (tpstate.c,
  * prm_llama_tp_gather), so checkpoints move between pipeline sizes.
  *
  * A stage's layers see exactly the inputs and gradients they see in one
@@ -211,7 +212,8 @@ int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t 
            "micro-batches a step, %s schedule, %d in flight here, bubble fraction %.3f",
            pp->rank, P, prm_sb_str(&desc), pp->first ? " and the embedding" : "",
            pp->last ? (c->tied ? " and the final norm (tied head)" : " and the final norm and head") : "",
-           (long long)m->nparams, (long long)m->full_nparams, (long long)M, V > 1 ? "interleaved 1F1B" : "1F1B", pp->nslots,
+           (long long)m->nparams, (long long)m->full_nparams, (long long)M,
+           V > 1 ? "interleaved 1F1B" : "1F1B", pp->nslots,
            prm__pp_bubble_fraction(P, V, (int)M));
 out:
   prm_sb_free(&desc);
