@@ -371,6 +371,8 @@ const char *prm_mem_cat_name(prm_mem_cat_t cat); /* "params" ... */
 void prm_mem_describe(prm_sb_t *out);
 /* Resident set size of this process in bytes (from /proc), 0 if unknown. */
 size_t prm_mem_rss(void);
+/* The largest resident set size this process has had (VmHWM), 0 if unknown. */
+size_t prm_mem_peak_rss(void);
 /* "12.4 MiB" */
 void prm_fmt_bytes(char *buf, size_t n, double bytes);
 

@@ -74,6 +74,8 @@ static inline int64_t prm_llama_head_dim(const prm_llama_config_t *c) {
 }
 /* Parameters of the model the configuration describes. */
 int64_t prm_llama_param_count(const prm_llama_config_t *c);
+/* Parameters of layer l (0 <= l < L). */
+int64_t prm_llama_layer_param_count(const prm_llama_config_t *c, int64_t l);
 /* Model FLOPs per token of one forward+backward pass: 6 x parameters in
  * the matrix multiplications plus 12 x L x H x D x T for attention (the
  * PaLM convention, causal masking not discounted, recomputation not
@@ -101,6 +103,12 @@ typedef struct {
   int decay;       /* weight decay applies (tensors of two or more dims) */
   prm_tp_split_t split;
   int64_t full_shape[2], full_numel, full_offset; /* full_offset: in the T = 1 layout */
+  /* Pipeline parallel: the stage that holds the tensor (the embedding the
+   * first, the final norm and head the last; a tied embedding is held by
+   * the last stage too, but belongs to the first, which counts and saves
+   * it). Other stages' tensors are absent here (numel 0). 0 without a
+   * pipeline. */
+  int stage;
 } prm_tensor_t;
 
 /* Tensor parallelism (Megatron-style): a group of `size` ranks shares each
@@ -121,6 +129,14 @@ typedef struct {
    * none. Every other parameter is whole on every rank of the group. */
   int ep_size, ep_rank;
   prm_comm_t *ep_comm; /* the group (borrowed), NULL when ep_size <= 1 */
+  /* Pipeline parallel (pipeline_model_parallel_size): this rank is stage
+   * pp_rank of pp_size and holds only its tensors (prm_tensor_t.stage);
+   * pp_stage (L, borrowed, read by prm_llama_new_tp only) gives each
+   * layer's stage. pp_comm: the ranks of the same tensor- and data-parallel
+   * place, one per stage. pp_size 1 (or 0): every rank holds every layer. */
+  int pp_size, pp_rank;
+  prm_comm_t *pp_comm;
+  const int *pp_stage;
 } prm_llama_tp_t;
 
 /* Pointers of one layer's tensors inside a block (params or grads). */
@@ -181,6 +197,7 @@ typedef struct prm_llama {
   prm_err_t tp_err;
   double tp_seconds;     /* time spent in the group's collectives (the caller resets it) */
   double ep_seconds;     /* the same for the expert-parallel all-to-alls */
+  int *layer_stage;      /* (L) pipeline stage of each layer; NULL without a pipeline */
   int *layer_t0;         /* (L+1) index in tensors of each layer's first tensor, then the final norm */
   /* Mixture of experts: the state of the pass in progress (moe.c) and the
    * statistics of the training passes since prm_llama_moe_stats. */
@@ -215,10 +232,10 @@ int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *
 /* PRM_ECONFIG when the experts cannot be split over `size` ranks (a dense
  * model, or num_experts not a multiple of size). */
 int prm_llama_ep_check_config(const prm_llama_config_t *c, int size, prm_err_t *err);
-/* The model is a shard (tensor or expert parallel): files hold the whole
- * model, moved with prm_llama_tp_slice / prm_llama_tp_gather. */
+/* The model is a shard (tensor, expert or pipeline parallel): files hold
+ * the whole model, moved with prm_llama_tp_slice / prm_llama_tp_gather. */
 static inline int prm_llama_sharded(const prm_llama_t *m) {
-  return m->tp.size > 1 || m->tp.ep_size > 1;
+  return m->tp.size > 1 || m->tp.ep_size > 1 || m->tp.pp_size > 1;
 }
 /* local (m's layout, nparams) <- this rank's part of full (the whole
  * model's layout, full_nparams): parameters, or optimizer moments laid
@@ -227,7 +244,11 @@ void prm_llama_tp_slice(const prm_llama_t *m, const float *full, float *local);
 /* The reverse, collective over the group: every rank's `local` gathered
  * into `full` on the group's rank 0 (full is ignored, may be NULL, on the
  * others). Under expert parallelism the experts are gathered over the
- * expert-parallel group too (to its rank 0). PRM_ERUNTIME from MPI. */
+ * expert-parallel group too (to its rank 0); in a pipeline every stage
+ * gathers its tensors the same way and its root (tensor- and
+ * expert-parallel rank 0) sends them to stage 0's, tensor by tensor, so
+ * the call is collective over the tensor-, expert- and pipeline-parallel
+ * groups of the root. PRM_ERUNTIME from MPI. */
 int prm_llama_tp_gather(const prm_llama_t *m, const float *local, float *full, prm_err_t *err);
 /* After a pass: the first tensor-parallel communication error, or 0
  * (cleared by the call). */

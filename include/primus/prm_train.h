@@ -161,7 +161,9 @@ int prm_ckpt_resolve(const char *load, char **dir, int64_t *iter, prm_err_t *err
 int prm_ckpt_read_config(const char *dir, prm_llama_config_t *c, char *tokenizer_type,
                          size_t tokenizer_len, prm_err_t *err);
 /* Fills the model's parameters from DIR; the folder's config.json must
- * describe the same shape. Names the file, key or tensor on a mismatch. */
+ * describe the same shape. Names the file, key or tensor on a mismatch.
+ * Absent tensors (numel 0: a pipeline stage's model without tensor or
+ * expert parallelism) are checked at their whole shape and skipped. */
 int prm_ckpt_load_hf(prm_llama_t *m, const char *dir, prm_err_t *err);
 
 /* ------------------------------------------------------------------------ */

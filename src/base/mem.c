@@ -82,3 +82,14 @@ size_t prm_mem_rss(void) {
   fclose(f);
   return ok ? (size_t)rss * (size_t)sysconf(_SC_PAGESIZE) : 0;
 }
+
+size_t prm_mem_peak_rss(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %lu kB", &kb) == 1) break;
+  fclose(f);
+  return (size_t)kb * 1024;
+}

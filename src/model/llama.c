@@ -124,6 +124,10 @@ static int64_t prm__layer_params(const prm_llama_config_t *c, int64_t l, int act
          3 * c->shared_ffn * C;
 }
 
+int64_t prm_llama_layer_param_count(const prm_llama_config_t *c, int64_t l) {
+  return prm__layer_params(c, l, 0);
+}
+
 int64_t prm_llama_param_count(const prm_llama_config_t *c) {
   int64_t n = c->vocab * c->hidden + c->hidden;
   for (int64_t l = 0; l < c->layers; l++) n += prm__layer_params(c, l, 0);
@@ -190,8 +194,10 @@ static void prm__layout(prm_llama_t *m) {
   int64_t HD = c->heads * D, GD = c->groups * D;
   int64_t off = 0, full = 0;
   char name[96];
+  int last = m->tp.pp_size > 1 ? m->tp.pp_size - 1 : 0;
   prm__add_tensor(m, &off, &full, "model.embed_tokens.weight", c->vocab, C, PRM_TP_ROWS);
   for (int64_t l = 0; l < c->layers; l++) {
+    int i0 = m->ntensors;
 #define PRM__T(suffix, r, k, how)                                              \
   snprintf(name, sizeof name, "model.layers.%d.%s", (int)l, suffix);           \
   prm__add_tensor(m, &off, &full, name, r, k, how)
@@ -218,16 +224,36 @@ static void prm__layout(prm_llama_t *m) {
         PRM__T("block_sparse_moe.shared_expert.up_proj.weight", Fs, C, PRM_TP_WHOLE);
         PRM__T("block_sparse_moe.shared_expert.down_proj.weight", C, Fs, PRM_TP_WHOLE);
       }
-      continue;
+    } else {
+      PRM__T("mlp.gate_proj.weight", F, C, PRM_TP_ROWS);
+      PRM__T("mlp.up_proj.weight", F, C, PRM_TP_ROWS);
+      PRM__T("mlp.down_proj.weight", C, F, PRM_TP_COLS);
     }
-    PRM__T("mlp.gate_proj.weight", F, C, PRM_TP_ROWS);
-    PRM__T("mlp.up_proj.weight", F, C, PRM_TP_ROWS);
-    PRM__T("mlp.down_proj.weight", C, F, PRM_TP_COLS);
 #undef PRM__T
+    for (int i = i0; i < m->ntensors; i++)
+      m->tensors[i].stage = m->layer_stage ? m->layer_stage[l] : 0;
   }
+  int tail = m->ntensors;
   prm__add_tensor(m, &off, &full, "model.norm.weight", C, 0, PRM_TP_WHOLE);
   if (!c->tied) prm__add_tensor(m, &off, &full, "lm_head.weight", c->vocab, C, PRM_TP_ROWS);
+  for (int i = tail; i < m->ntensors; i++) m->tensors[i].stage = last;
   PRM_ASSERT(off == m->nparams && full == m->full_nparams);
+  if (m->tp.pp_size <= 1) return;
+  /* Pipeline parallel: the tensors of other stages become absent (numel 0,
+   * as an expert held elsewhere) and the offsets close up, so this rank's
+   * block holds its own tensors only. */
+  off = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    prm_tensor_t *t = &m->tensors[i];
+    int held = t->stage == m->tp.pp_rank || (i == 0 && c->tied && m->tp.pp_rank == last);
+    if (!held) {
+      t->shape[0] = 0;
+      t->numel = 0;
+    }
+    t->offset = off;
+    off += t->numel;
+  }
+  m->nparams = off;
 }
 
 /* Points embed/layer/norm/head (or their gradient twins) into a block. */
@@ -442,7 +468,7 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
   int esize = tp && tp->ep_size > 1 ? tp->ep_size : 1;
   if ((rc = prm_llama_ep_check_config(c, esize, err))) return rc;
   PRM_ASSERT(esize == 1 || (tp->ep_comm && tp->ep_rank >= 0 && tp->ep_rank < esize));
-  m->tp = (prm_llama_tp_t){.size = 1, .rank = 0, .comm = NULL, .ep_size = 1};
+  m->tp = (prm_llama_tp_t){.size = 1, .rank = 0, .comm = NULL, .ep_size = 1, .pp_size = 1};
   if (tsize > 1) {
     m->tp.size = tp->size;
     m->tp.rank = tp->rank;
@@ -452,6 +478,14 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
     m->tp.ep_size = tp->ep_size;
     m->tp.ep_rank = tp->ep_rank;
     m->tp.ep_comm = tp->ep_comm;
+  }
+  if (tp && tp->pp_size > 1) {
+    PRM_ASSERT(tp->pp_comm && tp->pp_stage && tp->pp_rank >= 0 && tp->pp_rank < tp->pp_size);
+    m->tp.pp_size = tp->pp_size;
+    m->tp.pp_rank = tp->pp_rank;
+    m->tp.pp_comm = tp->pp_comm;
+    m->layer_stage = prm_xcalloc((size_t)c->layers, sizeof *m->layer_stage);
+    memcpy(m->layer_stage, tp->pp_stage, (size_t)c->layers * sizeof *m->layer_stage);
   }
   m->El = c->experts / esize;
   m->e0 = m->El * m->tp.ep_rank;
@@ -545,6 +579,7 @@ void prm_llama_free(prm_llama_t *m) {
   free(m->tensors);
   free(m->layer);
   free(m->layer_t0);
+  free(m->layer_stage);
   free(m->moe_counts);
   free(m->moe_dropped);
   free(m->dlayer);
@@ -580,7 +615,8 @@ void prm_llama_init(prm_llama_t *m, uint64_t seed) {
                    prm_endswith(t->name, "down_proj.weight") || prm_endswith(t->name, ".w2.weight");
     double s = out_proj ? out_std : std;
     float *dst = p;
-    if (t->split != PRM_TP_WHOLE) dst = whole = prm_xrealloc(whole, (size_t)t->full_numel * sizeof(float));
+    if (t->split != PRM_TP_WHOLE || t->numel < t->full_numel) /* a shard, or absent here */
+      dst = whole = prm_xrealloc(whole, (size_t)t->full_numel * sizeof(float));
     for (int64_t j = 0; j < t->full_numel; j++) dst[j] = (float)(s * prm_rng_normal(&rng));
     if (dst != p) prm__tp_slice_tensor(m, t, whole, p);
   }
@@ -605,6 +641,9 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
   }
   if (m->tp.size > 1)
     prm_sb_appendf(out, " (tensor-parallel shard %d of %d)", m->tp.rank + 1, m->tp.size);
+  if (m->tp.pp_size > 1)
+    prm_sb_appendf(out, " (pipeline stage %d of %d: %lld of %lld parameters)", m->tp.pp_rank,
+                   m->tp.pp_size, (long long)m->nparams, (long long)m->full_nparams);
   if (m->tp.ep_size > 1)
     prm_sb_appendf(out, " (experts %lld-%lld of %lld: expert-parallel rank %d of %d)",
                    (long long)m->e0, (long long)(m->e0 + m->El - 1), (long long)m->cfg.experts,

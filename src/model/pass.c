@@ -232,9 +232,20 @@ double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int
     if (m->tp.size > 1) prm__tp_embedding_forward(m, a->resid, tokens, N);
     else prm_embedding_forward(a->resid, tokens, m->embed, N, C);
   }
+  /* MoE: a training forward records its routing and sets the aux/z
+   * losses' gradient weight, as prm_llama_forward_backward does; a pass is
+   * counted where it starts, so the stages' counts add up to the
+   * micro-batches. */
+  m->moe_aux_last = 0;
+  if (train) {
+    m->moe_record = 1;
+    m->moe_gscale = grad_scale * (float)N;
+    if (lo == 0) m->moe_passes++;
+  }
   for (int64_t l = lo; l < hi; l++)
     prm__layer_forward(m, &m->layer[l], prm__set(m, l), a->resid + l * NC, a->resid + (l + 1) * NC,
                        B);
+  m->moe_record = 0;
   *count = 0;
   if (hi < c->layers) return 0;
   prm_rmsnorm_forward(a->lnf, a->rstdf, a->resid + c->layers * NC, m->norm, N, C,

@@ -47,54 +47,75 @@ void prm_llama_tp_slice(const prm_llama_t *m, const float *full, float *local) {
   }
 }
 
-/* The experts of one MoE layer, whose tensors start at tensors[i]: the
- * group's blocks (El experts each, in rank order: the experts in order)
- * gathered into full on its rank 0. */
-static int prm__ep_gather_layer(const prm_llama_t *m, int i, const float *local, float *full,
-                                float **tmp, prm_err_t *err) {
+/* Tensor i whole, on the root of its stage's tensor- and expert-parallel
+ * groups (collective over them): *out points at it (into local, or *tmp
+ * / *cols), *n is its count; *out is NULL on the other ranks. For an
+ * expert-parallel MoE layer's first expert tensor, the layer's experts:
+ * the group's blocks (El experts each, in rank order: the experts in
+ * order). */
+static int prm__tp_whole(const prm_llama_t *m, int i, const float *local, float **tmp,
+                         float **cols, const float **out, int64_t *n, prm_err_t *err) {
   const prm_tensor_t *t = &m->tensors[i];
-  int64_t per = 3 * m->cfg.moe_ffn * m->cfg.hidden, n = m->El * per;
-  *tmp = prm_xrealloc(*tmp, (size_t)(n * m->tp.ep_size) * sizeof(float));
-  int rc = prm_comm_allgather(m->tp.ep_comm, local + t->offset, *tmp, n, PRM_COMM_F32, err);
-  if (!rc && full && m->tp.ep_rank == 0)
-    memcpy(full + t->full_offset, *tmp, (size_t)(n * m->tp.ep_size) * sizeof(float));
-  return rc;
+  int root = m->tp.rank == 0 && m->tp.ep_rank == 0, rc = 0;
+  *out = NULL;
+  if (t->split == PRM_TP_EXPERT) {
+    int64_t k = m->El * 3 * m->cfg.moe_ffn * m->cfg.hidden;
+    *n = k * m->tp.ep_size;
+    *tmp = prm_xrealloc(*tmp, (size_t)*n * sizeof(float));
+    rc = prm_comm_allgather(m->tp.ep_comm, local + t->offset, *tmp, k, PRM_COMM_F32, err);
+    if (root) *out = *tmp;
+    return rc;
+  }
+  *n = t->full_numel;
+  if (t->split == PRM_TP_WHOLE) {
+    if (root) *out = local + t->offset;
+    return 0;
+  }
+  *tmp = prm_xrealloc(*tmp, (size_t)t->full_numel * sizeof(float));
+  rc = prm_comm_allgather(m->tp.comm, local + t->offset, *tmp, t->numel, PRM_COMM_F32, err);
+  if (rc || !root) return rc;
+  *out = *tmp;
+  if (t->split == PRM_TP_ROWS) return 0;
+  /* Column blocks, rank after rank: interleaved back into rows. */
+  *cols = prm_xrealloc(*cols, (size_t)t->full_numel * sizeof(float));
+  int64_t rows = t->shape[0], kl = t->shape[1], k = t->full_shape[1];
+  for (int s = 0; s < m->tp.size; s++)
+    for (int64_t j = 0; j < rows; j++)
+      memcpy(*cols + j * k + (int64_t)s * kl, *tmp + (int64_t)s * t->numel + j * kl,
+             (size_t)kl * sizeof(float));
+  *out = *cols;
+  return 0;
 }
 
 int prm_llama_tp_gather(const prm_llama_t *m, const float *local, float *full, prm_err_t *err) {
-  int T = m->tp.size;
   if (!prm_llama_sharded(m)) {
     memcpy(full, local, (size_t)m->nparams * sizeof(float));
     return 0;
   }
-  int root = m->tp.rank == 0 && m->tp.ep_rank == 0, rc = 0;
-  float *tmp = NULL; /* one tensor's shards, rank after rank */
+  int P = m->tp.pp_size > 1 ? m->tp.pp_size : 1, stage = P > 1 ? m->tp.pp_rank : 0;
+  int root = m->tp.rank == 0 && m->tp.ep_rank == 0 && stage == 0, rc = 0;
+  float *tmp = NULL, *cols = NULL; /* one tensor's shards, rank after rank; reordered */
   for (int i = 0; i < m->ntensors && !rc; i++) {
     const prm_tensor_t *t = &m->tensors[i];
-    if (t->split == PRM_TP_EXPERT) { /* the layer's experts at its first one's tensor */
-      if (i == 0 || m->tensors[i - 1].split != PRM_TP_EXPERT)
-        rc = prm__ep_gather_layer(m, i, local, root ? full : NULL, &tmp, err);
+    /* An expert-parallel layer's experts go together, at its first one. */
+    if (t->split == PRM_TP_EXPERT && i > 0 && m->tensors[i - 1].split == PRM_TP_EXPERT) continue;
+    if (t->stage != stage) { /* another stage's: its root sends it to ours */
+      if (!root) continue;
+      int64_t n = t->split == PRM_TP_EXPERT ? m->cfg.experts * 3 * m->cfg.moe_ffn * m->cfg.hidden
+                                            : t->full_numel;
+      rc = prm_comm_recv(m->tp.pp_comm, full + t->full_offset, n, PRM_COMM_F32, t->stage, 0, err);
       continue;
     }
-    if (t->split == PRM_TP_WHOLE) {
-      if (root) memcpy(full + t->full_offset, local + t->offset, (size_t)t->numel * sizeof(float));
-      continue;
-    }
-    tmp = prm_xrealloc(tmp, (size_t)t->full_numel * sizeof(float));
-    rc = prm_comm_allgather(m->tp.comm, local + t->offset, tmp, t->numel, PRM_COMM_F32, err);
-    if (rc || !root) continue;
-    float *dst = full + t->full_offset;
-    if (t->split == PRM_TP_ROWS) {
-      memcpy(dst, tmp, (size_t)t->full_numel * sizeof(float));
-    } else {
-      int64_t rows = t->shape[0], kl = t->shape[1], k = t->full_shape[1];
-      for (int s = 0; s < T; s++)
-        for (int64_t j = 0; j < rows; j++)
-          memcpy(dst + j * k + (int64_t)s * kl, tmp + (int64_t)s * t->numel + j * kl,
-                 (size_t)kl * sizeof(float));
-    }
+    const float *w;
+    int64_t n;
+    if ((rc = prm__tp_whole(m, i, local, &tmp, &cols, &w, &n, err)) || !w) continue;
+    if (stage == 0)
+      memcpy(full + t->full_offset, w, (size_t)n * sizeof(float));
+    else /* MPI keeps one sender's messages of a tag in order: no tag per tensor */
+      rc = prm_comm_send(m->tp.pp_comm, w, n, PRM_COMM_F32, 0, 0, err);
   }
   free(tmp);
+  free(cols);
   return rc;
 }
 

@@ -419,21 +419,24 @@ int prm_ckpt_load_hf(prm_llama_t *m, const char *dir, prm_err_t *err) {
     const prm_tensor_t *t = &m->tensors[i];
     const char *file = NULL;
     const prm_st_tensor_t *s = prm_hf_weights_find(w, t->name, &file);
+    /* A pipeline stage reads its own tensors; another stage's (absent
+     * here) are checked whole and skipped. */
+    const int64_t *shape = t->numel == 0 ? t->full_shape : t->shape;
     char want[64], got[64];
-    prm__shape_str(want, sizeof want, t->ndim, t->shape);
+    prm__shape_str(want, sizeof want, t->ndim, shape);
     if (!s) {
       rc = prm_errf(err, PRM_EPARSE, "%s: missing tensor \"%s\" (shape %s)", dir, t->name, want);
       break;
     }
-    int same = s->ndim == t->ndim && s->shape[0] == t->shape[0] &&
-               (t->ndim == 1 || s->shape[1] == t->shape[1]);
+    int same = s->ndim == t->ndim && s->shape[0] == shape[0] &&
+               (t->ndim == 1 || s->shape[1] == shape[1]);
     if (!same) {
       prm__shape_str(got, sizeof got, s->ndim, s->shape);
       rc = prm_errf(err, PRM_EPARSE, "%s: tensor \"%s\" has shape %s, the model needs %s", file,
                     t->name, got, want);
       break;
     }
-    if ((rc = prm_st_read_f32(s, m->params + t->offset, t->numel, err))) {
+    if (t->numel && (rc = prm_st_read_f32(s, m->params + t->offset, t->numel, err))) {
       prm_err_prefix(err, "%s", file);
       break;
     }

@@ -16,8 +16,8 @@
  * experts (expert-parallel rank d % E holds experts [(d % E) El,
  * (d % E + 1) El)); the ranks that hold the same experts (the same d % E,
  * D / E of them) form the expert-data-parallel group over which those
- * experts' gradients are summed (prm__par_open_ep). MoE models do not run
- * in a pipeline yet, so the expert groups never span stages. */
+ * experts' gradients are summed (prm__par_open_ep). In a pipeline both
+ * stay inside a stage: each stage's experts are its own. */
 #define _GNU_SOURCE
 #include "train-impl.h"
 
@@ -57,11 +57,6 @@ static int prm__par_layout(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *
     return prm_errf(err, PRM_ECONFIG,
                     "use_distributed_optimizer is not supported with "
                     "pipeline_model_parallel_size %d yet; set one of them off", P);
-  if (P > 1 && o->model.experts)
-    return prm_errf(err, PRM_ECONFIG,
-                    "pipeline_model_parallel_size %d: mixture-of-experts models (num_experts "
-                    "%lld) do not run in a pipeline yet; set one of them off", P,
-                    (long long)o->model.experts);
   int rc = prm_comm_world(&p->world, err);
   if (rc) return rc;
   int w = prm_comm_rank(p->world), size = prm_comm_size(p->world);
@@ -108,13 +103,15 @@ static int prm__par_open_ep(prm__par_t *p, const prm_train_opts_t *o, prm_err_t 
     return prm_errf(err, PRM_ECONFIG,
                     "use_distributed_optimizer is not supported with expert_model_parallel_size "
                     "%d yet; set one of them off", E);
-  int d = p->dp_rank, T = p->tp_size, rc;
+  int d = p->dp_rank, T = p->tp_size, s = p->pp_rank, rc;
   p->ep_size = E;
   p->ep_rank = d % E;
-  if ((rc = prm_comm_split(p->world, (d / E) * T + p->tp_rank, p->rank, "ep", &p->ep, err)))
+  if ((rc = prm_comm_split(p->world, ((s * (D / E) + d / E) * T) + p->tp_rank, p->rank, "ep",
+                           &p->ep, err)))
     return rc;
   if (D == E) return 0; /* every rank holds other experts: no expert gradient sums */
-  return prm_comm_split(p->world, (d % E) * T + p->tp_rank, p->rank, "edp", &p->edp, err);
+  return prm_comm_split(p->world, ((s * E + d % E) * T) + p->tp_rank, p->rank, "edp", &p->edp,
+                        err);
 }
 
 int prm__par_open(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *err) {
@@ -139,4 +136,8 @@ void prm__par_model_tp(const prm__par_t *p, prm_llama_tp_t *tp) {
   tp->ep_size = p->ep_size > 1 ? p->ep_size : 1;
   tp->ep_rank = p->ep_rank;
   tp->ep_comm = p->ep;
+  tp->pp_size = p->pp_size > 1 ? p->pp_size : 1;
+  tp->pp_rank = p->pp_rank;
+  tp->pp_comm = p->pp;
+  tp->pp_stage = NULL; /* the caller's (prm__pipe_stages) */
 }

@@ -4,14 +4,17 @@
  * point-to-point MPI between adjacent stages (docs/train.md, "Pipeline
  * parallel").
  *
- * Every rank holds the whole model's parameter block (the same layout as
- * without a pipeline, so loading, resuming and the checkpoint files do not
- * change), but computes, reduces and updates only its stage's layers: the
- * first stage adds the embedding, the last the final norm and the LM head
- * with its loss. A tied head is the embedding: the first and last stages
- * both update it, after summing its gradient between them as Megatron
- * does. Before a save, stage 0 gathers the other stages' parameters and
- * moments, so its copy is the whole model again.
+ * A rank holds only its stage's tensors: the layers of its chunks, the
+ * embedding on the first stage, the final norm and the LM head on the
+ * last; the model builds every other tensor absent (numel 0, see
+ * prm_tensor_t.stage), so parameters, gradients, AdamW moments and the
+ * bf16 shadow all shrink to the stage's share. A tied head is the
+ * embedding: the first and last stages both hold and update it, after
+ * summing its gradient between them as Megatron does. Files still hold
+ * the whole model: a stage reads its own tensors from them (a resume
+ * stages the whole model and moments and keeps its part), and a save
+ * gathers every stage's tensors to the writer (tpstate.c,
+ * prm_llama_tp_gather), so checkpoints move between pipeline sizes.
  *
  * A stage's layers see exactly the inputs and gradients they see in one
  * process, and each stage adds its micro-batches' gradients in the same
@@ -101,18 +104,10 @@ int prm__pp_balance(const double *cost, int64_t L, int n, int64_t *counts) {
 /* Setting up a stage                                                        */
 /* ------------------------------------------------------------------------ */
 
-/* Offset of layer l's first parameter (l = L: the final norm's). */
-static int64_t prm__pp_off(const prm_llama_t *m, int64_t l) {
-  return m->tensors[m->layer_t0[l]].offset;
-}
-
-int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t *par,
-                   prm_llama_t *m, prm_err_t *err) {
-  memset(pp, 0, sizeof *pp);
-  pp->size = 1;
-  if (par->pp_size <= 1) return 0;
-  const prm_llama_config_t *c = &m->cfg;
-  int P = par->pp_size, V = o->vpp > 1 ? o->vpp : 1, C = P * V, rc = 0;
+int prm__pipe_split(const prm_train_opts_t *o, const prm__par_t *par, int64_t *counts,
+                    prm_err_t *err) {
+  const prm_llama_config_t *c = &o->model;
+  int P = par->pp_size, V = o->vpp > 1 ? o->vpp : 1, C = P * V;
   int64_t L = c->layers;
   int64_t M = o->global_batch / (o->micro_batch * par->dp_size);
   if (C > L)
@@ -124,25 +119,57 @@ int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t 
                     "schedule needs the %lld micro-batches a step (global_batch_size / "
                     "(micro_batch_size x %d data-parallel ranks)) to be a multiple of "
                     "pipeline_model_parallel_size %d", V, (long long)M, par->dp_size, P);
+  /* Given, or balanced by parameter count (the embedding on the first
+   * layer, the final norm and an untied head on the last). */
+  if (o->pp_nsplit) {
+    memcpy(counts, o->pp_split, (size_t)C * sizeof *counts);
+    return 0;
+  }
+  double *cost = prm_xcalloc((size_t)L, sizeof *cost);
+  for (int64_t l = 0; l < L; l++) cost[l] = (double)prm_llama_layer_param_count(c, l);
+  cost[0] += (double)(c->vocab * c->hidden);
+  cost[L - 1] += (double)(c->hidden + (c->tied ? 0 : c->vocab * c->hidden));
+  prm__pp_balance(cost, L, C, counts);
+  free(cost);
+  return 0;
+}
+
+int prm__pipe_stages(const prm_train_opts_t *o, const prm__par_t *par, int **stage,
+                     prm_err_t *err) {
+  *stage = NULL;
+  if (par->pp_size <= 1) return 0;
+  int P = par->pp_size, C = P * (o->vpp > 1 ? o->vpp : 1);
+  int64_t *counts = prm_xcalloc((size_t)C, sizeof *counts);
+  int rc = prm__pipe_split(o, par, counts, err);
+  if (!rc) {
+    *stage = prm_xcalloc((size_t)o->model.layers, sizeof **stage);
+    for (int ch = 0, l = 0; ch < C; ch++)
+      for (int64_t k = 0; k < counts[ch]; k++) (*stage)[l++] = ch % P;
+  }
+  free(counts);
+  return rc;
+}
+
+int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t *par,
+                   prm_llama_t *m, prm_err_t *err) {
+  memset(pp, 0, sizeof *pp);
+  pp->size = 1;
+  if (par->pp_size <= 1) return 0;
+  const prm_llama_config_t *c = &m->cfg;
+  int P = par->pp_size, V = o->vpp > 1 ? o->vpp : 1, C = P * V, rc = 0;
+  int64_t M = o->global_batch / (o->micro_batch * par->dp_size);
+  int64_t *counts = prm_xcalloc((size_t)C, sizeof *counts);
+  if ((rc = prm__pipe_split(o, par, counts, err))) {
+    free(counts);
+    return rc;
+  }
+  /* The model was built with the same split (prm__pipe_stages). */
+  PRM_ASSERT(m->tp.pp_size == P && m->tp.pp_rank == par->pp_rank);
   if (M < P)
     PRM_WARN("pipeline: %lld micro-batches a step for %d stages: the pipeline never fills "
              "(bubble %.0f%% of the step); raise global_batch_size to at least %lld",
              (long long)M, P, 100.0 * prm__pp_bubble_fraction(P, V, (int)M),
              (long long)(P * o->micro_batch * par->dp_size));
-  /* The split: given, or balanced by parameter count (the embedding on the
-   * first layer, the final norm and an untied head on the last). */
-  int64_t *counts = prm_xcalloc((size_t)C, sizeof *counts);
-  if (o->pp_nsplit) {
-    memcpy(counts, o->pp_split, (size_t)C * sizeof *counts);
-  } else {
-    double *cost = prm_xcalloc((size_t)L, sizeof *cost);
-    for (int64_t l = 0; l < L; l++)
-      for (int i = m->layer_t0[l]; i < m->layer_t0[l + 1]; i++) cost[l] += (double)m->tensors[i].full_numel;
-    cost[0] += (double)m->tensors[0].full_numel;
-    for (int i = m->layer_t0[L]; i < m->ntensors; i++) cost[L - 1] += (double)m->tensors[i].full_numel;
-    prm__pp_balance(cost, L, C, counts);
-    free(cost);
-  }
   pp->size = P;
   pp->rank = par->pp_rank;
   pp->virt = V;
@@ -150,8 +177,6 @@ int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t 
   pp->M = (int)M;
   pp->lo = prm_xcalloc((size_t)V, sizeof *pp->lo);
   pp->hi = prm_xcalloc((size_t)V, sizeof *pp->hi);
-  pp->plo = prm_xcalloc((size_t)V, sizeof *pp->plo);
-  pp->phi = prm_xcalloc((size_t)V, sizeof *pp->phi);
   pp->embed_n = m->tensors[0].numel;
   pp->first = pp->rank == 0;
   pp->last = pp->rank == P - 1;
@@ -161,13 +186,10 @@ int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t 
     int v = ch / P;
     pp->lo[v] = l;
     pp->hi[v] = l + counts[ch];
-    pp->plo[v] = ch == 0 ? 0 : prm__pp_off(m, pp->lo[v]);
-    pp->phi[v] = ch == C - 1 ? m->nparams : prm__pp_off(m, pp->hi[v]);
+    for (int64_t k = pp->lo[v]; k < pp->hi[v]; k++) PRM_ASSERT(m->layer_stage[k] == pp->rank);
     prm_sb_appendf(&desc, "%s[%lld, %lld)", v ? ", " : "", (long long)pp->lo[v], (long long)pp->hi[v]);
   }
   free(counts);
-  pp->rlo = pp->plo[0];
-  pp->rhi = pp->phi[V - 1];
   /* The schedule, and the slots its most micro-batches in flight take. */
   pp->ops = prm_xcalloc((size_t)(2 * M * V), sizeof *pp->ops);
   pp->nops = prm__pp_schedule(P, V, (int)M, pp->rank, pp->ops);
@@ -186,11 +208,12 @@ int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t 
       (rc = prm_comm_split(par->world, pp->first || pp->last ? par->dp_rank * par->tp_size + par->tp_rank : -1,
                            par->rank, "embd", &pp->embd, err)))
     goto out;
-  PRM_INFO("pipeline: stage %d of %d holds layers %s%s%s; %lld micro-batches a step, %s "
-           "schedule, %d in flight here, bubble fraction %.3f",
+  PRM_INFO("pipeline: stage %d of %d holds layers %s%s%s, %lld of %lld parameters; %lld "
+           "micro-batches a step, %s schedule, %d in flight here, bubble fraction %.3f",
            pp->rank, P, prm_sb_str(&desc), pp->first ? " and the embedding" : "",
            pp->last ? (c->tied ? " and the final norm (tied head)" : " and the final norm and head") : "",
-           (long long)M, V > 1 ? "interleaved 1F1B" : "1F1B", pp->nslots,
+           (long long)m->nparams, (long long)m->full_nparams, (long long)M,
+           V > 1 ? "interleaved 1F1B" : "1F1B", pp->nslots,
            prm__pp_bubble_fraction(P, V, (int)M));
 out:
   prm_sb_free(&desc);
@@ -205,20 +228,11 @@ void prm__pipe_close(prm__pipe_t *pp) {
   prm_comm_free(pp->embd);
   free(pp->lo);
   free(pp->hi);
-  free(pp->plo);
-  free(pp->phi);
   free(pp->ops);
   free(pp->slot_of);
   free(pp->slot_busy);
   free(pp->sreq);
   memset(pp, 0, sizeof *pp);
-}
-
-int prm__pipe_owns(const prm__pipe_t *pp, const prm_tensor_t *t) {
-  if (pp->size <= 1) return 1;
-  for (int v = 0; v < pp->virt; v++)
-    if (t->offset >= pp->plo[v] && t->offset < pp->phi[v]) return 1;
-  return pp->embd && pp->last && t->offset == 0; /* the tied head */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -307,7 +321,7 @@ int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t
   pp->wait_s = 0;
   /* Fault injection: a NaN in a gradient this stage owns, so that the
    * norm, summed over the stages, carries it to every rank. */
-  if (prm__fault_due(PRM__FAULT_NAN, step0 + 1)) m->grads[pp->plo[0]] = NAN;
+  if (prm__fault_due(PRM__FAULT_NAN, step0 + 1)) m->grads[0] = NAN;
   for (int i = 0; i < pp->M * pp->virt; i++) pp->slot_of[i] = -1;
   for (int i = 0; i < pp->nops && !rc; i++) rc = prm__pipe_op(s, o, pp, &pp->ops[i], begin, scale, &sum, err);
   if (rc) return rc;
@@ -316,11 +330,8 @@ int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t
   pp->wait_s += prm_time_now() - t0;
   if (!rc) rc = prm_llama_tp_check(m, err);
   if (!rc) rc = prm__dp_reduce(dp, m, err);
-  /* A tied head: the last stage's part of the embedding's gradient lies
-   * outside its range, so it is summed over the data-parallel ranks on its
-   * own, then the two ends' parts are added. */
-  if (!rc && pp->embd && dp->world && !pp->first)
-    rc = prm_comm_allreduce(dp->world, m->grads, pp->embed_n, PRM_COMM_F32, PRM_COMM_SUM, err);
+  /* A tied head: the embedding's gradient, summed over each end's
+   * data-parallel ranks with the rest, is added between the two ends. */
   if (!rc && pp->embd)
     rc = prm_comm_allreduce(pp->embd, m->grads, pp->embed_n, PRM_COMM_F32, PRM_COMM_SUM, err);
   if (!rc) rc = prm__dp_sum(dp, &sum, 1, err);
@@ -371,53 +382,22 @@ int prm__pipe_bubble(prm__pipe_t *pp, double *seconds, prm_err_t *err) {
   return rc;
 }
 
+int prm__pipe_moe_sum(prm__pipe_t *pp, prm_llama_t *m, prm_err_t *err) {
+  if (pp->size <= 1 || !m->cfg.experts || !m->moe_counts) return 0;
+  int64_t L = m->cfg.layers, passes = m->moe_passes;
+  double l2[2] = {m->moe_aux_sum, m->moe_z_sum};
+  int rc = prm_comm_allreduce(pp->comm, m->moe_counts, L * m->cfg.experts, PRM_COMM_I64,
+                              PRM_COMM_SUM, err);
+  if (!rc) rc = prm_comm_allreduce(pp->comm, m->moe_dropped, L, PRM_COMM_I64, PRM_COMM_SUM, err);
+  if (!rc) rc = prm_comm_allreduce(pp->comm, l2, 2, PRM_COMM_F64, PRM_COMM_SUM, err);
+  if (!rc) rc = prm_comm_allreduce(pp->comm, &passes, 1, PRM_COMM_I64, PRM_COMM_SUM, err);
+  m->moe_aux_sum = l2[0];
+  m->moe_z_sum = l2[1];
+  m->moe_passes = passes;
+  return rc;
+}
+
 int prm__pipe_bcast(prm__pipe_t *pp, double *v, int n, prm_err_t *err) {
   if (pp->size <= 1) return 0;
   return prm_comm_bcast(pp->comm, v, n, PRM_COMM_F64, pp->size - 1, err);
-}
-
-int prm__pipe_grad_norm(prm__pipe_t *pp, prm_llama_t *m, double *norm, prm_err_t *err) {
-  double ss = 0;
-  for (int i = 0; i < m->ntensors; i++) {
-    const prm_tensor_t *t = &m->tensors[i];
-    if (!prm__pipe_owns(pp, t)) continue;
-    if (t->offset == 0 && !pp->first) continue;                   /* the tied head: counted once */
-    if (t->split == PRM_TP_WHOLE && m->tp.rank != 0) continue;    /* counted by rank 0 */
-    ss += prm_sumsq(m->grads + t->offset, t->numel);
-  }
-  int rc = 0;
-  if (m->tp.size > 1) rc = prm_comm_allreduce(m->tp.comm, &ss, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
-  if (!rc) rc = prm_comm_allreduce(pp->comm, &ss, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
-  *norm = sqrt(ss);
-  return rc;
-}
-
-int prm__pipe_gather(prm__pipe_t *pp, prm_llama_t *m, float *adam_m, float *adam_v,
-                     prm_err_t *err) {
-  float *bufs[3] = {m->params, adam_m, adam_v};
-  int rc = 0;
-  if (pp->rank > 0) { /* each chunk's range, then its parameters and moments */
-    for (int v = 0; v < pp->virt && !rc; v++) {
-      int64_t range[2] = {pp->plo[v], pp->phi[v]};
-      rc = prm_comm_send(pp->comm, range, 2, PRM_COMM_I64, 0, 4 * v, err);
-      for (int b = 0; b < 3 && !rc; b++)
-        rc = prm_comm_send(pp->comm, bufs[b] + range[0], range[1] - range[0], PRM_COMM_F32, 0,
-                           4 * v + 1 + b, err);
-    }
-    return rc;
-  }
-  for (int r = 1; r < pp->size && !rc; r++)
-    for (int v = 0; v < pp->virt && !rc; v++) {
-      int64_t range[2];
-      if ((rc = prm_comm_recv(pp->comm, range, 2, PRM_COMM_I64, r, 4 * v, err))) break;
-      if (range[0] < 0 || range[1] > m->nparams || range[1] < range[0])
-        return prm_errf(err, PRM_ERUNTIME, "pipeline stage %d sent the range [%lld, %lld) of "
-                        "%lld parameters", r, (long long)range[0], (long long)range[1],
-                        (long long)m->nparams);
-      for (int b = 0; b < 3 && !rc; b++)
-        rc = prm_comm_recv(pp->comm, bufs[b] + range[0], range[1] - range[0], PRM_COMM_F32, r,
-                           4 * v + 1 + b, err);
-    }
-  prm_llama_params_changed(m);
-  return rc;
 }

@@ -198,6 +198,34 @@ int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
   return rc;
 }
 
+/* The model state this rank holds (parameters, gradients, the bf16 shadow
+ * and `optim` bytes of AdamW moments) as a "memory" object for the first
+ * step's event (into js); in a pipeline with every stage's total
+ * (collective over the pipeline group), which is what pipeline (and
+ * expert) parallelism divides. */
+int prm__session_memory_json(prm_sb_t *js, const prm_llama_t *m, const prm__pipe_t *pp,
+                             size_t optim, prm_err_t *err) {
+  double p = (double)m->nparams * sizeof(float), g = m->grads ? p : 0;
+  double h = m->params16 ? (double)m->nparams * sizeof(prm_bf16_t) : 0;
+  double total = p + g + h + (double)optim;
+  prm_sb_appendf(js, ",\"memory\":{\"params\":%lld,\"full_params\":%lld,"
+                 "\"param_bytes\":%.0f,\"grad_bytes\":%.0f,\"bf16_bytes\":%.0f,"
+                 "\"optim_bytes\":%zu,\"state_bytes\":%.0f", (long long)m->nparams,
+                 (long long)m->full_nparams, p, g, h, optim, total);
+  int rc = 0;
+  if (pp->size > 1) {
+    double *per = prm_xcalloc((size_t)pp->size, sizeof *per);
+    per[pp->rank] = total;
+    rc = prm_comm_allreduce(pp->comm, per, pp->size, PRM_COMM_F64, PRM_COMM_SUM, err);
+    prm_sb_appendf(js, ",\"pp_stage_state_bytes\":[");
+    for (int i = 0; i < pp->size; i++) prm_sb_appendf(js, "%s%.0f", i ? "," : "", per[i]);
+    prm_sb_appendf(js, "]");
+    free(per);
+  }
+  prm_sb_appendf(js, "}");
+  return rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Evaluation inside training                                                */
 /* ------------------------------------------------------------------------ */

@@ -1,8 +1,9 @@
-/* tpstate.c - files and norms for tensor- and expert-parallel shards: a shard loads a
- * whole-model folder by staging the whole model and keeping its slice, and
- * the checkpoint writer gathers the group's shards before saving, so files
- * never depend on tensor_model_parallel_size (see train-impl.h). Without
- * tensor parallelism every function is the plain one-rank operation. */
+/* tpstate.c - files and norms for tensor-, expert- and pipeline-parallel
+ * shards: a shard loads a whole-model folder by staging the whole model and
+ * keeping its slice (a pipeline stage: its own tensors), and the
+ * checkpoint writer gathers the shards before saving, so files never
+ * depend on the parallel layout (see train-impl.h). With a whole model
+ * every function is the plain one-rank operation. */
 #define _GNU_SOURCE
 #include "train-impl.h"
 
@@ -21,7 +22,8 @@ static float *prm__moments(int64_t n) {
 
 int prm__load_weights(prm__session_t *s, const char *dir, prm_err_t *err) {
   prm_llama_t *m = s->model, *w = NULL;
-  if (!prm_llama_sharded(m)) return prm_ckpt_load_hf(m, dir, err);
+  /* A pipeline stage's tensors are whole: it reads them from the files. */
+  if (m->tp.size <= 1 && m->tp.ep_size <= 1) return prm_ckpt_load_hf(m, dir, err);
   int rc = prm__whole(m, &w, err);
   if (!rc) rc = prm_ckpt_load_hf(w, dir, err);
   if (!rc) prm_llama_tp_slice(m, w->params, m->params);
@@ -40,7 +42,7 @@ int prm__resume(prm__session_t *s, const char *save, int64_t lo, int64_t hi, flo
   float *fm = prm__moments(n), *fv = prm__moments(n);
   if (!fm || !fv) {
     rc = prm_errf(err, PRM_ENOMEM, "cannot stage the whole model's AdamW moments (2 x %lld "
-                  "floats) to resume a tensor- or expert-parallel shard", (long long)n);
+                  "floats) to resume a tensor-, expert- or pipeline-parallel shard", (long long)n);
   } else if (!(rc = prm_ckpt_resume_range(w, save, 0, n, fm, fv, st, err)) && st->iteration > 0) {
     prm_llama_tp_slice(m, w->params, m->params);
     prm_llama_tp_slice(m, fm, adam_m);
@@ -79,6 +81,7 @@ int prm__grad_norm(prm_llama_t *m, double *norm, prm_err_t *err) {
   double ss = 0, sx = 0; /* sx: the experts this rank holds */
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
+    if (m->tp.pp_size > 1 && t->stage != m->tp.pp_rank) continue; /* a tied embedding's twin */
     if (t->split == PRM_TP_EXPERT) {
       sx += prm_sumsq(m->grads + t->offset, t->numel);
       continue;
@@ -96,6 +99,11 @@ int prm__grad_norm(prm_llama_t *m, double *norm, prm_err_t *err) {
     int rc = prm_comm_allreduce(m->tp.ep_comm, &sx, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
     if (rc) return rc;
   }
-  *norm = sqrt(ss + sx);
+  ss += sx;
+  if (m->tp.pp_size > 1) {
+    int rc = prm_comm_allreduce(m->tp.pp_comm, &ss, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
+    if (rc) return rc;
+  }
+  *norm = sqrt(ss);
   return 0;
 }

@@ -67,8 +67,6 @@ typedef struct {
   prm_comm_t *comm;          /* the pipeline group (borrowed from par) */
   prm_comm_t *embd;          /* tied head: the first and last stages (owned); NULL otherwise */
   int64_t *lo, *hi;          /* (V) layers [lo, hi) of each local chunk */
-  int64_t *plo, *phi;        /* (V) the parameters each chunk owns (flat offsets) */
-  int64_t rlo, rhi;          /* the smallest range holding them all */
   int64_t embed_n;           /* the embedding's parameters (tied: the last stage updates them too) */
   int first, last;           /* this rank holds the model's first / last chunk */
   int nslots;                /* activation slots: most micro-batches in flight */
@@ -80,28 +78,32 @@ typedef struct {
   double wait_s;             /* the last step's time waiting for messages (the bubble) */
 } prm__pipe_t;
 
+/* counts (P V) <- the layers of each model chunk: pipeline_layer_split, or
+ * balanced by parameters. PRM_ECONFIG when the chunks outnumber the layers
+ * or the interleaved schedule cannot take the micro-batches. */
+int prm__pipe_split(const prm_train_opts_t *o, const prm__par_t *par, int64_t *counts,
+                    prm_err_t *err);
+/* *stage <- (L, the caller frees) the stage that holds each layer, for
+ * building the model (prm_llama_tp_t.pp_stage); NULL when P = 1. */
+int prm__pipe_stages(const prm_train_opts_t *o, const prm__par_t *par, int **stage,
+                     prm_err_t *err);
 /* Sets up this rank's stage (par's pipeline group; nothing when P = 1,
- * pipe->size is then 1): the split (balanced by parameters, or
- * pipeline_layer_split), the schedule over M = G / (B D) micro-batches and
- * the activation slots it needs in m. */
+ * pipe->size is then 1) in m, built with prm__pipe_stages' split: the
+ * schedule over M = G / (B D) micro-batches and the activation slots it
+ * needs. */
 int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t *par,
                    prm_llama_t *m, prm_err_t *err);
 void prm__pipe_close(prm__pipe_t *pp);
-/* t's parameters belong to this stage (it computes and updates them). */
-int prm__pipe_owns(const prm__pipe_t *pp, const prm_tensor_t *t);
-/* The squared norm of this stage's gradients, summed over the tensor- and
- * pipeline-parallel groups (the tied embedding counted once). */
-int prm__pipe_grad_norm(prm__pipe_t *pp, prm_llama_t *m, double *norm, prm_err_t *err);
 /* The last step's bubble: the stages' mean time waiting for messages
  * (collective over the pipeline group). */
 int prm__pipe_bubble(prm__pipe_t *pp, double *seconds, prm_err_t *err);
+/* MoE: the routing statistics of every stage's layers (counts, drops, the
+ * aux and z losses) and the micro-batches counted on the first stage,
+ * summed over the pipeline group into each stage's, before
+ * prm_llama_moe_stats (nothing with one stage or a dense model). */
+int prm__pipe_moe_sum(prm__pipe_t *pp, prm_llama_t *m, prm_err_t *err);
 /* v (n) <- the last stage's v, on every stage (nothing with one stage). */
 int prm__pipe_bcast(prm__pipe_t *pp, double *v, int n, prm_err_t *err);
-/* Collective over the pipeline group of data-parallel rank 0: every stage's
- * parameters and moments into stage 0's (the same tensor-parallel rank),
- * which then holds the whole (shard of the) model to save. */
-int prm__pipe_gather(prm__pipe_t *pp, prm_llama_t *m, float *adam_m, float *adam_v,
-                     prm_err_t *err);
 
 typedef struct {
   prm_gemm_t gemm;
@@ -116,8 +118,9 @@ typedef struct {
   int32_t *seg, *pos;     /* (B,S) fine-tuning: segment ids and positions (packing) */
   int64_t loss_tokens;    /* targets in the loss of the last prm__accumulate's batch */
   double data_s;          /* the last prm__accumulate's time in prm__session_batch */
-  /* Tensor parallelism, on the rank that writes checkpoints: the whole
-   * model and moments gathered from the group (tpstate.c); NULL otherwise. */
+  /* Tensor, expert or pipeline parallelism, on the rank that writes
+   * checkpoints: the whole model and moments gathered from the groups
+   * (tpstate.c); NULL otherwise. */
   prm_llama_t *full;
   float *full_m, *full_v;
   /* Pipeline parallel: this rank's stage (borrowed); NULL with one stage,
@@ -150,6 +153,12 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
  * data it holds, so the ranks agree without communicating). */
 int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, int64_t step0,
                     double *loss, prm_err_t *err);
+/* ",\"memory\":{...}" into js: the model state this rank holds (parameters,
+ * gradients, the bf16 shadow and `optim` bytes of AdamW moments) and, in
+ * a pipeline (pp->size > 1), every stage's total (collective over the
+ * pipeline group). PRM_ERUNTIME from MPI. */
+int prm__session_memory_json(prm_sb_t *js, const prm_llama_t *m, const prm__pipe_t *pp,
+                             size_t optim, prm_err_t *err);
 /* The same through the pipeline (pipe.c), s->pipe set. */
 int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
                          int64_t step0, double *loss, prm_err_t *err);
@@ -188,14 +197,18 @@ int prm__load_weights(prm__session_t *s, const char *dir, prm_err_t *err);
 int prm__resume(prm__session_t *s, const char *save, int64_t lo, int64_t hi, float *adam_m,
                 float *adam_v, prm_ckpt_state_t *st, prm_err_t *err);
 /* On the group's rank 0 of the data-parallel rank that saves: allocates
- * s->full and its moments (nothing without TP or on other ranks). */
+ * s->full and its moments (nothing when the model is whole or on other
+ * ranks). */
 int prm__tp_save_open(prm__session_t *s, int holder, prm_err_t *err);
-/* Collective over the tensor-parallel group: parameters and moments into
+/* Collective over the tensor-, expert- and pipeline-parallel groups of
+ * the saving rank (prm_llama_tp_gather): parameters and moments into
  * s->full (on its rank 0). */
 int prm__tp_save_gather(prm__session_t *s, const float *adam_m, const float *adam_v,
                         prm_err_t *err);
 /* The global gradient norm: under TP the squares of the split tensors are
- * summed over the group, the whole ones (norms) counted once. */
+ * summed over the group, the whole ones (norms) counted once; the experts'
+ * over the expert-parallel group; in a pipeline the stages' sums added,
+ * each tensor counted on its stage (a tied embedding once). */
 int prm__grad_norm(prm_llama_t *m, double *norm, prm_err_t *err);
 
 /* ---- ckpt.c: the pieces of a save, for one that several ranks share ---- */

@@ -157,6 +157,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm__par_t par = {0};
   prm__pipe_t pipe = {0};
   prm__tm_t *tm = NULL; /* live metrics (metrics.c); NULL when metrics_port is 0 */
+  prm_sb_t mem_js = {0}; /* this rank's model state, for the run's first step event */
   int64_t *bad_steps = NULL, nbad = 0; /* steps that were bad once (rollback) */
   double ckpt_waited = 0;
   struct sigaction sa, old_term, old_usr1;
@@ -181,10 +182,13 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm__hb_open(&hb);
   prm__hb_beat(&hb, 0, "start");
   prm_llama_tp_t tp;
-  if (!(rc = prm__par_open(&par, o, err))) {
+  int *stages = NULL; /* pipeline parallel: each layer's stage, for building the model */
+  if (!(rc = prm__par_open(&par, o, err)) && !(rc = prm__pipe_stages(o, &par, &stages, err))) {
     prm__par_model_tp(&par, &tp);
+    tp.pp_stage = stages;
     rc = prm__session_open(o, flags, resume_dir ? NULL : o->load, PRM_SPLIT_TRAIN, &tp, &s, err);
   }
+  free(stages);
   if (rc) {
     prm__par_close(&par);
     prm__hb_close(&hb);
@@ -203,8 +207,6 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   if ((rc = prm__pipe_open(&pipe, o, &par, m, err))) goto done;
   if (pipe.size > 1) {
     s.pipe = &pipe;
-    dp.rlo = pipe.rlo;
-    dp.rhi = pipe.rhi;
     if (dp.overlap && dp.world)
       PRM_WARN("overlap_grad_reduce: not with pipeline_model_parallel_size %d yet; gradients "
                "are summed after backward", pipe.size);
@@ -234,14 +236,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
    * writes its optimizer shard into the checkpoint too (prm__zero_save). */
   int writer = dp.all_rank == 0;
   /* Tensor parallel: the group of data-parallel rank 0 gathers the whole
-   * model into the writer's s.full before each save (tpstate.c). */
-  /* Expert parallel: the expert-parallel group of data-parallel rank 0
-   * gathers the experts the same way. */
-  int tp_gathers = (par.tp_size > 1 || par.ep_size > 1) && par.dp_rank < par.ep_size &&
-                   par.pp_rank == 0 && o->save;
-  /* Pipeline parallel: the stages of data-parallel rank 0 send their
-   * layers to stage 0 first (pipe.c). */
-  int pp_gathers = pipe.size > 1 && par.dp_rank == 0 && o->save;
+   * model into the writer's s.full before each save (tpstate.c). Expert
+   * parallel: the expert-parallel group of data-parallel rank 0 gathers
+   * the experts the same way; pipeline parallel: every stage of it sends
+   * its tensors to stage 0. */
+  int tp_gathers = prm_llama_sharded(m) && par.dp_rank < par.ep_size && o->save;
   if (tp_gathers && (rc = prm__tp_save_open(&s, writer, err))) goto done;
   if (dp.zero && o->async_save && o->save)
     PRM_WARN("async_save: not with use_distributed_optimizer yet (the shards are saved "
@@ -333,6 +332,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   }
   PRM_INFO("memory: %s", prm_sb_str(&line));
   prm_sb_free(&line);
+  if ((rc = prm__session_memory_json(&mem_js, m, &pipe, 2 * obytes, err))) goto done;
 
   double peak = prm_peak_gflops_per_core() * prm_kernels_threads();
   double flops_step = prm_llama_flops_per_token(c, o->seq_length) * (double)o->global_batch *
@@ -364,8 +364,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       double ss = prm__zero_sumsq(&dp, m);
       if ((rc = prm__dp_sum(&dp, &ss, 1, err))) goto done;
       norm = sqrt(ss);
-    } else if ((rc = s.pipe ? prm__pipe_grad_norm(&pipe, m, &norm, err)
-                            : prm__grad_norm(m, &norm, err))) {
+    } else if ((rc = prm__grad_norm(m, &norm, err))) {
       goto done;
     }
     const char *cause = prm__bad_check(&bad, loss, norm, &z);
@@ -427,8 +426,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         if (coef < 1.0) prm_scale(m->grads, m->nparams, (float)coef);
       }
       for (int i = 0; i < m->ntensors; i++) {
-        const prm_tensor_t *t = &m->tensors[i];
-        if (!prm__pipe_owns(&pipe, t)) continue; /* another stage's */
+        const prm_tensor_t *t = &m->tensors[i]; /* this rank's (numel 0: another stage's) */
         prm_adamw_update(m->params + t->offset, m->grads + t->offset, adam_m + t->offset,
                          adam_v + t->offset, t->numel, (float)lr, (float)o->beta1, (float)o->beta2,
                          (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f, step);
@@ -453,6 +451,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     prm_sb_t moe_js = {0}, moe_ln = {0};
     if (m->cfg.experts) {
       prm_llama_moe_stats_t moe_st;
+      if ((rc = prm__pipe_moe_sum(&pipe, m, err))) goto done; /* every stage's layers */
       if (!prm_llama_moe_stats(m, &moe_st)) {
         prm_sb_appendf(&moe_js, ",\"moe\":");
         prm_llama_moe_format(&moe_st, &moe_js, &moe_ln);
@@ -463,11 +462,12 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (s.sft) snprintf(lt, sizeof lt, ",\"loss_tokens\":%lld", (long long)s.loss_tokens);
     prm__emit(events,
               "\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld%s,"
-              "\"step_ms\":%.3f,\"data_ms\":%.3f%s%s%s",
+              "\"step_ms\":%.3f,\"data_ms\":%.3f%s%s%s%s",
               (long long)step, prm__jnum(jl, sizeof jl, loss), lr, prm__jnum(jn, sizeof jn, norm),
               (long long)tokens_step, lt, ms, s.data_s * 1e3, comm,
-              skip ? ",\"skipped\":true" : "", prm_sb_str(&moe_js));
+              skip ? ",\"skipped\":true" : "", prm_sb_str(&moe_js), prm_sb_str(&mem_js));
     prm_sb_free(&moe_js);
+    prm_sb_reset(&mem_js); /* the first step's event only */
     prm__tm_step_t tms = {.step = step, .tokens_step = tokens_step, .global_batch = o->global_batch,
                           .loss = loss, .lr = lr, .grad_norm = norm, .seconds = ms / 1e3,
                           .flops_step = flops_step, .peak_gflops = peak * dp.all_size,
@@ -536,14 +536,14 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       ckpt_waited += secs;
       if (writer && (rc = prm__saved(o, events, tm, step, secs, 0, secs, err))) goto done;
       prm__hb_beat(&hb, step, "step");
-    } else if (save_now && (writer || tp_gathers || pp_gathers)) {
+    } else if (save_now && (writer || tp_gathers)) {
       prm__hb_beat(&hb, step, "save");
-      /* Under tensor parallelism the writer saves the whole model the
-       * group gathers into s.full; the others only send their shards. */
+      /* Under tensor, expert or pipeline parallelism the writer saves the
+       * whole model the groups gather into s.full; the others only send
+       * their shards. */
       const prm_llama_t *sm = m;
       float *sam = adam_m, *sav = adam_v;
       double tg = prm_time_now();
-      if (pp_gathers && (rc = prm__pipe_gather(&pipe, m, adam_m, adam_v, err))) goto done;
       if (tp_gathers) {
         if ((rc = prm__tp_save_gather(&s, adam_m, adam_v, err))) goto done;
         sm = s.full;
@@ -587,10 +587,12 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     }
   }
   if ((rc = prm__collect(&as, o, events, tm, 1, &ckpt_waited, err))) goto done;
-  char stall[64] = "";
+  char stall[64] = "", hwm[32];
   if (o->save) snprintf(stall, sizeof stall, "; checkpoints stalled training %.2f s", ckpt_waited);
-  PRM_INFO("trained %lld steps in %.1f s%s", (long long)(o->train_iters - first_step + 1),
-           prm_time_now() - t_train, stall);
+  prm_fmt_bytes(hwm, sizeof hwm, (double)prm_mem_peak_rss());
+  PRM_INFO("trained %lld steps in %.1f s%s; peak rss %s (%zu bytes)",
+           (long long)(o->train_iters - first_step + 1), prm_time_now() - t_train, stall, hwm,
+           prm_mem_peak_rss());
   prm__hb_beat(&hb, o->train_iters, "done");
 done:
   if (as.busy) { /* an error path: let the writer finish, keep the first error */
@@ -615,6 +617,7 @@ done:
   prm__hb_close(&hb);
   free(bad_steps);
   free(tok_config);
+  prm_sb_free(&mem_js);
   prm_mem_free(PRM_MEM_OPTIM, adam_m, obytes);
   prm_mem_free(PRM_MEM_OPTIM, adam_v, obytes);
   prm__session_close(&s);

@@ -9,8 +9,13 @@
 # given pipeline_layer_split; a P = 2 checkpoint resumes at P = 1 and a P =
 # 1 one at P = 2 to the weights of an uninterrupted run; fewer micro-batches
 # than stages warn and stay exact; events carry the bubble and `benchmark
-# train` reports it beside the schedule's; and bad layouts (more stages
-# than layers, bad splits, ZeRO-1 or MoE with P > 1, a world P does not
+# train` reports it beside the schedule's; a stage holds only its own
+# tensors (about half the parameters at P = 2, the stages' parameter,
+# gradient and optimizer bytes in events adding up to the one-rank run's,
+# and a 4 M-parameter model's peak RSS per rank lower than at D = 2 by at
+# least half the state it no longer holds; a stage loading weights reads
+# its own tensors); and bad layouts (more stages
+# than layers, bad splits, ZeRO-1 with P > 1, a world P does not
 # divide, an interleaved M that P does not divide) are refused with the
 # key named.
 source "$(dirname "$0")/lib.sh"
@@ -56,6 +61,27 @@ expect_in "pp2: 1F1B over 4 micro-batches" "4 micro-batches a step, 1F1B schedul
 expect_in "pp2: every rank reports the loss" "[rank 0/2" "$(grep 'step 6/6' <<<"$ERR")"
 expect_in "pp2: ... rank 1 too" "[rank 1/2" "$(grep 'step 6/6' <<<"$ERR")"
 expect_in "pp2: the bubble in events" '"pp_bubble_ms":' "$(run_events pp2)"
+# A stage's share of the model: "S of M parameters" on its pipeline line.
+stage_params() { sed -n "s/.*stage $1 of [0-9]* holds .*, \([0-9]*\) of \([0-9]*\) parameters;.*/\1 \2/p" <<<"$ERR" | head -1; }
+read -r p0 full <<<"$(stage_params 0)"
+read -r p1 _ <<<"$(stage_params 1)"
+if [[ -n $p0 && -n $p1 && -n $full ]] && ((p0 + p1 == full && 10 * p0 > 4 * full && 10 * p0 < 6 * full)); then
+  ok "pp2: each stage holds its share of the parameters ($p0 + $p1 = $full)"
+else bad "pp2: stages hold '$p0' and '$p1' of '$full' parameters"; fi
+# The first step's event: this rank's state bytes and, in a pipeline, every stage's.
+if $PY - <(run_events one) <(run_events pp2) <<'PYEOF'; then
+import json, sys
+one = [json.loads(l) for l in open(sys.argv[1])][0]["memory"]
+pp = [json.loads(l) for l in open(sys.argv[2])][0]["memory"]
+st = pp["pp_stage_state_bytes"]
+print("one rank %d bytes; stages %s" % (one["state_bytes"], st))
+ok = (len(st) == 2 and sum(st) == one["state_bytes"] and max(st) < 0.6 * one["state_bytes"]
+      and pp["params"] < one["params"] and pp["full_params"] == one["params"]
+      and pp["param_bytes"] == 4 * pp["params"])
+sys.exit(0 if ok else 1)
+PYEOF
+  ok "pp2: events give each stage's parameter, gradient and optimizer bytes, adding up to one rank's"
+else bad "pp2: the memory in events"; fi
 same pp2 one "P = 2"
 exp pp2dp2 "$U" "pipeline_model_parallel_size: 2"
 launch 4 pp2dp2
@@ -107,6 +133,58 @@ for pair in "2 1" "1 2"; do
   if within "$w" 1e-5; then ok "P = $a -> $b: weights within 1e-5 of an uninterrupted run ($w)"; else bad "P = $a -> $b: weights differ by $w"; fi
 done
 
+# ---- Peak RSS: 16 layers of hidden 128 (4 M parameters, 60 MiB of state) ----
+mem() { # NAME [KEY: VALUE...]: 2 steps, no saves (the writer would stage the whole model)
+  local n=$1
+  shift
+  preset_exp "$n" "num_layers: 16" "ffn_hidden_size: 512" "seq_length: 16" "micro_batch_size: 1" \
+    "global_batch_size: 2" "train_iters: 2" "$@"
+}
+peaks() { sed -n 's/.*peak rss .* (\([0-9]*\) bytes).*/\1/p' <<<"$ERR"; }
+state() { run_events "$1" | head -1 | sed 's/.*"state_bytes":\([0-9]*\).*/\1/'; }
+mem memdp
+run direct --nproc 2 -- train pretrain --config memdp.yaml
+expect_rc "D = 2, 16 layers" 0
+dpk=$(peaks | sort -n | head -1)
+mem mempp "pipeline_model_parallel_size: 2"
+run direct --nproc 2 -- train pretrain --config mempp.yaml
+expect_rc "P = 2, 16 layers" 0
+ppk=$(peaks | sort -n | tail -1)
+saved=$(($(state memdp) - $(state mempp)))
+if [[ -n $dpk && -n $ppk ]] && ((saved > 0 && ppk < dpk - saved / 2)); then
+  ok "P = 2: peak RSS per rank $((ppk >> 20)) MiB, below D = 2's $((dpk >> 20)) MiB by more than half the $((saved >> 20)) MiB of state a stage no longer holds"
+else bad "P = 2: peak RSS '$ppk' against D = 2's '$dpk' (state saved: $saved bytes)"; fi
+
+# T = 2 x P = 2 with a background save at step 3 (the stages' shards
+# gathered to the writer), resumed from it at P = 1.
+n=resume-async
+exp "$n-a" "$U" "pipeline_model_parallel_size: 2" "tensor_model_parallel_size: 2" "save_interval: 3" \
+  "async_save: true"
+exp "$n-b" "$U" "load: $T/ck-$n-a" "auto_continue_train: true"
+launch 4 "$n-a"
+expect_rc "T = 2 x P = 2, async saves" 0
+expect_in "T = 2 x P = 2: step 3 saved in the background" "iter_0000003 in" "$(grep 'in the background' <<<"$ERR")"
+w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final one)" "$(final "$n-a")")
+if within "$w" 1e-5; then ok "T = 2 x P = 2, async saves: weights within 1e-5 of one rank ($w)"; else bad "T = 2 x P = 2, async: weights differ by $w"; fi
+rm -r "$T/ck-$n-a/iter_0000006"
+echo 3 >"$T/ck-$n-a/latest_checkpointed_iteration.txt"
+launch 1 "$n-b"
+expect_rc "resumed at P = 1 from the background save" 0
+expect_in "T = 2 x P = 2 -> P = 1: resumed from iteration 3" "iteration 3" "$ERR"
+w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final one)" "$(final "$n-b")")
+if within "$w" 1e-5; then ok "T = 2 x P = 2 -> P = 1: weights within 1e-5 of an uninterrupted run ($w)"; else bad "T = 2 x P = 2 -> P = 1: weights differ by $w"; fi
+
+# Loading weights (a fresh optimizer): each stage reads its own tensors
+# from the files, to the losses of one rank loading them.
+exp load1 "$U" "load: $T/ck-one" "train_iters: 2" "save: $T/ck-load1"
+launch 1 load1
+exp load2 "$U" "load: $T/ck-one" "train_iters: 2" "save: $T/ck-load2" "pipeline_model_parallel_size: 2"
+launch 2 load2
+expect_rc "P = 2 loading a one-rank checkpoint" 0
+expect_in "P = 2: loaded the weights" "loaded weights from $T/ck-one" "$ERR"
+d=$(loss_diff load1 load2)
+if within "$d" 1e-5; then ok "P = 2 loading weights: losses within 1e-5 of one rank loading them ($d)"; else bad "P = 2 loading weights: losses differ by $d"; fi
+
 # ---- Fewer micro-batches than stages: a warning, still exact ----
 exp few-one "$U" "global_batch_size: 1"
 launch 1 few-one
@@ -147,8 +225,6 @@ refuse "P = 2 on one rank" 1 "needs 2 ranks or a multiple" "pipeline_model_paral
 refuse "a world P does not divide" 3 "must divide the 3 ranks" "pipeline_model_parallel_size: 2"
 refuse "ZeRO-1 with P = 2" 2 "use_distributed_optimizer is not supported with pipeline_model_parallel_size 2" \
   "pipeline_model_parallel_size: 2" "use_distributed_optimizer: true"
-refuse "MoE with P = 2" 2 "mixture-of-experts models (num_experts 4) do not run in a pipeline" \
-  "pipeline_model_parallel_size: 2" "num_experts: 4"
 refuse "interleaved with micro-batches not a multiple of P" 2 "needs the 3 micro-batches" \
   "pipeline_model_parallel_size: 2" "virtual_pipeline_model_parallel_size: 2" "global_batch_size: 3"
 finish
