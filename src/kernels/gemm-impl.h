@@ -70,4 +70,41 @@ const prm_gemm_i *prm__tuned_pick(const prm__tuned_t *t, int bf16, int trans_a, 
  * are the caller's (free()). */
 int prm__tune_read(const char *path, prm__tune_ent_t **ent, int *n, prm_err_t *err);
 
+/* ------------------------------------------------------------------------ */
+/* gemm_grouped.c: the grouped GEMM                                          */
+/* ------------------------------------------------------------------------ */
+
+/* One GEMM of a batch: C (M,N) = op(A) op(B) + beta C, op(A)(i,k) at
+ * A[i sam + k sak], op(B)(k,j) at B[k sbk + j sbn], C row-major (ldc).
+ * beta 0 never reads C. (The reference twin needs one unit stride in each
+ * of A and B, as every job of the linear layer has.) */
+typedef struct {
+  int64_t M, N, K;
+  const float *A;
+  int64_t sam, sak;
+  const float *B;
+  int64_t sbk, sbn;
+  float *C;
+  int64_t ldc;
+  float beta;
+} prm__gemm_job_t;
+
+/* The n jobs in one parallel region, by the variant isa ("avx512", "avx2",
+ * "plain"; NULL: this CPU's best). PRM_EINVAL, touching nothing, when the
+ * CPU cannot run it. */
+int prm__gemm_batch_run(const char *isa, const prm__gemm_job_t *jobs, int64_t n);
+/* The reference twin: one prm__ref32_gemm per job. */
+void prm__gemm_batch_ref(const prm__gemm_job_t *jobs, int64_t n);
+/* The variant this CPU runs. */
+const char *prm__gemm_batch_isa(void);
+
+/* One product of the grouped linear layer (arguments as
+ * prm_grouped_linear_forward/backward; out is y, dx or dw, a is x or dy, b
+ * is w, or x for PRM__GG_DW) by the variant isa, or "reference" for the
+ * twin. */
+enum { PRM__GG_FWD, PRM__GG_DX, PRM__GG_DW };
+int prm__grouped_linear_isa(const char *isa, int which, float *out, const float *a,
+                            const float *b, int64_t wstride, const int32_t *off, int64_t G,
+                            int64_t in, int64_t nout, int accum);
+
 #endif

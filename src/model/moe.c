@@ -9,7 +9,9 @@
  *   then assignment order: deterministic), the assignments over an
  *   expert's capacity dropped (counted) in that order;
  *   each expert's SwiGLU w2(silu(w1 x) * w3 x) over its contiguous group
- *   of rows - one GEMM per expert and matrix on its slice (a grouped GEMM);
+ *   of rows, each matrix's products for all the experts in one grouped
+ *   GEMM (prm_grouped_linear_*: one kernel over every expert's tiles for
+ *   small groups, a backend GEMM per expert for large ones);
  *   the outputs scattered back, weighted by the router weights, plus the
  *   optional shared expert (a dense SwiGLU on every token).
  * The losses the router adds: aux = coeff E sum_e f_e P_e (f_e: the
@@ -273,15 +275,16 @@ void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
     prm__ep_counts(m, a);
     prm__ep_exchange(m, a, a->xs, a->xr, C, 0);
   }
-  /* The grouped GEMM: per local expert one product per matrix on its rows. */
-  for (int64_t j = 0; j < m->El; j++) {
-    int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
-    if (!n) continue;
-    prm_linear_forward(g, a->egate + r0 * Fe, a->xr + r0 * C, prm__w1(c, w->experts, j), n, C, Fe);
-    prm_linear_forward(g, a->eup + r0 * Fe, a->xr + r0 * C, prm__w3(c, w->experts, j), n, C, Fe);
-    prm_swiglu_forward(a->eh + r0 * Fe, a->egate + r0 * Fe, a->eup + r0 * Fe, n * Fe);
-    prm_linear_forward(g, a->er + r0 * C, a->eh + r0 * Fe, prm__w2(c, w->experts, j), n, Fe, C);
-  }
+  /* The grouped GEMM: each matrix's product for every local expert in one
+   * call, expert j on its rows [roff[j], roff[j+1]). */
+  int64_t ws = 3 * Fe * C, nr = a->roff[m->El];
+  prm_grouped_linear_forward(g, a->egate, a->xr, prm__w1(c, w->experts, 0), ws, a->roff, m->El, C,
+                             Fe);
+  prm_grouped_linear_forward(g, a->eup, a->xr, prm__w3(c, w->experts, 0), ws, a->roff, m->El, C,
+                             Fe);
+  prm_swiglu_forward(a->eh, a->egate, a->eup, nr * Fe);
+  prm_grouped_linear_forward(g, a->er, a->eh, prm__w2(c, w->experts, 0), ws, a->roff, m->El, Fe,
+                             C);
   if (ep) prm__ep_exchange(m, a, a->eout, a->er, C, 1); /* the outputs back */
   /* y = shared expert (or 0) + sum_j w_j expert_j(x), in assignment order. */
   if (Fs) {
@@ -345,21 +348,17 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
     }
     s->mdw[r] = (float)dot;
   }
-  /* The experts, slice by slice (on their holders under expert parallelism). */
+  /* The experts, each matrix grouped (on their holders under expert parallelism). */
   int ep = m->tp.ep_size > 1;
   if (ep) prm__ep_exchange(m, a, s->mdout, s->mdor, C, 0);
-  for (int64_t j = 0; j < m->El; j++) {
-    int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
-    if (!n) continue;
-    prm_linear_backward(g, s->mdh + r0 * Fe, prm__w2(c, dw->experts, j), s->mdor + r0 * C,
-                        a->eh + r0 * Fe, prm__w2(c, w->experts, j), n, Fe, C, 0);
-    prm_swiglu_backward(s->mdgate + r0 * Fe, s->mdup + r0 * Fe, s->mdh + r0 * Fe,
-                        a->egate + r0 * Fe, a->eup + r0 * Fe, n * Fe);
-    prm_linear_backward(g, s->mdxr + r0 * C, prm__w1(c, dw->experts, j), s->mdgate + r0 * Fe,
-                        a->xr + r0 * C, prm__w1(c, w->experts, j), n, C, Fe, 0);
-    prm_linear_backward(g, s->mdxr + r0 * C, prm__w3(c, dw->experts, j), s->mdup + r0 * Fe,
-                        a->xr + r0 * C, prm__w3(c, w->experts, j), n, C, Fe, 1);
-  }
+  int64_t ws = 3 * Fe * C, nr = a->roff[m->El];
+  prm_grouped_linear_backward(g, s->mdh, prm__w2(c, dw->experts, 0), s->mdor, a->eh,
+                              prm__w2(c, w->experts, 0), ws, a->roff, m->El, Fe, C, 0);
+  prm_swiglu_backward(s->mdgate, s->mdup, s->mdh, a->egate, a->eup, nr * Fe);
+  prm_grouped_linear_backward(g, s->mdxr, prm__w1(c, dw->experts, 0), s->mdgate, a->xr,
+                              prm__w1(c, w->experts, 0), ws, a->roff, m->El, C, Fe, 0);
+  prm_grouped_linear_backward(g, s->mdxr, prm__w3(c, dw->experts, 0), s->mdup, a->xr,
+                              prm__w3(c, w->experts, 0), ws, a->roff, m->El, C, Fe, 1);
   if (ep) prm__ep_exchange(m, a, s->mdxs, s->mdxr, C, 1);
   /* dx = the shared expert's input gradient (or 0), plus the experts'. */
   if (Fs) {
