@@ -33,9 +33,13 @@
 /* The inner dimension per packed chunk: a (KC,NR) panel of B is 32 KiB at
  * NR = 32, so the micro-kernel streams it from L1/L2. */
 #define PRM__GG_KC 256
-/* Work items are MI_TILES x MR rows by NB_TILES x NR columns of C. */
-#define PRM__GG_MI_TILES 16
+/* Work items are MI_TILES x MR rows by NB_TILES x NR columns of C: many
+ * rows per item, as each item packs its columns of B again. */
+#define PRM__GG_MI_TILES 64
 #define PRM__GG_NB_TILES 8
+/* The forward's dot-product kernel (no packing) up to this many rows per
+ * group: streaming W once costs less than transposing it into panels. */
+#define PRM__GG_DOT_ROWS 16
 /* Below this many multiply-adds in the whole batch one thread runs it. */
 #define PRM__GG_PAR 262144
 
@@ -223,10 +227,45 @@ const char *prm__gemm_batch_isa(void) { return prm__gg_variant(NULL)->name; }
 /* Packing                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* dst (16 rows, stride ld_d) = the transpose of src (16 rows of 16, stride
+ * ld_s): the unpack / unpack / shuffle / shuffle sequence, 16 loads, 64
+ * shuffles and 16 stores for 256 values. */
+__attribute__((target("avx512f"))) static void prm__gg_t16(float *dst, int64_t ld_d,
+                                                            const float *src, int64_t ld_s) {
+  __m512 r[16], t[16], u[16];
+  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * ld_s);
+  for (int g = 0; g < 16; g += 4) {
+    t[g] = _mm512_unpacklo_ps(r[g], r[g + 1]);
+    t[g + 1] = _mm512_unpackhi_ps(r[g], r[g + 1]);
+    t[g + 2] = _mm512_unpacklo_ps(r[g + 2], r[g + 3]);
+    t[g + 3] = _mm512_unpackhi_ps(r[g + 2], r[g + 3]);
+  }
+  for (int g = 0; g < 16; g += 4) {
+    __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]);
+    __m512d c = _mm512_castps_pd(t[g + 2]), d = _mm512_castps_pd(t[g + 3]);
+    u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));     /* column 4L   of rows g..g+3 */
+    u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c)); /* column 4L+1 */
+    u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d)); /* column 4L+2 */
+    u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d)); /* column 4L+3 */
+  }
+  for (int q = 0; q < 4; q++) {
+    __m512 v0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88);
+    __m512 v1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xdd);
+    __m512 v2 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88);
+    __m512 v3 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xdd);
+    _mm512_storeu_ps(dst + q * ld_d, _mm512_shuffle_f32x4(v0, v2, 0x88));
+    _mm512_storeu_ps(dst + (q + 8) * ld_d, _mm512_shuffle_f32x4(v0, v2, 0xdd));
+    _mm512_storeu_ps(dst + (q + 4) * ld_d, _mm512_shuffle_f32x4(v1, v3, 0x88));
+    _mm512_storeu_ps(dst + (q + 12) * ld_d, _mm512_shuffle_f32x4(v1, v3, 0xdd));
+  }
+}
+
 /* Columns [j0, j0+nb) of op(B) over k in [k0, k0+kc), as panels of nr
- * columns: Bp[p kc nr + k nr + j] = B(k0+k, j0+p nr+j), zero past nb. */
+ * columns: Bp[p kc nr + k nr + j] = B(k0+k, j0+p nr+j), zero past nb.
+ * With t16 (the AVX-512 variant) a B stored transposed (the forward's W)
+ * moves in 16 x 16 blocks. */
 static void prm__gg_pack_b(float *Bp, const prm__gemm_job_t *g, int64_t k0, int64_t kc,
-                           int64_t j0, int64_t nb, int nr) {
+                           int64_t j0, int64_t nb, int nr, int t16) {
   for (int64_t p = 0; p * nr < nb; p++) {
     float *dst = Bp + p * kc * nr;
     int64_t jn = nb - p * nr < nr ? nb - p * nr : nr, jb = j0 + p * nr;
@@ -241,14 +280,21 @@ static void prm__gg_pack_b(float *Bp, const prm__gemm_job_t *g, int64_t k0, int6
         else
           for (int64_t j = 0; j < nr; j++) d[j] = j < jn ? src[j] : 0;
       }
-    } else {
-      if (jn < nr)
-        for (int64_t k = 0; k < kc; k++)
-          for (int64_t j = jn; j < nr; j++) dst[k * nr + j] = 0;
-      for (int64_t j = 0; j < jn; j++) {
-        const float *src = g->B + (jb + j) * g->sbn + k0 * g->sbk;
-        for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = src[k * g->sbk];
-      }
+      continue;
+    }
+    if (jn < nr)
+      for (int64_t k = 0; k < kc; k++)
+        for (int64_t j = jn; j < nr; j++) dst[k * nr + j] = 0;
+    int64_t jv = 0, kv = 0; /* the part done in 16 x 16 blocks */
+    if (t16 && g->sbk == 1) {
+      jv = jn / 16 * 16, kv = kc / 16 * 16;
+      for (int64_t j = 0; j < jv; j += 16)
+        for (int64_t k = 0; k < kv; k += 16)
+          prm__gg_t16(dst + k * nr + j, nr, g->B + (jb + j) * g->sbn + k0 + k, g->sbn);
+    }
+    for (int64_t j = 0; j < jn; j++) {
+      const float *src = g->B + (jb + j) * g->sbn + k0 * g->sbk;
+      for (int64_t k = j < jv ? kv : 0; k < kc; k++) dst[k * nr + j] = src[k * g->sbk];
     }
   }
 }
@@ -287,7 +333,7 @@ static void prm__gg_item(const prm__gg_isa_t *v, const prm__gemm_job_t *g, int64
         g->C[i * g->ldc + j] = g->beta == 0 ? 0 : g->beta * g->C[i * g->ldc + j];
     return;
   }
-  if (v->dot && g->sak == 1 && g->sbk == 1) {
+  if (v->dot && g->sak == 1 && g->sbk == 1 && g->M <= PRM__GG_DOT_ROWS) {
     /* Four columns' rows of B stay in L1 while the item's rows of A pass. */
     int mode = g->beta == 1 ? PRM__GG_ADD : g->beta == 0 ? PRM__GG_SET : PRM__GG_SCALE;
     for (int64_t j = j0; j < j0 + nb; j += 4)
@@ -300,18 +346,19 @@ static void prm__gg_item(const prm__gg_isa_t *v, const prm__gemm_job_t *g, int64
   for (int64_t k0 = 0; k0 < g->K; k0 += PRM__GG_KC) {
     int64_t kc = g->K - k0 < PRM__GG_KC ? g->K - k0 : PRM__GG_KC;
     int mode = k0 > 0 || g->beta == 1 ? PRM__GG_ADD : g->beta == 0 ? PRM__GG_SET : PRM__GG_SCALE;
-    prm__gg_pack_b(Bp, g, k0, kc, j0, nb, nr);
-    for (int64_t i = i0; i < i0 + mi; i += mr) {
-      int64_t mn = i0 + mi - i < mr ? i0 + mi - i : mr;
-      /* Full tiles read A in place; the edge's rows are packed, zero-padded. */
-      const float *a = g->A + i * g->sam + k0 * g->sak;
-      int64_t sam = g->sam, sak = g->sak;
-      if (mn < mr) {
-        prm__gg_pack_a(Ap, g, i, mn, k0, kc, mr);
-        a = Ap, sam = 1, sak = mr;
-      }
-      for (int64_t p = 0; p * nr < nb; p++) {
-        int64_t jn = nb - p * nr < nr ? nb - p * nr : nr;
+    prm__gg_pack_b(Bp, g, k0, kc, j0, nb, nr, v->dot != NULL);
+    /* One panel of B stays in L1 while the item's rows of A pass (from L2). */
+    for (int64_t p = 0; p * nr < nb; p++) {
+      int64_t jn = nb - p * nr < nr ? nb - p * nr : nr;
+      for (int64_t i = i0; i < i0 + mi; i += mr) {
+        int64_t mn = i0 + mi - i < mr ? i0 + mi - i : mr;
+        /* Full tiles read A in place; the edge's rows are packed, zero-padded. */
+        const float *a = g->A + i * g->sam + k0 * g->sak;
+        int64_t sam = g->sam, sak = g->sak;
+        if (mn < mr) {
+          prm__gg_pack_a(Ap, g, i, mn, k0, kc, mr);
+          a = Ap, sam = 1, sak = mr;
+        }
         v->kernel(kc, a, sam, sak, Bp + p * kc * nr, g->C + i * g->ldc + j0 + p * nr, g->ldc,
                   mn, jn, mode, g->beta);
       }
