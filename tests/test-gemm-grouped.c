@@ -163,8 +163,9 @@ static void test_grouped_threads(void **state) {
 #endif
 }
 
-/* The public functions, on either side of PRM_GROUPED_MAX_ROWS and with
- * every backend, against the double model of per-group linear layers. */
+/* The public functions, on either side of the policy (threads, rows per
+ * group, backend), against the double model of per-group linear layers;
+ * the forward is bit for bit the path the policy names. */
 static void public_case(const prm_gemm_t *g, int64_t G, int64_t rows, prm_rng_t *r) {
   int64_t in = 20, out = 12, ws = in * out;
   int32_t off[9];
@@ -189,6 +190,15 @@ static void public_case(const prm_gemm_t *g, int64_t G, int64_t rows, prm_rng_t 
   prm_grouped_linear_forward(g, y, x, w, ws, off, G, in, out);
   prm_grouped_linear_backward(g, dx, dw, dy, x, w, ws, off, G, in, out, 1);
   float *f = malloc((size_t)((R * in > G * ws ? R * in : G * ws) + R * out) * sizeof *f);
+  if (prm__grouped_use_kernel(g, R, G)) {
+    prm__grouped_linear_isa(NULL, PRM__GG_FWD, f, x, w, ws, off, G, in, out, 0);
+  } else {
+    for (int64_t e = 0; e < G; e++)
+      if (off[e + 1] > off[e])
+        prm_linear_forward(g, f + off[e] * out, x + off[e] * in, w + e * ws, off[e + 1] - off[e],
+                           in, out);
+  }
+  assert_memory_equal(y, f, (size_t)(R * out) * sizeof *f);
   for (int64_t i = 0; i < R * out; i++) f[i] = (float)yd[i];
   check_close("public y", g->i->name, y, f, R * out, 1e-5);
   for (int64_t i = 0; i < R * in; i++) f[i] = (float)dxd[i];
@@ -205,12 +215,28 @@ static void test_grouped_public(void **state) {
   prm_rng_seed(&r, 9);
   const prm_gemm_i *const *list;
   int n = prm_gemm_backends(&list);
-  for (int b = 0; b < n; b++) {
-    if (!list[b]->available()) continue;
-    prm_gemm_t g = {list[b], NULL};
-    public_case(&g, 3, 7, &r);                            /* the grouped kernel */
-    public_case(&g, 3, PRM_GROUPED_MAX_ROWS * 2, &r);     /* a loop of GEMMs */
+#ifdef _OPENMP
+  int nt0 = omp_get_max_threads();
+  for (int nt = 1; nt <= 2; nt++) {
+    omp_set_num_threads(nt);
+#else
+  {
+    int nt = 1;
+#endif
+    for (int b = 0; b < n; b++) {
+      if (!list[b]->available()) continue;
+      prm_gemm_t g = {list[b], NULL};
+      int ref = !strcmp(list[b]->name, "reference");
+      /* Small groups: the grouped kernel, with threads and a real backend. */
+      assert_int_equal(prm__grouped_use_kernel(&g, 3 * 7, 3), nt > 1 && !ref);
+      assert_int_equal(prm__grouped_use_kernel(&g, 3 * PRM_GROUPED_MAX_ROWS, 3), 0);
+      public_case(&g, 3, 7, &r);
+      public_case(&g, 3, PRM_GROUPED_MAX_ROWS * 2, &r);
+    }
   }
+#ifdef _OPENMP
+  omp_set_num_threads(nt0);
+#endif
 }
 
 int main(void) {

@@ -136,9 +136,10 @@ void prm_linear_backward(const prm_gemm_t *g, float *dx /* (N,in) */, float *dw 
  * non-decreasing, off[0] usually 0), each with its own weight
  * w + g wstride, stored (out,in). One call computes every group's product:
  * the grouped GEMM of gemm_grouped.c (one parallel region over all groups'
- * tiles) while the groups average fewer than PRM_GROUPED_MAX_ROWS rows,
- * one backend GEMM per group (prm_linear_*) above, and always with the
- * reference backend. Empty groups are allowed. */
+ * tiles) with several threads while the groups average fewer than
+ * PRM_GROUPED_MAX_ROWS rows; otherwise (one thread, larger groups, or the
+ * reference backend) one backend GEMM per group (prm_linear_*). Empty
+ * groups are allowed. */
 #define PRM_GROUPED_MAX_ROWS 256
 void prm_grouped_linear_forward(const prm_gemm_t *g, float *y /* (R,out) */,
                                 const float *x /* (R,in) */,

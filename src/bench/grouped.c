@@ -151,7 +151,7 @@ int prm_bench_grouped(const prm_bench_grouped_opts_t *o, prm_bench_grouped_row_t
       r->grouped_gflops = r->grouped_ms > 0 ? flop / (r->grouped_ms * 1e6) : 0;
       r->loop_gflops = r->loop_ms > 0 ? flop / (r->loop_ms * 1e6) : 0;
       r->speedup = r->grouped_ms > 0 ? r->loop_ms / r->grouped_ms : 0;
-      r->policy_grouped = per < PRM_GROUPED_MAX_ROWS && strcmp(g.i->name, "reference");
+      r->policy_grouped = prm__grouped_use_kernel(&g, b.R, b.E);
     }
   }
   free(tg);

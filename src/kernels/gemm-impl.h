@@ -103,6 +103,9 @@ const char *prm__gemm_batch_isa(void);
  * is w, or x for PRM__GG_DW) by the variant isa, or "reference" for the
  * twin. */
 enum { PRM__GG_FWD, PRM__GG_DX, PRM__GG_DW };
+/* 1 when prm_grouped_linear_* runs the grouped kernel for G groups of
+ * `rows` rows in all on backend g (else one backend GEMM per group). */
+int prm__grouped_use_kernel(const prm_gemm_t *g, int64_t rows, int64_t G);
 int prm__grouped_linear_isa(const char *isa, int which, float *out, const float *a,
                             const float *b, int64_t wstride, const int32_t *off, int64_t G,
                             int64_t in, int64_t nout, int accum);

@@ -6,19 +6,25 @@
  *
  * The core is the classic packed GEMM: per work item and chunk of KC of
  * the inner dimension, the item's columns of op(B) are packed into panels
- * of NR columns (zero-padded), each MR rows of op(A) into a (KC,MR) slab
- * (zero-padded), and a register-blocked micro-kernel keeps an MR x NR tile
- * of C in registers over the chunk. Three variants, chosen on every call
- * by cpuid as fast_adamw.c does: AVX-512 (8 x 32, 16 zmm accumulators),
- * AVX2+FMA (6 x 16, 12 ymm) and plain C (4 x 16, left to the compiler).
- * Operands are read through strides, so one core serves the linear
- * layer's three products: y = x W^T, dx = dy W and dW += dy^T x.
+ * of NR columns (zero-padded; a B stored transposed, the forward's W, in
+ * 16 x 16 AVX-512 transposes), and a register-blocked micro-kernel keeps
+ * an MR x NR tile of C in registers over the chunk while one panel stays
+ * in L1 and the item's rows of op(A) pass, read in place (only a tile at
+ * the rows' edge is packed, zero-padded). Three variants, chosen on every
+ * call by cpuid as fast_adamw.c does: AVX-512 (8 x 32, 16 zmm
+ * accumulators, masked stores at the edges), AVX2+FMA (6 x 16, 12 ymm)
+ * and plain C (4 x 16, left to the compiler). Operands are read through
+ * strides, so one core serves the linear layer's three products: y = x
+ * W^T, dx = dy W and dW += dy^T x. For the forward of small groups (up to
+ * PRM__GG_DOT_ROWS rows) the AVX-512 variant computes 4 x 4 dot products
+ * along k instead, which needs no packing at all: there W is streamed
+ * once and transposing it would cost more than the products.
  *
  * Determinism: every element of C is computed by one thread, over k in
  * increasing chunks, whatever the thread count and schedule. The sums are
  * in fp32 with FMAs, in another order than the reference twin's (one
- * prm__ref32_gemm per GEMM), so the two agree to rounding (tests/test-gemm.c
- * asks 1e-5 of the values' scale). */
+ * prm__ref32_gemm per GEMM), so the two agree to rounding
+ * (tests/test-gemm-grouped.c). */
 #include "kernels/kernels-impl.h"
 #include "kernels/gemm-impl.h"
 
@@ -44,7 +50,7 @@
 #define PRM__GG_PAR 262144
 
 /* ------------------------------------------------------------------------ */
-/* Micro-kernels: T (MR,NR) = sum_k Ap[k,:]^T Bp[k,:] over kc               */
+/* Micro-kernels: C tile (MR,NR) (+)= sum over kc of op(A) x packed B       */
 /* ------------------------------------------------------------------------ */
 
 /* The kernels add their tile to rows [0, mn) and columns [0, jn) of C
@@ -460,14 +466,19 @@ int prm__grouped_linear_isa(const char *isa, int which, float *out, const float 
 }
 
 /* The policy between the grouped kernel and one backend GEMM per group
- * (docs/benchmarks.md "Grouped GEMM" has the figures behind it): the
- * grouped kernel while groups average fewer than PRM_GROUPED_MAX_ROWS rows,
- * where the backend's per-call cost dominates; the backend above, whose
- * kernels are faster on large products. The reference backend always
- * loops, so that it stays the plain twin. */
+ * (docs/benchmarks.md "Grouped GEMM" has the figures behind it). The
+ * grouped kernel's gain is one parallel region for every expert instead
+ * of one per expert and product: with several threads and groups
+ * averaging fewer than PRM_GROUPED_MAX_ROWS rows that outweighs oneDNN's
+ * faster kernels; on one thread, or with larger groups, the backend wins.
+ * The reference backend always loops, so that it stays the plain twin. */
+int prm__grouped_use_kernel(const prm_gemm_t *g, int64_t rows, int64_t G) {
+  if (!strcmp(g->i->name, "reference") || prm_kernels_threads() < 2) return 0;
+  return G > 0 && rows < (int64_t)PRM_GROUPED_MAX_ROWS * G;
+}
+
 static int prm__gg_use_loop(const prm_gemm_t *g, const int32_t *off, int64_t G) {
-  if (!strcmp(g->i->name, "reference")) return 1;
-  return G > 0 && off[G] - off[0] >= (int64_t)PRM_GROUPED_MAX_ROWS * G;
+  return !prm__grouped_use_kernel(g, G > 0 ? off[G] - off[0] : 0, G);
 }
 
 void prm_grouped_linear_forward(const prm_gemm_t *g, float *y, const float *x, const float *w,
@@ -488,7 +499,8 @@ void prm_grouped_linear_backward(const prm_gemm_t *g, float *dx, float *dw, cons
                                  const int32_t *off, int64_t G, int64_t in, int64_t out,
                                  int dx_accum) {
   if (!prm__gg_use_loop(g, off, G)) {
-    if (dx) prm__grouped_linear_isa(NULL, PRM__GG_DX, dx, dy, w, wstride, off, G, in, out, dx_accum);
+    if (dx)
+      prm__grouped_linear_isa(NULL, PRM__GG_DX, dx, dy, w, wstride, off, G, in, out, dx_accum);
     if (dw) prm__grouped_linear_isa(NULL, PRM__GG_DW, dw, dy, x, wstride, off, G, in, out, 1);
     return;
   }

@@ -378,7 +378,8 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
   if (ep) prm__ep_exchange(m, a, s->mdout, s->mdor, C, 0);
   int64_t ws = 3 * Fe * C, nr = a->roff[m->El];
   if (m->params16) { /* one bf16 GEMM per expert and product, as forward */
-    const prm_bf16_t *d16 = prm__to16(m, 1, s->mdor, nr * C), *x16 = prm__to16(m, 0, a->eh, nr * Fe);
+    const prm_bf16_t *d16 = prm__to16(m, 1, s->mdor, nr * C);
+    const prm_bf16_t *x16 = prm__to16(m, 0, a->eh, nr * Fe);
     for (int64_t j = 0; j < m->El; j++) {
       int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
       if (n)
