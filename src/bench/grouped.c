@@ -110,6 +110,9 @@ int prm_bench_grouped(const prm_bench_grouped_opts_t *o, prm_bench_grouped_row_t
     if (o->rows[i] < 1) return prm_errf(err, PRM_EINVAL, "grouped GEMM: rows per expert must be positive");
     maxrows = o->rows[i] > maxrows ? o->rows[i] : maxrows;
   }
+  if ((double)o->experts * (double)maxrows > (double)INT32_MAX)
+    return prm_errf(err, PRM_EINVAL, "grouped GEMM: %lld experts x %lld rows exceed the int32 row offsets",
+                    (long long)o->experts, (long long)maxrows);
   prm_gemm_t g;
   int rc = prm_gemm_init(&g, o->backend, err);
   if (rc) return rc;
