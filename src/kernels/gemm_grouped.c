@@ -39,6 +39,9 @@
 /* The inner dimension per packed chunk: a (KC,NR) panel of B is 32 KiB at
  * NR = 32, so the micro-kernel streams it from L1/L2. */
 #define PRM__GG_KC 256
+/* Packed B up to this many floats (64 KiB: L1 and the nearest L2) is read
+ * again for every row tile rather than the C tiles column by column. */
+#define PRM__GG_L1_FLOATS 16384
 /* Work items are MI_TILES x MR rows by NB_TILES x NR columns of C: many
  * rows per item, as each item packs its columns of B again. */
 #define PRM__GG_MI_TILES 64
@@ -353,12 +356,19 @@ static void prm__gg_item(const prm__gg_isa_t *v, const prm__gemm_job_t *g, int64
     int64_t kc = g->K - k0 < PRM__GG_KC ? g->K - k0 : PRM__GG_KC;
     int mode = k0 > 0 || g->beta == 1 ? PRM__GG_ADD : g->beta == 0 ? PRM__GG_SET : PRM__GG_SCALE;
     prm__gg_pack_b(Bp, g, k0, kc, j0, nb, nr, v->dot != NULL);
-    /* One panel of B stays in L1 while the item's rows of A pass (from L2). */
-    for (int64_t p = 0; p * nr < nb; p++) {
-      int64_t jn = nb - p * nr < nr ? nb - p * nr : nr;
-      for (int64_t i = i0; i < i0 + mi; i += mr) {
+    /* One panel of B stays in L1 while the item's rows of A pass (from L2).
+     * When the whole packed B fits in L1 (a short k: the weight gradient
+     * of a small group), C is the stream instead: then the rows go outer
+     * and each tile row's panels follow in memory order. */
+    int64_t np = (nb + nr - 1) / nr, nt = (mi + mr - 1) / mr;
+    int c_stream = kc * np * nr <= PRM__GG_L1_FLOATS;
+    for (int64_t o = 0; o < (c_stream ? nt : np); o++)
+      for (int64_t u = 0; u < (c_stream ? np : nt); u++) {
+        int64_t p = c_stream ? u : o, i = i0 + (c_stream ? o : u) * mr;
+        int64_t jn = nb - p * nr < nr ? nb - p * nr : nr;
         int64_t mn = i0 + mi - i < mr ? i0 + mi - i : mr;
-        /* Full tiles read A in place; the edge's rows are packed, zero-padded. */
+        /* Full tiles read A in place; the edge's rows are packed, zero-padded
+         * (again for each panel when the panels are inner: edge rows only). */
         const float *a = g->A + i * g->sam + k0 * g->sak;
         int64_t sam = g->sam, sak = g->sak;
         if (mn < mr) {
@@ -368,7 +378,6 @@ static void prm__gg_item(const prm__gg_isa_t *v, const prm__gemm_job_t *g, int64
         v->kernel(kc, a, sam, sak, Bp + p * kc * nr, g->C + i * g->ldc + j0 + p * nr, g->ldc,
                   mn, jn, mode, g->beta);
       }
-    }
   }
 }
 
