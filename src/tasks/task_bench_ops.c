@@ -1,6 +1,7 @@
 /* task_bench_ops.c - `benchmark gemm` (one shape, every backend, --tune),
- * `gemm-dense` (every GEMM of one layer), `attention` and `kernels` (the
- * fused element-wise kernels against their reference twins). */
+ * `gemm-dense` (every GEMM of one layer), `attention`, `kernels` (the
+ * fused element-wise kernels against their reference twins) and
+ * `gemm-grouped` (the MoE experts' grouped GEMM against a GEMM per expert). */
 #define _GNU_SOURCE
 #include "bench-tasks.h"
 #include "primus/prm_config.h"
