@@ -62,13 +62,37 @@ static void test_config_check(void **state) {
   c = moe_cfg();
   assert_int_equal(prm_llama_tp_check_config(&c, 2, &err), PRM_ECONFIG);
   assert_non_null(strstr(err.msg, "tensor_model_parallel_size"));
-  prm_gemm_t g;
-  assert_int_equal(prm_gemm_init(&g, "reference", &err), 0);
-  prm_llama_t *m = NULL;
-  assert_int_equal(prm_llama_new(&c, 1, 4, PRM_LLAMA_TRAIN | PRM_LLAMA_BF16, &g, &m, &err),
-                   PRM_ECONFIG);
-  assert_null(m);
-  assert_non_null(strstr(err.msg, "bf16"));
+}
+
+/* bf16 mixed precision: the router's, experts' and shared expert's GEMMs
+ * on bf16 operands give a loss and gradients close to fp32's (bf16 keeps 8
+ * bits: a few parts in 1000), and really differ from them. */
+static void test_bf16_close(void **state) {
+  (void)state;
+  prm_llama_config_t c = moe_cfg();
+  int64_t B = 2, T = 9;
+  prm_llama_t *a = build(c, B, T, PRM_LLAMA_TRAIN);
+  prm_llama_t *b = build(c, B, T, PRM_LLAMA_TRAIN | PRM_LLAMA_BF16);
+  int32_t tok[18], tgt[18];
+  random_tokens(tok, B * T, c.vocab, 7);
+  random_tokens(tgt, B * T, c.vocab, 8);
+  int64_t ca, cb;
+  double la = prm_llama_forward_backward(a, tok, tgt, B, 0.1f, &ca);
+  double lb = prm_llama_forward_backward(b, tok, tgt, B, 0.1f, &cb);
+  assert_true(la > 0 && fabs(la - lb) < 0.01 * la);
+  assert_true(la != lb);
+  double aa = prm_llama_moe_aux_loss(a), ab = prm_llama_moe_aux_loss(b);
+  assert_true(aa > 0 && fabs(aa - ab) < 0.05 * aa);
+  double d2 = 0, n2 = 0;
+  for (int64_t i = 0; i < a->nparams; i++) {
+    double d = (double)a->grads[i] - b->grads[i];
+    d2 += d * d;
+    n2 += (double)a->grads[i] * a->grads[i];
+  }
+  assert_true(n2 > 0 && d2 > 0);
+  if (!(sqrt(d2 / n2) < 0.05)) fail_msg("bf16 gradients off by %g of their norm", sqrt(d2 / n2));
+  prm_llama_free(a);
+  prm_llama_free(b);
 }
 
 static void test_layout(void **state) {
@@ -429,6 +453,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_check),
       cmocka_unit_test(test_layout),
+      cmocka_unit_test(test_bf16_close),
       cmocka_unit_test(test_grad_fd_shared_aux),
       cmocka_unit_test(test_grad_fd_capacity),
       cmocka_unit_test(test_recompute_identical),

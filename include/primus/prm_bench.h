@@ -172,6 +172,37 @@ void prm_bench_kernels_free(prm_bench_kernel_row_t *rows);
 /* The kernel names prm_bench_kernels knows; *n receives the count. */
 const char *const *prm_bench_kernel_names(int *n);
 
+/* The experts' GEMMs of one MoE layer (issue 11): the SwiGLU experts'
+ * forward (3 products) and backward (6) over `experts` groups of rows[i]
+ * tokens each, hidden x ffn, timed as the grouped GEMM and as the loop of
+ * one `backend` GEMM per expert and product, alternately call for call
+ * (src/bench/grouped.c). */
+typedef struct {
+  int64_t hidden, ffn, experts;
+  const int64_t *rows; /* tokens per expert, one measurement each */
+  int nrows;
+  const char *backend; /* the loop's backend; NULL or "auto": the best */
+  double duration_s;   /* per row count and pass */
+} prm_bench_grouped_opts_t;
+
+typedef struct {
+  int64_t rows; /* per expert */
+  int bwd;      /* 0 forward, 1 backward */
+  char backend[32];
+  char isa[16];                       /* the grouped kernel's variant: avx512, avx2, plain */
+  int64_t pairs;                      /* grouped + loop calls timed */
+  double grouped_ms, loop_ms;         /* medians per pass */
+  double grouped_gflops, loop_gflops; /* from the medians */
+  double speedup;                     /* loop_ms / grouped_ms */
+  int policy_grouped; /* 1 when prm_grouped_linear_* runs the grouped kernel here */
+} prm_bench_grouped_row_t;
+
+/* Two rows (forward, backward) per rows[i]; free with
+ * prm_bench_grouped_free. PRM_EINVAL for a bad shape or backend. */
+int prm_bench_grouped(const prm_bench_grouped_opts_t *o, prm_bench_grouped_row_t **rows, int *n,
+                      prm_err_t *err);
+void prm_bench_grouped_free(prm_bench_grouped_row_t *rows);
+
 /* STREAM triad a[i] = b[i] + s*c[i] over three arrays of `bytes` each,
  * all threads: the best of the repetitions in duration_s, in GB/s
  * (3 x bytes per pass). */

@@ -142,6 +142,30 @@ void prm_linear_backward(const prm_gemm_t *g, float *dx /* (N,in) */, float *dw 
                          const float *w /* (out,in) */, int64_t N, int64_t in, int64_t out,
                          int dx_accum);
 
+/* Grouped linear layers (the experts of a mixture-of-experts layer): G
+ * groups of rows of one matrix, group g the rows [off[g], off[g+1]) (off
+ * non-decreasing, off[0] usually 0), each with its own weight
+ * w + g wstride, stored (out,in). One call computes every group's product:
+ * the grouped GEMM of gemm_grouped.c (one parallel region over all groups'
+ * tiles) with several threads while the groups average fewer than
+ * PRM_GROUPED_MAX_ROWS rows; otherwise (one thread, larger groups, or the
+ * reference backend) one backend GEMM per group (prm_linear_*). Empty
+ * groups are allowed. */
+#define PRM_GROUPED_MAX_ROWS 256
+void prm_grouped_linear_forward(const prm_gemm_t *g, float *y /* (R,out) */,
+                                const float *x /* (R,in) */,
+                                const float *w /* G x (out,in), wstride apart */,
+                                int64_t wstride, const int32_t *off /* (G+1) */, int64_t G,
+                                int64_t in, int64_t out);
+/* dx_g = dy_g W_g (overwritten, or added when dx_accum); dW_g += dy_g^T x_g.
+ * Either output may be NULL to skip it. */
+void prm_grouped_linear_backward(const prm_gemm_t *g, float *dx /* (R,in) */,
+                                 float *dw /* G x (out,in), wstride apart */,
+                                 const float *dy /* (R,out) */, const float *x /* (R,in) */,
+                                 const float *w /* G x (out,in) */, int64_t wstride,
+                                 const int32_t *off /* (G+1) */, int64_t G, int64_t in,
+                                 int64_t out, int dx_accum);
+
 /* ------------------------------------------------------------------------ */
 /* Element-wise and row-wise operators                                       */
 /* ------------------------------------------------------------------------ */

@@ -94,4 +94,44 @@ const prm_gemm_t *prm__prof_inner(const prm_gemm_t *g);
 /* Unwraps a profiled g (g is then the wrapped handle) and frees the profile. */
 void prm__prof_free(prm_gemm_t *g);
 
+/* ------------------------------------------------------------------------ */
+/* gemm_grouped.c: the grouped GEMM                                          */
+/* ------------------------------------------------------------------------ */
+
+/* One GEMM of a batch: C (M,N) = op(A) op(B) + beta C, op(A)(i,k) at
+ * A[i sam + k sak], op(B)(k,j) at B[k sbk + j sbn], C row-major (ldc).
+ * beta 0 never reads C. (The reference twin needs one unit stride in each
+ * of A and B, as every job of the linear layer has.) */
+typedef struct {
+  int64_t M, N, K;
+  const float *A;
+  int64_t sam, sak;
+  const float *B;
+  int64_t sbk, sbn;
+  float *C;
+  int64_t ldc;
+  float beta;
+} prm__gemm_job_t;
+
+/* The n jobs in one parallel region, by the variant isa ("avx512", "avx2",
+ * "plain"; NULL: this CPU's best). PRM_EINVAL, touching nothing, when the
+ * CPU cannot run it. */
+int prm__gemm_batch_run(const char *isa, const prm__gemm_job_t *jobs, int64_t n);
+/* The reference twin: one prm__ref32_gemm per job. */
+void prm__gemm_batch_ref(const prm__gemm_job_t *jobs, int64_t n);
+/* The variant this CPU runs. */
+const char *prm__gemm_batch_isa(void);
+
+/* One product of the grouped linear layer (arguments as
+ * prm_grouped_linear_forward/backward; out is y, dx or dw, a is x or dy, b
+ * is w, or x for PRM__GG_DW) by the variant isa, or "reference" for the
+ * twin. */
+enum { PRM__GG_FWD, PRM__GG_DX, PRM__GG_DW };
+/* 1 when prm_grouped_linear_* runs the grouped kernel for G groups of
+ * `rows` rows in all on backend g (else one backend GEMM per group). */
+int prm__grouped_use_kernel(const prm_gemm_t *g, int64_t rows, int64_t G);
+int prm__grouped_linear_isa(const char *isa, int which, float *out, const float *a,
+                            const float *b, int64_t wstride, const int32_t *off, int64_t G,
+                            int64_t in, int64_t nout, int accum);
+
 #endif

@@ -362,6 +362,12 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
     wide = wide > HD ? wide : HD;
     a->n16[0] = N * wide > a->chunk * C ? N * wide : a->chunk * C;
     a->n16[1] = N * wide > a->chunk * m->Vl ? N * wide : a->chunk * m->Vl;
+    if (c->experts) { /* moe.c: the experts' rows, the shared expert, the router */
+      int64_t Fe = c->moe_ffn, Rr = prm__moe_rows(m, N), mo = Rr * (C > Fe ? C : Fe);
+      int64_t sh = N * (c->shared_ffn > c->experts ? c->shared_ffn : c->experts);
+      mo = mo > sh ? mo : sh;
+      for (int i = 0; i < 2; i++) a->n16[i] = a->n16[i] > mo ? a->n16[i] : mo;
+    }
     for (int i = 0; i < 2; i++) a->x16[i] = (prm_bf16_t *)prm__carve(base, &cur, (a->n16[i] + 1) / 2);
   }
   return (size_t)cur * sizeof(float);
@@ -449,10 +455,6 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
   if (rc) return rc;
   int tsize = tp && tp->size > 1 ? tp->size : 1;
   if ((rc = prm_llama_tp_check_config(c, tsize, err))) return rc;
-  if (c->experts && (flags & PRM_LLAMA_BF16))
-    return prm_errf(err, PRM_ECONFIG,
-                    "bf16: mixture-of-experts models (num_experts %lld) train in fp32 only for "
-                    "now; set bf16: false", (long long)c->experts);
   PRM_ASSERT(tsize == 1 || (tp->comm && tp->rank >= 0 && tp->rank < tsize));
   if (B < 1 || T < 1 || T > c->max_pos)
     return prm_errf(err, PRM_ECONFIG,

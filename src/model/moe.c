@@ -1,5 +1,8 @@
-/* moe.c - the mixture-of-experts MLP (Mixtral-style) of MoE layers, fp32,
- * on one rank or with expert parallelism.
+/* moe.c - the mixture-of-experts MLP (Mixtral-style) of MoE layers, fp32
+ * or bf16 mixed precision (lin.c: the router's, experts' and shared
+ * expert's GEMMs on bf16 operands with fp32 accumulation; the router's
+ * softmax, top k and losses stay fp32), on one rank or with expert
+ * parallelism.
  *
  * Forward over N token rows x (the post-attention norm's output):
  *   router logits x W_r^T (N,E), softmax over the E experts, the top k by
@@ -9,7 +12,9 @@
  *   then assignment order: deterministic), the assignments over an
  *   expert's capacity dropped (counted) in that order;
  *   each expert's SwiGLU w2(silu(w1 x) * w3 x) over its contiguous group
- *   of rows - one GEMM per expert and matrix on its slice (a grouped GEMM);
+ *   of rows, each matrix's products for all the experts in one grouped
+ *   GEMM (prm_grouped_linear_*: one kernel over every expert's tiles for
+ *   small groups, a backend GEMM per expert for large ones);
  *   the outputs scattered back, weighted by the router weights, plus the
  *   optional shared expert (a dense SwiGLU on every token).
  * The losses the router adds: aux = coeff E sum_e f_e P_e (f_e: the
@@ -205,7 +210,7 @@ static void prm__route(prm_llama_t *m, const prm_llama_layer_t *w, prm__layer_ac
                        const float *x, int64_t N) {
   const prm_llama_config_t *c = &m->cfg;
   int64_t E = c->experts, K = c->topk, C = c->hidden;
-  prm_linear_forward(&m->gemm, a->rlogit, x, w->router, N, C, E);
+  prm__lin_fwd(m, a->rlogit, x, prm__to16(m, 0, x, N * C), w->router, N, C, E);
   for (int64_t t = 0; t < N; t++) {
     const float *z = a->rlogit + t * E;
     float *p = a->rprob + t * E;
@@ -273,22 +278,45 @@ void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
     prm__ep_counts(m, a);
     prm__ep_exchange(m, a, a->xs, a->xr, C, 0);
   }
-  /* The grouped GEMM: per local expert one product per matrix on its rows. */
-  for (int64_t j = 0; j < m->El; j++) {
-    int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
-    if (!n) continue;
-    prm_linear_forward(g, a->egate + r0 * Fe, a->xr + r0 * C, prm__w1(c, w->experts, j), n, C, Fe);
-    prm_linear_forward(g, a->eup + r0 * Fe, a->xr + r0 * C, prm__w3(c, w->experts, j), n, C, Fe);
-    prm_swiglu_forward(a->eh + r0 * Fe, a->egate + r0 * Fe, a->eup + r0 * Fe, n * Fe);
-    prm_linear_forward(g, a->er + r0 * C, a->eh + r0 * Fe, prm__w2(c, w->experts, j), n, Fe, C);
+  /* The grouped GEMM: each matrix's product for every local expert in one
+   * call, expert j on its rows [roff[j], roff[j+1]). In bf16 (the grouped
+   * kernel is fp32) one bf16 GEMM per expert, on operands rounded once. */
+  int64_t ws = 3 * Fe * C, nr = a->roff[m->El];
+  if (m->params16) {
+    const prm_bf16_t *x16 = prm__to16(m, 0, a->xr, nr * C);
+    for (int64_t j = 0; j < m->El; j++) {
+      int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
+      if (!n) continue;
+      prm__lin_fwd(m, a->egate + r0 * Fe, a->xr + r0 * C, x16 + r0 * C, prm__w1(c, w->experts, j),
+                   n, C, Fe);
+      prm__lin_fwd(m, a->eup + r0 * Fe, a->xr + r0 * C, x16 + r0 * C, prm__w3(c, w->experts, j),
+                   n, C, Fe);
+    }
+    prm_swiglu_forward(a->eh, a->egate, a->eup, nr * Fe);
+    const prm_bf16_t *h16 = prm__to16(m, 0, a->eh, nr * Fe);
+    for (int64_t j = 0; j < m->El; j++) {
+      int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
+      if (n)
+        prm__lin_fwd(m, a->er + r0 * C, a->eh + r0 * Fe, h16 + r0 * Fe,
+                     prm__w2(c, w->experts, j), n, Fe, C);
+    }
+  } else {
+    prm_grouped_linear_forward(g, a->egate, a->xr, prm__w1(c, w->experts, 0), ws, a->roff, m->El,
+                               C, Fe);
+    prm_grouped_linear_forward(g, a->eup, a->xr, prm__w3(c, w->experts, 0), ws, a->roff, m->El, C,
+                               Fe);
+    prm_swiglu_forward(a->eh, a->egate, a->eup, nr * Fe);
+    prm_grouped_linear_forward(g, a->er, a->eh, prm__w2(c, w->experts, 0), ws, a->roff, m->El, Fe,
+                               C);
   }
   if (ep) prm__ep_exchange(m, a, a->eout, a->er, C, 1); /* the outputs back */
   /* y = shared expert (or 0) + sum_j w_j expert_j(x), in assignment order. */
   if (Fs) {
-    prm_linear_forward(g, a->sg, x, w->sgate, N, C, Fs);
-    prm_linear_forward(g, a->su, x, w->sup, N, C, Fs);
+    const prm_bf16_t *x16 = prm__to16(m, 0, x, N * C);
+    prm__lin_fwd(m, a->sg, x, x16, w->sgate, N, C, Fs);
+    prm__lin_fwd(m, a->su, x, x16, w->sup, N, C, Fs);
     prm_swiglu_forward(a->sh, a->sg, a->su, N * Fs);
-    prm_linear_forward(g, y, a->sh, w->sdown, N, Fs, C);
+    prm__lin_fwd(m, y, a->sh, prm__to16(m, 0, a->sh, N * Fs), w->sdown, N, Fs, C);
   } else {
     memset(y, 0, (size_t)(N * C) * sizeof(float));
   }
@@ -345,28 +373,54 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
     }
     s->mdw[r] = (float)dot;
   }
-  /* The experts, slice by slice (on their holders under expert parallelism). */
+  /* The experts, each matrix grouped (on their holders under expert parallelism). */
   int ep = m->tp.ep_size > 1;
   if (ep) prm__ep_exchange(m, a, s->mdout, s->mdor, C, 0);
-  for (int64_t j = 0; j < m->El; j++) {
-    int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
-    if (!n) continue;
-    prm_linear_backward(g, s->mdh + r0 * Fe, prm__w2(c, dw->experts, j), s->mdor + r0 * C,
-                        a->eh + r0 * Fe, prm__w2(c, w->experts, j), n, Fe, C, 0);
-    prm_swiglu_backward(s->mdgate + r0 * Fe, s->mdup + r0 * Fe, s->mdh + r0 * Fe,
-                        a->egate + r0 * Fe, a->eup + r0 * Fe, n * Fe);
-    prm_linear_backward(g, s->mdxr + r0 * C, prm__w1(c, dw->experts, j), s->mdgate + r0 * Fe,
-                        a->xr + r0 * C, prm__w1(c, w->experts, j), n, C, Fe, 0);
-    prm_linear_backward(g, s->mdxr + r0 * C, prm__w3(c, dw->experts, j), s->mdup + r0 * Fe,
-                        a->xr + r0 * C, prm__w3(c, w->experts, j), n, C, Fe, 1);
+  int64_t ws = 3 * Fe * C, nr = a->roff[m->El];
+  if (m->params16) { /* one bf16 GEMM per expert and product, as forward */
+    const prm_bf16_t *d16 = prm__to16(m, 1, s->mdor, nr * C);
+    const prm_bf16_t *x16 = prm__to16(m, 0, a->eh, nr * Fe);
+    for (int64_t j = 0; j < m->El; j++) {
+      int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
+      if (n)
+        prm__lin_bwd(m, s->mdh + r0 * Fe, prm__w2(c, dw->experts, j), s->mdor + r0 * C,
+                     d16 + r0 * C, a->eh + r0 * Fe, x16 + r0 * Fe, prm__w2(c, w->experts, j), n,
+                     Fe, C, 0);
+    }
+    prm_swiglu_backward(s->mdgate, s->mdup, s->mdh, a->egate, a->eup, nr * Fe);
+    x16 = prm__to16(m, 0, a->xr, nr * C);
+    for (int k = 0; k < 2; k++) { /* w1 on the gate's gradient, then w3 on the up's, added */
+      const float *d = k ? s->mdup : s->mdgate;
+      d16 = prm__to16(m, 1, d, nr * Fe);
+      for (int64_t j = 0; j < m->El; j++) {
+        int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
+        if (!n) continue;
+        float *dwj = k ? prm__w3(c, dw->experts, j) : prm__w1(c, dw->experts, j);
+        float *wj = k ? prm__w3(c, w->experts, j) : prm__w1(c, w->experts, j);
+        prm__lin_bwd(m, s->mdxr + r0 * C, dwj, d + r0 * Fe, d16 + r0 * Fe, a->xr + r0 * C,
+                     x16 + r0 * C, wj, n, C, Fe, k);
+      }
+    }
+  } else {
+    prm_grouped_linear_backward(g, s->mdh, prm__w2(c, dw->experts, 0), s->mdor, a->eh,
+                                prm__w2(c, w->experts, 0), ws, a->roff, m->El, Fe, C, 0);
+    prm_swiglu_backward(s->mdgate, s->mdup, s->mdh, a->egate, a->eup, nr * Fe);
+    prm_grouped_linear_backward(g, s->mdxr, prm__w1(c, dw->experts, 0), s->mdgate, a->xr,
+                                prm__w1(c, w->experts, 0), ws, a->roff, m->El, C, Fe, 0);
+    prm_grouped_linear_backward(g, s->mdxr, prm__w3(c, dw->experts, 0), s->mdup, a->xr,
+                                prm__w3(c, w->experts, 0), ws, a->roff, m->El, C, Fe, 1);
   }
   if (ep) prm__ep_exchange(m, a, s->mdxs, s->mdxr, C, 1);
   /* dx = the shared expert's input gradient (or 0), plus the experts'. */
   if (Fs) {
-    prm_linear_backward(g, s->msdh, dw->sdown, dy, a->sh, w->sdown, N, Fs, C, 0);
+    prm__lin_bwd(m, s->msdh, dw->sdown, dy, prm__to16(m, 1, dy, N * C), a->sh,
+                 prm__to16(m, 0, a->sh, N * Fs), w->sdown, N, Fs, C, 0);
     prm_swiglu_backward(s->msdg, s->msdu, s->msdh, a->sg, a->su, N * Fs);
-    prm_linear_backward(g, dx, dw->sgate, s->msdg, x, w->sgate, N, C, Fs, 0);
-    prm_linear_backward(g, dx, dw->sup, s->msdu, x, w->sup, N, C, Fs, 1);
+    const prm_bf16_t *x16 = prm__to16(m, 0, x, N * C);
+    prm__lin_bwd(m, dx, dw->sgate, s->msdg, prm__to16(m, 1, s->msdg, N * Fs), x, x16, w->sgate,
+                 N, C, Fs, 0);
+    prm__lin_bwd(m, dx, dw->sup, s->msdu, prm__to16(m, 1, s->msdu, N * Fs), x, x16, w->sup, N, C,
+                 Fs, 1);
   } else {
     memset(dx, 0, (size_t)(N * C) * sizeof(float));
   }
@@ -404,7 +458,8 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
   }
   free(dp);
   free(daux);
-  prm_linear_backward(g, dx, dw->router, s->mdlogit, x, w->router, N, C, E, 1);
+  prm__lin_bwd(m, dx, dw->router, s->mdlogit, prm__to16(m, 1, s->mdlogit, N * E), x,
+               prm__to16(m, 0, x, N * C), w->router, N, C, E, 1);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -38,6 +38,8 @@ extern const prm_opt_t prm__bench_gemm_opts[];
 int prm__bench_gemm(prm_task_ctx_t *ctx, prm_err_t *err);
 extern const prm_opt_t prm__bench_dense_opts[];
 int prm__bench_gemm_dense(prm_task_ctx_t *ctx, prm_err_t *err);
+extern const prm_opt_t prm__bench_grouped_opts[];
+int prm__bench_gemm_grouped(prm_task_ctx_t *ctx, prm_err_t *err);
 extern const prm_opt_t prm__bench_attn_opts[];
 int prm__bench_attention(prm_task_ctx_t *ctx, prm_err_t *err);
 extern const prm_opt_t prm__bench_kernels_opts[];

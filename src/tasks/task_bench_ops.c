@@ -1,6 +1,7 @@
 /* task_bench_ops.c - `benchmark gemm` (one shape, every backend, --tune),
- * `gemm-dense` (every GEMM of one layer), `attention` and `kernels` (the
- * fused element-wise kernels against their reference twins). */
+ * `gemm-dense` (every GEMM of one layer), `attention`, `kernels` (the
+ * fused element-wise kernels against their reference twins) and
+ * `gemm-grouped` (the MoE experts' grouped GEMM against a GEMM per expert). */
 #define _GNU_SOURCE
 #include "bench-tasks.h"
 #include "primus/prm_config.h"
@@ -415,5 +416,90 @@ int prm__bench_kernels(prm_task_ctx_t *ctx, prm_err_t *err) {
   rc = prm__bench_emit(ctx, t, "Fused element-wise kernels against their reference twins (fp32)", err);
   prm_table_free(t);
   prm_bench_kernels_free(rows);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* gemm-grouped (issue 11: the MoE experts' grouped GEMM, src/bench/grouped.c) */
+/* ------------------------------------------------------------------------ */
+
+const prm_opt_t prm__bench_grouped_opts[] = {
+    {"hidden", 0, PRM_OPT_INT, "C", "768", "hidden size"},
+    {"ffn", 0, PRM_OPT_INT, "F", "2048", "each expert's SwiGLU inner size (moe_ffn)"},
+    {"experts", 0, PRM_OPT_INT, "E", "8", "experts (groups)"},
+    {"rows", 0, PRM_OPT_STR, "LIST", "16,64,256,1024", "comma-separated tokens per expert, one measurement each"},
+    {"backend", 0, PRM_OPT_STR, "NAME", "auto", "the per-expert loop's backend: onednn, openblas, native, all, or auto"},
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time per row count and pass (grouped and loop alternately)"},
+    PRM__OUTPUT_OPT,
+    {NULL},
+};
+
+int prm__bench_gemm_grouped(prm_task_ctx_t *ctx, prm_err_t *err) {
+  prm_bench_grouped_opts_t o = {0};
+  const char *cmd = "gemm-grouped", *names[8];
+  int64_t rows[32];
+  char isa[16] = "";
+  int nb = 0, rc;
+  if ((rc = prm__bench_check_output(ctx, cmd, err)) ||
+      (rc = prm__bench_int_opt(ctx, cmd, "hidden", 768, 1, &o.hidden, err)) ||
+      (rc = prm__bench_int_opt(ctx, cmd, "ffn", 2048, 1, &o.ffn, err)) ||
+      (rc = prm__bench_int_opt(ctx, cmd, "experts", 8, 1, &o.experts, err)) ||
+      (rc = prm__bench_backend_opt(ctx, cmd, names, &nb, err)) ||
+      (rc = prm__bench_duration_opt(ctx, cmd, 1.0, &o.duration_s, err)))
+    return rc;
+  const char *list = prm_args_str(ctx->args, "rows");
+  if (!list) list = "16,64,256,1024";
+  for (const char *p = list; *p;) {
+    const char *q = strchr(p, ',');
+    size_t len = q ? (size_t)(q - p) : strlen(p);
+    char one[32];
+    int64_t v = 0;
+    snprintf(one, sizeof one, "%.*s", (int)(len < 31 ? len : 31), p);
+    if (o.nrows == 32 || len > 30 || prm_parse_i64(one, &v) || v < 1 || v > (1 << 20))
+      return prm_errf(err, PRM_EINVAL, "benchmark %s: --rows \"%s\": expected up to 32 comma-separated counts in 1..1048576",
+                      cmd, list);
+    rows[o.nrows++] = v;
+    p = q ? q + 1 : p + len;
+  }
+  o.rows = rows;
+  static const char *const cols[] = {"pass",    "rows_per_expert", "experts",       "hidden",
+                                     "ffn",     "backend",         "pairs",         "grouped_ms",
+                                     "loop_ms", "grouped_gflops",  "loop_gflops",   "loop_over_grouped",
+                                     "policy"};
+  prm_table_t *t = prm_table_new(13, cols);
+  for (int b = 0; b < nb && !rc; b++) {
+    prm_bench_grouped_row_t *r = NULL;
+    int n = 0;
+    o.backend = strcmp(names[b], "native") ? names[b] : "reference";
+    if ((rc = prm_bench_grouped(&o, &r, &n, err))) {
+      prm_err_prefix(err, "benchmark %s", cmd);
+      break;
+    }
+    if (n) snprintf(isa, sizeof isa, "%s", r[0].isa);
+    for (int i = 0; i < n; i++) {
+      prm_table_row(t);
+      prm_table_str(t, r[i].bwd ? "backward" : "forward");
+      prm_table_int(t, r[i].rows);
+      prm_table_int(t, o.experts);
+      prm_table_int(t, o.hidden);
+      prm_table_int(t, o.ffn);
+      prm_table_str(t, names[b]);
+      prm_table_int(t, r[i].pairs);
+      prm_table_num(t, r[i].grouped_ms, 3);
+      prm_table_num(t, r[i].loop_ms, 3);
+      prm_table_num(t, r[i].grouped_gflops, 1);
+      prm_table_num(t, r[i].loop_gflops, 1);
+      prm_table_num(t, r[i].speedup, 2);
+      prm_table_str(t, r[i].policy_grouped ? "grouped" : "loop");
+    }
+    prm_bench_grouped_free(r);
+  }
+  if (!rc) {
+    char title[160];
+    snprintf(title, sizeof title, "MoE experts' GEMMs: grouped (%s) against a GEMM per expert, fp32, %d threads",
+             isa, prm_kernels_threads());
+    rc = prm__bench_emit(ctx, t, title, err);
+  }
+  prm_table_free(t);
   return rc;
 }

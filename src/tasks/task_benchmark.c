@@ -137,6 +137,18 @@ static const prm_subtask_t prm__bench_subs[] = {
      "  primus benchmark gemm-dense --model llama3_8B --seq_length 2048\n"
      "  primus benchmark gemm-dense --model my_model.yaml --backend all --output-file dense.jsonl",
      prm__bench_dense_opts, 0, prm__bench_gemm_dense},
+    {"gemm-grouped", "the MoE experts' grouped GEMM against a GEMM per expert", NULL,
+     "Times the SwiGLU experts' GEMMs of one MoE layer, --experts groups of each\n"
+     "--rows count of tokens: the forward (gate, up, down: 3 products) and the\n"
+     "backward (each matrix's data and weight gradient: 6), once through the\n"
+     "grouped GEMM (one call per product over every expert) and once as the loop\n"
+     "of one --backend GEMM per expert and product, alternately call for call.\n"
+     "Columns: the median ms per pass of each, GFLOP/s from those, their ratio\n"
+     "(loop_over_grouped > 1: the grouped kernel is faster) and the policy,\n"
+     "which of the two the engine runs at that size.\n\n"
+     "Example:\n"
+     "  primus benchmark gemm-grouped --hidden 768 --ffn 2048 --experts 8 --rows 16,64,256,1024",
+     prm__bench_grouped_opts, 0, prm__bench_gemm_grouped},
     {"attention", "forward and backward time of the engine's attention kernels", NULL,
      "Times prm_attention_forward and prm_attention_backward (causal, grouped-query,\n"
      "flash style, fp32) on random inputs. tflops counts the causal half of the\n"

@@ -332,12 +332,6 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
       }
       return prm__prefix_origin(e, key, err);
     }
-    if (o->bf16)
-      return prm__prefix_origin(e, "bf16",
-                                (prm_errf(err, PRM_ECONFIG,
-                                          "bf16: mixture-of-experts models (num_experts %lld) "
-                                          "train in fp32 only for now; set bf16: false",
-                                          (long long)c->experts), err));
   }
   if ((rc = prm_llama_tp_check_config(&o->model, o->tp, err)))
     return prm__prefix_origin(e, "tensor_model_parallel_size", err);

@@ -85,6 +85,18 @@ run benchmark gemm-dense --model ./my_model.yaml --seq_length 8 --duration 0 -o 
 expect_rc "gemm-dense with a model YAML path" 0
 check_table "gemm-dense .json" dense.json "$GEMM_COLS" 15 "tflops"
 
+# ---- gemm-grouped ---------------------------------------------------------------
+GG_COLS=pass,rows_per_expert,experts,hidden,ffn,backend,pairs,grouped_ms,loop_ms,grouped_gflops,loop_gflops,loop_over_grouped,policy
+run benchmark gemm-grouped --hidden 32 --ffn 48 --experts 3 --rows 3,4096 --duration 0.005 -o grouped.csv
+expect_rc "gemm-grouped" 0
+check_table "gemm-grouped .csv: forward and backward per row count" grouped.csv "$GG_COLS" 4 "pairs,grouped_ms,loop_ms,loop_over_grouped"
+expect_in "gemm-grouped: 3 rows a group run grouped" "forward,3,3,32,48," "$(grep ',grouped$' grouped.csv)"
+expect_in "gemm-grouped: 4096 rows a group run a GEMM per expert" "backward,4096,3,32,48," "$(grep ',loop$' grouped.csv)"
+err_case_gg() { run benchmark gemm-grouped "$@"; expect_rc "gemm-grouped $*" 2; expect_in "gemm-grouped $*: names the option" "${1}" "$ERR"; }
+err_case_gg --rows 16,x
+err_case_gg --rows 0
+err_case_gg --experts 0
+
 # ---- attention ----------------------------------------------------------------
 run benchmark attention --batch 1 --seq 32 --heads 4 --kv_heads 2 --head_dim 16 --causal --duration 0.05 -o attn.tsv
 expect_rc "attention" 0
@@ -189,7 +201,7 @@ err_case "train --iters 0" 2 "--iters" train --config exp.yaml --iters 0
 
 run benchmark --help
 expect_rc "benchmark --help" 0
-for s in gemm gemm-dense attention launch memory checkpoint-io train tokenizer; do
+for s in gemm gemm-dense gemm-grouped attention launch memory checkpoint-io train tokenizer; do
   expect_in "help lists $s" "$s" "$OUT"
 done
 finish

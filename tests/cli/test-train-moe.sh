@@ -113,7 +113,6 @@ refuse() { # NAME NEEDLE OVERRIDES...
 }
 refuse "topk above num_experts" "moe_router_topk: must be between 1 and num_experts (4), got 5" \
   moe_router_topk=5
-refuse "bf16 with MoE" "bf16: mixture-of-experts" bf16=true
 refuse "tensor parallel with MoE" "tensor_model_parallel_size 2: mixture-of-experts" \
   tensor_model_parallel_size=2
 refuse "an unknown dispatcher" "moe_token_dispatcher_type" moe_token_dispatcher_type=allgather
