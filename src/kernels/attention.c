@@ -121,22 +121,6 @@ static inline __attribute__((always_inline)) void prm__acc_rows(float *restrict 
   }
 }
 
-/* Segments (packed sequences): lo[a] = the first key row i0 + a sees, the
- * start of the run of equal ids holding it; all 0 without segments, so the
- * plain causal path only pays for filling a small array per block. The
- * starts never decrease with the row, so lo[0] bounds the block's keys. */
-static inline void prm__seg_lo(int64_t *lo, const int32_t *seg, int64_t i0, int64_t nq) {
-  lo[0] = 0;
-  if (!seg) {
-    for (int64_t a = 0; a < nq; a++) lo[a] = 0;
-    return;
-  }
-  int64_t i = i0;
-  while (i > 0 && seg[i - 1] == seg[i0]) i--;
-  lo[0] = i;
-  for (int64_t a = 1; a < nq; a++) lo[a] = seg[i0 + a] == seg[i0 + a - 1] ? lo[a - 1] : i0 + a;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Forward: a block of query rows of one head, online softmax over key      */
 /* blocks                                                                    */
