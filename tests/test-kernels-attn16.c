@@ -116,7 +116,7 @@ static void case_ref(a16_case_t *c, const int32_t *seg) {
                                    c->rl, seg, c->B, c->T, c->H, c->G, c->D);
 }
 
-static int native(void) { return !strcmp(prm__attention16_isa(), "avx512bf16"); }
+static int native(void) { return !strcmp(prm_attention_bf16_isa(), "avx512bf16"); }
 
 /* B, T, H, G, D: GQA and not, odd T, T below and across the 32 x 64
  * blocks, head sizes 16 .. 128 (one to two 64-lane passes, 1-3 vector

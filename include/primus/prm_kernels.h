@@ -251,6 +251,8 @@ void prm_attention_backward_bf16(float *dq /* (B,T,H,D) */, float *dk /* (B,T,G,
                                  const float *out /* (B,T,H,D) */, const float *lse /* (B,H,T) */,
                                  const int32_t *seg /* (B,T) or NULL */, int64_t B, int64_t T,
                                  int64_t H, int64_t G, int64_t D);
+/* The bf16 attention variant this CPU runs: "avx512bf16" or "widen". */
+const char *prm_attention_bf16_isa(void);
 /* Inference with a KV cache: Tq new queries at positions Tk-Tq .. Tk-1
  * attend to the Tk cached keys/values (causal within the new ones). */
 void prm_attention_decode(float *out /* (Tq,H,D) */, const float *q /* (Tq,H,D) */,

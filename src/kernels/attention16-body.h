@@ -102,8 +102,15 @@ PRM__A16_FN static void PRM__A16(fwd_block)(float *out, float *lse, const prm_bf
         memset(P[a], 0, sizeof P[a]);
         continue;
       }
-      float bm = -INFINITY;
-      for (int64_t c = c0; c < n; c++) bm = S[a][c] * scale > bm ? S[a][c] * scale : bm;
+      /* The row's maximum over [c0, n), 16 lanes at a time. */
+      prm__v16 vm = prm__splat(-INFINITY);
+#pragma GCC unroll 4
+      for (int x = 0; x < PRM__A16_BK / 16; x++) {
+        prm__v16i c = prm__a16_iota + 16 * x;
+        vm = prm__vmax(vm, prm__select((c >= (int32_t)c0) & (c < (int32_t)n),
+                                       prm__ld(S[a] + 16 * x) * scale, prm__splat(-INFINITY)));
+      }
+      float bm = prm__hmax(vm);
       if (bm > m[a]) { /* rescale what was summed under the old maximum */
         float corr = prm__exp_neg(m[a] - bm);
         l[a] *= corr;

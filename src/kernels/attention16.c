@@ -64,6 +64,8 @@ PRM__INLINE prm__v16u prm__ldi(const uint32_t *p) {
   return v;
 }
 
+static const prm__v16i prm__a16_iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
 static inline int64_t prm__a16_round(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* The two halves of a pair widened to fp32 (exact). */
@@ -236,7 +238,7 @@ static const prm__a16_isa_t *prm__a16_pick(const char *isa) {
   return NULL;
 }
 
-const char *prm__attention16_isa(void) { return prm__a16_pick(NULL)->name; }
+const char *prm_attention_bf16_isa(void) { return prm__a16_pick(NULL)->name; }
 
 /* ------------------------------------------------------------------------ */
 /* Entry points                                                              */

@@ -52,7 +52,6 @@ int prm__fast_adamw_update_isa(const char *isa, float *p, const float *g, float 
  * (vdpbf16ps) or "widen" (bf16 pairs widened to fp32, AVX-512, AVX2 or
  * plain by cpuid); NULL: this CPU's. PRM_EINVAL, touching nothing, when the
  * CPU cannot run it. For the tests and the benchmark. */
-const char *prm__attention16_isa(void);
 int prm__attention_forward_bf16_isa(const char *isa, float *out, float *lse, const prm_bf16_t *q,
                                     const prm_bf16_t *k, const prm_bf16_t *v, const int32_t *seg,
                                     int64_t B, int64_t T, int64_t H, int64_t G, int64_t D);
