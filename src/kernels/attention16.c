@@ -20,7 +20,10 @@
  *    queries) with d in the lanes: T/2 rows of D words, word (r, d) =
  *    (X[2r][d], X[2r+1][d]); the other side (P, dS, or P^T / dS^T, whose
  *    pairs run along the query rows) is rounded into pairs as it is made.
- * Rows past T are zero in every packed operand.
+ * Rows past T are zero in every packed operand. The packed operands live
+ * in PRM_MEM_SCRATCH allocations for the length of one call (so the memory
+ * accounting's peak sees them): in forward as large as k and v in bf16,
+ * in backward 5 x T x D bf16 values per thread.
  *
  * Two variants, chosen on every call by cpuid (as bf16.c and fast_adamw.c
  * choose): "avx512bf16" (vdpbf16ps) and "widen", which widens each pair to
@@ -270,7 +273,9 @@ int prm__attention_forward_bf16_isa(const char *isa, float *out, float *lse, con
   float scale = (float)(1.0 / sqrt((double)D));
   /* Packed keys and values of every (sequence, group), shared by all query
    * heads and blocks: as large as k and v themselves. */
-  uint32_t *ka = prm_xmalloc((size_t)(2 * B * G * per) * sizeof(uint32_t)), *vb = ka + B * G * per;
+  size_t bytes = (size_t)(2 * B * G * per) * sizeof(uint32_t);
+  uint32_t *ka = prm_mem_alloc(PRM_MEM_SCRATCH, bytes), *vb = ka + B * G * per;
+  PRM_ASSERT(ka); /* out of memory */
 #pragma omp parallel
   {
 #pragma omp for collapse(2) schedule(static)
@@ -291,7 +296,7 @@ int prm__attention_forward_bf16_isa(const char *isa, float *out, float *lse, con
                  seg ? seg + b * T : NULL, i0, nq, D, scale);
         }
   }
-  free(ka);
+  prm_mem_free(PRM_MEM_SCRATCH, ka, bytes);
   return 0;
 }
 
@@ -317,12 +322,13 @@ int prm__attention_backward_bf16_isa(const char *isa, float *dq, float *dk, floa
   size_t words = (size_t)((3 * Tk + 2 * Tq) * (D / 2));
 #pragma omp parallel
   {
-    uint32_t *buf = prm_xmalloc(words * sizeof(uint32_t));
+    uint32_t *buf = prm_mem_alloc(PRM_MEM_SCRATCH, words * sizeof(uint32_t));
+    PRM_ASSERT(buf); /* out of memory */
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; b++)
       for (int64_t g = 0; g < G; g++)
         f->bwd(dq, dk, dv, dout, q, k, v, out, lse, seg, b, g, T, H, G, D, scale, buf);
-    free(buf);
+    prm_mem_free(PRM_MEM_SCRATCH, buf, words * sizeof(uint32_t));
   }
   return 0;
 }
