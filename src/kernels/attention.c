@@ -10,7 +10,9 @@
  * are compiled for AVX-512, AVX2+FMA and plain x86-64 and the best one is
  * picked at load time by cpuid (GCC target_clones). The reference twin is
  * the fp32 instantiation of ref-impl.h; tests/test-kernels.c checks these
- * against it and against the double-precision reference. */
+ * against it and against the double-precision reference. bf16 mixed
+ * precision runs the same blocks with bf16 operands and vdpbf16ps
+ * products in attention16.c. */
 #include "kernels/kernels-impl.h"
 #include "kernels/vec-impl.h"
 
