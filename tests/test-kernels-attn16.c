@@ -12,8 +12,9 @@
  * the order of the tensor's largest element, a few times it where the
  * terms cancel (dS sums to zero over a row): 2^-7 (|ref| + max|ref|)
  * bounds it (the errors measured are 0.001-0.003 max|ref|), while any
- * wrong index or missing term is off by O(max|ref|). lse uses the unrounded fp32 P: 1e-5. The two variants do
- * the same roundings and differ only in fp32 summation order: 1e-5. */
+ * wrong index or missing term is off by O(max|ref|). lse uses the
+ * unrounded fp32 P: 1e-5. The two variants do the same roundings and
+ * differ only in fp32 summation order: 1e-5. */
 #define _GNU_SOURCE
 #include "testlib.h"
 

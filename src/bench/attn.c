@@ -8,9 +8,9 @@
 
 /* One call; with bf16 (x16: room for q, k, v and dout in bf16) the
  * operands are rounded first, as the model does. */
-static void prm__attn_call(int backward, const char *isa, prm_bf16_t *x16, float *out, float *lse, float *dq,
-                           float *dk, float *dv, const float *dout, const float *q, const float *k,
-                           const float *v, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
+static void prm__attn_call(int backward, const char *isa, prm_bf16_t *x16, float *out, float *lse,
+                           float *dq, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
   if (!x16) {
     if (backward) prm_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, G, D);
     else prm_attention_forward(out, lse, q, k, v, B, T, H, G, D);
@@ -89,10 +89,10 @@ int prm_bench_attention(const prm_bench_attn_opts_t *o, prm_bench_attn_result_t 
     prm__bench_fill(dout, nq, 14);
     double half = o->duration_s / 2;
     prm_bf16_t *b16 = (prm_bf16_t *)x16;
-    double fwd = prm__time_attn(0, o->isa, half, &r->fwd_iters, b16, out, lse, dq, dk, dv, dout, q, k, v,
-                                B, T, H, G, D);
-    double bwd = prm__time_attn(1, o->isa, half, &r->bwd_iters, b16, out, lse, dq, dk, dv, dout, q, k, v,
-                                B, T, H, G, D);
+    double fwd = prm__time_attn(0, o->isa, half, &r->fwd_iters, b16, out, lse, dq, dk, dv, dout,
+                                q, k, v, B, T, H, G, D);
+    double bwd = prm__time_attn(1, o->isa, half, &r->bwd_iters, b16, out, lse, dq, dk, dv, dout,
+                                q, k, v, B, T, H, G, D);
     /* Causal: half of the T x T scores; two GEMM-like products each. */
     double flops = 2.0 * (double)B * H * (double)T * (double)T * D;
     if (fwd <= 0) fwd = 1e-9;

@@ -372,7 +372,8 @@ void prm__ref_attention_forward_bf16(float *out, float *lse, const prm_bf16_t *q
                                      int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
   int64_t nq = B * T * H * D, nk = B * T * G * D, nl = B * H * T;
   double *qd = prm__a16_dwiden(q, nq), *kd = prm__a16_dwiden(k, nk), *vd = prm__a16_dwiden(v, nk);
-  double *od = prm_xmalloc((size_t)nq * sizeof(double)), *ld = prm_xmalloc((size_t)nl * sizeof(double));
+  double *od = prm_xmalloc((size_t)nq * sizeof(double)),
+         *ld = prm_xmalloc((size_t)nl * sizeof(double));
   prm_ref64_attention_forward_seg(od, ld, qd, kd, vd, seg, B, T, H, G, D);
   prm__a16_narrow(out, od, nq);
   prm__a16_narrow(lse, ld, nl);

@@ -71,10 +71,11 @@ void prm__ref_attention_backward_bf16(float *dq, float *dk, float *dv, const prm
                                       const int32_t *seg, int64_t B, int64_t T, int64_t H,
                                       int64_t G, int64_t D);
 
-/* Segments (packed sequences), for attention.c and attention16.c: lo[a] = the first key row i0 + a sees, the
- * start of the run of equal ids holding it; all 0 without segments, so the
- * plain causal path only pays for filling a small array per block. The
- * starts never decrease with the row, so lo[0] bounds the block's keys. */
+/* Segments (packed sequences), for attention.c and attention16.c: lo[a] =
+ * the first key row i0 + a sees, the start of the run of equal ids holding
+ * it; all 0 without segments, so the plain causal path only pays for
+ * filling a small array per block. The starts never decrease with the row,
+ * so lo[0] bounds the block's keys. */
 static inline void prm__seg_lo(int64_t *lo, const int32_t *seg, int64_t i0, int64_t nq) {
   lo[0] = 0;
   if (!seg) {
