@@ -10,7 +10,8 @@
  * operands are rounded first, as the model does. */
 static void prm__attn_call(int backward, const char *isa, prm_bf16_t *x16, float *out, float *lse,
                            float *dq, float *dk, float *dv, const float *dout, const float *q,
-                           const float *k, const float *v, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
+                           const float *k, const float *v, int64_t B, int64_t T, int64_t H,
+                           int64_t G, int64_t D) {
   if (!x16) {
     if (backward) prm_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, G, D);
     else prm_attention_forward(out, lse, q, k, v, B, T, H, G, D);
