@@ -120,10 +120,15 @@ int prm_bench_gemm_tune(const prm_bench_dense_gemm_t *g, int n, double duration_
                         const char *path, prm_table_t *t, prm_err_t *err);
 
 /* The engine's causal grouped-query attention (prm_attention_forward and
- * _backward) on random q, k, v. FLOPs count the causal half only:
- * forward 2 B H T^2 D, backward 2.5 x forward (flash-attention convention). */
+ * _backward; with bf16, prm_attention_forward_bf16 and _backward_bf16, each
+ * call timed with the rounding of its fp32 q, k, v and dO to bf16 that the
+ * model does per layer) on random q, k, v. FLOPs count the causal half
+ * only: forward 2 B H T^2 D, backward 2.5 x forward (flash-attention
+ * convention). */
 typedef struct {
   int64_t batch, seq, heads, kv_heads, head_dim;
+  int bf16;             /* bf16 operands */
+  const char *isa;      /* bf16: "avx512bf16" or "widen"; NULL: this CPU's */
   double duration_s;    /* split between forward and backward */
 } prm_bench_attn_opts_t;
 

@@ -257,6 +257,27 @@ void prm_attention_backward_seg(float *dq /* (B,T,H,D) */, float *dk /* (B,T,G,D
                                 const float *out /* (B,T,H,D) */, const float *lse /* (B,H,T) */,
                                 const int32_t *seg /* (B,T) or NULL */, int64_t B, int64_t T,
                                 int64_t H, int64_t G, int64_t D);
+/* bf16 mixed precision (src/kernels/attention16.c): the _seg kernels with
+ * bf16 q, k, v (and dout), fp32 accumulation, fp32 softmax statistics and
+ * fp32 out, lse and gradients; P and dS are rounded to bf16 as operands of
+ * the products that follow them. avx512_bf16 dot products when the CPU has
+ * them, else the bf16 pairs widened to fp32. Extra memory: the packed keys
+ * and values (the size of k and v) in forward, 5 T D bf16 values per
+ * thread in backward. */
+void prm_attention_forward_bf16(float *out /* (B,T,H,D) */, float *lse /* (B,H,T) */,
+                                const prm_bf16_t *q /* (B,T,H,D) */,
+                                const prm_bf16_t *k /* (B,T,G,D) */,
+                                const prm_bf16_t *v /* (B,T,G,D) */,
+                                const int32_t *seg /* (B,T) or NULL */, int64_t B, int64_t T,
+                                int64_t H, int64_t G, int64_t D);
+void prm_attention_backward_bf16(float *dq /* (B,T,H,D) */, float *dk /* (B,T,G,D) */,
+                                 float *dv /* (B,T,G,D) */, const prm_bf16_t *dout /* (B,T,H,D) */,
+                                 const prm_bf16_t *q, const prm_bf16_t *k, const prm_bf16_t *v,
+                                 const float *out /* (B,T,H,D) */, const float *lse /* (B,H,T) */,
+                                 const int32_t *seg /* (B,T) or NULL */, int64_t B, int64_t T,
+                                 int64_t H, int64_t G, int64_t D);
+/* The bf16 attention variant this CPU runs: "avx512bf16" or "widen". */
+const char *prm_attention_bf16_isa(void);
 /* Inference with a KV cache: Tq new queries at positions Tk-Tq .. Tk-1
  * attend to the Tk cached keys/values (causal within the new ones). */
 void prm_attention_decode(float *out /* (Tq,H,D) */, const float *q /* (Tq,H,D) */,

@@ -10,7 +10,9 @@
  * are compiled for AVX-512, AVX2+FMA and plain x86-64 and the best one is
  * picked at load time by cpuid (GCC target_clones). The reference twin is
  * the fp32 instantiation of ref-impl.h; tests/test-kernels.c checks these
- * against it and against the double-precision reference. */
+ * against it and against the double-precision reference. bf16 mixed
+ * precision runs the same blocks with bf16 operands and vdpbf16ps
+ * products in attention16.c. */
 #include "kernels/kernels-impl.h"
 #include "kernels/vec-impl.h"
 
@@ -119,22 +121,6 @@ static inline __attribute__((always_inline)) void prm__acc_rows(float *restrict 
     for (int64_t t = 0; t < n; t++) r += w[t * ws] * x[t * xs + d0];
     y[d0] = r;
   }
-}
-
-/* Segments (packed sequences): lo[a] = the first key row i0 + a sees, the
- * start of the run of equal ids holding it; all 0 without segments, so the
- * plain causal path only pays for filling a small array per block. The
- * starts never decrease with the row, so lo[0] bounds the block's keys. */
-static inline void prm__seg_lo(int64_t *lo, const int32_t *seg, int64_t i0, int64_t nq) {
-  lo[0] = 0;
-  if (!seg) {
-    for (int64_t a = 0; a < nq; a++) lo[a] = 0;
-    return;
-  }
-  int64_t i = i0;
-  while (i > 0 && seg[i - 1] == seg[i0]) i--;
-  lo[0] = i;
-  for (int64_t a = 1; a < nq; a++) lo[a] = seg[i0 + a] == seg[i0 + a - 1] ? lo[a - 1] : i0 + a;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -48,4 +48,44 @@ int prm__fast_adamw_update_isa(const char *isa, float *p, const float *g, float 
                                int64_t n, float lr, float beta1, float beta2, float eps, float wd,
                                int64_t step);
 
+/* The bf16 attention (attention16.c) with one variant forced: "avx512bf16"
+ * (vdpbf16ps) or "widen" (bf16 pairs widened to fp32, AVX-512, AVX2 or
+ * plain by cpuid); NULL: this CPU's. PRM_EINVAL, touching nothing, when the
+ * CPU cannot run it. For the tests and the benchmark. */
+int prm__attention_forward_bf16_isa(const char *isa, float *out, float *lse, const prm_bf16_t *q,
+                                    const prm_bf16_t *k, const prm_bf16_t *v, const int32_t *seg,
+                                    int64_t B, int64_t T, int64_t H, int64_t G, int64_t D);
+int prm__attention_backward_bf16_isa(const char *isa, float *dq, float *dk, float *dv,
+                                     const prm_bf16_t *dout, const prm_bf16_t *q,
+                                     const prm_bf16_t *k, const prm_bf16_t *v, const float *out,
+                                     const float *lse, const int32_t *seg, int64_t B, int64_t T,
+                                     int64_t H, int64_t G, int64_t D);
+/* The reference twin: the bf16 inputs widened to double, the double
+ * reference kernels (ref64), the results rounded to fp32. */
+void prm__ref_attention_forward_bf16(float *out, float *lse, const prm_bf16_t *q,
+                                     const prm_bf16_t *k, const prm_bf16_t *v, const int32_t *seg,
+                                     int64_t B, int64_t T, int64_t H, int64_t G, int64_t D);
+void prm__ref_attention_backward_bf16(float *dq, float *dk, float *dv, const prm_bf16_t *dout,
+                                      const prm_bf16_t *q, const prm_bf16_t *k,
+                                      const prm_bf16_t *v, const float *out, const float *lse,
+                                      const int32_t *seg, int64_t B, int64_t T, int64_t H,
+                                      int64_t G, int64_t D);
+
+/* Segments (packed sequences), for attention.c and attention16.c: lo[a] =
+ * the first key row i0 + a sees, the start of the run of equal ids holding
+ * it; all 0 without segments, so the plain causal path only pays for
+ * filling a small array per block. The starts never decrease with the row,
+ * so lo[0] bounds the block's keys. */
+static inline void prm__seg_lo(int64_t *lo, const int32_t *seg, int64_t i0, int64_t nq) {
+  lo[0] = 0;
+  if (!seg) {
+    for (int64_t a = 0; a < nq; a++) lo[a] = 0;
+    return;
+  }
+  int64_t i = i0;
+  while (i > 0 && seg[i - 1] == seg[i0]) i--;
+  lo[0] = i;
+  for (int64_t a = 1; a < nq; a++) lo[a] = seg[i0 + a] == seg[i0 + a - 1] ? lo[a - 1] : i0 + a;
+}
+
 #endif

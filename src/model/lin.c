@@ -1,13 +1,16 @@
-/* lin.c - the model's linear layers in fp32 or bf16 mixed precision.
+/* lin.c - the model's linear layers and attention in fp32 or bf16 mixed
+ * precision.
  *
  * With PRM_LLAMA_BF16 the matrix multiplications take bf16 operands and
  * accumulate in fp32 (prm_gemm_bf16): the weights come from a bf16 shadow
  * of the fp32 master parameters (refreshed by prm__refresh16 when they
  * changed), the activations and output gradients are rounded into two
  * scratch slots just before use (slot 0: the layer input x, slot 1: the
- * output gradient dy). Everything else - norms, softmax statistics, the
- * loss, gradients, AdamW - stays fp32. Without the flag every function is
- * the plain fp32 call. */
+ * output gradient dy). Attention takes q, k, v (and in backward dO)
+ * rounded into the same two slots, once per layer and pass, and runs the
+ * bf16 kernels (attention16.c). Everything else - norms, softmax
+ * statistics, the loss, gradients, AdamW - stays fp32. Without the flag
+ * every function is the plain fp32 call. */
 #include "model-impl.h"
 
 void prm__refresh16(prm_llama_t *m) {
@@ -51,4 +54,39 @@ void prm__lin_bwd(prm_llama_t *m, float *dx, float *dw, const float *dy, const p
     prm_gemm_bf16(&m->gemm, 0, 0, N, in, out, 1.0f, dy16, out, prm__w16(m, w), in,
                   dx_accum ? 1.0f : 0.0f, dx, in);
   if (dw) prm_gemm_bf16(&m->gemm, 1, 0, out, in, N, 1.0f, dy16, out, x16, in, 1.0f, dw, in);
+}
+
+/* Slot 0 holds q then k, slot 1 v (forward) or dO then v (backward):
+ * prm__layout_scratch sizes both slots for N (H + G) D values. */
+void prm__attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B) {
+  int64_t T = m->T, N = B * T, D = prm_llama_head_dim(&m->cfg), H = m->Hl, G = m->Gl;
+  if (!m->params16) {
+    prm_attention_forward_seg(a->att, a->lse, a->q, a->k, a->v, m->pack_seg, B, T, H, G, D);
+    return;
+  }
+  prm_llama_acts_t *s = m->acts;
+  PRM_ASSERT(N * (H + G) * D <= s->n16[0] && N * G * D <= s->n16[1]);
+  prm_bf16_t *q16 = s->x16[0], *k16 = q16 + N * H * D, *v16 = s->x16[1];
+  prm_f32_to_bf16(q16, a->q, N * H * D);
+  prm_f32_to_bf16(k16, a->k, N * G * D);
+  prm_f32_to_bf16(v16, a->v, N * G * D);
+  prm_attention_forward_bf16(a->att, a->lse, q16, k16, v16, m->pack_seg, B, T, H, G, D);
+}
+
+void prm__attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B) {
+  int64_t T = m->T, N = B * T, D = prm_llama_head_dim(&m->cfg), H = m->Hl, G = m->Gl;
+  prm_llama_acts_t *s = m->acts;
+  if (!m->params16) {
+    prm_attention_backward_seg(s->dq, s->dk, s->dv, s->datt, a->q, a->k, a->v, a->att, a->lse,
+                               m->pack_seg, B, T, H, G, D);
+    return;
+  }
+  PRM_ASSERT(N * (H + G) * D <= s->n16[0] && N * (H + G) * D <= s->n16[1]);
+  prm_bf16_t *q16 = s->x16[0], *k16 = q16 + N * H * D, *d16 = s->x16[1], *v16 = d16 + N * H * D;
+  prm_f32_to_bf16(q16, a->q, N * H * D);
+  prm_f32_to_bf16(k16, a->k, N * G * D);
+  prm_f32_to_bf16(v16, a->v, N * G * D);
+  prm_f32_to_bf16(d16, s->datt, N * H * D);
+  prm_attention_backward_bf16(s->dq, s->dk, s->dv, d16, q16, k16, v16, a->att, a->lse,
+                              m->pack_seg, B, T, H, G, D);
 }

@@ -79,6 +79,12 @@ void prm__lin_fwd(prm_llama_t *m, float *y, const float *x, const prm_bf16_t *x1
 void prm__lin_bwd(prm_llama_t *m, float *dx, float *dw, const float *dy, const prm_bf16_t *dy16,
                   const float *x, const prm_bf16_t *x16, const float *w, int64_t N, int64_t in,
                   int64_t out, int dx_accum);
+/* Attention of one layer, forward (a->att, a->lse from a->q, k, v) and
+ * backward (m->acts' dq, dk, dv from datt): prm_attention_*_seg in fp32,
+ * prm_attention_*_bf16 on bf16 copies in the operand slots with
+ * PRM_LLAMA_BF16. */
+void prm__attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B);
+void prm__attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B);
 
 /* ---- moe.c: the mixture-of-experts MLP ---- */
 

@@ -36,7 +36,7 @@ static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
     prm_rope_forward(a->q, m->rope_cos, m->rope_sin, B, T, H, D, 0);
     prm_rope_forward(a->k, m->rope_cos, m->rope_sin, B, T, G, D, 0);
   }
-  prm_attention_forward_seg(a->att, a->lse, a->q, a->k, a->v, m->pack_seg, B, T, H, G, D);
+  prm__attn_fwd(m, a, B);
   prm__lin_fwd(m, a->mid, a->att, prm__to16(m, 0, a->att, N * HD), w->wo, N, HD, C);
   prm__tp_sum(m, a->mid, N * C);
   /* mid = x + attention; ln2 = rmsnorm(mid), in one pass. */
@@ -92,8 +92,7 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
   dy16 = prm__to16(m, 1, s->dres, N * C);
   x16 = prm__to16(m, 0, a->att, N * HD);
   prm__lin_bwd(m, s->datt, dw->wo, s->dres, dy16, a->att, x16, w->wo, N, HD, C, 0);
-  prm_attention_backward_seg(s->dq, s->dk, s->dv, s->datt, a->q, a->k, a->v, a->att, a->lse,
-                             m->pack_seg, B, T, H, G, D);
+  prm__attn_bwd(m, a, B);
   if (m->pack_pos) {
     prm_rope_backward_pos(s->dq, m->rope_cos, m->rope_sin, B, T, H, D, m->pack_pos);
     prm_rope_backward_pos(s->dk, m->rope_cos, m->rope_sin, B, T, G, D, m->pack_pos);

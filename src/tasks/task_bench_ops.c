@@ -308,6 +308,8 @@ const prm_opt_t prm__bench_attn_opts[] = {
     {"kv_heads", 0, PRM_OPT_INT, "G", NULL, "key/value heads, dividing heads (default: heads)"},
     {"head_dim", 0, PRM_OPT_INT, "D", "64", "size of one head"},
     {"causal", 0, PRM_OPT_FLAG, NULL, NULL, "causal masking: the default and, with the engine's kernels, the only mode"},
+    {"dtype", 0, PRM_OPT_STR, "fp32|bf16", "fp32", "operand type (bf16: q, k, v, dO rounded to bf16 each call, fp32 accumulation and softmax statistics)"},
+    {"isa", 0, PRM_OPT_STR, "avx512bf16|widen", NULL, "with --dtype bf16: the kernel variant (vdpbf16ps, or bf16 pairs widened to fp32 FMAs; default: this CPU's)"},
     {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent measuring, half forward and half backward"},
     PRM__OUTPUT_OPT,
     {NULL},
@@ -322,19 +324,22 @@ int prm__bench_attention(prm_task_ctx_t *ctx, prm_err_t *err) {
       (rc = prm__bench_int_opt(ctx, cmd, "heads", 16, 1, &o.heads, err)) ||
       (rc = prm__bench_int_opt(ctx, cmd, "kv_heads", o.heads, 1, &o.kv_heads, err)) ||
       (rc = prm__bench_int_opt(ctx, cmd, "head_dim", 64, 1, &o.head_dim, err)) ||
+      (rc = prm__bench_dtype_opt(ctx, cmd, &o.bf16, err)) ||
       (rc = prm__bench_duration_opt(ctx, cmd, 1.0, &o.duration_s, err)))
     return rc;
+  o.isa = prm_args_str(ctx->args, "isa");
   if (o.heads % o.kv_heads)
     return prm_errf(err, PRM_EINVAL, "benchmark attention: --kv_heads %lld must divide --heads %lld",
                     (long long)o.kv_heads, (long long)o.heads);
   prm_bench_attn_result_t r;
   if ((rc = prm_bench_attention(&o, &r, err))) return prm_err_prefix(err, "benchmark"), rc;
-  static const char *const cols[] = {"pass", "batch", "seq", "heads", "kv_heads", "head_dim",
-                                     "causal", "iters", "avg_ms", "tflops"};
-  prm_table_t *t = prm_table_new(10, cols);
+  static const char *const cols[] = {"pass", "dtype", "batch", "seq", "heads", "kv_heads",
+                                     "head_dim", "causal", "iters", "avg_ms", "tflops"};
+  prm_table_t *t = prm_table_new(11, cols);
   for (int p = 0; p < 2; p++) {
     prm_table_row(t);
     prm_table_str(t, p ? "backward" : "forward");
+    prm_table_str(t, o.bf16 ? "bf16" : "fp32");
     prm_table_int(t, o.batch);
     prm_table_int(t, o.seq);
     prm_table_int(t, o.heads);
@@ -346,7 +351,9 @@ int prm__bench_attention(prm_task_ctx_t *ctx, prm_err_t *err) {
     prm_table_num(t, p ? r.bwd_tflops : r.fwd_tflops, 6);
   }
   char title[128];
-  snprintf(title, sizeof title, "Attention (flash-style, fp32), %d threads", prm_kernels_threads());
+  snprintf(title, sizeof title, "Attention (flash-style, %s%s), %d threads",
+           o.bf16 ? "bf16 operands, " : "fp32", o.bf16 ? (o.isa ? o.isa : prm_attention_bf16_isa()) : "",
+           prm_kernels_threads());
   rc = prm__bench_emit(ctx, t, title, err);
   prm_table_free(t);
   return rc;

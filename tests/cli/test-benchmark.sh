@@ -100,8 +100,17 @@ err_case_gg --experts 0
 # ---- attention ----------------------------------------------------------------
 run benchmark attention --batch 1 --seq 32 --heads 4 --kv_heads 2 --head_dim 16 --causal --duration 0.05 -o attn.tsv
 expect_rc "attention" 0
-check_table "attention .tsv" attn.tsv pass,batch,seq,heads,kv_heads,head_dim,causal,iters,avg_ms,tflops 2 "iters,avg_ms,tflops"
+check_table "attention .tsv" attn.tsv pass,dtype,batch,seq,heads,kv_heads,head_dim,causal,iters,avg_ms,tflops 2 "iters,avg_ms,tflops"
 expect_in "attention has a backward row" "backward" "$(cat attn.tsv)"
+run benchmark attention --batch 1 --seq 40 --heads 4 --kv_heads 2 --head_dim 32 --dtype bf16 --isa widen --duration 0.05 -o attn16.csv
+expect_rc "attention in bf16, widening variant" 0
+check_table "attention bf16 .csv" attn16.csv pass,dtype,batch,seq,heads,kv_heads,head_dim,causal,iters,avg_ms,tflops 2 "iters,avg_ms,tflops"
+expect_in "the bf16 rows say so" "backward,bf16," "$(cat attn16.csv)"
+run benchmark attention --seq 8 --isa widen
+expect_rc "--isa without --dtype bf16" 2
+expect_in "--isa needs bf16: the message says so" "needs --dtype bf16" "$ERR"
+run benchmark attention --seq 8 --dtype bf16 --isa sse9
+expect_rc "an unknown --isa" 2
 
 # ---- launch, memory, checkpoint-io -------------------------------------------
 run benchmark launch --duration 0.05 -o launch.json

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bf16 mixed precision (bf16: true): bf16 GEMM operands with fp32
-# accumulation, fp32 master weights, norms, softmax statistics, loss and
+# bf16 mixed precision (bf16: true): bf16 GEMM and attention operands with
+# fp32 accumulation, fp32 master weights, norms, softmax statistics, loss and
 # AdamW. Over 300 steps of llama_tiny the loss curve stays within 2% of
 # fp32's at every step; the bf16 weights are accounted in the memory line;
 # bf16 composes with tensor parallelism and recomputation; a bf16 run
@@ -35,6 +35,7 @@ exp bf16 "bf16: true"
 run train pretrain --config bf16.yaml
 expect_rc "bf16, $N steps" 0
 expect_in "the memory line counts the bf16 weights" "bf16 weights" "$ERR"
+expect_in "attention runs in bf16 too" "bf16 attention (" "$ERR"
 expect_eq "$N bf16 steps logged" "$(run_losses bf16 | wc -l)" "$N"
 d=$(loss_diff fp32 bf16)
 if within "$d" 0.02; then ok "bf16 loss within 2% of fp32 at every one of $N steps (worst $d)"; else bad "bf16 loss differs from fp32 by $d"; fi
