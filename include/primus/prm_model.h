@@ -81,6 +81,10 @@ int64_t prm_llama_layer_param_count(const prm_llama_config_t *c, int64_t l);
  * PaLM convention, causal masking not discounted, recomputation not
  * counted). */
 double prm_llama_flops_per_token(const prm_llama_config_t *c, int64_t T);
+/* Rows of one LM-head chunk for `rows` token rows and a (local) vocabulary
+ * of `vocab` columns: at most ~16M logits at a time, spread evenly over
+ * the chunks (the last may be a few rows shorter). */
+int64_t prm_llama_head_chunk(int64_t rows, int64_t vocab);
 
 /* How a tensor is divided among tensor-parallel ranks. */
 typedef enum {

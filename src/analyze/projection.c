@@ -349,9 +349,7 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   double per_mb = prm__pj_pad((Ls + 1) * N * C) + sets * set + prm__pj_pad(N * C) + prm__pj_pad(N);
   r->acts_micro_batches = pp > 1 ? (m < pp ? m : pp) : 1;
   r->mem_acts = per_mb * vb * (double)r->acts_micro_batches;
-  double chunk = floor((double)(4 << 20) / Vt);
-  if (chunk < 1) chunk = 1;
-  if (chunk > N) chunk = N;
+  double chunk = (double)prm_llama_head_chunk((int64_t)N, (int64_t)Vt);
   r->mem_scratch = (prm__pj_pad(N * C) * 3 + prm__pj_pad(N * hd) * 2 + prm__pj_pad(N * gd) * 2 +
                     prm__pj_pad(N * ff) * 3 + prm__pj_pad(chunk * Vt)) *
                    vb;

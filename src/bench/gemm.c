@@ -225,11 +225,9 @@ int prm_bench_train_gemms(int64_t hidden, int64_t heads, int64_t groups, int64_t
   n = prm__add3(out, n, max, "attn_out", tokens, heads * D, hidden);
   n = prm__add3(out, n, max, "mlp_gate_up", tokens, hidden, ffn);
   n = prm__add3(out, n, max, "mlp_down", tokens, ffn, hidden);
-  /* The LM head runs over row chunks of (4 Mi floats / vocab) rows, as
-   * src/model/llama.c sizes its logit buffer, plus the remainder. */
-  int64_t chunk = ((int64_t)4 << 20) / (vocab > 0 ? vocab : 1);
-  if (chunk < 1) chunk = 1;
-  if (chunk > tokens) chunk = tokens;
+  /* The LM head runs over row chunks as the model cuts them, the last
+   * one possibly shorter. */
+  int64_t chunk = prm_llama_head_chunk(tokens, vocab);
   n = prm__add3(out, n, max, "lm_head", chunk, hidden, vocab);
   if (tokens % chunk) n = prm__add3(out, n, max, "lm_head_tail", tokens % chunk, hidden, vocab);
   return n;

@@ -290,10 +290,8 @@ int prm_bench_kernels(const prm_bench_kernels_opts_t *o, prm_bench_kernel_row_t 
     p = e ? e + 1 : NULL;
   }
   c.D = c.C / c.H, c.T = o->seq, c.B = c.N / c.T;
-  /* The LM head's chunk: about 4M logits, as src/model does. */
-  c.xrows = (4 << 20) / c.V;
-  if (c.xrows < 1) c.xrows = 1;
-  if (c.xrows > c.N) c.xrows = c.N;
+  /* The LM head's chunk, as src/model cuts it. */
+  c.xrows = prm_llama_head_chunk(c.N, c.V);
 
   int maxt = prm_kernels_threads(), rc = 0;
   int nthreads = maxt > 1 ? 2 : 1, tlist[2] = {1, maxt};

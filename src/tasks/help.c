@@ -82,9 +82,12 @@ void prm_docs_task_markdown(const prm_task_t *t, prm_sb_t *out) {
         prm_sb_append(out, "| `--");
         for (const char *p = o->name; *p; p++) prm_sb_putc(out, *p == '_' ? '-' : *p);
         if (o->short_name) prm_sb_appendf(out, "`, `-%c", o->short_name);
-        prm_sb_appendf(out, "` | %s | %s | ",
-                       o->type == PRM_OPT_FLAG ? "" : (o->metavar ? o->metavar : prm__opt_type_names[o->type]),
-                       o->def ? o->def : "");
+        prm_sb_append(out, "` | ");
+        /* Escaped: metavars like fp32|bf16 would split the table's cells. */
+        prm__md_escape(out, o->type == PRM_OPT_FLAG ? "" : (o->metavar ? o->metavar : prm__opt_type_names[o->type]));
+        prm_sb_append(out, " | ");
+        prm__md_escape(out, o->def ? o->def : "");
+        prm_sb_append(out, " | ");
         prm__md_escape(out, o->help);
         if (o->type == PRM_OPT_LIST) prm_sb_append(out, " (repeatable)");
         prm_sb_append(out, " |\n");

@@ -1,0 +1,156 @@
+/* config.c - the model configuration's rules (prm_llama_config_check and
+ * the checks for a tensor- or expert-parallel split) and what follows from
+ * a configuration alone: parameter counts, FLOPs per token and the LM
+ * head's chunk. */
+#define _GNU_SOURCE
+#include "model-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Configuration                                                             */
+/* ------------------------------------------------------------------------ */
+
+int prm_llama_config_check(const prm_llama_config_t *c, prm_err_t *err) {
+  struct {
+    const char *key;
+    int64_t v;
+  } sizes[] = {{"vocab_size", c->vocab},          {"hidden_size", c->hidden},
+               {"num_layers", c->layers},         {"num_attention_heads", c->heads},
+               {"num_query_groups", c->groups},   {"ffn_hidden_size", c->ffn},
+               {"max_position_embeddings", c->max_pos}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    if (sizes[i].v < 1)
+      return prm_errf(err, PRM_ECONFIG, "%s: must be at least 1, got %lld", sizes[i].key,
+                      (long long)sizes[i].v);
+  if (c->hidden % c->heads)
+    return prm_errf(err, PRM_ECONFIG,
+                    "num_attention_heads (%lld) must divide hidden_size (%lld)",
+                    (long long)c->heads, (long long)c->hidden);
+  if ((c->hidden / c->heads) % 2)
+    return prm_errf(err, PRM_ECONFIG,
+                    "head size hidden_size/num_attention_heads = %lld must be even for RoPE",
+                    (long long)(c->hidden / c->heads));
+  if (c->heads % c->groups)
+    return prm_errf(err, PRM_ECONFIG,
+                    "num_query_groups (%lld) must divide num_attention_heads (%lld)",
+                    (long long)c->groups, (long long)c->heads);
+  if (!(c->norm_eps > 0) || !(c->rope_base > 0) || !(c->init_std >= 0))
+    return prm_errf(err, PRM_ECONFIG,
+                    "norm_epsilon and rotary_base must be positive, init_method_std >= 0");
+  if (c->experts < 0)
+    return prm_errf(err, PRM_ECONFIG, "num_experts: must be at least 0, got %lld",
+                    (long long)c->experts);
+  if (c->experts) {
+    if (c->topk < 1 || c->topk > c->experts)
+      return prm_errf(err, PRM_ECONFIG,
+                      "moe_router_topk: must be between 1 and num_experts (%lld), got %lld",
+                      (long long)c->experts, (long long)c->topk);
+    if (c->moe_ffn < 1)
+      return prm_errf(err, PRM_ECONFIG, "moe_ffn_hidden_size: must be at least 1, got %lld",
+                      (long long)c->moe_ffn);
+    if (c->moe_list_n) {
+      if (c->moe_list_n != c->layers || c->moe_list_n > PRM_LLAMA_MOE_LIST_MAX)
+        return prm_errf(err, PRM_ECONFIG,
+                        "moe_layer_freq: the list has %lld entries but num_layers is %lld (one "
+                        "0/1 per layer, at most %d)", (long long)c->moe_list_n,
+                        (long long)c->layers, PRM_LLAMA_MOE_LIST_MAX);
+      int any = 0;
+      for (int64_t l = 0; l < c->layers; l++) any |= prm_llama_is_moe(c, l);
+      if (!any)
+        return prm_errf(err, PRM_ECONFIG,
+                        "moe_layer_freq: the list marks no layer as MoE (set num_experts: null "
+                        "for a dense model)");
+    } else if (c->moe_freq < 1) {
+      return prm_errf(err, PRM_ECONFIG, "moe_layer_freq: must be at least 1, got %lld",
+                      (long long)c->moe_freq);
+    }
+    if (c->shared_ffn < 0)
+      return prm_errf(err, PRM_ECONFIG,
+                      "moe_shared_expert_intermediate_size: must be at least 0, got %lld",
+                      (long long)c->shared_ffn);
+    if (!(c->aux_coeff >= 0) || !(c->z_coeff >= 0) || !(c->capacity >= 0) ||
+        isinf(c->aux_coeff) || isinf(c->z_coeff) || isinf(c->capacity))
+      return prm_errf(err, PRM_ECONFIG,
+                      "moe_aux_loss_coeff, moe_z_loss_coeff and moe_expert_capacity_factor must "
+                      "be finite and >= 0");
+  }
+  return 0;
+}
+
+int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *err) {
+  if (size <= 1) return 0;
+  if (c->experts)
+    return prm_errf(err, PRM_ECONFIG,
+                    "tensor_model_parallel_size %d: mixture-of-experts models (num_experts %lld) "
+                    "run on one tensor-parallel rank only for now", size, (long long)c->experts);
+  struct {
+    const char *key;
+    int64_t v;
+  } split[] = {{"num_attention_heads", c->heads},
+               {"num_query_groups", c->groups},
+               {"ffn_hidden_size", c->ffn},
+               {"vocab_size", c->vocab}};
+  for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
+    if (split[i].v % size)
+      return prm_errf(err, PRM_ECONFIG,
+                      "tensor_model_parallel_size %d must divide %s (%lld): each rank takes an "
+                      "equal slice", size, split[i].key, (long long)split[i].v);
+  return 0;
+}
+
+int prm_llama_ep_check_config(const prm_llama_config_t *c, int size, prm_err_t *err) {
+  if (size <= 1) return 0;
+  if (!c->experts)
+    return prm_errf(err, PRM_ECONFIG,
+                    "expert_model_parallel_size %d needs a mixture-of-experts model (num_experts "
+                    "is not set)", size);
+  if (c->experts % size)
+    return prm_errf(err, PRM_ECONFIG,
+                    "expert_model_parallel_size %d must divide num_experts (%lld): each rank holds "
+                    "an equal share of the experts", size, (long long)c->experts);
+  return 0;
+}
+
+/* Layer l's parameters; `active`: only those one token uses (the router,
+ * k experts and the shared one on a MoE layer). */
+static int64_t prm__layer_params(const prm_llama_config_t *c, int64_t l, int active) {
+  int64_t C = c->hidden, D = prm_llama_head_dim(c);
+  int64_t HD = c->heads * D, GD = c->groups * D, F = c->ffn;
+  int64_t n = 2 * C + HD * C + 2 * GD * C + C * HD;
+  if (!prm_llama_is_moe(c, l)) return n + 3 * F * C;
+  return n + c->experts * C + (active ? c->topk : c->experts) * 3 * c->moe_ffn * C +
+         3 * c->shared_ffn * C;
+}
+
+int64_t prm_llama_layer_param_count(const prm_llama_config_t *c, int64_t l) {
+  return prm__layer_params(c, l, 0);
+}
+
+int64_t prm_llama_param_count(const prm_llama_config_t *c) {
+  int64_t n = c->vocab * c->hidden + c->hidden;
+  for (int64_t l = 0; l < c->layers; l++) n += prm__layer_params(c, l, 0);
+  if (!c->tied) n += c->vocab * c->hidden;
+  return n;
+}
+
+double prm_llama_flops_per_token(const prm_llama_config_t *c, int64_t T) {
+  /* Matrix parameters: everything but the norms; the embedding lookup is
+   * not a matmul, but a tied or untied head is. MoE layers count the
+   * parameters a token passes through. */
+  double matmul = (double)c->vocab * (double)c->hidden;
+  for (int64_t l = 0; l < c->layers; l++)
+    matmul += (double)(prm__layer_params(c, l, 1) - 2 * c->hidden);
+  double attn = 12.0 * (double)c->layers * (double)c->hidden * (double)T;
+  return 6.0 * matmul + attn;
+}
+
+int64_t prm_llama_head_chunk(int64_t rows, int64_t vocab) {
+  int64_t chunk = ((int64_t)16 << 20) / (vocab > 0 ? vocab : 1);
+  if (chunk < 1) chunk = 1;
+  if (chunk > rows) chunk = rows > 0 ? rows : 1;
+  int64_t n = (rows + chunk - 1) / chunk;
+  return n > 0 ? (rows + n - 1) / n : chunk;
+}
