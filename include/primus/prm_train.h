@@ -197,7 +197,8 @@ double prm_peak_gflops_per_core(void);
 
 /* The machine's compute peaks, measured now (GFLOP/s): fp32 FMA and, where
  * the CPU has avx512_bf16, vdpbf16ps, on one core and on `threads` threads
- * at once, each the best of `runs` probes of ~30-50 ms. bf16 fields are 0
+ * at once, each the best of `runs` probes of ~30-50 ms (the one-core
+ * figures at least the all-threads ones per thread). bf16 fields are 0
  * without the instructions. Returns -1 when the CPU has no FMA at all. A
  * busy machine lowers the figures: prm_peak_save makes pk's fp32 figure
  * the cached one prm_peak_gflops_per_core returns (a VM's clock can change
