@@ -105,7 +105,9 @@ shapes, total = rows[:-1], rows[-1]
 assert total[0] == "all" and len(shapes) >= 3, rows
 calls = sum(int(r[6]) for r in shapes)
 assert calls == int(total[6]) and calls % 3 == 0, (calls, total)
-assert all(float(r[9]) > 0 for r in shapes), shapes
+# Times are positive (a shape's average rate may print as 0.0 when its
+# first call compiles a kernel, as oneDNN's do, so the times are checked).
+assert float(total[7]) > 0 and all(float(r[10]) > 0 for r in shapes), rows
 PY
 then ok "GEMM profile table"; else bad "GEMM profile table missing or inconsistent: $ERR"; fi
 
