@@ -162,12 +162,7 @@ PRM__CLONES static void prm__attn_fwd_block(float *out, float *lse, int64_t lse_
         s[c] *= scale;
         bm = s[c] > bm ? s[c] : bm;
       }
-      if (bm > m[a]) { /* rescale what was summed under the old maximum */
-        float corr = prm__exp_neg(m[a] - bm);
-        l[a] *= corr;
-        for (int64_t d = 0; d < D; d++) acc[a][d] *= corr;
-        m[a] = bm;
-      }
+      prm__softmax_rescale(&m[a], &l[a], acc[a], D, bm);
       float sum = 0, ma = m[a];
 #pragma omp simd reduction(+ : sum)
       for (int64_t c = c0; c < n; c++) {

@@ -111,12 +111,7 @@ PRM__A16_FN static void PRM__A16(fwd_block)(float *out, float *lse, const prm_bf
                                        prm__ld(S[a] + 16 * x) * scale, prm__splat(-INFINITY)));
       }
       float bm = prm__hmax(vm);
-      if (bm > m[a]) { /* rescale what was summed under the old maximum */
-        float corr = prm__exp_neg(m[a] - bm);
-        l[a] *= corr;
-        for (int64_t d = 0; d < D; d++) acc[a][d] *= corr;
-        m[a] = bm;
-      }
+      prm__softmax_rescale(&m[a], &l[a], acc[a], D, bm);
       float sum = 0, ma = m[a];
 #pragma omp simd reduction(+ : sum)
       for (int64_t c = 0; c < PRM__A16_BK; c++) {

@@ -72,40 +72,22 @@ static const prm__v16i prm__a16_iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
 static inline int64_t prm__a16_round(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* The two halves of a pair widened to fp32 (exact). */
-PRM__INLINE float prm__a16_lo(uint32_t w) {
-  uint32_t u = w << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-PRM__INLINE float prm__a16_hi(uint32_t w) {
-  uint32_t u = w & 0xffff0000u;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-/* fp32 -> bf16 bits, nearest even, NaN kept a NaN (bf16.c's rounding). */
-PRM__INLINE uint32_t prm__a16_bf16(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
+PRM__INLINE float prm__a16_lo(uint32_t w) { return prm__bf16_to_f32((prm_bf16_t)w); }
+PRM__INLINE float prm__a16_hi(uint32_t w) { return prm__bf16_to_f32((prm_bf16_t)(w >> 16)); }
 
 /* A row of 64 fp32 values as 32 pairs of consecutive elements. */
 PRM__INLINE void prm__a16_round_row(uint32_t *dst, const float *src) {
 #pragma omp simd
   for (int c = 0; c < PRM__A16_BK / 2; c++)
-    dst[c] = prm__a16_bf16(src[2 * c]) | prm__a16_bf16(src[2 * c + 1]) << 16;
+    dst[c] = (uint32_t)prm__bf16_from_f32(src[2 * c]) |
+             (uint32_t)prm__bf16_from_f32(src[2 * c + 1]) << 16;
 }
 
 /* Two rows of 64 fp32 values as 64 pairs (r0[c], r1[c]). */
 PRM__INLINE void prm__a16_round_pair_rows(uint32_t *dst, const float *r0, const float *r1) {
 #pragma omp simd
   for (int c = 0; c < PRM__A16_BK; c++)
-    dst[c] = prm__a16_bf16(r0[c]) | prm__a16_bf16(r1[c]) << 16;
+    dst[c] = (uint32_t)prm__bf16_from_f32(r0[c]) | (uint32_t)prm__bf16_from_f32(r1[c]) << 16;
 }
 
 /* Rows 0 .. n-1 of x (row stride xs elements, D each) into dst as D/2

@@ -16,6 +16,7 @@
  *  - plain: the same in C.
  * Large arrays are split over the OpenMP threads in fixed blocks. */
 #include "kernels/gemm-impl.h"
+#include "kernels/kernels-impl.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -28,20 +29,10 @@
 #define PRM__BF16_BLOCK 16384
 #define PRM__BF16_PAR 65536
 
-static inline prm_bf16_t prm__bf16_round(uint32_t u) {
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (prm_bf16_t)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (prm_bf16_t)(u >> 16);
-}
-
 typedef void (*prm__cvt_fn)(prm_bf16_t *dst, const float *src, int64_t n);
 
 static void prm__cvt_plain(prm_bf16_t *dst, const float *src, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t u;
-    memcpy(&u, src + i, 4);
-    dst[i] = prm__bf16_round(u);
-  }
+  for (int64_t i = 0; i < n; i++) dst[i] = prm__bf16_from_f32(src[i]);
 }
 
 __attribute__((target("avx2"))) static void prm__cvt_avx2(prm_bf16_t *dst, const float *src,

@@ -13,6 +13,7 @@
  *    it. prm_gemm_bf16 runs prm__gemm_bf16_widen for it: A and B widened
  *    to fp32, then cblas_sgemm. */
 #include "kernels/gemm-impl.h"
+#include "kernels/kernels-impl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,13 +22,6 @@
 #include <dnnl.h>
 #include <pthread.h>
 #endif
-
-static inline float prm__bf(prm_bf16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Reference                                                                 */
@@ -42,8 +36,8 @@ void prm__gemm_bf16_reference(void *ctx, int trans_a, int trans_b, int64_t M, in
     for (int64_t j = 0; j < N; j++) {
       double s = 0;
       for (int64_t k = 0; k < K; k++) {
-        float a = prm__bf(trans_a ? A[k * lda + i] : A[i * lda + k]);
-        float b = prm__bf(trans_b ? B[j * ldb + k] : B[k * ldb + j]);
+        float a = prm__bf16_to_f32(trans_a ? A[k * lda + i] : A[i * lda + k]);
+        float b = prm__bf16_to_f32(trans_b ? B[j * ldb + k] : B[k * ldb + j]);
         s += (double)(a * b);
       }
       float v = alpha * (float)s;

@@ -8,6 +8,26 @@
 
 #include "primus/prm_kernels.h"
 
+#include <string.h>
+
+/* One float rounded to bf16 as prm_f32_to_bf16 rounds it (nearest even on
+ * the bit pattern, a NaN stays a quiet NaN), and one bf16 widened to float
+ * (exact): the scalar forms every vector variant is checked against. */
+static inline __attribute__((always_inline)) prm_bf16_t prm__bf16_from_f32(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (prm_bf16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (prm_bf16_t)(u >> 16);
+}
+
+static inline __attribute__((always_inline)) float prm__bf16_to_f32(prm_bf16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
 #define PRM_REF_DOUBLE 0
 #include "kernels/ref-decl.h"
 #undef PRM_REF_DOUBLE

@@ -94,6 +94,19 @@ PRM__INLINE float prm__exp_neg(float x) {
   return p * two_n.f;
 }
 
+/* The online softmax's step when a block raises a row's maximum m to bm:
+ * what was summed under the old maximum (the row sum l, the D outputs in
+ * acc) is scaled by e^(m - bm). The fp32 and bf16 attention kernels share
+ * it. */
+PRM__INLINE void prm__softmax_rescale(float *m, float *l, float *acc, int64_t D, float bm) {
+  if (bm > *m) {
+    float corr = prm__exp_neg(*m - bm);
+    *l *= corr;
+    for (int64_t d = 0; d < D; d++) acc[d] *= corr;
+    *m = bm;
+  }
+}
+
 /* prm__exp_neg, but 0 below -87 (the fast kernels' softmax and sigmoid
  * then match expf's underflow instead of leaving 1.6e-38). */
 PRM__INLINE float prm__exp_neg0(float x) { return x < -87.0f ? 0.0f : prm__exp_neg(x); }

@@ -93,6 +93,18 @@ small_corpus() {
 # "KEY: VALUE" argument (one line, flow style for maps) replaces the
 # default or an earlier argument with the same key, or is added.
 tiny_exp() { _exp_write tiny_model "$@"; }
+
+# moe_exp NAME [KEY: VALUE]...: tiny_exp with 4 experts (top 2, aux and z
+# losses), 4 micro-batches of 1 a step and 6 steps, saved at step 6 in
+# $T/ck-NAME: the runs the expert- and pipeline-parallel tests compare.
+moe_exp() {
+  local n=$1
+  shift
+  tiny_exp "$n" "num_experts: 4" "moe_router_topk: 2" "moe_ffn_hidden_size: 48" \
+    "moe_aux_loss_coeff: 0.01" "moe_z_loss_coeff: 0.001" "micro_batch_size: 1" \
+    "global_batch_size: 4" "train_iters: 6" "log_interval: 3" "save: $T/ck-$n" "save_interval: 6" \
+    "lr_decay_iters: 6" "lr_warmup_iters: 0" "$@"
+}
 # preset_exp NAME [KEY: VALUE]...: the same on the llama_tiny preset itself
 # (hidden 128, 4 layers, seq 128), without tiny_model's overrides.
 preset_exp() { _exp_write : "$@"; }

@@ -14,14 +14,9 @@
 source "$(dirname "$0")/lib.sh"
 multirank_setup
 
-exp() { # NAME [KEY: VALUE...]: 4 MoE layers, 4 micro-batches of 1 a step, 6 steps
-  local n=$1
-  shift
-  tiny_exp "$n" "num_experts: 4" "moe_router_topk: 2" "moe_ffn_hidden_size: 48" \
-    "moe_aux_loss_coeff: 0.01" "moe_z_loss_coeff: 0.001" "micro_batch_size: 1" \
-    "global_batch_size: 4" "train_iters: 6" "log_interval: 3" "save: $T/ck-$n" "save_interval: 6" \
-    "lr_decay_iters: 6" "lr_warmup_iters: 0" "$@"
-  sed -i 's/num_layers: 2/num_layers: 4/' "$n.yaml"
+exp() { # NAME [KEY: VALUE...]: moe_exp with 4 MoE layers
+  moe_exp "$@"
+  sed -i 's/num_layers: 2/num_layers: 4/' "$1.yaml"
 }
 final() { echo "$T/ck-$1/iter_0000006/model.safetensors"; }
 launch() { # NPROC NAME
