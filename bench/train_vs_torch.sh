@@ -31,6 +31,13 @@
 #             the model's seq x batch), and print the step-time curve: ms/step
 #             against seq with a straight-line fit (at a fixed number of
 #             tokens only attention's work grows with seq, linearly)
+#   ROUNDS    N (default 1): run every model/seq/threads/variant N times,
+#             in rounds, each round starting with its own `benchmark peak`;
+#             every row's ratio and % of peak use its own round's torch run
+#             and peak, and a summary gives each variant's median over the
+#             rounds (this machine's speed moves by +-30% from one minute
+#             to the next: a median of alternated rounds is the figure to
+#             quote, one run is not)
 #   TABLE_FROM=results.tsv  run nothing, print the table of an earlier run's
 #             results.tsv (e.g. merged with a re-run of disturbed rows)
 #
@@ -43,7 +50,7 @@
 # PyTorch itself).
 # TFLOP/s use primus' formula (prm_llama_flops_per_token): per token
 # 6 * matmul params + 12 * layers * hidden * seq; "% peak" divides by the
-# fp32 FMA peak per core x threads, measured at the start of the same run
+# fp32 FMA peak per core x threads, measured at the start of the same round
 # (`primus benchmark peak`: a VM's clock changes from one day to the next).
 # "bg%" is the CPU time other processes used during the run, as a share of
 # all cores (from /proc/stat minus the run's own user+sys): above ~10% the
@@ -69,10 +76,16 @@ else
   : >"$RES"
   maxt=1
   for t in $THREADS; do [ "$t" -gt "$maxt" ] && maxt=$t; done
-  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$maxt" \
-    "$PRIMUS" benchmark peak -o "$OUT/peak.tsv" >/dev/null 2>"$OUT/peak.log" ||
-    echo "warning: benchmark peak failed; see $OUT/peak.log" >&2
 fi
+ROUNDS=${ROUNDS:-1}
+[ -n "${TABLE_FROM:-}" ] && ROUNDS=1
+# measure_peak FILE: `benchmark peak` on all the run's threads into FILE.
+measure_peak() {
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$maxt" \
+    "$PRIMUS" benchmark peak -o "$1" >/dev/null 2>"$1.log" ||
+    echo "warning: benchmark peak failed; see $1.log" >&2
+}
+[ -n "${TABLE_FROM:-}" ] || measure_peak "$OUT/peak.tsv"
 # The fp32 FMA peak of one core, GFLOP/s: this run's, else the cached one.
 PEAK=$(awk -F'\t' '$1=="fp32_fma" && $2==1 {print $3}' "$OUT/peak.tsv" 2>/dev/null)
 [ -n "$PEAK" ] || PEAK=$(awk 'NR==1{print $1}' "${PRIMUS_CACHE:-$HOME/.cache/primus}/peak-fp32.txt" 2>/dev/null)
@@ -118,6 +131,15 @@ echo "# primus: OMP_WAIT_POLICY (exported, or removed for 'unset') and PRIMUS_GE
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg); logs in $OUT"
 }
 
+for round in $(seq 1 "$ROUNDS"); do
+# Each round's peak (the first round's is the one measured above).
+if [ "$round" -gt 1 ]; then
+  measure_peak "$OUT/peak-r$round.tsv"
+  RPEAK=$(awk -F'\t' '$1=="fp32_fma" && $2==1 {print $3}' "$OUT/peak-r$round.tsv" 2>/dev/null)
+else
+  RPEAK=$PEAK
+fi
+[ -n "$MODELS" ] && echo "# round $round of $ROUNDS: fp32 peak ${RPEAK:-?} GFLOP/s a core" >&2
 for model in $MODELS; do
   read -r C L H G F V S0 B0 N <<<"$(model_args "$model")" || exit 2
   for S in ${SEQS:-$S0}; do
@@ -131,6 +153,7 @@ for model in $MODELS; do
     [ "$t" = 1 ] && vlist=$VARIANTS_1THREAD
     for v in $vlist; do
       tag="$model-t$t-${v//:/-}${SEQS:+-s$S}"
+      [ "$ROUNDS" -gt 1 ] && tag="$tag-r$round"
       load=$(cut -d' ' -f1 /proc/loadavg)
       if [ "$v" = torch ]; then
         impl="torch (openblas, passive)"
@@ -174,34 +197,66 @@ for model in $MODELS; do
         echo "warning: $tag failed (rc $rc); see $OUT/$tag.log" >&2
         continue
       fi
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-        "$model" "$t" "$impl" "$ms" "$RSS_KIB" "$load" "$BG" "$C" "$L" "$H" "$G" "$F" "$V" "$S" "$B" "$N" >>"$RES"
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$model" "$t" "$impl" "$ms" "$RSS_KIB" "$load" "$BG" "$C" "$L" "$H" "$G" "$F" "$V" "$S" "$B" "$N" \
+        "$round" "${RPEAK:-$PEAK}" >>"$RES"
       echo "# done $tag: $ms ms/step, peak RSS $((RSS_KIB / 1024)) MiB, load $load, bg ${BG}%, wall ${WALL}s" >&2
     done
   done
   done
 done
+done
 
 # The table: flops per token as prm_llama_flops_per_token; ratio = primus
 # tokens/s over the torch run's of the same model and threads (>1: primus
 # faster).
-awk -F'\t' -v peak="$PEAK" '
+awk -F'\t' -v OFS='\t' -v peak="$PEAK" '
   function fpt(C, L, H, G, F, V, S,   D) {
     D = C / H
     return 6 * (L * (2 * C * H * D + 2 * C * G * D + 3 * C * F) + V * C) + 12 * L * C * S
   }
-  { r[NR] = $0; if ($3 ~ /^torch/) tms[$1 "/" $2] = $4 }
+  # The median of the n values v[1..n] (sorted in place).
+  function median(v, n,   i, j, t) {
+    for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+  }
+  {
+    if ($17 == "") $17 = 1          # results.tsv of before ROUNDS
+    if ($18 == "") $18 = peak
+    r[NR] = $0; if ($3 ~ /^torch/) tms[$1 "/" $2 "/" $14 "/" $17] = $4
+    if ($17 > rounds) rounds = $17
+  }
   END {
-    print "| model | threads | impl | ms/step | tokens/s | primus/torch (tok/s) | TFLOP/s | % of peak | peak RSS | load / bg% |"
-    print "|---|---|---|---|---|---|---|---|---|---|"
+    print "| model | threads | impl | round | ms/step | tokens/s | primus/torch (tok/s) | TFLOP/s | % of peak | peak RSS | load / bg% |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|"
     for (i = 1; i <= NR; i++) {
       split(r[i], f, "\t")
       tok = f[14] * f[15]; tps = tok / (f[4] / 1000)
       tf = fpt(f[8], f[9], f[10], f[11], f[12], f[13], f[14]) * tps / 1e12
-      k = f[1] "/" f[2]
+      k = f[1] "/" f[2] "/" f[14] "/" f[17]
       ratio = (f[3] ~ /^torch/) ? "1 (ref)" : ((k in tms) ? sprintf("%.2f", tms[k] / f[4]) : "-")
-      pct = peak > 0 ? sprintf("%.1f%%", 100 * tf * 1000 / (peak * f[2])) : "-"
-      printf "| %s | %s | %s | %.1f | %.0f | %s | %.3f | %s | %.0f MiB | %s / %s%% |\n", f[1], f[2], f[3], f[4], tps, ratio, tf, pct, f[5] / 1024, f[6], f[7]
+      pct = f[18] > 0 ? sprintf("%.1f%%", 100 * tf * 1000 / (f[18] * f[2])) : "-"
+      printf "| %s | %s | %s | %s | %.1f | %.0f | %s | %.3f | %s | %.0f MiB | %s / %s%% |\n", f[1], f[2], f[3], f[17], f[4], tps, ratio, tf, pct, f[5] / 1024, f[6], f[7]
+      # per variant over the rounds, for the summary
+      g = f[1] "|" f[2] "|" f[3] "|" f[14]
+      if (!(g in cnt)) order[++ng] = g
+      c = ++cnt[g]; ms[g, c] = f[4]; mf[g, c] = 100 * tf * 1000 / (f[18] * f[2]); rss[g, c] = f[5] / 1024
+      if (k in tms) rat[g, c] = tms[k] / f[4]; else rat[g, c] = ""
+    }
+    if (rounds < 2) exit
+    printf "\n### Median over %d rounds (each ratio and %% of peak against its own round)\n\n", rounds
+    print "| model | threads | impl | seq | rounds | median ms/step | median primus/torch | ratio range | median % of peak | median peak RSS |"
+    print "|---|---|---|---|---|---|---|---|---|---|"
+    for (o = 1; o <= ng; o++) {
+      g = order[o]; n = cnt[g]; split(g, f, "|")
+      nr = 0; lo = hi = ""
+      for (i = 1; i <= n; i++) {
+        a[i] = ms[g, i]; b[i] = mf[g, i]; d[i] = rss[g, i]
+        if (rat[g, i] != "") { x[++nr] = rat[g, i]; if (lo == "" || x[nr] < lo) lo = x[nr]; if (hi == "" || x[nr] > hi) hi = x[nr] }
+      }
+      rt = f[3] ~ /^torch/ ? "1 (ref)" : (nr ? sprintf("%.2f", median(x, nr)) : "-")
+      rg = f[3] ~ /^torch/ || !nr ? "" : sprintf("%.2f-%.2f", lo, hi)
+      printf "| %s | %s | %s | %s | %d | %.1f | %s | %s | %.1f%% | %.0f MiB |\n", f[1], f[2], f[3], f[4], n, median(a, n), rt, rg, median(b, n), median(d, n)
     }
   }' "$RES" | tee "$OUT/table.md"
 # The step-time curve over seq (SEQS, or a results.tsv with several seqs

@@ -102,6 +102,7 @@ PRM__INLINE void prm__softmax_rescale(float *m, float *l, float *acc, int64_t D,
   if (bm > *m) {
     float corr = prm__exp_neg(*m - bm);
     *l *= corr;
+#pragma omp simd
     for (int64_t d = 0; d < D; d++) acc[d] *= corr;
     *m = bm;
   }
