@@ -240,7 +240,7 @@ awk -F'\t' -v OFS='\t' -v peak="$PEAK" '
       # per variant over the rounds, for the summary
       g = f[1] "|" f[2] "|" f[3] "|" f[14]
       if (!(g in cnt)) order[++ng] = g
-      c = ++cnt[g]; ms[g, c] = f[4]; mf[g, c] = 100 * tf * 1000 / (f[18] * f[2]); rss[g, c] = f[5] / 1024
+      c = ++cnt[g]; ms[g, c] = f[4]; mf[g, c] = f[18] > 0 ? 100 * tf * 1000 / (f[18] * f[2]) : 0; rss[g, c] = f[5] / 1024
       if (k in tms) rat[g, c] = tms[k] / f[4]; else rat[g, c] = ""
     }
     if (rounds < 2) exit

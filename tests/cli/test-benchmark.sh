@@ -208,6 +208,44 @@ err_case "launch bad extension" 2 ".docx" launch -o x.docx
 err_case "train without --config" 2 "--config" train
 err_case "train --iters 0" 2 "--iters" train --config exp.yaml --iters 0
 
+# bench/train_vs_torch.sh's tables from a results file (TABLE_FROM: nothing
+# runs): with three rounds, every primus row's ratio is against its own
+# round's torch row and % of peak against its own round's peak, and the
+# summary takes medians; a results file of before ROUNDS (16 columns) still
+# renders, as round 1 against the cached peak.
+race_row() { # impl ms round peak
+  printf 'tiny\t2\t%s\t%s\t102400\t0.5\t1\t128\t4\t4\t2\t352\t256\t128\t16\t20\t%s\t%s\n' "$@"
+}
+{
+  race_row "torch (openblas, passive)" 100 1 100
+  race_row "primus onednn passive" 80 1 100
+  race_row "torch (openblas, passive)" 120 2 200
+  race_row "primus onednn passive" 60 2 200
+  race_row "torch (openblas, passive)" 90 3 100
+  race_row "primus onednn passive" 60 3 100
+} >"$T/race.tsv"
+race=$(OUT="$T/race" TABLE_FROM="$T/race.tsv" bash "$PRIMUS_SRC/bench/train_vs_torch.sh" 2>&1)
+row() { grep -F "| $1 | $2 |" <<<"$race" | head -1; }
+expect_in "race: round 1 ratio against round 1's torch" "| 1.25 |" "$(row 'primus onednn passive' 1)"
+expect_in "race: round 2 ratio against round 2's torch" "| 2.00 |" "$(row 'primus onednn passive' 2)"
+# tiny: 6 x matmul params + 12 L C S flops a token; 2048 tokens in 60 ms on
+# 2 threads of a 200 GFLOP/s core (round 2) is half of round 3's share.
+p2=$(row 'primus onednn passive' 2 | awk -F'|' '{gsub(/[ %]/, "", $10); print $10}')
+p3=$(row 'primus onednn passive' 3 | awk -F'|' '{gsub(/[ %]/, "", $10); print $10}')
+if awk -v a="$p2" -v b="$p3" 'BEGIN { exit !(a > 0 && (b / a - 2) ^ 2 < 1e-4) }'; then
+  ok "race: % of peak uses each round's own peak ($p2% vs $p3%)"
+else
+  bad "race: % of peak per round: round 2 $p2%, round 3 $p3%"
+fi
+summary=$(grep -F "| primus onednn passive | 128 | 3 |" <<<"$race")
+expect_in "race: median ms/step over 3 rounds" "| 60.0 |" "$summary"
+expect_in "race: median ratio" "| 1.50 |" "$summary"
+expect_in "race: ratio range" "| 1.25-2.00 |" "$summary"
+cut -f1-16 "$T/race.tsv" >"$T/race16.tsv"
+race=$(OUT="$T/race16" TABLE_FROM="$T/race16.tsv" bash "$PRIMUS_SRC/bench/train_vs_torch.sh" 2>&1)
+expect_not_in "race: 16-column results have no summary" "Median over" "$race"
+expect_in "race: 16-column results render as round 1" "| tiny | 2 | primus onednn passive | 1 |" "$race"
+
 run benchmark --help
 expect_rc "benchmark --help" 0
 for s in gemm gemm-dense gemm-grouped attention launch memory checkpoint-io train tokenizer; do
