@@ -168,6 +168,25 @@ PRM__INLINE void prm__block_cols(int32_t *clo, int32_t *chi, const int64_t *lo, 
   }
 }
 
+/* y[a] += sum over the keys c < nk that row a sees of w[c][a] * x[c * xs],
+ * for the rows a < nq of a query block, four at a time, each group over
+ * the keys any of its rows sees (w is zero at the others). w is a block
+ * kept transposed (keys by rows); rows nq.. of y up to the next multiple of
+ * four are scratch. P V in the forward, dS K in the backward. */
+PRM__INLINE void prm__rows_times_block(float (*y)[PRM__MAXD], float (*w)[PRM__BQ],
+                                       const float *x, int64_t xs, const int32_t *clo,
+                                       const int32_t *chi, int64_t nq, int64_t nk, int64_t D) {
+  for (int64_t a0 = 0; a0 < nq; a0 += 4) {
+    float *ya[4] = {y[a0], y[a0 + 1], y[a0 + 2], y[a0 + 3]};
+    int64_t t0 = nk, t1 = 0;
+    for (int64_t r = a0; r < a0 + 4 && r < nq; r++) {
+      int64_t lo_c = clo[r] > 0 ? clo[r] : 0, hi_c = chi[r] + 1 < nk ? chi[r] + 1 : nk;
+      if (hi_c > lo_c) t0 = lo_c < t0 ? lo_c : t0, t1 = hi_c > t1 ? hi_c : t1;
+    }
+    if (t1 > t0) prm__mm4(ya, &w[0][a0], 1, PRM__BQ, x, xs, t0, t1, D);
+  }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Forward: a block of query rows of one head, online softmax over key      */
 /* blocks                                                                    */
@@ -222,16 +241,7 @@ PRM__CLONES static void prm__attn_fwd_block(float *out, float *lse, int64_t lse_
       }
     }
     for (int64_t r = 0; r < nq; r++) l[r] += sum[r];
-    /* acc += P V, four rows at a time over the keys any of them sees. */
-    for (int64_t a0 = 0; a0 < nq; a0 += 4) {
-      float *y[4] = {acc[a0], acc[a0 + 1], acc[a0 + 2], acc[a0 + 3]};
-      int64_t t0 = nk, t1 = 0;
-      for (int64_t r = a0; r < a0 + 4 && r < nq; r++) {
-        int64_t lo_c = clo[r] > 0 ? clo[r] : 0, hi_c = chi[r] + 1 < nk ? chi[r] + 1 : nk;
-        if (hi_c > lo_c) t0 = lo_c < t0 ? lo_c : t0, t1 = hi_c > t1 ? hi_c : t1;
-      }
-      if (t1 > t0) prm__mm4(y, &st[0][a0], 1, PRM__BQ, vb + j0 * ks, ks, t0, t1, D);
-    }
+    prm__rows_times_block(acc, st, vb + j0 * ks, ks, clo, chi, nq, nk, D); /* acc += P V */
   }
   for (int64_t a = 0; a < nq; a++) {
     float inv = 1.0f / l[a], *o = out + (i0 + a) * qs;
@@ -363,16 +373,8 @@ PRM__CLONES static void prm__attn_bwd_group(float *dq, float *dk, float *dv, con
           prm__mm4(yv, P[c], PRM__BQ, 1, ob, qs, amin, nq, D);
           prm__mm4(yk, DS[c], PRM__BQ, 1, qb, qs, amin, nq, D);
         }
-        /* dq_i += dS k over the keys row i sees, four rows at a time. */
-        for (int64_t a0 = 0; a0 < nq; a0 += 4) {
-          float *y[4] = {dqa[a0], dqa[a0 + 1], dqa[a0 + 2], dqa[a0 + 3]};
-          int64_t t0 = nk, t1 = 0;
-          for (int64_t r = a0; r < a0 + 4 && r < nq; r++) {
-            int64_t lo_c = clo[r] > 0 ? clo[r] : 0, hi_c = chi[r] + 1 < nk ? chi[r] + 1 : nk;
-            if (hi_c > lo_c) t0 = lo_c < t0 ? lo_c : t0, t1 = hi_c > t1 ? hi_c : t1;
-          }
-          if (t1 > t0) prm__mm4(y, &DS[0][a0], 1, PRM__BQ, kb + j0 * ks, ks, t0, t1, D);
-        }
+        /* dq_i += dS k over the keys row i sees. */
+        prm__rows_times_block(dqa, DS, kb + j0 * ks, ks, clo, chi, nq, nk, D);
       }
       for (int64_t a = 0; a < nq; a++)
         memcpy(dq + base + (i0 + a) * qs, dqa[a], (size_t)D * sizeof(float));
