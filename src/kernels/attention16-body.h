@@ -6,6 +6,7 @@
  *   PRM__A16_INL    those of its always-inlined helpers,
  *   prm__a16b, PRM__A16_PREP(raw), PRM__A16_DP(acc, pair, b)
  *                   a prepared packed operand and the pair dot product.
+ * It undefines all six at its end, ready for the next variant.
  * Layouts, blocks and the packing are described in attention16.c. */
 
 /* acc[r] (4 rows, nv x 16 lanes each) = (accumulate ? out[r] : 0) +
@@ -237,3 +238,10 @@ PRM__A16_FN static void PRM__A16(bwd_group)(float *dq, float *dk, float *dv,
     }
   }
 }
+
+#undef PRM__A16
+#undef PRM__A16_FN
+#undef PRM__A16_INL
+#undef prm__a16b
+#undef PRM__A16_PREP
+#undef PRM__A16_DP

@@ -154,12 +154,6 @@ prm__a16n_dp(prm__v16 acc, uint32_t a, prm__v16u b) {
 #define PRM__A16_PREP(raw) (raw)
 #define PRM__A16_DP(acc, pair, b) prm__a16n_dp(acc, pair, b)
 #include "kernels/attention16-body.h"
-#undef PRM__A16
-#undef PRM__A16_FN
-#undef PRM__A16_INL
-#undef prm__a16b
-#undef PRM__A16_PREP
-#undef PRM__A16_DP
 
 /* widen: the even and odd halves of each packed pair as two fp32 vectors,
  * prepared once per load and shared by the four rows of a tile. */
@@ -183,12 +177,6 @@ PRM__INLINE prm__v16 prm__a16w_dp(prm__v16 acc, uint32_t a, prm__a16w_b b) {
 #define PRM__A16_PREP(raw) prm__a16w_prep(raw)
 #define PRM__A16_DP(acc, pair, b) prm__a16w_dp(acc, pair, b)
 #include "kernels/attention16-body.h"
-#undef PRM__A16
-#undef PRM__A16_FN
-#undef PRM__A16_INL
-#undef prm__a16b
-#undef PRM__A16_PREP
-#undef PRM__A16_DP
 
 typedef void (*prm__a16_fwd_fn)(float *out, float *lse, const prm_bf16_t *q, int64_t qs,
                                 const uint32_t *ka, const uint32_t *vb, const int32_t *seg,

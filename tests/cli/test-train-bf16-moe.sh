@@ -35,12 +35,7 @@ expect_rc "MoE bf16, $N steps" 0
 expect_in "the memory line counts the bf16 weights" "bf16 weights" "$ERR"
 expect_in "the router's statistics are logged" "moe aux" "$ERR"
 expect_eq "$N bf16 steps logged" "$(run_losses bf16 | wc -l)" "$N"
-d=$(loss_diff fp32 bf16)
-if within "$d" 0.02; then ok "MoE bf16 loss within 2% of fp32 at every one of $N steps (worst $d)"; else bad "MoE bf16 loss differs from fp32 by $d"; fi
-if [[ $d != none ]] && awk -v a="$d" 'BEGIN { exit !(a > 0) }'; then ok "MoE bf16 differs from fp32 (it rounds)"; else bad "MoE bf16 identical to fp32: not in effect"; fi
-last() { run_losses "$1" | tail -1 | awk '{print $2}'; }
-first() { run_losses "$1" | head -1 | awk '{print $2}'; }
-if awk -v a="$(last bf16)" -v b="$(first bf16)" 'BEGIN { exit !(a < 0.8 * b) }'; then ok "MoE bf16 learns ($(first bf16) -> $(last bf16))"; else bad "MoE bf16 did not learn: $(first bf16) -> $(last bf16)"; fi
+bf16_vs_fp32 "MoE bf16" "$N"
 
 # Expert parallel (when mpirun is here): E = 2 against data parallel, both bf16.
 if command -v mpirun >/dev/null; then

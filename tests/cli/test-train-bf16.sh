@@ -37,13 +37,7 @@ expect_rc "bf16, $N steps" 0
 expect_in "the memory line counts the bf16 weights" "bf16 weights" "$ERR"
 expect_in "attention runs in bf16 too" "bf16 attention (" "$ERR"
 expect_eq "$N bf16 steps logged" "$(run_losses bf16 | wc -l)" "$N"
-d=$(loss_diff fp32 bf16)
-if within "$d" 0.02; then ok "bf16 loss within 2% of fp32 at every one of $N steps (worst $d)"; else bad "bf16 loss differs from fp32 by $d"; fi
-# It is really computing in bf16: the curves are not identical.
-if [[ $d != none ]] && awk -v a="$d" 'BEGIN { exit !(a > 0) }'; then ok "bf16 differs from fp32 (it rounds)"; else bad "bf16 identical to fp32: not in effect"; fi
-last() { run_losses "$1" | tail -1 | awk '{print $2}'; }
-first() { run_losses "$1" | head -1 | awk '{print $2}'; }
-if awk -v a="$(last bf16)" -v b="$(first bf16)" 'BEGIN { exit !(a < 0.8 * b) }'; then ok "bf16 learns ($(first bf16) -> $(last bf16))"; else bad "bf16 did not learn: $(first bf16) -> $(last bf16)"; fi
+bf16_vs_fp32 "bf16" "$N"
 
 # Recomputation and a resume: 20 steps straight vs 10 + 10 from the checkpoint.
 sched=("lr_decay_iters: 20" "lr_warmup_iters: 5")
