@@ -1,6 +1,6 @@
 /* test-model.c - the Llama model as a whole: parameter layout and count,
  * initialisation, the full gradient against finite differences, full
- * recomputation giving the same gradients, micro-batches summing to the
+ * recomputation giving the same gradients, bf16 with fp32 attention, micro-batches summing to the
  * batch, pipeline stages giving the whole model's passes, and KV-cache
  * inference agreeing with the training forward. */
 #include "testlib.h"
@@ -204,6 +204,41 @@ static void test_recompute_identical(void **state) {
     assert_true(fabsf(b->grads[i] - 2 * a->grads[i]) <= 1e-6f * fabsf(a->grads[i]) + 1e-9f);
   prm_llama_free(a);
   prm_llama_free(b);
+}
+
+/* bf16 with PRM_LLAMA_ATTN_FP32: the GEMMs in bf16, attention on the fp32
+ * kernels (head size 16, which the bf16 kernels take). Its loss and
+ * gradients stay close to fp32's, differ from those of the bf16 attention
+ * (the flag is in effect), and the bf16 operand slots no longer hold
+ * attention's q, k, v (smaller scratch). */
+static void test_bf16_attention_fp32(void **state) {
+  (void)state;
+  prm_llama_config_t c = tiny_cfg(0);
+  c.hidden = 64, c.ffn = 48, c.init_std = 0.1;
+  int64_t B = 2, T = 9;
+  prm_llama_t *m[3] = {build(c, B, T, PRM_LLAMA_TRAIN),
+                       build(c, B, T, PRM_LLAMA_TRAIN | PRM_LLAMA_BF16),
+                       build(c, B, T, PRM_LLAMA_TRAIN | PRM_LLAMA_BF16 | PRM_LLAMA_ATTN_FP32)};
+  int32_t tok[18], tgt[18];
+  random_tokens(tok, B * T, c.vocab, 11);
+  random_tokens(tgt, B * T, c.vocab, 12);
+  double l[3];
+  for (int i = 0; i < 3; i++) {
+    int64_t n;
+    l[i] = prm_llama_forward_backward(m[i], tok, tgt, B, 0.1f, &n);
+  }
+  assert_true(l[0] > 0 && fabs(l[1] - l[0]) < 0.01 * l[0] && fabs(l[2] - l[0]) < 0.01 * l[0]);
+  assert_true(l[2] != l[1] && l[2] != l[0]);
+  double d2 = 0, n2 = 0, e2 = 0;
+  for (int64_t i = 0; i < m[0]->nparams; i++) {
+    double d = (double)m[0]->grads[i] - m[2]->grads[i], e = (double)m[1]->grads[i] - m[2]->grads[i];
+    d2 += d * d, e2 += e * e;
+    n2 += (double)m[0]->grads[i] * m[0]->grads[i];
+  }
+  assert_true(n2 > 0 && d2 > 0 && e2 > 0);
+  if (!(sqrt(d2 / n2) < 0.05)) fail_msg("fp32-attention bf16 gradients off by %g", sqrt(d2 / n2));
+  assert_true(m[2]->scratch_bytes < m[1]->scratch_bytes);
+  for (int i = 0; i < 3; i++) prm_llama_free(m[i]);
 }
 
 static void test_microbatches_sum(void **state) {
@@ -466,6 +501,7 @@ int main(void) {
       cmocka_unit_test(test_grad_fd_untied),
       cmocka_unit_test(test_grad_fd_tied_recompute),
       cmocka_unit_test(test_recompute_identical),
+      cmocka_unit_test(test_bf16_attention_fp32),
       cmocka_unit_test(test_microbatches_sum),
       cmocka_unit_test(test_packed_equals_alone),
       cmocka_unit_test(test_grads_hook),

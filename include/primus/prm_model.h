@@ -158,6 +158,7 @@ enum {
   PRM_LLAMA_TRAIN = 1 << 0,     /* gradients and the activations backward needs */
   PRM_LLAMA_RECOMPUTE = 1 << 1, /* keep only each layer's input; recompute in backward */
   PRM_LLAMA_BF16 = 1 << 2,      /* bf16 GEMM operands, fp32 accumulation and master weights */
+  PRM_LLAMA_ATTN_FP32 = 1 << 3, /* with PRM_LLAMA_BF16: attention stays fp32 (the fp32 kernels) */
 };
 
 typedef struct prm_llama {

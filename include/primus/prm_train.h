@@ -33,6 +33,7 @@ typedef struct {
   prm_lr_style_t decay_style;
   int recompute;
   int bf16;          /* bf16 GEMM operands, fp32 accumulation, master weights and optimizer */
+  int bf16_attention; /* with bf16: 1 bf16 attention kernels, 0 fp32 ones, -1 auto (measured) */
   const char *data_path, *split, *tokenizer_type, *tokenizer_model;
   int data_shuffle, mock_data, finetune;
   /* Supervised fine-tuning (module post_trainer, docs/posttrain.md):
@@ -194,14 +195,18 @@ int prm_generate(const prm_generate_opts_t *g, prm_err_t *err);
 /* The measured fp32 FMA peak of one core in GFLOP/s (a short probe, cached
  * per CPU model in the primus cache folder). */
 double prm_peak_gflops_per_core(void);
+/* The same for avx512_bf16's vdpbf16ps (64 FLOPs an instruction); 0 when
+ * the CPU lacks it. Chooses bf16 runs' attention kernels (bf16_attention). */
+double prm_peak_bf16_gflops_per_core(void);
 
 /* The machine's compute peaks, measured now (GFLOP/s): fp32 FMA and, where
  * the CPU has avx512_bf16, vdpbf16ps, on one core and on `threads` threads
  * at once, each the best of `runs` probes of ~30-50 ms (the one-core
  * figures at least the all-threads ones per thread). bf16 fields are 0
  * without the instructions. Returns -1 when the CPU has no FMA at all. A
- * busy machine lowers the figures: prm_peak_save makes pk's fp32 figure
- * the cached one prm_peak_gflops_per_core returns (a VM's clock can change
+ * busy machine lowers the figures: prm_peak_save makes pk's one-core
+ * figures the cached ones prm_peak_gflops_per_core and
+ * prm_peak_bf16_gflops_per_core return (a VM's clock can change
  * from one day to the next), so save only a measurement of a quiet machine. */
 typedef struct {
   int threads;

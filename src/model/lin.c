@@ -8,9 +8,11 @@
  * scratch slots just before use (slot 0: the layer input x, slot 1: the
  * output gradient dy). Attention takes q, k, v (and in backward dO)
  * rounded into the same two slots, once per layer and pass, and runs the
- * bf16 kernels (attention16.c). Everything else - norms, softmax
- * statistics, the loss, gradients, AdamW - stays fp32. Without the flag
- * every function is the plain fp32 call. */
+ * bf16 kernels (attention16.c), unless PRM_LLAMA_ATTN_FP32 keeps it on the
+ * fp32 kernels (where vdpbf16ps is slower than fp32 FMAs: the trainer's
+ * bf16_attention). Everything else - norms, softmax statistics, the loss,
+ * gradients, AdamW - stays fp32. Without PRM_LLAMA_BF16 every function is
+ * the plain fp32 call. */
 #include "model-impl.h"
 
 void prm__refresh16(prm_llama_t *m) {
@@ -56,11 +58,17 @@ void prm__lin_bwd(prm_llama_t *m, float *dx, float *dw, const float *dy, const p
   if (dw) prm_gemm_bf16(&m->gemm, 1, 0, out, in, N, 1.0f, dy16, out, x16, in, 1.0f, dw, in);
 }
 
+/* Attention in bf16: PRM_LLAMA_BF16 without PRM_LLAMA_ATTN_FP32. */
+static int prm__attn16(const prm_llama_t *m) {
+  return m->params16 && !(m->flags & PRM_LLAMA_ATTN_FP32);
+}
+
 /* Slot 0 holds q then k, slot 1 v (forward) or dO then v (backward):
- * prm__layout_scratch sizes both slots for N (H + G) D values. */
+ * prm__layout_scratch sizes both slots for N (H + G) D values when
+ * attention runs in bf16. */
 void prm__attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B) {
   int64_t T = m->T, N = B * T, D = prm_llama_head_dim(&m->cfg), H = m->Hl, G = m->Gl;
-  if (!m->params16) {
+  if (!prm__attn16(m)) {
     prm_attention_forward_seg(a->att, a->lse, a->q, a->k, a->v, m->pack_seg, B, T, H, G, D);
     return;
   }
@@ -76,7 +84,7 @@ void prm__attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B) {
 void prm__attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B) {
   int64_t T = m->T, N = B * T, D = prm_llama_head_dim(&m->cfg), H = m->Hl, G = m->Gl;
   prm_llama_acts_t *s = m->acts;
-  if (!m->params16) {
+  if (!prm__attn16(m)) {
     prm_attention_backward_seg(s->dq, s->dk, s->dv, s->datt, a->q, a->k, a->v, a->att, a->lse,
                                m->pack_seg, B, T, H, G, D);
     return;

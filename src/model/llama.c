@@ -221,9 +221,9 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
   int bf16 = (m->flags & PRM_LLAMA_BF16) != 0;
   if (m->tp.size > 1 || bf16) a->tpstat = prm__carve(base, &cur, 5 * a->chunk + 2);
   if (bf16) { /* operand slots: layer inputs / head rows, output gradients / logits;
-               * in attention q and k / dO and v (lin.c) */
+               * in bf16 attention q and k / dO and v (lin.c) */
     int64_t wide = C > F ? C : F;
-    wide = wide > HD + GD ? wide : HD + GD;
+    if (!(m->flags & PRM_LLAMA_ATTN_FP32)) wide = wide > HD + GD ? wide : HD + GD;
     a->n16[0] = N * wide > a->chunk * C ? N * wide : a->chunk * C;
     a->n16[1] = N * wide > a->chunk * m->Vl ? N * wide : a->chunk * m->Vl;
     if (c->experts) { /* moe.c: the experts' rows, the shared expert, the router */
@@ -500,7 +500,10 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
     prm_fmt_bytes(h, sizeof h, (double)m->nparams * sizeof(prm_bf16_t));
     /* The bf16 q, k, v and dO of attention sit in the scratch's operand
      * slots; the kernel's packed copies are transient scratch. */
-    prm_sb_appendf(out, ", bf16 weights %s, bf16 attention (%s)", h, prm_attention_bf16_isa());
+    if (m->flags & PRM_LLAMA_ATTN_FP32)
+      prm_sb_appendf(out, ", bf16 weights %s, fp32 attention", h);
+    else
+      prm_sb_appendf(out, ", bf16 weights %s, bf16 attention (%s)", h, prm_attention_bf16_isa());
   }
   if (m->tp.size > 1)
     prm_sb_appendf(out, " (tensor-parallel shard %d of %d)", m->tp.rank + 1, m->tp.size);

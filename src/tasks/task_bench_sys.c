@@ -43,7 +43,7 @@ int prm__bench_launch(prm_task_ctx_t *ctx, prm_err_t *err) {
 
 const prm_opt_t prm__bench_peak_opts[] = {
     {"runs", 0, PRM_OPT_INT, "N", "5", "probes per figure; each figure is the best one"},
-    {"save", 0, PRM_OPT_FLAG, NULL, NULL, "make the fp32 one-core figure the cached one training's MFU divides by"},
+    {"save", 0, PRM_OPT_FLAG, NULL, NULL, "make the one-core figures the cached ones (fp32: what training's MFU divides by; bf16: what bf16_attention: auto compares)"},
     PRM__OUTPUT_OPT,
     {NULL},
 };
@@ -87,6 +87,8 @@ int prm__bench_peak(prm_task_ctx_t *ctx, prm_err_t *err) {
     prm_peak_save(&pk);
     PRM_INFO("fp32 peak %.1f GFLOP/s per core saved for MFU (was %.1f; primus cache folder, "
              "peak-fp32.txt)", pk.fp32_core, cached);
+    if (pk.bf16_core > 0)
+      PRM_INFO("bf16 dot-product peak %.1f GFLOP/s per core saved (peak-bf16.txt)", pk.bf16_core);
   } else if (cached > 0 && fabs(pk.fp32_core / cached - 1) > 0.1) {
     PRM_WARN("fp32 peak %.1f GFLOP/s per core now, %.1f cached for MFU: a busy machine measures "
              "low; on a quiet one, --save makes this figure the cached one",

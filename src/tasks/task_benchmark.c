@@ -166,10 +166,11 @@ static const prm_subtask_t prm__bench_subs[] = {
     {"peak", "the CPU's measured fp32 FMA and bf16 dot-product peak", NULL,
      "Runs twelve independent chains of the widest fp32 FMA the CPU has (AVX-512 or\n"
      "AVX2) and, with avx512_bf16, of vdpbf16ps (64 FLOPs each), on one core and on\n"
-     "all threads at once, and prints the best of --runs probes in GFLOP/s. The\n"
-     "fp32 figure per core replaces the cached one that training's MFU and\n"
-     "`benchmark gemm`'s peak_fraction divide by: run it before a benchmark when\n"
-     "the machine's clock may have changed (virtual machines).\n\n"
+     "all threads at once, and prints the best of --runs probes in GFLOP/s. With\n"
+     "--save the one-core figures replace the cached ones: fp32 is what training's\n"
+     "MFU and `benchmark gemm`'s peak_fraction divide by, and bf16 runs'\n"
+     "bf16_attention: auto compares the two. Save after the machine's clock may\n"
+     "have changed (virtual machines), on a quiet machine.\n\n"
      "Example:\n"
      "  primus benchmark peak -o peak.tsv",
      prm__bench_peak_opts, 0, prm__bench_peak},

@@ -99,8 +99,6 @@ static double prm__measure_one(int bf16, int runs) {
   return best;
 }
 
-static double prm__measure(void) { return prm__measure_one(0, 5); }
-
 /* GFLOP/s of `threads` threads probing at once: the total FLOPs over the
  * wall time of the slowest, the best of `runs`. */
 static double prm__measure_all(int bf16, int threads, int runs) {
@@ -136,20 +134,24 @@ static void prm__cpu_model(char *buf, size_t n) {
 
 
 /* Writes "<gflops>\t<cpu model>\n" to the cache file (atomically). */
-static void prm__peak_store(const char *path, const char *model, double g) {
+static void prm__peak_store(const char *path, const char *what, const char *model, double g) {
   if (!(g > 0)) return;
   char *dir = prm_path_dirname(path);
   char *line = prm_xasprintf("%.1f\t%s\n", g, model);
   if (prm_fs_mkdir_p(dir, 0755, NULL) == 0) prm_fs_write_atomic(path, line, strlen(line), NULL);
-  PRM_DEBUG("measured fp32 FMA peak: %.1f GFLOP/s per core (%s), cached in %s", g, model, path);
+  PRM_DEBUG("measured %s peak: %.1f GFLOP/s per core (%s), cached in %s", what, g, model, path);
   free(line);
   free(dir);
 }
 
-double prm_peak_gflops_per_core(void) {
+static const char *prm__peak_file(int bf16) { return bf16 ? "peak-bf16.txt" : "peak-fp32.txt"; }
+
+/* The cached figure of this CPU model, else a probe now (then cached). */
+static double prm__peak_cached(int bf16) {
+  if (bf16 && prm__probe_flops(1) <= 0) return 0; /* no vdpbf16ps: nothing to cache */
   char model[256];
   prm__cpu_model(model, sizeof model);
-  char *path = prm_cache_path("peak-fp32.txt");
+  char *path = prm_cache_path(prm__peak_file(bf16));
   char *text = NULL;
   if (prm_fs_read_all(path, &text, NULL, NULL) == 0) {
     /* "<gflops>\t<cpu model>\n" */
@@ -165,11 +167,15 @@ double prm_peak_gflops_per_core(void) {
     }
   }
   free(text);
-  double g = prm__measure();
-  prm__peak_store(path, model, g);
+  double g = prm__measure_one(bf16, 5);
+  prm__peak_store(path, bf16 ? "bf16 dot-product" : "fp32 FMA", model, g);
   free(path);
   return g;
 }
+
+double prm_peak_gflops_per_core(void) { return prm__peak_cached(0); }
+
+double prm_peak_bf16_gflops_per_core(void) { return prm__peak_cached(1); }
 
 int prm_peak_measure(int threads, int runs, prm_peak_t *out) {
   memset(out, 0, sizeof *out);
@@ -191,7 +197,10 @@ int prm_peak_measure(int threads, int runs, prm_peak_t *out) {
 }
 
 void prm_peak_save(const prm_peak_t *pk) {
-  char *path = prm_cache_path("peak-fp32.txt");
-  prm__peak_store(path, pk->cpu, pk->fp32_core);
-  free(path);
+  for (int bf16 = 0; bf16 <= 1; bf16++) {
+    char *path = prm_cache_path(prm__peak_file(bf16));
+    prm__peak_store(path, bf16 ? "bf16 dot-product" : "fp32 FMA", pk->cpu,
+                    bf16 ? pk->bf16_core : pk->fp32_core);
+    free(path);
+  }
 }

@@ -14,6 +14,24 @@
 /* Set-up shared by training, gradients and evaluation                       */
 /* ------------------------------------------------------------------------ */
 
+/* bf16 runs' attention kernels (bf16_attention), logged: 0 for the bf16
+ * kernels, PRM_LLAMA_ATTN_FP32 for the fp32 ones. auto takes the bf16
+ * kernels only where vdpbf16ps does at least the FLOPs of fp32 FMAs (the
+ * cached probes of this CPU model); otherwise the fp32 kernels are faster
+ * (docs/benchmarks.md: a VM whose vdpbf16ps ran at 0.56x). */
+static unsigned prm__bf16_attention(const prm_train_opts_t *o) {
+  if (o->bf16_attention >= 0) {
+    PRM_INFO("bf16: attention in %s (bf16_attention: %s)", o->bf16_attention ? "bf16" : "fp32",
+             o->bf16_attention ? "bf16" : "fp32");
+    return o->bf16_attention ? 0 : PRM_LLAMA_ATTN_FP32;
+  }
+  double f = prm_peak_gflops_per_core(), b = prm_peak_bf16_gflops_per_core();
+  int bf16 = b > 0 && b >= f;
+  PRM_INFO("bf16: attention in %s (bf16_attention: auto; vdpbf16ps %.1f, fp32 FMA %.1f "
+           "GFLOP/s a core)", bf16 ? "bf16" : "fp32", b, f);
+  return bf16 ? 0 : PRM_LLAMA_ATTN_FP32;
+}
+
 int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
                       prm_split_t need, const prm_llama_tp_t *tp, prm__session_t *s,
                       prm_err_t *err) {
@@ -66,6 +84,7 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
                             .split = o->split, .vocab_size = o->model.vocab, .need = need};
     if ((rc = prm_dataset_open(&d, &s->data, err))) goto fail;
   }
+  if (flags & PRM_LLAMA_BF16) flags |= prm__bf16_attention(o);
   if ((rc = prm_llama_new_tp(&o->model, o->micro_batch, o->seq_length, flags, &s->gemm, tp,
                              &s->model, err)))
     goto fail;

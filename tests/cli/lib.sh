@@ -135,16 +135,16 @@ loss_diff() {
 # within X TOL: X is a number no larger than TOL.
 within() { [[ $1 =~ ^[0-9][0-9.e+-]*$ ]] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 
-# bf16_vs_fp32 LABEL N: the loss curve of experiment bf16 against fp32's, N
-# steps: within 2% at every step, not identical (the rounding is in effect),
-# and learning (the last loss below 0.8 x the first).
+# bf16_vs_fp32 LABEL N [EXP]: the loss curve of experiment EXP (default
+# bf16) against fp32's, N steps: within 2% at every step, not identical (the
+# rounding is in effect), and learning (the last loss below 0.8 x the first).
 bf16_vs_fp32() {
-  local label=$1 n=$2 d a b
-  d=$(loss_diff fp32 bf16)
+  local label=$1 n=$2 e=${3:-bf16} d a b
+  d=$(loss_diff fp32 "$e")
   if within "$d" 0.02; then ok "$label loss within 2% of fp32 at every one of $n steps (worst $d)"; else bad "$label loss differs from fp32 by $d"; fi
   if [[ $d != none ]] && awk -v a="$d" 'BEGIN { exit !(a > 0) }'; then ok "$label differs from fp32 (it rounds)"; else bad "$label identical to fp32: not in effect"; fi
-  a=$(run_losses bf16 | head -1 | awk '{print $2}')
-  b=$(run_losses bf16 | tail -1 | awk '{print $2}')
+  a=$(run_losses "$e" | head -1 | awk '{print $2}')
+  b=$(run_losses "$e" | tail -1 | awk '{print $2}')
   if awk -v a="$b" -v b="$a" 'BEGIN { exit !(a < 0.8 * b) }'; then ok "$label learns ($a -> $b)"; else bad "$label did not learn: $a -> $b"; fi
 }
 

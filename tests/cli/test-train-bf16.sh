@@ -2,7 +2,9 @@
 # bf16 mixed precision (bf16: true): bf16 GEMM and attention operands with
 # fp32 accumulation, fp32 master weights, norms, softmax statistics, loss and
 # AdamW. Over 300 steps of llama_tiny the loss curve stays within 2% of
-# fp32's at every step; the bf16 weights are accounted in the memory line;
+# fp32's at every step, with the bf16 attention kernels and with the fp32
+# ones (bf16_attention; auto picks by the cached peaks, faked here); the
+# bf16 weights are accounted in the memory line;
 # bf16 composes with tensor parallelism and recomputation; a bf16 run
 # resumes from its checkpoint to the same bytes as an uninterrupted one.
 # Under the sanitizers (PRIMUS_SANITIZED, set by tests/CMakeLists.txt) the
@@ -31,13 +33,52 @@ exp() { # NAME [KEY: VALUE...]
 exp fp32
 run train pretrain --config fp32.yaml
 expect_rc "fp32, $N steps" 0
-exp bf16 "bf16: true"
+exp bf16 "bf16: true" "bf16_attention: bf16"
 run train pretrain --config bf16.yaml
 expect_rc "bf16, $N steps" 0
 expect_in "the memory line counts the bf16 weights" "bf16 weights" "$ERR"
 expect_in "attention runs in bf16 too" "bf16 attention (" "$ERR"
+expect_in "the log says why" "attention in bf16 (bf16_attention: bf16)" "$ERR"
 expect_eq "$N bf16 steps logged" "$(run_losses bf16 | wc -l)" "$N"
 bf16_vs_fp32 "bf16" "$N"
+exp bf16a32 "bf16: true" "bf16_attention: fp32"
+run train pretrain --config bf16a32.yaml
+expect_rc "bf16 with fp32 attention, $N steps" 0
+expect_in "its memory line says fp32 attention" "bf16 weights " "$ERR"
+expect_in "... fp32 attention" ", fp32 attention" "$ERR"
+bf16_vs_fp32 "bf16 (fp32 attention)" "$N" bf16a32
+d=$(loss_diff bf16 bf16a32)
+if [[ $d != none ]] && awk -v a="$d" 'BEGIN { exit !(a > 0) }'; then ok "the attention kernels differ in effect ($d)"; else bad "bf16_attention: fp32 changed nothing"; fi
+
+# auto: the bf16 kernels only where vdpbf16ps reaches the fp32 FMA peak,
+# read from the cached probes (faked here for this CPU model; without
+# avx512_bf16 there is no bf16 peak and attention stays fp32).
+model=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)
+has_bf16=0
+grep -qw avx512_bf16 /proc/cpuinfo && has_bf16=1
+auto_pick() { # FP32 BF16 -> sets ERR of a 2-step auto run with those cached peaks
+  local c=$T/cache-$1-$2 keep=$PRIMUS_CACHE
+  mkdir -p "$c"
+  printf '%s\t%s\n' "$1" "$model" >"$c/peak-fp32.txt"
+  printf '%s\t%s\n' "$2" "$model" >"$c/peak-bf16.txt"
+  exp auto "bf16: true" "train_iters: 2"
+  PRIMUS_CACHE=$c
+  run train pretrain --config auto.yaml
+  PRIMUS_CACHE=$keep
+  expect_rc "bf16_attention: auto, cached peaks fp32 $1 / bf16 $2" 0
+}
+auto_pick 100.0 60.0
+expect_in "auto: vdpbf16ps below the FMA peak -> fp32 attention" "attention in fp32 (bf16_attention: auto;" "$ERR"
+auto_pick 100.0 200.0
+if ((has_bf16)); then
+  expect_in "auto: vdpbf16ps at 2x the FMA peak -> bf16 attention" "attention in bf16 (bf16_attention: auto; vdpbf16ps 200.0, fp32 FMA 100.0" "$ERR"
+else
+  expect_in "auto without avx512_bf16 -> fp32 attention" "attention in fp32 (bf16_attention: auto; vdpbf16ps 0.0" "$ERR"
+fi
+exp badattn "bf16: true" "bf16_attention: fast"
+run train pretrain --config badattn.yaml
+expect_rc "bf16_attention: fast is refused" 2
+expect_in "... naming the key and the choices" "bf16_attention: expected one of auto|bf16|fp32" "$ERR"
 
 # Recomputation and a resume: 20 steps straight vs 10 + 10 from the checkpoint.
 sched=("lr_decay_iters: 20" "lr_warmup_iters: 5")
