@@ -2,7 +2,8 @@
  * fp32 -> bf16 rounding (ties to even, NaN, Inf, denormals) in every ISA
  * variant against a scalar model; the bf16 GEMM of every backend (and the
  * widening fallback) against the reference twin for every transpose, odd
- * sizes, wide strides and beta 0/1; the tuning file round trip, per-shape
+ * sizes, wide strides and beta 0/1; a packed B operand on every backend;
+ * the tuning file round trip, per-shape
  * dispatch and the errors of malformed files. */
 #include "testlib.h"
 
@@ -269,6 +270,60 @@ static void test_gemm_bf16_backends(void **state) {
     for (int tb = 0; tb < 2; tb++) bf16_case(ta, tb, 33, 65, 7, 0.5f, 0.25f, &r);
 }
 
+/* A packed B (prm_gemm_bf16_pack): on every backend, for M other than the
+ * one it was packed for, alpha and beta, the products of the reference
+ * twin on the plain operands (to fp32 accumulation); oneDNN holds a copy,
+ * the others none. Packing again after B changed follows the new B in the
+ * same buffer; freeing leaves p empty. */
+static void test_gemm_bf16_packed(void **state) {
+  (void)state;
+  prm_rng_t r;
+  prm_rng_seed(&r, 9);
+  int64_t N = 65, K = 70;
+  static const int64_t Ms[] = {1, 33, 50};
+  uint16_t *B = malloc((size_t)((N + 2) * (K + 2)) * 2), *A = malloc((size_t)(50 * (K + 1)) * 2);
+  float *C = malloc((size_t)(50 * N) * 4), *want = malloc((size_t)(50 * N) * 4),
+        *C0 = malloc((size_t)(50 * N) * 4);
+  prm_gemm_i be[8];
+  int nb = gemm_list(be, 8);
+  for (int b = 0; b < nb; b++)
+    for (int tb = 0; tb < 2; tb++) {
+      prm_gemm_t g = {&be[b], NULL};
+      int64_t ldb = (tb ? K : N) + 2, lda = K + 1;
+      prm_gemm_packed_t p = {0};
+      void *buf = NULL;
+      for (int round = 0; round < 2; round++) { /* round 1: B changed, packed again */
+        for (int64_t i = 0; i < (tb ? N : K) * ldb; i++) B[i] = rand_bf16(&r);
+        prm_gemm_bf16_pack(&g, &p, tb, 33, N, K, B, ldb);
+        int onednn = !strcmp(be[b].name, "onednn");
+        assert_true(onednn ? p.buf != NULL && p.bytes >= (size_t)(N * K * 2) : p.buf == NULL);
+        if (round == 0) buf = p.buf;
+        assert_true(p.buf == buf); /* the same size: the copy is reused */
+        for (int m = 0; m < 3; m++) {
+          int64_t M = Ms[m];
+          float alpha = m == 1 ? 0.5f : 1.0f, beta = m == 2 ? 1.0f : 0.0f;
+          for (int64_t i = 0; i < M * lda; i++) A[i] = rand_bf16(&r);
+          for (int64_t i = 0; i < M * N; i++) C0[i] = beta == 0 ? NAN : (float)prm_rng_uniform(&r);
+          memcpy(want, C0, (size_t)(M * N) * 4);
+          prm__gemm_bf16_reference(NULL, 0, tb, M, N, K, alpha, A, lda, B, ldb, beta, want, N);
+          memcpy(C, C0, (size_t)(M * N) * 4);
+          prm_gemm_bf16_packed(&g, M, alpha, A, lda, &p, beta, C, N);
+          for (int64_t i = 0; i < M * N; i++) {
+            /* |a b| < 1 per term: K + |c| bounds each element's magnitude. */
+            double d = fabs((double)C[i] - want[i]), tol = 1e-4 * (K + (beta ? 1 : 0));
+            if (!(d <= tol))
+              fail_msg("%s packed: tb=%d M=%lld round %d at %lld: %g, reference %g", be[b].name,
+                       tb, (long long)M, round, (long long)i, (double)C[i], (double)want[i]);
+          }
+        }
+      }
+      prm_gemm_packed_free(&p);
+      assert_null(p.buf);
+      assert_null(p.B);
+    }
+  free(A), free(B), free(C), free(want), free(C0);
+}
+
 /* K = 0 and empty outputs follow prm_sgemm: C = beta C, nothing touched. */
 static void test_gemm_bf16_edges(void **state) {
   (void)state;
@@ -448,7 +503,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bf16_specials),      cmocka_unit_test(test_bf16_random),
       cmocka_unit_test(test_bf16_widen),         cmocka_unit_test(test_gemm_bf16_backends),
-      cmocka_unit_test(test_gemm_bf16_edges),    cmocka_unit_test(test_tune_dispatch),
+      cmocka_unit_test(test_gemm_bf16_edges),    cmocka_unit_test(test_gemm_bf16_packed),
+      cmocka_unit_test(test_tune_dispatch),
       cmocka_unit_test(test_tune_errors),        cmocka_unit_test(test_tune_shapes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

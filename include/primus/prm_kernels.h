@@ -86,6 +86,32 @@ void prm_gemm_bf16(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int
                    const prm_bf16_t *B /* op(B) (K,N) */, int64_t ldb, float beta,
                    float *C /* (M,N) */, int64_t ldc);
 
+/* A bf16 B operand that many GEMMs share (the LM head's weight over its
+ * chunks of rows), laid out once. When g runs oneDNN for (M, N, K) it is
+ * copied into the blocked layout oneDNN's matmul picks for about M rows, so
+ * that no call lays it out again (1.4-1.8x on the head's shapes,
+ * docs/benchmarks.md); other backends keep only the pointer. B is borrowed
+ * and read by prm_gemm_bf16_pack only: pack again after it changes. The
+ * caller owns p: start from {0} and end with prm_gemm_packed_free (the
+ * copy is counted in PRM_MEM_PARAMS). */
+typedef struct {
+  int trans_b;
+  int64_t N, K, ldb;
+  const prm_bf16_t *B; /* op(B) (K,N), borrowed */
+  void *buf;           /* the blocked copy (oneDNN), else NULL */
+  size_t bytes;        /* its size */
+  void *md;            /* its layout (a dnnl_memory_desc_t), else NULL */
+} prm_gemm_packed_t;
+void prm_gemm_bf16_pack(const prm_gemm_t *g, prm_gemm_packed_t *p, int trans_b, int64_t M,
+                        int64_t N, int64_t K, const prm_bf16_t *B, int64_t ldb);
+/* C (M,N) = alpha A op(B) + beta C with B packed: any M (the layout was
+ * chosen for the M given to the pack; oneDNN runs other M on it too). */
+void prm_gemm_bf16_packed(const prm_gemm_t *g, int64_t M, float alpha,
+                          const prm_bf16_t *A /* (M,K) */, int64_t lda,
+                          const prm_gemm_packed_t *p, float beta, float *C /* (M,N) */,
+                          int64_t ldc);
+void prm_gemm_packed_free(prm_gemm_packed_t *p);
+
 /* Per-shape tuning (the CPU twin of hipBLASLt offline tuning): `primus
  * benchmark gemm --tune` writes a file mapping (dtype, trans_a, trans_b, M,
  * N, K) to the fastest backend (format: docs/benchmark.md). With tune_path

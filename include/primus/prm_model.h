@@ -171,6 +171,12 @@ typedef struct prm_llama {
   float *params;         /* (nparams) */
   prm_bf16_t *params16;  /* PRM_LLAMA_BF16: the matrices rounded to bf16 (same offsets), else NULL */
   int stale16;           /* params changed since params16 was rounded */
+  int64_t ver16;         /* times params16 was rounded */
+  /* PRM_LLAMA_BF16: the head's bf16 weight packed for the logits product
+   * (0) and the input-gradient product (1), and the ver16 each was packed
+   * at (lin.c prm__head16). */
+  prm_gemm_packed_t head16[2];
+  int64_t head16_ver[2];
   float *grads;          /* (nparams), NULL unless PRM_LLAMA_TRAIN */
   int ntensors;
   prm_tensor_t *tensors; /* in Hugging Face order */

@@ -32,19 +32,16 @@ void prm__gemm_bf16_reference(void *ctx, int trans_a, int trans_b, int64_t M, in
 void prm__gemm_bf16_onednn(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                            float alpha, const prm_bf16_t *A, int64_t lda, const prm_bf16_t *B,
                            int64_t ldb, float beta, float *C, int64_t ldc);
-/* ------------------------------------------------------------------------ */
-/* gemm_prof.c: the timing wrapper behind prm_gemm_profile                   */
-/* ------------------------------------------------------------------------ */
-
-typedef struct prm__prof prm__prof_t;
-/* g's profile, or NULL when g is not wrapped. */
-prm__prof_t *prm__prof_of(const prm_gemm_t *g);
-/* The handle a profiled g wraps (g itself when not profiled). */
-const prm_gemm_t *prm__prof_inner(const prm_gemm_t *g);
-/* Unwraps a profiled g (g is then the wrapped handle) and frees the profile. */
-void prm__prof_free(prm_gemm_t *g);
-
+/* The oneDNN side of prm_gemm_packed_t: p->B (p->trans_b, N, K, ldb set)
+ * into p->buf in the layout the matmul of about M rows picks (p->buf
+ * reused when the size is unchanged); the GEMM on it; the release. */
+void prm__gemm_bf16_onednn_pack(prm_gemm_packed_t *p, int64_t M);
+void prm__gemm_bf16_onednn_packed(const prm_gemm_packed_t *p, int64_t M, float alpha,
+                                  const prm_bf16_t *A, int64_t lda, float beta, float *C,
+                                  int64_t ldc);
+void prm__gemm_bf16_onednn_unpack(prm_gemm_packed_t *p);
 #endif
+
 /* For a backend whose gemm_bf16 is NULL: A and B widened to fp32 into
  * buffers allocated for this call, then that backend's sgemm. */
 void prm__gemm_bf16_widen(const prm_gemm_i *i, void *ctx, int trans_a, int trans_b, int64_t M,
@@ -93,6 +90,10 @@ prm__prof_t *prm__prof_of(const prm_gemm_t *g);
 const prm_gemm_t *prm__prof_inner(const prm_gemm_t *g);
 /* Unwraps a profiled g (g is then the wrapped handle) and frees the profile. */
 void prm__prof_free(prm_gemm_t *g);
+/* Counts a GEMM that did not go through g->i (a packed one) in g's
+ * profile; a no-op when g is not profiled. */
+void prm__prof_note(const prm_gemm_t *g, int bf16, int trans_a, int trans_b, int64_t M,
+                    int64_t N, int64_t K, double sec);
 
 /* ------------------------------------------------------------------------ */
 /* gemm_grouped.c: the grouped GEMM                                          */

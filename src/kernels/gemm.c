@@ -215,6 +215,47 @@ void prm_gemm_bf16(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int
 }
 
 /* ------------------------------------------------------------------------ */
+/* Packed bf16 operands                                                      */
+/* ------------------------------------------------------------------------ */
+
+void prm_gemm_bf16_pack(const prm_gemm_t *g, prm_gemm_packed_t *p, int trans_b, int64_t M,
+                        int64_t N, int64_t K, const prm_bf16_t *B, int64_t ldb) {
+  PRM_ASSERT(g && p && M >= 1 && N >= 1 && K >= 1 && ldb >= (trans_b ? K : N));
+#ifdef PRM_HAVE_DNNL
+  if (prm_gemm_pick(g, 1, 0, trans_b, M, N, K)->gemm_bf16 == prm__gemm_bf16_onednn) {
+    p->trans_b = trans_b, p->N = N, p->K = K, p->ldb = ldb, p->B = B;
+    prm__gemm_bf16_onednn_pack(p, M);
+    return;
+  }
+#endif
+  prm_gemm_packed_free(p); /* a copy from an earlier pack is not needed */
+  p->trans_b = trans_b, p->N = N, p->K = K, p->ldb = ldb, p->B = B;
+}
+
+void prm_gemm_bf16_packed(const prm_gemm_t *g, int64_t M, float alpha, const prm_bf16_t *A,
+                          int64_t lda, const prm_gemm_packed_t *p, float beta, float *C,
+                          int64_t ldc) {
+  PRM_ASSERT(p && p->B);
+#ifdef PRM_HAVE_DNNL
+  if (p->buf) {
+    if (prm__gemm_trivial(g, 0, p->trans_b, M, p->N, p->K, lda, p->ldb, beta, C, ldc)) return;
+    double t0 = prm_time_now();
+    prm__gemm_bf16_onednn_packed(p, M, alpha, A, lda, beta, C, ldc);
+    prm__prof_note(g, 1, 0, p->trans_b, M, p->N, p->K, prm_time_now() - t0);
+    return;
+  }
+#endif
+  prm_gemm_bf16(g, 0, p->trans_b, M, p->N, p->K, alpha, A, lda, p->B, p->ldb, beta, C, ldc);
+}
+
+void prm_gemm_packed_free(prm_gemm_packed_t *p) {
+#ifdef PRM_HAVE_DNNL
+  prm__gemm_bf16_onednn_unpack(p);
+#endif
+  memset(p, 0, sizeof *p);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Linear                                                                    */
 /* ------------------------------------------------------------------------ */
 

@@ -92,27 +92,19 @@ static void prm__dnnl_setup(void) {
                                               __func__);                                          \
   } while (0)
 
-void prm__gemm_bf16_onednn(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
-                           float alpha, const prm_bf16_t *A, int64_t lda, const prm_bf16_t *B,
-                           int64_t ldb, float beta, float *C, int64_t ldc) {
-  pthread_once(&prm__dnnl_once, prm__dnnl_setup);
-  PRM_ASSERT(prm__dnnl_engine);
+/* C (md cmd) = alpha A (amd) B (bmd) + beta C: one matmul primitive (from
+ * oneDNN's cache after the first call of a shape) run to completion. */
+static void prm__dnnl_matmul(const dnnl_memory_desc_t *amd, const void *A,
+                             const dnnl_memory_desc_t *bmd, const void *B,
+                             const dnnl_memory_desc_t *cmd, float *C, float alpha, float beta) {
   dnnl_engine_t eng = prm__dnnl_engine;
-  dnnl_memory_desc_t amd, bmd, cmd;
-  dnnl_dims_t ad = {M, K}, as = {trans_a ? 1 : lda, trans_a ? lda : 1};
-  dnnl_dims_t bd = {K, N}, bs = {trans_b ? 1 : ldb, trans_b ? ldb : 1};
-  dnnl_dims_t cd = {M, N}, cs = {ldc, 1};
-  PRM__DNNL(dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as));
-  PRM__DNNL(dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs));
-  PRM__DNNL(dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs));
   dnnl_matmul_desc_t md;
-  PRM__DNNL(dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd));
+  PRM__DNNL(dnnl_matmul_desc_init(&md, amd, bmd, NULL, cmd));
   dnnl_primitive_attr_t attr;
   PRM__DNNL(dnnl_primitive_attr_create(&attr));
   if (alpha != 1.0f) PRM__DNNL(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha));
   if (beta != 0.0f) {
-    /* dst = alpha (A B) + beta dst: the output scale applies before the
-     * post-ops, the sum post-op adds the old destination times beta. */
+    /* C = alpha A B + beta C through a sum post-op (C is read in place). */
     dnnl_post_ops_t po;
     PRM__DNNL(dnnl_post_ops_create(&po));
     PRM__DNNL(dnnl_post_ops_append_sum(po, beta));
@@ -126,9 +118,9 @@ void prm__gemm_bf16_onednn(void *ctx, int trans_a, int trans_b, int64_t M, int64
   PRM__DNNL(dnnl_primitive_create(&prim, pd));
   PRM__DNNL(dnnl_primitive_desc_destroy(pd));
   dnnl_memory_t ma, mb, mc;
-  PRM__DNNL(dnnl_memory_create(&ma, &amd, eng, (void *)A));
-  PRM__DNNL(dnnl_memory_create(&mb, &bmd, eng, (void *)B));
-  PRM__DNNL(dnnl_memory_create(&mc, &cmd, eng, C));
+  PRM__DNNL(dnnl_memory_create(&ma, amd, eng, (void *)A));
+  PRM__DNNL(dnnl_memory_create(&mb, bmd, eng, (void *)B));
+  PRM__DNNL(dnnl_memory_create(&mc, cmd, eng, C));
   dnnl_stream_t s;
   PRM__DNNL(dnnl_stream_create(&s, eng, dnnl_stream_default_flags));
   dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
@@ -139,5 +131,88 @@ void prm__gemm_bf16_onednn(void *ctx, int trans_a, int trans_b, int64_t M, int64
   dnnl_memory_destroy(mb);
   dnnl_memory_destroy(mc);
   dnnl_primitive_destroy(prim);
+}
+
+/* The strided descriptors of op(A) (M,K), op(B) (K,N) and C (M,N). */
+static void prm__dnnl_mds(dnnl_memory_desc_t *amd, dnnl_memory_desc_t *bmd,
+                          dnnl_memory_desc_t *cmd, int trans_a, int trans_b, int64_t M,
+                          int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+  dnnl_dims_t ad = {M, K}, as = {trans_a ? 1 : lda, trans_a ? lda : 1};
+  dnnl_dims_t bd = {K, N}, bs = {trans_b ? 1 : ldb, trans_b ? ldb : 1};
+  dnnl_dims_t cd = {M, N}, cs = {ldc, 1};
+  PRM__DNNL(dnnl_memory_desc_init_by_strides(amd, 2, ad, dnnl_bf16, as));
+  if (bmd) PRM__DNNL(dnnl_memory_desc_init_by_strides(bmd, 2, bd, dnnl_bf16, bs));
+  PRM__DNNL(dnnl_memory_desc_init_by_strides(cmd, 2, cd, dnnl_f32, cs));
+}
+
+void prm__gemm_bf16_onednn(void *ctx, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                           float alpha, const prm_bf16_t *A, int64_t lda, const prm_bf16_t *B,
+                           int64_t ldb, float beta, float *C, int64_t ldc) {
+  (void)ctx;
+  pthread_once(&prm__dnnl_once, prm__dnnl_setup);
+  PRM_ASSERT(prm__dnnl_engine);
+  dnnl_memory_desc_t amd, bmd, cmd;
+  prm__dnnl_mds(&amd, &bmd, &cmd, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  prm__dnnl_matmul(&amd, A, &bmd, B, &cmd, C, alpha, beta);
+}
+
+void prm__gemm_bf16_onednn_pack(prm_gemm_packed_t *p, int64_t M) {
+  pthread_once(&prm__dnnl_once, prm__dnnl_setup);
+  PRM_ASSERT(prm__dnnl_engine);
+  dnnl_engine_t eng = prm__dnnl_engine;
+  dnnl_memory_desc_t amd, bmd, cmd, bany;
+  prm__dnnl_mds(&amd, &bmd, &cmd, 0, p->trans_b, M, p->N, p->K, p->K, p->ldb, p->N);
+  dnnl_dims_t bd = {p->K, p->N};
+  PRM__DNNL(dnnl_memory_desc_init_by_tag(&bany, 2, bd, dnnl_bf16, dnnl_format_tag_any));
+  /* The layout the matmul of about M rows wants for B. */
+  dnnl_matmul_desc_t md;
+  PRM__DNNL(dnnl_matmul_desc_init(&md, &amd, &bany, NULL, &cmd));
+  dnnl_primitive_desc_t pd;
+  PRM__DNNL(dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL));
+  const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  size_t bytes = dnnl_memory_desc_get_size(wmd);
+  if (!p->md) p->md = prm_xmalloc(sizeof(dnnl_memory_desc_t));
+  memcpy(p->md, wmd, sizeof(dnnl_memory_desc_t));
+  PRM__DNNL(dnnl_primitive_desc_destroy(pd));
+  if (p->buf && p->bytes != bytes) {
+    prm_mem_free(PRM_MEM_PARAMS, p->buf, p->bytes);
+    p->buf = NULL;
+  }
+  if (!p->buf) {
+    p->buf = prm_mem_alloc(PRM_MEM_PARAMS, bytes);
+    PRM_ASSERT(p->buf); /* out of memory */
+    p->bytes = bytes;
+  }
+  /* B's strided layout into the blocked one. */
+  dnnl_primitive_desc_t rpd;
+  PRM__DNNL(dnnl_reorder_primitive_desc_create(&rpd, &bmd, eng, p->md, eng, NULL));
+  dnnl_primitive_t r;
+  PRM__DNNL(dnnl_primitive_create(&r, rpd));
+  PRM__DNNL(dnnl_primitive_desc_destroy(rpd));
+  dnnl_memory_t from, to;
+  PRM__DNNL(dnnl_memory_create(&from, &bmd, eng, (void *)p->B));
+  PRM__DNNL(dnnl_memory_create(&to, p->md, eng, p->buf));
+  dnnl_stream_t s;
+  PRM__DNNL(dnnl_stream_create(&s, eng, dnnl_stream_default_flags));
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+  PRM__DNNL(dnnl_primitive_execute(r, s, 2, args));
+  PRM__DNNL(dnnl_stream_wait(s));
+  dnnl_stream_destroy(s);
+  dnnl_memory_destroy(from);
+  dnnl_memory_destroy(to);
+  dnnl_primitive_destroy(r);
+}
+
+void prm__gemm_bf16_onednn_packed(const prm_gemm_packed_t *p, int64_t M, float alpha,
+                                  const prm_bf16_t *A, int64_t lda, float beta, float *C,
+                                  int64_t ldc) {
+  dnnl_memory_desc_t amd, cmd;
+  prm__dnnl_mds(&amd, NULL, &cmd, 0, p->trans_b, M, p->N, p->K, lda, p->ldb, ldc);
+  prm__dnnl_matmul(&amd, A, p->md, p->buf, &cmd, C, alpha, beta);
+}
+
+void prm__gemm_bf16_onednn_unpack(prm_gemm_packed_t *p) {
+  if (p->buf) prm_mem_free(PRM_MEM_PARAMS, p->buf, p->bytes);
+  free(p->md);
 }
 #endif

@@ -74,6 +74,12 @@ prm__prof_t *prm__prof_of(const prm_gemm_t *g) {
   return g && g->i && g->i->sgemm == prm__prof_sgemm ? g->ctx : NULL;
 }
 
+void prm__prof_note(const prm_gemm_t *g, int bf16, int trans_a, int trans_b, int64_t M,
+                    int64_t N, int64_t K, double sec) {
+  prm__prof_t *p = prm__prof_of(g);
+  if (p) prm__prof_add(p, bf16, trans_a, trans_b, M, N, K, sec);
+}
+
 const prm_gemm_t *prm__prof_inner(const prm_gemm_t *g) {
   prm__prof_t *p = prm__prof_of(g);
   return p ? &p->inner : g;

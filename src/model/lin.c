@@ -22,6 +22,21 @@ void prm__refresh16(prm_llama_t *m) {
     if (t->ndim == 2) prm_f32_to_bf16(m->params16 + t->offset, m->params + t->offset, t->numel);
   }
   m->stale16 = 0;
+  m->ver16++;
+}
+
+const prm_gemm_packed_t *prm__head16(prm_llama_t *m, int which, int64_t rows) {
+  PRM_ASSERT(m->params16 && (which == 0 || which == 1) && m->ver16 > 0);
+  prm_gemm_packed_t *p = &m->head16[which];
+  if (m->head16_ver[which] != m->ver16) {
+    int64_t C = m->cfg.hidden, V = m->Vl;
+    if (which == 0) /* logits (rows,V) = x (rows,C) W^T: op(B) (C,V) */
+      prm_gemm_bf16_pack(&m->gemm, p, 1, rows, V, C, prm__w16(m, m->head), C);
+    else /* dx (rows,C) = dlogits (rows,V) W: op(B) (V,C) */
+      prm_gemm_bf16_pack(&m->gemm, p, 0, rows, C, V, prm__w16(m, m->head), C);
+    m->head16_ver[which] = m->ver16;
+  }
+  return p;
 }
 
 void prm_llama_params_changed(prm_llama_t *m) { m->stale16 = 1; }

@@ -431,6 +431,7 @@ void prm_llama_free(prm_llama_t *m) {
   prm_mem_free(PRM_MEM_PARAMS, m->params, pbytes);
   prm_mem_free(PRM_MEM_GRADS, m->grads, pbytes);
   prm_mem_free(PRM_MEM_PARAMS, m->params16, (size_t)m->nparams * sizeof(prm_bf16_t));
+  for (int i = 0; i < 2; i++) prm_gemm_packed_free(&m->head16[i]);
   int64_t D = prm_llama_head_dim(&m->cfg);
   size_t rope_bytes = (size_t)(m->cfg.max_pos * (D / 2)) * sizeof(float);
   prm_mem_free(PRM_MEM_SCRATCH, m->rope_cos, rope_bytes);
@@ -504,6 +505,13 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
       prm_sb_appendf(out, ", bf16 weights %s, fp32 attention", h);
     else
       prm_sb_appendf(out, ", bf16 weights %s, bf16 attention (%s)", h, prm_attention_bf16_isa());
+    /* lin.c prm__head16: oneDNN keeps the head's weight in two blocked
+     * copies (about its bf16 size each, made at the first pass). */
+    int64_t C = m->cfg.hidden, rows = m->acts ? m->acts->chunk : 1;
+    if (m->head && !strcmp(prm_gemm_pick(&m->gemm, 1, 0, 1, rows, m->Vl, C)->name, "onednn")) {
+      prm_fmt_bytes(h, sizeof h, 2.0 * (double)(m->Vl * C) * sizeof(prm_bf16_t));
+      prm_sb_appendf(out, ", packed bf16 head %s", h);
+    }
   }
   if (m->tp.size > 1)
     prm_sb_appendf(out, " (tensor-parallel shard %d of %d)", m->tp.rank + 1, m->tp.size);

@@ -69,6 +69,10 @@ static inline const prm_bf16_t *prm__w16(const prm_llama_t *m, const float *w) {
 }
 /* Rounds the matrices into m->params16 when they changed (bf16 only). */
 void prm__refresh16(prm_llama_t *m);
+/* The head's bf16 weight packed for the logits product (which 0: B = W^T)
+ * or the input gradient's (1: B = W), packed again after each refresh; the
+ * layout is chosen for chunks of `rows` rows. */
+const prm_gemm_packed_t *prm__head16(prm_llama_t *m, int which, int64_t rows);
 /* x (n values) rounded to bf16 into operand slot 0 (an input) or 1 (an
  * output gradient); NULL in fp32, where the lin calls use x itself. */
 const prm_bf16_t *prm__to16(prm_llama_t *m, int slot, const float *x, int64_t n);

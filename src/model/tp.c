@@ -195,13 +195,20 @@ double prm__tp_lmhead_xent(prm_llama_t *m, float *dx, float *dw, int64_t *count,
   double total = 0;
   int64_t cnt = 0;
   for (int64_t n = 0; n < N; n++) cnt += targets[n] >= 0;
+  /* bf16: the head's weight in the layout the GEMMs want, once per update. */
+  const prm_gemm_packed_t *pk[2] = {NULL, NULL};
+  if (m->params16) {
+    PRM_ASSERT(w == m->head);
+    pk[0] = prm__head16(m, 0, chunk < N ? chunk : N);
+    if (dx) pk[1] = prm__head16(m, 1, chunk < N ? chunk : N);
+  }
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     int64_t rows = N - n0 < chunk ? N - n0 : chunk;
     const float *xc = x + n0 * C;
     const int32_t *tc = targets + n0;
     const prm_bf16_t *x16 = prm__to16(m, 0, xc, rows * C); /* NULL in fp32 */
     if (x16)
-      prm_gemm_bf16(g, 0, 1, rows, V, C, 1.0f, x16, C, prm__w16(m, w), C, 0.0f, logits, V);
+      prm_gemm_bf16_packed(g, rows, 1.0f, x16, C, pk[0], 0.0f, logits, V);
     else
       prm_sgemm(g, 0, 1, rows, V, C, 1.0f, xc, C, w, C, 0.0f, logits, V);
     int grads = dx || dw;
@@ -217,8 +224,7 @@ double prm__tp_lmhead_xent(prm_llama_t *m, float *dx, float *dw, int64_t *count,
     prm_xent_slice_grad(logits, st, tc, rows, V, v0, grad_scale);
     const prm_bf16_t *d16 = prm__to16(m, 1, logits, rows * V);
     if (d16) {
-      if (dx)
-        prm_gemm_bf16(g, 0, 0, rows, C, V, 1.0f, d16, V, prm__w16(m, w), C, 0.0f, dx + n0 * C, C);
+      if (dx) prm_gemm_bf16_packed(g, rows, 1.0f, d16, V, pk[1], 0.0f, dx + n0 * C, C);
       if (dw) prm_gemm_bf16(g, 1, 0, V, C, rows, 1.0f, d16, V, x16, C, 1.0f, dw, C);
     } else {
       if (dx) prm_sgemm(g, 0, 0, rows, C, V, 1.0f, logits, V, w, C, 0.0f, dx + n0 * C, C);
