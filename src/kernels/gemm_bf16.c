@@ -92,6 +92,18 @@ static void prm__dnnl_setup(void) {
                                               __func__);                                          \
   } while (0)
 
+/* Runs prim on args to completion, then destroys the args' memories and
+ * prim (both made for this one call). */
+static void prm__dnnl_run(dnnl_primitive_t prim, int n, dnnl_exec_arg_t *args) {
+  dnnl_stream_t s;
+  PRM__DNNL(dnnl_stream_create(&s, prm__dnnl_engine, dnnl_stream_default_flags));
+  PRM__DNNL(dnnl_primitive_execute(prim, s, n, args));
+  PRM__DNNL(dnnl_stream_wait(s));
+  dnnl_stream_destroy(s);
+  for (int i = 0; i < n; i++) dnnl_memory_destroy(args[i].memory);
+  dnnl_primitive_destroy(prim);
+}
+
 /* C (md cmd) = alpha A (amd) B (bmd) + beta C: one matmul primitive (from
  * oneDNN's cache after the first call of a shape) run to completion. */
 static void prm__dnnl_matmul(const dnnl_memory_desc_t *amd, const void *A,
@@ -121,16 +133,8 @@ static void prm__dnnl_matmul(const dnnl_memory_desc_t *amd, const void *A,
   PRM__DNNL(dnnl_memory_create(&ma, amd, eng, (void *)A));
   PRM__DNNL(dnnl_memory_create(&mb, bmd, eng, (void *)B));
   PRM__DNNL(dnnl_memory_create(&mc, cmd, eng, C));
-  dnnl_stream_t s;
-  PRM__DNNL(dnnl_stream_create(&s, eng, dnnl_stream_default_flags));
   dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-  PRM__DNNL(dnnl_primitive_execute(prim, s, 3, args));
-  PRM__DNNL(dnnl_stream_wait(s));
-  dnnl_stream_destroy(s);
-  dnnl_memory_destroy(ma);
-  dnnl_memory_destroy(mb);
-  dnnl_memory_destroy(mc);
-  dnnl_primitive_destroy(prim);
+  prm__dnnl_run(prim, 3, args);
 }
 
 /* The strided descriptors of op(A) (M,K), op(B) (K,N) and C (M,N). */
@@ -192,15 +196,8 @@ void prm__gemm_bf16_onednn_pack(prm_gemm_packed_t *p, int64_t M) {
   dnnl_memory_t from, to;
   PRM__DNNL(dnnl_memory_create(&from, &bmd, eng, (void *)p->B));
   PRM__DNNL(dnnl_memory_create(&to, p->md, eng, p->buf));
-  dnnl_stream_t s;
-  PRM__DNNL(dnnl_stream_create(&s, eng, dnnl_stream_default_flags));
   dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-  PRM__DNNL(dnnl_primitive_execute(r, s, 2, args));
-  PRM__DNNL(dnnl_stream_wait(s));
-  dnnl_stream_destroy(s);
-  dnnl_memory_destroy(from);
-  dnnl_memory_destroy(to);
-  dnnl_primitive_destroy(r);
+  prm__dnnl_run(r, 2, args);
 }
 
 void prm__gemm_bf16_onednn_packed(const prm_gemm_packed_t *p, int64_t M, float alpha,
