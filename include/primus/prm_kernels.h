@@ -102,6 +102,9 @@ typedef struct {
   size_t bytes;        /* its size */
   void *md;            /* its layout (a dnnl_memory_desc_t), else NULL */
 } prm_gemm_packed_t;
+/* 1 when prm_gemm_bf16_pack keeps a copy for this shape (its backend is
+ * oneDNN), else 0. */
+int prm_gemm_bf16_copies(const prm_gemm_t *g, int trans_b, int64_t M, int64_t N, int64_t K);
 void prm_gemm_bf16_pack(const prm_gemm_t *g, prm_gemm_packed_t *p, int trans_b, int64_t M,
                         int64_t N, int64_t K, const prm_bf16_t *B, int64_t ldb);
 /* C (M,N) = alpha A op(B) + beta C with B packed: any M (the layout was

@@ -34,7 +34,8 @@ void prm__gemm_bf16_onednn(void *ctx, int trans_a, int trans_b, int64_t M, int64
                            int64_t ldb, float beta, float *C, int64_t ldc);
 /* The oneDNN side of prm_gemm_packed_t: p->B (p->trans_b, N, K, ldb set)
  * into p->buf in the layout the matmul of about M rows picks (p->buf
- * reused when the size is unchanged); the GEMM on it; the release. */
+ * reused when the size is unchanged); the GEMM on it; the release of the
+ * copy (buf, md and bytes then empty). */
 void prm__gemm_bf16_onednn_pack(prm_gemm_packed_t *p, int64_t M);
 void prm__gemm_bf16_onednn_packed(const prm_gemm_packed_t *p, int64_t M, float alpha,
                                   const prm_bf16_t *A, int64_t lda, float beta, float *C,

@@ -218,18 +218,25 @@ void prm_gemm_bf16(const prm_gemm_t *g, int trans_a, int trans_b, int64_t M, int
 /* Packed bf16 operands                                                      */
 /* ------------------------------------------------------------------------ */
 
+int prm_gemm_bf16_copies(const prm_gemm_t *g, int trans_b, int64_t M, int64_t N, int64_t K) {
+#ifdef PRM_HAVE_DNNL
+  return prm_gemm_pick(g, 1, 0, trans_b, M, N, K)->gemm_bf16 == prm__gemm_bf16_onednn;
+#else
+  (void)g, (void)trans_b, (void)M, (void)N, (void)K;
+  return 0;
+#endif
+}
+
 void prm_gemm_bf16_pack(const prm_gemm_t *g, prm_gemm_packed_t *p, int trans_b, int64_t M,
                         int64_t N, int64_t K, const prm_bf16_t *B, int64_t ldb) {
   PRM_ASSERT(g && p && M >= 1 && N >= 1 && K >= 1 && ldb >= (trans_b ? K : N));
-#ifdef PRM_HAVE_DNNL
-  if (prm_gemm_pick(g, 1, 0, trans_b, M, N, K)->gemm_bf16 == prm__gemm_bf16_onednn) {
-    p->trans_b = trans_b, p->N = N, p->K = K, p->ldb = ldb, p->B = B;
-    prm__gemm_bf16_onednn_pack(p, M);
-    return;
-  }
-#endif
-  prm_gemm_packed_free(p); /* a copy from an earlier pack is not needed */
   p->trans_b = trans_b, p->N = N, p->K = K, p->ldb = ldb, p->B = B;
+#ifdef PRM_HAVE_DNNL
+  if (prm_gemm_bf16_copies(g, trans_b, M, N, K))
+    prm__gemm_bf16_onednn_pack(p, M);
+  else
+    prm__gemm_bf16_onednn_unpack(p); /* a copy from an earlier pack is not needed */
+#endif
 }
 
 void prm_gemm_bf16_packed(const prm_gemm_t *g, int64_t M, float alpha, const prm_bf16_t *A,

@@ -211,5 +211,6 @@ void prm__gemm_bf16_onednn_packed(const prm_gemm_packed_t *p, int64_t M, float a
 void prm__gemm_bf16_onednn_unpack(prm_gemm_packed_t *p) {
   if (p->buf) prm_mem_free(PRM_MEM_PARAMS, p->buf, p->bytes);
   free(p->md);
+  p->buf = NULL, p->md = NULL, p->bytes = 0;
 }
 #endif

@@ -508,7 +508,7 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
     /* lin.c prm__head16: oneDNN keeps the head's weight in two blocked
      * copies (about its bf16 size each, made at the first pass). */
     int64_t C = m->cfg.hidden, rows = m->acts ? m->acts->chunk : 1;
-    if (m->head && !strcmp(prm_gemm_pick(&m->gemm, 1, 0, 1, rows, m->Vl, C)->name, "onednn")) {
+    if (m->head && prm_gemm_bf16_copies(&m->gemm, 1, rows, m->Vl, C)) {
       prm_fmt_bytes(h, sizeof h, 2.0 * (double)(m->Vl * C) * sizeof(prm_bf16_t));
       prm_sb_appendf(out, ", packed bf16 head %s", h);
     }

@@ -199,8 +199,9 @@ double prm__tp_lmhead_xent(prm_llama_t *m, float *dx, float *dw, int64_t *count,
   const prm_gemm_packed_t *pk[2] = {NULL, NULL};
   if (m->params16) {
     PRM_ASSERT(w == m->head);
-    pk[0] = prm__head16(m, 0, chunk < N ? chunk : N);
-    if (dx) pk[1] = prm__head16(m, 1, chunk < N ? chunk : N);
+    int64_t hint = chunk < N ? chunk : N; /* the rows of most chunks */
+    pk[0] = prm__head16(m, 0, hint);
+    if (dx) pk[1] = prm__head16(m, 1, hint);
   }
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     int64_t rows = N - n0 < chunk ? N - n0 : chunk;
