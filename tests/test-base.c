@@ -1,7 +1,9 @@
-/* test-base.c - errors, strings, argv, env, files and child processes. */
+/* test-base.c - errors, strings, argv, env, files, child processes and the
+ * normal fill of the random stream. */
 #define _GNU_SOURCE
 #include "testlib.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,12 +272,42 @@ static void test_proc_spawn(void **state) {
   rmdir(dir);
 }
 
+/* prm_rng_normal_fill gives the bits of prm_rng_normal called n times,
+ * scale applied, and leaves the stream (spare included) where those calls
+ * do: odd and even counts, a spare carried in and out, a large fill that
+ * runs on the threads, and a change of scale from one fill to the next. */
+static void test_rng_normal_fill(void **state) {
+  (void)state;
+  int64_t ns[] = {0, 1, 2, 3, 7, 8, 9000, 70001, 131072, 5};
+  double sc[] = {1.0, 0.02, 3.5, 0.0123, 1.0, 0.5, 0.02, 0.0051, 1.0, 2.0};
+  prm_rng_t a, b;
+  prm_rng_seed(&a, 1234);
+  prm_rng_seed(&b, 1234);
+  float *x = prm_xmalloc(131072 * sizeof(float)), *y = prm_xmalloc(131072 * sizeof(float));
+  for (int k = 0; k < 10; k++) {
+    for (int64_t i = 0; i < ns[k]; i++) x[i] = (float)(sc[k] * prm_rng_normal(&a));
+    prm_rng_normal_fill(&b, y, ns[k], sc[k]);
+    if (ns[k]) assert_memory_equal(x, y, (size_t)ns[k] * sizeof(float));
+    assert_int_equal(a.has_spare, b.has_spare);
+    assert_memory_equal(a.s, b.s, sizeof a.s);
+  }
+  assert_true(a.has_spare == 1 && a.spare == b.spare); /* 5 last: one left over */
+  /* The values are normals: mean about 0 and variance about 1. */
+  prm_rng_normal_fill(&b, y, 131072, 1.0);
+  double m = 0, v = 0;
+  for (int64_t i = 0; i < 131072; i++) m += y[i], v += (double)y[i] * y[i];
+  m /= 131072, v = v / 131072 - m * m;
+  assert_true(fabs(m) < 0.02 && fabs(v - 1) < 0.02);
+  free(x);
+  free(y);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_errors),  cmocka_unit_test(test_sb_and_quote),
       cmocka_unit_test(test_argv_env), cmocka_unit_test(test_strings),
       cmocka_unit_test(test_files),   cmocka_unit_test(test_proc),
-      cmocka_unit_test(test_proc_spawn),
+      cmocka_unit_test(test_proc_spawn), cmocka_unit_test(test_rng_normal_fill),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -390,6 +390,10 @@ void prm_rng_seed(prm_rng_t *r, uint64_t seed); /* splitmix64 expansion */
 uint64_t prm_rng_u64(prm_rng_t *r);
 double prm_rng_uniform(prm_rng_t *r);           /* [0, 1), 53 bits */
 double prm_rng_normal(prm_rng_t *r);            /* mean 0, std 1 */
+/* dst[i] = (float)(scale * prm_rng_normal(r)) for i < n, bit for bit, and r
+ * left as those n calls leave it; the uniforms are drawn in order, the
+ * transcendental part runs on the OpenMP threads. */
+void prm_rng_normal_fill(prm_rng_t *r, float *dst, int64_t n, double scale);
 
 #ifdef __cplusplus
 }

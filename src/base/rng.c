@@ -5,6 +5,7 @@
 #include "primus/prm_base.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 static uint64_t prm__splitmix64(uint64_t *x) {
   uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
@@ -37,17 +38,56 @@ uint64_t prm_rng_u64(prm_rng_t *r) {
 
 double prm_rng_uniform(prm_rng_t *r) { return (double)(prm_rng_u64(r) >> 11) * 0x1.0p-53; }
 
+/* The next pair's uniforms: u1 in (0, 1), u2 in [0, 1). */
+static void prm__bm_uniforms(prm_rng_t *r, double *u1, double *u2) {
+  do *u1 = prm_rng_uniform(r);
+  while (*u1 <= 0.0);
+  *u2 = prm_rng_uniform(r);
+}
+
+/* Box-Muller: the pair's two normals (the second is the spare). */
+static void prm__bm_pair(double u1, double u2, double *first, double *second) {
+  double mag = sqrt(-2.0 * log(u1));
+  *second = mag * sin(2.0 * M_PI * u2);
+  *first = mag * cos(2.0 * M_PI * u2);
+}
+
 double prm_rng_normal(prm_rng_t *r) {
   if (r->has_spare) {
     r->has_spare = 0;
     return r->spare;
   }
-  double u1, u2;
-  do u1 = prm_rng_uniform(r);
-  while (u1 <= 0.0);
-  u2 = prm_rng_uniform(r);
-  double mag = sqrt(-2.0 * log(u1));
-  r->spare = mag * sin(2.0 * M_PI * u2);
+  double u1, u2, first;
+  prm__bm_uniforms(r, &u1, &u2);
+  prm__bm_pair(u1, u2, &first, &r->spare);
   r->has_spare = 1;
-  return mag * cos(2.0 * M_PI * u2);
+  return first;
+}
+
+void prm_rng_normal_fill(prm_rng_t *r, float *dst, int64_t n, double scale) {
+  int64_t i = 0;
+  if (n > 0 && r->has_spare) {
+    dst[i++] = (float)(scale * r->spare);
+    r->has_spare = 0;
+  }
+  /* Whole pairs in batches: the uniforms in stream order, then the pairs
+   * (log, sin, cos: most of the time) on the threads. Each value is the
+   * same expression as prm_rng_normal's, so the bits do not change. */
+  enum { PRM__BM_BATCH = 1 << 15 };
+  double *u = n - i >= 2 ? prm_xmalloc(2 * PRM__BM_BATCH * sizeof *u) : NULL;
+  while (n - i >= 2) {
+    int64_t pairs = (n - i) / 2 < PRM__BM_BATCH ? (n - i) / 2 : PRM__BM_BATCH;
+    for (int64_t p = 0; p < pairs; p++) prm__bm_uniforms(r, &u[2 * p], &u[2 * p + 1]);
+    float *d = dst + i;
+#pragma omp parallel for schedule(static) if (pairs >= 4096)
+    for (int64_t p = 0; p < pairs; p++) {
+      double first, second;
+      prm__bm_pair(u[2 * p], u[2 * p + 1], &first, &second);
+      d[2 * p] = (float)(scale * first);
+      d[2 * p + 1] = (float)(scale * second);
+    }
+    i += 2 * pairs;
+  }
+  free(u);
+  if (i < n) dst[i] = (float)(scale * prm_rng_normal(r)); /* an odd one: the spare stays */
 }
