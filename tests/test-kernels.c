@@ -999,14 +999,16 @@ static void test_adamw(void **state) {
   for (int64_t s = 1; s <= steps; s++) {
     randn_pair(g, gd, n, &r, s == 2 ? 100 : 0.1);
     if (s < 3) g[0] = 0, gd[0] = 0;
-    prm_adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, s);
-    prm_ref64_adamw_update(pd, gd, md, vd, n, lr, b1, b2, eps, wd, s);
+    float gs = s == 2 ? 0.0123f : s == 4 ? 0.625f : 1.0f; /* a clipped step, then a milder one */
+    prm_adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, s, gs);
+    prm_ref64_adamw_update(pd, gd, md, vd, n, lr, b1, b2, eps, wd, s, gs);
     /* By hand, torch 1.13 _single_tensor_adamw, in double. */
     double bc1 = 1 - pow(b1, (double)s), bc2 = 1 - pow(b2, (double)s);
     for (int i = 0; i < n; i++) {
       ph[i] *= 1 - (double)lr * wd;
-      mh[i] = mh[i] * b1 + (1 - (double)b1) * gd[i];
-      vh[i] = vh[i] * b2 + (1 - (double)b2) * gd[i] * gd[i];
+      double gi = gd[i] * gs;
+      mh[i] = mh[i] * b1 + (1 - (double)b1) * gi;
+      vh[i] = vh[i] * b2 + (1 - (double)b2) * gi * gi;
       double denom = sqrt(vh[i]) / sqrt(bc2) + eps;
       ph[i] -= (double)lr / bc1 * mh[i] / denom;
     }
@@ -1294,9 +1296,11 @@ static void test_fast_adamw(void **state) {
       int ok = 1;
       for (int64_t s = 1; s <= 4 && ok; s++) {
         if (s == 3) set_threads(1);
-        prm__ref32_adamw_update(pr, g + (s - 1) * n, mr, vr, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s);
+        float gs = s == 2 ? 0.3f : 1.0f; /* step 2 clipped */
+        prm__ref32_adamw_update(pr, g + (s - 1) * n, mr, vr, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s,
+                                gs);
         ok = prm__fast_adamw_update_isa(isas[ii], p, g + (s - 1) * n, m, v, n, 3e-3f, 0.9f, 0.95f,
-                                        1e-8f, 0.1f, s) == 0;
+                                        1e-8f, 0.1f, s, gs) == 0;
         set_threads(max_threads());
         if (!ok) break;
         char what[64];
@@ -1316,14 +1320,27 @@ static void test_fast_adamw(void **state) {
     memcpy(pr, p0, (size_t)n * sizeof(float));
     memset(m, 0, (size_t)n * sizeof(float)), memset(v, 0, (size_t)n * sizeof(float));
     memset(mr, 0, (size_t)n * sizeof(float)), memset(vr, 0, (size_t)n * sizeof(float));
-    prm_adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
-    prm__ref32_adamw_update(pr, g, mr, vr, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    prm_adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1.0f);
+    prm__ref32_adamw_update(pr, g, mr, vr, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1.0f);
     assert_memory_equal(p, pr, (size_t)n * sizeof(float));
+    /* gscale is clipping's prm_scale folded in: the same bits as scaling a
+     * copy of g first, and g itself untouched. */
+    float *gc = falloc(n);
+    memcpy(gc, g + n, (size_t)n * sizeof(float));
+    prm_scale(gc, n, 0.0731f);
+    prm_adamw_update(p, g + n, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 2, 0.0731f);
+    prm_adamw_update(pr, gc, mr, vr, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 2, 1.0f);
+    assert_memory_equal(p, pr, (size_t)n * sizeof(float));
+    assert_memory_equal(m, mr, (size_t)n * sizeof(float));
+    assert_memory_equal(v, vr, (size_t)n * sizeof(float));
+    assert_false(memcmp(gc, g + n, (size_t)n * sizeof(float)) == 0);
+    free(gc);
     free(p0), free(g), free(pr), free(mr), free(vr), free(p), free(m), free(v), free(tmp);
   }
   float x = 1;
-  assert_int_equal(prm__fast_adamw_update_isa("sse9", &x, &x, &x, &x, 1, 1, 0.9f, 0.9f, 1, 0, 1),
-                   PRM_EINVAL);
+  assert_int_equal(
+      prm__fast_adamw_update_isa("sse9", &x, &x, &x, &x, 1, 1, 0.9f, 0.9f, 1, 0, 1, 1.0f),
+      PRM_EINVAL);
   assert_true(x == 1);
   const char *isa = prm__fast_adamw_isa();
   assert_true(!strcmp(isa, "avx512") || !strcmp(isa, "avx2") || !strcmp(isa, "plain"));

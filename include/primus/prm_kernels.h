@@ -366,11 +366,14 @@ double prm_lmhead_xent(const prm_gemm_t *g, float *dx /* (N,C) or NULL */,
 /* Optimizer helpers                                                         */
 /* ------------------------------------------------------------------------ */
 
-/* torch.optim.AdamW (1.13, single-tensor path) for one tensor, step >= 1:
+/* torch.optim.AdamW (1.13, single-tensor path) for one tensor, step >= 1,
+ * on the gradient g x gscale (gradient clipping's coefficient, 1 for none:
+ * the bits of prm_scale(g, n, gscale) first, without that pass; g itself is
+ * not changed):
  *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *   p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps). */
 void prm_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                      float beta1, float beta2, float eps, float wd, int64_t step);
+                      float beta1, float beta2, float eps, float wd, int64_t step, float gscale);
 /* Sum of squares in double, in a fixed order. */
 double prm_sumsq(const float *x, int64_t n);
 void prm_scale(float *x, int64_t n, float s);

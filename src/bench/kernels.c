@@ -123,8 +123,11 @@ static void prm__kb_call(int k, int impl, float **b, const prm__kb_ctx_t *c) {
   int fast = impl == PRM__KI_FAST;
   switch (k) {
   case PRM__KB_ADAMW:
-    if (fast) prm_adamw_update(b[0], b[1], b[2], b[3], c->P, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10);
-    else prm__ref32_adamw_update(b[0], b[1], b[2], b[3], c->P, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10);
+    if (fast)
+      prm_adamw_update(b[0], b[1], b[2], b[3], c->P, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f);
+    else
+      prm__ref32_adamw_update(b[0], b[1], b[2], b[3], c->P, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10,
+                              1.0f);
     break;
   case PRM__KB_ADD:
     if (fast) prm_add(b[0], b[1], b[2], NC);

@@ -8,8 +8,8 @@
 #pragma GCC optimize("fp-contract=off")
 
 void prm_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                      float beta1, float beta2, float eps, float wd, int64_t step) {
-  prm__fast_adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, wd, step);
+                      float beta1, float beta2, float eps, float wd, int64_t step, float gscale) {
+  prm__fast_adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, wd, step, gscale);
 }
 
 /* A fixed number of slices, each summed in order and combined in order:

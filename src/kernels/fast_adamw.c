@@ -1,5 +1,7 @@
 /* fast_adamw.c - the AdamW update in one fused pass over p, g, m and v
- * (16 bytes read and 12 written per parameter), vectorised and threaded.
+ * (16 bytes read and 12 written per parameter), vectorised and threaded,
+ * with gradient clipping's coefficient applied to g on the way in (no pass
+ * of its own).
  *
  * The arithmetic is that of the reference (ref-impl.h, torch 1.13's
  * single-tensor path) in the same order, element by element: the scalars are
@@ -27,14 +29,14 @@
 
 /* The per-call scalars, rounded to float as torch does for fp32 tensors. */
 typedef struct {
-  float beta1, beta2, omb1, omb2, bc2_sqrt, eps, decay, step_size;
+  float beta1, beta2, omb1, omb2, bc2_sqrt, eps, decay, step_size, gscale;
 } prm__adamw_k;
 
 /* The reference loop body, for the plain variant and the vector tails. */
 static inline void prm__adamw_scalar(float *p, const float *g, float *m, float *v, int64_t lo,
                                      int64_t hi, const prm__adamw_k *k) {
   for (int64_t i = lo; i < hi; i++) {
-    float gi = g[i];
+    float gi = g[i] * k->gscale;
     float mi = m[i] * k->beta1 + k->omb1 * gi;
     float vi = v[i] * k->beta2 + k->omb2 * gi * gi;
     m[i] = mi;
@@ -51,10 +53,11 @@ __attribute__((target("avx512f"))) static void prm__adamw_avx512(float *p, const
   const __m512 b1 = _mm512_set1_ps(k->beta1), b2 = _mm512_set1_ps(k->beta2),
                o1 = _mm512_set1_ps(k->omb1), o2 = _mm512_set1_ps(k->omb2),
                bc = _mm512_set1_ps(k->bc2_sqrt), ep = _mm512_set1_ps(k->eps),
-               dc = _mm512_set1_ps(k->decay), ss = _mm512_set1_ps(k->step_size);
+               dc = _mm512_set1_ps(k->decay), ss = _mm512_set1_ps(k->step_size),
+               gs = _mm512_set1_ps(k->gscale);
   int64_t i = lo;
   for (; i + 16 <= hi; i += 16) {
-    __m512 gi = _mm512_loadu_ps(g + i);
+    __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), gs);
     __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), b1), _mm512_mul_ps(o1, gi));
     __m512 vi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), b2),
                               _mm512_mul_ps(_mm512_mul_ps(o2, gi), gi));
@@ -74,10 +77,11 @@ __attribute__((target("avx2"))) static void prm__adamw_avx2(float *p, const floa
   const __m256 b1 = _mm256_set1_ps(k->beta1), b2 = _mm256_set1_ps(k->beta2),
                o1 = _mm256_set1_ps(k->omb1), o2 = _mm256_set1_ps(k->omb2),
                bc = _mm256_set1_ps(k->bc2_sqrt), ep = _mm256_set1_ps(k->eps),
-               dc = _mm256_set1_ps(k->decay), ss = _mm256_set1_ps(k->step_size);
+               dc = _mm256_set1_ps(k->decay), ss = _mm256_set1_ps(k->step_size),
+               gs = _mm256_set1_ps(k->gscale);
   int64_t i = lo;
   for (; i + 8 <= hi; i += 8) {
-    __m256 gi = _mm256_loadu_ps(g + i);
+    __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), gs);
     __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), b1), _mm256_mul_ps(o1, gi));
     __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2),
                               _mm256_mul_ps(_mm256_mul_ps(o2, gi), gi));
@@ -131,7 +135,7 @@ static prm__adamw_fn prm__adamw_variant(const char *isa) {
 
 int prm__fast_adamw_update_isa(const char *isa, float *p, const float *g, float *m, float *v,
                                int64_t n, float lr, float beta1, float beta2, float eps, float wd,
-                               int64_t step) {
+                               int64_t step, float gscale) {
   PRM_ASSERT(step >= 1);
   prm__adamw_fn fn = prm__adamw_variant(isa);
   if (!fn) return PRM_EINVAL;
@@ -146,6 +150,7 @@ int prm__fast_adamw_update_isa(const char *isa, float *p, const float *g, float 
       .eps = eps,
       .decay = (float)(1.0 - (double)lr * (double)wd),
       .step_size = (float)((double)lr / bc1),
+      .gscale = gscale,
   };
   /* Each thread one contiguous range, cut at multiples of 16 values (a
    * cache line when the arrays are aligned); the result is the same for
@@ -165,6 +170,7 @@ int prm__fast_adamw_update_isa(const char *isa, float *p, const float *g, float 
 }
 
 void prm__fast_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                            float beta1, float beta2, float eps, float wd, int64_t step) {
-  prm__fast_adamw_update_isa(NULL, p, g, m, v, n, lr, beta1, beta2, eps, wd, step);
+                            float beta1, float beta2, float eps, float wd, int64_t step,
+                            float gscale) {
+  prm__fast_adamw_update_isa(NULL, p, g, m, v, n, lr, beta1, beta2, eps, wd, step, gscale);
 }

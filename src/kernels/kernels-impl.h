@@ -59,14 +59,15 @@ double prm__fast_xent(float *losses /* (N) */, float *dlogits /* (N,V) */,
 
 /* fast_adamw.c: prm_adamw_update, bit-identical to the reference. */
 void prm__fast_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                            float beta1, float beta2, float eps, float wd, int64_t step);
+                            float beta1, float beta2, float eps, float wd, int64_t step,
+                            float gscale);
 /* The variant this CPU runs: "avx512", "avx2" or "plain". */
 const char *prm__fast_adamw_isa(void);
 /* The update with one variant forced (NULL: this CPU's), for the tests;
  * PRM_EINVAL, touching nothing, when the CPU cannot run it. */
 int prm__fast_adamw_update_isa(const char *isa, float *p, const float *g, float *m, float *v,
                                int64_t n, float lr, float beta1, float beta2, float eps, float wd,
-                               int64_t step);
+                               int64_t step, float gscale);
 
 /* The bf16 attention (attention16.c) with one variant forced: "avx512bf16"
  * (vdpbf16ps) or "widen" (bf16 pairs widened to fp32, AVX-512, AVX2 or

@@ -85,7 +85,7 @@ void PRM_REF(xent_backward)(real *dlogits /* (N,V) */, const real *logits /* (N,
                             const int32_t *targets /* (N) */, int64_t N, int64_t V, real scale);
 
 void PRM_REF(adamw_update)(real *p, const real *g, real *m, real *v, int64_t n, real lr,
-                           real beta1, real beta2, real eps, real wd, int64_t step);
+                           real beta1, real beta2, real eps, real wd, int64_t step, real gscale);
 
 #undef real
 #undef PRM_REF

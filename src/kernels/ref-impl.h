@@ -463,11 +463,12 @@ void PRM_REF(xent_backward)(real *dlogits, const real *logits, const int32_t *ta
 /* AdamW                                                                    */
 /* ======================================================================== */
 
-/* torch 1.13 single-tensor AdamW. The scalars (decay factor, bias
+/* torch 1.13 single-tensor AdamW on g x gscale (as torch's clip_grad_norm_
+ * scales the gradient in place first). The scalars (decay factor, bias
  * corrections, step size) are computed in double as Python does, then
  * rounded to `real` as torch does for an fp32 tensor. */
 void PRM_REF(adamw_update)(real *p, const real *g, real *m, real *v, int64_t n, real lr,
-                           real beta1, real beta2, real eps, real wd, int64_t step) {
+                           real beta1, real beta2, real eps, real wd, int64_t step, real gscale) {
   PRM_ASSERT(step >= 1);
   double bc1 = 1.0 - pow((double)beta1, (double)step);
   double bc2 = 1.0 - pow((double)beta2, (double)step);
@@ -477,7 +478,7 @@ void PRM_REF(adamw_update)(real *p, const real *g, real *m, real *v, int64_t n, 
   real omb1 = (real)(1.0 - (double)beta1), omb2 = (real)(1.0 - (double)beta2);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i++) {
-    real gi = g[i];
+    real gi = g[i] * gscale;
     real mi = m[i] * beta1 + omb1 * gi;
     real vi = v[i] * beta2 + omb2 * gi * gi;
     m[i] = mi;

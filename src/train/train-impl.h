@@ -382,10 +382,11 @@ int prm__zero_launch(prm__dp_t *dp, int64_t lo, int64_t hi, prm_err_t *err);
 int prm__zero_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err);
 /* This rank's share of the squared gradient norm (sum it over the ranks). */
 double prm__zero_sumsq(const prm__dp_t *dp, const prm_llama_t *m);
-/* Scales the shard's gradients by coef when coef < 1, AdamW on the shard
- * (adam_m/adam_v: the shard's moments), then all-gathers the parameters. */
+/* AdamW on the shard with its gradients scaled by gscale (clipping; 1:
+ * none; adam_m/adam_v: the shard's moments), then all-gathers the
+ * parameters. */
 int prm__zero_update(prm__dp_t *dp, prm_llama_t *m, float *adam_m, float *adam_v,
-                     const prm_train_opts_t *o, double lr, double coef, int64_t step,
+                     const prm_train_opts_t *o, double lr, float gscale, int64_t step,
                      prm_err_t *err);
 /* The checkpoint SAVE/iter_N of st->iteration, written by every rank
  * together (collective); st's moments are this rank's shard. */

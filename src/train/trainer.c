@@ -415,21 +415,19 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       }
     }
     double lr = prm_lr_at(o, step);
+    /* Clipping scales the gradient inside AdamW's one pass. */
+    double coef = o->clip_grad > 0 ? o->clip_grad / (norm + 1e-6) : 1.0;
+    float gscale = coef < 1.0 ? (float)coef : 1.0f;
     if (!skip && dp.zero) {
       prm__bad_push(&bad, loss);
-      double coef = o->clip_grad > 0 ? o->clip_grad / (norm + 1e-6) : 1.0;
-      if ((rc = prm__zero_update(&dp, m, adam_m, adam_v, o, lr, coef, step, err))) goto done;
+      if ((rc = prm__zero_update(&dp, m, adam_m, adam_v, o, lr, gscale, step, err))) goto done;
     } else if (!skip) {
       prm__bad_push(&bad, loss);
-      if (o->clip_grad > 0) {
-        double coef = o->clip_grad / (norm + 1e-6);
-        if (coef < 1.0) prm_scale(m->grads, m->nparams, (float)coef);
-      }
       for (int i = 0; i < m->ntensors; i++) {
         const prm_tensor_t *t = &m->tensors[i]; /* this rank's (numel 0: another stage's) */
         prm_adamw_update(m->params + t->offset, m->grads + t->offset, adam_m + t->offset,
                          adam_v + t->offset, t->numel, (float)lr, (float)o->beta1, (float)o->beta2,
-                         (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f, step);
+                         (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f, step, gscale);
       }
     }
     double ms = (prm_time_now() - t0) * 1e3;

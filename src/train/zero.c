@@ -116,16 +116,15 @@ double prm__zero_sumsq(const prm__dp_t *dp, const prm_llama_t *m) {
 }
 
 int prm__zero_update(prm__dp_t *dp, prm_llama_t *m, float *adam_m, float *adam_v,
-                     const prm_train_opts_t *o, double lr, double coef, int64_t step,
+                     const prm_train_opts_t *o, double lr, float gscale, int64_t step,
                      prm_err_t *err) {
   int64_t lo = dp->shard_lo, a, b;
-  if (coef < 1.0) prm_scale(dp->gshard, dp->shard_hi - lo, (float)coef);
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
     if (!prm__zero_part(dp, t, &a, &b)) continue;
     prm_adamw_update(m->params + a, dp->gshard + (a - lo), adam_m + (a - lo), adam_v + (a - lo),
                      b - a, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                     t->decay ? (float)o->weight_decay : 0.0f, step);
+                     t->decay ? (float)o->weight_decay : 0.0f, step, gscale);
   }
   /* Every rank's block already sits at its place in params: in place. The
    * wait counts as exposed communication, like the reduce-scatter's. */
