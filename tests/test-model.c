@@ -1,6 +1,7 @@
 /* test-model.c - the Llama model as a whole: parameter layout and count,
  * initialisation, the full gradient against finite differences, full
- * recomputation giving the same gradients, bf16 with fp32 attention, micro-batches summing to the
+ * recomputation giving the same gradients, bf16 with fp32 attention and
+ * with packed weights, micro-batches summing to the
  * batch, pipeline stages giving the whole model's passes, and KV-cache
  * inference agreeing with the training forward. */
 #include "testlib.h"
@@ -56,6 +57,39 @@ static void test_config_check(void **state) {
   c.groups = 16;
   assert_int_equal(prm_llama_config_check(&c, &err), PRM_ECONFIG);
   assert_non_null(strstr(err.msg, "even"));
+}
+
+/* The head's chunks: at most 16M logits each, as few chunks as that
+ * allows, whole blocks of PRM_HEAD_ROW_BLOCK rows where a block fits, and
+ * all rows in one chunk when they fit. */
+static void test_head_chunk(void **state) {
+  (void)state;
+  const int64_t most = (int64_t)16 << 20;
+  /* The race's shape: 2048 rows of vocab 50304, 333 rows at most. */
+  assert_int_equal(prm_llama_head_chunk(2048, 50304), 320);
+  assert_int_equal(prm_llama_head_chunk(100, 50304), 100);
+  assert_int_equal(prm_llama_head_chunk(0, 50304), 1);
+  int64_t vocabs[] = {256, 32000, 50304, 128256, 600000, 40000000};
+  for (int v = 0; v < 6; v++)
+    for (int64_t rows = 1; rows <= 5000; rows += rows < 70 ? 1 : 37) {
+      int64_t V = vocabs[v], chunk = prm_llama_head_chunk(rows, V);
+      int64_t cap = most / V > 1 ? most / V : 1; /* one row even past 16M */
+      int64_t n = (rows + chunk - 1) / chunk;
+      assert_true(chunk >= 1 && chunk <= cap);
+      if (rows <= cap) {
+        assert_int_equal(chunk, rows);
+        continue;
+      }
+      if (cap >= PRM_HEAD_ROW_BLOCK) { /* whole blocks, the fewest chunks */
+        assert_int_equal(chunk % PRM_HEAD_ROW_BLOCK, 0);
+        int64_t blocks = (rows + PRM_HEAD_ROW_BLOCK - 1) / PRM_HEAD_ROW_BLOCK;
+        int64_t per = cap / PRM_HEAD_ROW_BLOCK;
+        assert_int_equal(n, (blocks + per - 1) / per);
+        if (rows % PRM_HEAD_ROW_BLOCK == 0) assert_int_equal((rows - (n - 1) * chunk) % 32, 0);
+      } else {
+        assert_int_equal(n, (rows + cap - 1) / cap);
+      }
+    }
 }
 
 static void test_layout(void **state) {
@@ -239,6 +273,70 @@ static void test_bf16_attention_fp32(void **state) {
   if (!(sqrt(d2 / n2) < 0.05)) fail_msg("fp32-attention bf16 gradients off by %g", sqrt(d2 / n2));
   assert_true(m[2]->scratch_bytes < m[1]->scratch_bytes);
   for (int i = 0; i < 3; i++) prm_llama_free(m[i]);
+}
+
+/* bf16 with the layers' weights packed (PRM_LLAMA_PACK16) against the
+ * same model without: on oneDNN (when built in) the layers' products run
+ * on the packed copies, which the second pass re-packs after an update;
+ * the losses and gradients agree to the GEMMs' rounding either way. */
+static void test_bf16_pack_weights(void **state) {
+  (void)state;
+  prm_llama_config_t c = tiny_cfg(0);
+  c.hidden = 64, c.ffn = 96, c.init_std = 0.1;
+  int64_t B = 2, T = 16;
+  prm_gemm_t g;
+  prm_err_t err = {0};
+  int dnnl = prm_gemm_init(&g, "onednn", &err) == 0;
+  if (!dnnl) g = gemm_ref();
+  prm_llama_t *m[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    unsigned f = PRM_LLAMA_TRAIN | PRM_LLAMA_BF16 | PRM_LLAMA_ATTN_FP32 | (k ? PRM_LLAMA_PACK16 : 0);
+    assert_int_equal(prm_llama_new(&c, B, T, f, &g, &m[k], &err), 0);
+    prm_llama_init(m[k], 42);
+  }
+  int32_t tok[32], tgt[32];
+  random_tokens(tok, B * T, c.vocab, 21);
+  random_tokens(tgt, B * T, c.vocab, 22);
+  const prm_tensor_t *wq = prm_llama_find(m[1], "model.layers.1.self_attn.q_proj.weight");
+  assert_non_null(wq);
+  int iq = (int)(wq - m[1]->tensors);
+  for (int pass = 0; pass < 2; pass++) {
+    double l[2];
+    for (int k = 0; k < 2; k++) {
+      int64_t n;
+      prm_llama_zero_grad(m[k]);
+      l[k] = prm_llama_forward_backward(m[k], tok, tgt, B, 1.0f / (float)(B * T), &n);
+    }
+    assert_true(l[0] > 0 && fabs(l[1] - l[0]) < 1e-5 * l[0]);
+    double d2 = 0, n2 = 0;
+    for (int64_t i = 0; i < m[0]->nparams; i++) {
+      double d = (double)m[0]->grads[i] - m[1]->grads[i];
+      d2 += d * d, n2 += (double)m[0]->grads[i] * m[0]->grads[i];
+    }
+    if (!(n2 > 0 && sqrt(d2 / n2) < 1e-4)) fail_msg("packed gradients off by %g", sqrt(d2 / n2));
+    /* On oneDNN the packed model holds both blocked copies of wq, packed at
+     * this pass's version; the other holds none. */
+    assert_true(!m[0]->pk16[2 * iq].buf && !m[0]->pk16[2 * iq + 1].buf);
+    if (dnnl) {
+      assert_non_null(m[1]->pk16[2 * iq].buf);
+      assert_non_null(m[1]->pk16[2 * iq + 1].buf);
+    }
+    assert_true(m[1]->pk16_ver[2 * iq] == m[1]->ver16 && m[1]->pk16_ver[2 * iq + 1] == m[1]->ver16);
+    /* An update: a different step's weights for the second pass. */
+    for (int k = 0; k < 2; k++) {
+      for (int64_t i = 0; i < m[k]->nparams; i++) m[k]->params[i] -= 0.5f * m[k]->grads[i];
+      prm_llama_params_changed(m[k]);
+    }
+  }
+  prm_sb_t sb[2] = {{0}, {0}};
+  for (int k = 0; k < 2; k++) prm_llama_describe_memory(m[k], &sb[k]);
+  assert_null(strstr(prm_sb_str(&sb[0]), "packed bf16 weights"));
+  if (dnnl) assert_non_null(strstr(prm_sb_str(&sb[1]), "packed bf16 weights"));
+  for (int k = 0; k < 2; k++) {
+    prm_sb_free(&sb[k]);
+    prm_llama_free(m[k]);
+  }
+  prm_gemm_free(&g);
 }
 
 static void test_microbatches_sum(void **state) {
@@ -496,12 +594,14 @@ static void test_memory_accounting(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_check),
+      cmocka_unit_test(test_head_chunk),
       cmocka_unit_test(test_layout),
       cmocka_unit_test(test_init),
       cmocka_unit_test(test_grad_fd_untied),
       cmocka_unit_test(test_grad_fd_tied_recompute),
       cmocka_unit_test(test_recompute_identical),
       cmocka_unit_test(test_bf16_attention_fp32),
+      cmocka_unit_test(test_bf16_pack_weights),
       cmocka_unit_test(test_microbatches_sum),
       cmocka_unit_test(test_packed_equals_alone),
       cmocka_unit_test(test_grads_hook),

@@ -82,8 +82,10 @@ int64_t prm_llama_layer_param_count(const prm_llama_config_t *c, int64_t l);
  * counted). */
 double prm_llama_flops_per_token(const prm_llama_config_t *c, int64_t T);
 /* Rows of one LM-head chunk for `rows` token rows and a (local) vocabulary
- * of `vocab` columns: at most ~16M logits at a time, spread evenly over
- * the chunks (the last may be a few rows shorter). */
+ * of `vocab` columns: at most ~16M logits at a time, in whole blocks of
+ * PRM_HEAD_ROW_BLOCK rows (when 16M logits hold one) spread evenly over
+ * the chunks; the last chunk may be shorter. All rows when they fit. */
+#define PRM_HEAD_ROW_BLOCK 32
 int64_t prm_llama_head_chunk(int64_t rows, int64_t vocab);
 
 /* How a tensor is divided among tensor-parallel ranks. */
@@ -159,6 +161,7 @@ enum {
   PRM_LLAMA_RECOMPUTE = 1 << 1, /* keep only each layer's input; recompute in backward */
   PRM_LLAMA_BF16 = 1 << 2,      /* bf16 GEMM operands, fp32 accumulation and master weights */
   PRM_LLAMA_ATTN_FP32 = 1 << 3, /* with PRM_LLAMA_BF16: attention stays fp32 (the fp32 kernels) */
+  PRM_LLAMA_PACK16 = 1 << 4,    /* with PRM_LLAMA_BF16: the layers' weights packed too (lin.c) */
 };
 
 typedef struct prm_llama {
@@ -172,11 +175,12 @@ typedef struct prm_llama {
   prm_bf16_t *params16;  /* PRM_LLAMA_BF16: the matrices rounded to bf16 (same offsets), else NULL */
   int stale16;           /* params changed since params16 was rounded */
   int64_t ver16;         /* times params16 was rounded */
-  /* PRM_LLAMA_BF16: the head's bf16 weight packed for the logits product
-   * (0) and the input-gradient product (1), and the ver16 each was packed
-   * at (lin.c prm__head16). */
-  prm_gemm_packed_t head16[2];
-  int64_t head16_ver[2];
+  /* PRM_LLAMA_BF16: per tensor (2 i + which), its bf16 matrix packed for
+   * the product that multiplies by W^T (which 0: the forward, the logits)
+   * and by W (1: the input gradient), and the ver16 each was packed at;
+   * the head's always, the layers' with PRM_LLAMA_PACK16 (lin.c). */
+  prm_gemm_packed_t *pk16;
+  int64_t *pk16_ver;
   float *grads;          /* (nparams), NULL unless PRM_LLAMA_TRAIN */
   int ntensors;
   prm_tensor_t *tensors; /* in Hugging Face order */

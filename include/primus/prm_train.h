@@ -34,6 +34,7 @@ typedef struct {
   int recompute;
   int bf16;          /* bf16 GEMM operands, fp32 accumulation, master weights and optimizer */
   int bf16_attention; /* with bf16: 1 bf16 attention kernels, 0 fp32 ones, -1 auto (measured) */
+  int bf16_pack;      /* with bf16: the layers' weights packed too (PRM_LLAMA_PACK16) */
   const char *data_path, *split, *tokenizer_type, *tokenizer_model;
   int data_shuffle, mock_data, finetune;
   /* Supervised fine-tuning (module post_trainer, docs/posttrain.md):

@@ -148,9 +148,17 @@ double prm_llama_flops_per_token(const prm_llama_config_t *c, int64_t T) {
 }
 
 int64_t prm_llama_head_chunk(int64_t rows, int64_t vocab) {
-  int64_t chunk = ((int64_t)16 << 20) / (vocab > 0 ? vocab : 1);
-  if (chunk < 1) chunk = 1;
-  if (chunk > rows) chunk = rows > 0 ? rows : 1;
-  int64_t n = (rows + chunk - 1) / chunk;
-  return n > 0 ? (rows + n - 1) / n : chunk;
+  int64_t most = ((int64_t)16 << 20) / (vocab > 0 ? vocab : 1); /* rows of 16M logits */
+  if (most < 1) most = 1;
+  if (rows <= most) return rows > 0 ? rows : 1;
+  /* Whole blocks of PRM_HEAD_ROW_BLOCK rows where 16M logits hold one:
+   * oneDNN's bf16 matmul on the packed head runs some row counts 3-5x
+   * slower than the multiples of 32 around them (290 and 295 rows, not 288
+   * or 320: docs/benchmarks.md). The blocks are spread evenly over the
+   * chunks; only the last chunk is shorter, by whole blocks when rows is a
+   * multiple of the block. */
+  int64_t unit = most >= PRM_HEAD_ROW_BLOCK ? PRM_HEAD_ROW_BLOCK : 1;
+  int64_t units = (rows + unit - 1) / unit, per = most / unit;
+  int64_t n = (units + per - 1) / per;
+  return (units + n - 1) / n * unit;
 }

@@ -12,8 +12,18 @@
  * fp32 kernels (where vdpbf16ps is slower than fp32 FMAs: the trainer's
  * bf16_attention). Everything else - norms, softmax statistics, the loss,
  * gradients, AdamW - stays fp32. Without PRM_LLAMA_BF16 every function is
- * the plain fp32 call. */
+ * the plain fp32 call.
+ *
+ * Packed weights: where the GEMM backend keeps its own blocked copy of a
+ * weight (oneDNN's bf16 matmul: prm_gemm_bf16_pack), the head's matrix is
+ * packed for its two products after each refresh, and with
+ * PRM_LLAMA_PACK16 (the trainer's bf16_pack_weights) so is every matrix a
+ * dense layer uses whole: q, k, v, o, gate, up, down, the router and the
+ * shared expert. The experts' matrices are not packed: their row counts
+ * change with the routing every pass. */
 #include "model-impl.h"
+
+#include <string.h>
 
 void prm__refresh16(prm_llama_t *m) {
   if (!m->params16 || !m->stale16) return;
@@ -25,18 +35,77 @@ void prm__refresh16(prm_llama_t *m) {
   m->ver16++;
 }
 
-const prm_gemm_packed_t *prm__head16(prm_llama_t *m, int which, int64_t rows) {
-  PRM_ASSERT(m->params16 && (which == 0 || which == 1) && m->ver16 > 0);
-  prm_gemm_packed_t *p = &m->head16[which];
-  if (m->head16_ver[which] != m->ver16) {
-    int64_t C = m->cfg.hidden, V = m->Vl;
-    if (which == 0) /* logits (rows,V) = x (rows,C) W^T: op(B) (C,V) */
-      prm_gemm_bf16_pack(&m->gemm, p, 1, rows, V, C, prm__w16(m, m->head), C);
-    else /* dx (rows,C) = dlogits (rows,V) W: op(B) (V,C) */
-      prm_gemm_bf16_pack(&m->gemm, p, 0, rows, C, V, prm__w16(m, m->head), C);
-    m->head16_ver[which] = m->ver16;
+/* The index of the tensor whose values start at w and number `numel`, or
+ * -1. The offsets never decrease (absent experts repeat one). */
+static int prm__tensor_at(const prm_llama_t *m, const float *w, int64_t numel) {
+  int64_t off = w - m->params;
+  int lo = 0, hi = m->ntensors;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (m->tensors[mid].offset < off) lo = mid + 1;
+    else hi = mid;
+  }
+  for (; lo < m->ntensors && m->tensors[lo].offset == off; lo++)
+    if (m->tensors[lo].numel == numel) return lo;
+  return -1;
+}
+
+/* Tensor i's (in, out) matrix w packed for `which` (0: B = W^T, the
+ * product by the transpose; 1: B = W), again when params16 changed. */
+static const prm_gemm_packed_t *prm__pk16(prm_llama_t *m, int i, int which, int64_t rows,
+                                          int64_t in, int64_t out) {
+  PRM_ASSERT(m->pk16 && i >= 0 && (which == 0 || which == 1) && m->ver16 > 0);
+  prm_gemm_packed_t *p = &m->pk16[2 * i + which];
+  if (m->pk16_ver[2 * i + which] != m->ver16) {
+    const prm_bf16_t *w16 = m->params16 + m->tensors[i].offset;
+    if (which == 0) /* y (rows,out) = x (rows,in) W^T: op(B) (in,out) */
+      prm_gemm_bf16_pack(&m->gemm, p, 1, rows, out, in, w16, in);
+    else /* dx (rows,in) = dy (rows,out) W: op(B) (out,in) */
+      prm_gemm_bf16_pack(&m->gemm, p, 0, rows, in, out, w16, in);
+    m->pk16_ver[2 * i + which] = m->ver16;
   }
   return p;
+}
+
+const prm_gemm_packed_t *prm__head16(prm_llama_t *m, int which, int64_t rows) {
+  PRM_ASSERT(m->params16);
+  int64_t C = m->cfg.hidden, V = m->Vl;
+  return prm__pk16(m, prm__tensor_at(m, m->head, V * C), which, rows, C, V);
+}
+
+/* Whether PRM_LLAMA_PACK16 packs tensor t when a layer multiplies by it
+ * whole: every such matrix but the experts'. */
+static int prm__layer_packs(const prm_tensor_t *t) { return !strstr(t->name, ".experts."); }
+
+/* The packed copy of a layer's weight w (in, out) for `which`, or NULL
+ * (without PRM_LLAMA_PACK16, or w is not a whole dense matrix). */
+static const prm_gemm_packed_t *prm__layer16(prm_llama_t *m, const float *w, int which,
+                                             int64_t rows, int64_t in, int64_t out) {
+  if (!(m->flags & PRM_LLAMA_PACK16)) return NULL;
+  int i = prm__tensor_at(m, w, in * out);
+  if (i < 0 || !prm__layer_packs(&m->tensors[i])) return NULL;
+  return prm__pk16(m, i, which, rows, in, out);
+}
+
+double prm__pk16_bytes(const prm_llama_t *m, double *head) {
+  double all = 0, h = 0;
+  if (m->params16) {
+    int64_t C = m->cfg.hidden, rows = m->acts ? m->B * m->T : 1;
+    int hi = m->head ? prm__tensor_at(m, m->head, m->Vl * C) : -1;
+    int64_t hrows = m->acts ? m->acts->chunk : 1;
+    if (hi >= 0 && prm_gemm_bf16_copies(&m->gemm, 1, hrows, m->Vl, C))
+      h = 2.0 * (double)(m->Vl * C) * sizeof(prm_bf16_t);
+    all = h;
+    for (int i = 0; (m->flags & PRM_LLAMA_PACK16) && i < m->ntensors; i++) {
+      const prm_tensor_t *t = &m->tensors[i];
+      int embed = m->embed && t->offset == m->embed - m->params; /* a lookup, not a product */
+      if (i == hi || embed || t->ndim != 2 || !t->numel || !prm__layer_packs(t)) continue;
+      if (prm_gemm_bf16_copies(&m->gemm, 1, rows, t->shape[0], t->shape[1]))
+        all += 2.0 * (double)t->numel * sizeof(prm_bf16_t);
+    }
+  }
+  if (head) *head = h;
+  return all;
 }
 
 void prm_llama_params_changed(prm_llama_t *m) { m->stale16 = 1; }
@@ -56,7 +125,11 @@ void prm__lin_fwd(prm_llama_t *m, float *y, const float *x, const prm_bf16_t *x1
     prm_linear_forward(&m->gemm, y, x, w, N, in, out);
     return;
   }
-  prm_gemm_bf16(&m->gemm, 0, 1, N, out, in, 1.0f, x16, in, prm__w16(m, w), in, 0.0f, y, out);
+  const prm_gemm_packed_t *p = prm__layer16(m, w, 0, N, in, out);
+  if (p)
+    prm_gemm_bf16_packed(&m->gemm, N, 1.0f, x16, in, p, 0.0f, y, out);
+  else
+    prm_gemm_bf16(&m->gemm, 0, 1, N, out, in, 1.0f, x16, in, prm__w16(m, w), in, 0.0f, y, out);
 }
 
 void prm__lin_bwd(prm_llama_t *m, float *dx, float *dw, const float *dy, const prm_bf16_t *dy16,
@@ -67,7 +140,10 @@ void prm__lin_bwd(prm_llama_t *m, float *dx, float *dw, const float *dy, const p
     return;
   }
   PRM_ASSERT(x16);
-  if (dx)
+  const prm_gemm_packed_t *p = dx ? prm__layer16(m, w, 1, N, in, out) : NULL;
+  if (p)
+    prm_gemm_bf16_packed(&m->gemm, N, 1.0f, dy16, out, p, dx_accum ? 1.0f : 0.0f, dx, in);
+  else if (dx)
     prm_gemm_bf16(&m->gemm, 0, 0, N, in, out, 1.0f, dy16, out, prm__w16(m, w), in,
                   dx_accum ? 1.0f : 0.0f, dx, in);
   if (dw) prm_gemm_bf16(&m->gemm, 1, 0, out, in, N, 1.0f, dy16, out, x16, in, 1.0f, dw, in);

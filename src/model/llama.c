@@ -260,8 +260,9 @@ static int prm__acts_new(prm_llama_t *m, prm_llama_acts_t **out, char *what, siz
    * starve the GEMMs: at vocab 50304 and hidden 768, oneDNN's three head
    * GEMMs ran at 119/160/98 GFLOP/s with 83-row chunks (4M logits) and
    * 171/185/168 with 333 rows (docs/benchmarks.md). The rows are then
-   * spread evenly over that many chunks, so no short last chunk runs its
-   * GEMMs slowly (2048 rows: 7 of 293, not 6 of 333 and one of 50). */
+   * spread evenly over that many chunks in blocks of 32, so no short last
+   * chunk or odd row count runs its GEMMs slowly (2048 rows: 6 of 320 and
+   * one of 128, not 6 of 333 and one of 50, nor 6 of 293 and one of 290). */
   a->chunk = prm_llama_head_chunk(m->B * m->T, m->Vl);
   m->acts_bytes = prm__layout_acts(m, a, NULL);
   m->scratch_bytes = prm__layout_scratch(m, a, NULL);
@@ -397,6 +398,8 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
       goto fail_nomem;
     }
     m->stale16 = 1;
+    m->pk16 = prm_xcalloc((size_t)m->ntensors * 2, sizeof *m->pk16);
+    m->pk16_ver = prm_xcalloc((size_t)m->ntensors * 2, sizeof *m->pk16_ver);
   }
 
   int64_t D = prm_llama_head_dim(c);
@@ -431,7 +434,9 @@ void prm_llama_free(prm_llama_t *m) {
   prm_mem_free(PRM_MEM_PARAMS, m->params, pbytes);
   prm_mem_free(PRM_MEM_GRADS, m->grads, pbytes);
   prm_mem_free(PRM_MEM_PARAMS, m->params16, (size_t)m->nparams * sizeof(prm_bf16_t));
-  for (int i = 0; i < 2; i++) prm_gemm_packed_free(&m->head16[i]);
+  for (int i = 0; m->pk16 && i < 2 * m->ntensors; i++) prm_gemm_packed_free(&m->pk16[i]);
+  free(m->pk16);
+  free(m->pk16_ver);
   int64_t D = prm_llama_head_dim(&m->cfg);
   size_t rope_bytes = (size_t)(m->cfg.max_pos * (D / 2)) * sizeof(float);
   prm_mem_free(PRM_MEM_SCRATCH, m->rope_cos, rope_bytes);
@@ -479,7 +484,7 @@ void prm_llama_init(prm_llama_t *m, uint64_t seed) {
     float *dst = p;
     if (t->split != PRM_TP_WHOLE || t->numel < t->full_numel) /* a shard, or absent here */
       dst = whole = prm_xrealloc(whole, (size_t)t->full_numel * sizeof(float));
-    for (int64_t j = 0; j < t->full_numel; j++) dst[j] = (float)(s * prm_rng_normal(&rng));
+    prm_rng_normal_fill(&rng, dst, t->full_numel, s);
     if (dst != p) prm__tp_slice_tensor(m, t, whole, p);
   }
   free(whole);
@@ -505,11 +510,14 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
       prm_sb_appendf(out, ", bf16 weights %s, fp32 attention", h);
     else
       prm_sb_appendf(out, ", bf16 weights %s, bf16 attention (%s)", h, prm_attention_bf16_isa());
-    /* lin.c prm__head16: oneDNN keeps the head's weight in two blocked
-     * copies (about its bf16 size each, made at the first pass). */
-    int64_t C = m->cfg.hidden, rows = m->acts ? m->acts->chunk : 1;
-    if (m->head && prm_gemm_bf16_copies(&m->gemm, 1, rows, m->Vl, C)) {
-      prm_fmt_bytes(h, sizeof h, 2.0 * (double)(m->Vl * C) * sizeof(prm_bf16_t));
+    /* lin.c: oneDNN keeps the packed weights in two blocked copies each
+     * (about the bf16 size each, made at the first pass). */
+    double head, all = prm__pk16_bytes(m, &head);
+    if (all > head) {
+      prm_fmt_bytes(h, sizeof h, all);
+      prm_sb_appendf(out, ", packed bf16 weights %s", h);
+    } else if (head > 0) {
+      prm_fmt_bytes(h, sizeof h, head);
       prm_sb_appendf(out, ", packed bf16 head %s", h);
     }
   }

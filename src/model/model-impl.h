@@ -73,6 +73,10 @@ void prm__refresh16(prm_llama_t *m);
  * or the input gradient's (1: B = W), packed again after each refresh; the
  * layout is chosen for chunks of `rows` rows. */
 const prm_gemm_packed_t *prm__head16(prm_llama_t *m, int which, int64_t rows);
+/* Bytes the packed bf16 copies take or will take once every product ran
+ * (the head's; with PRM_LLAMA_PACK16 the layers' too): 0 when the GEMM
+ * backend keeps no copies. */
+double prm__pk16_bytes(const prm_llama_t *m, double *head);
 /* x (n values) rounded to bf16 into operand slot 0 (an input) or 1 (an
  * output gradient); NULL in fp32, where the lin calls use x itself. */
 const prm_bf16_t *prm__to16(prm_llama_t *m, int slot, const float *x, int64_t n);

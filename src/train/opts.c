@@ -250,6 +250,7 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   prm__bool(e, "bf16", 0, &o->bf16);
   const char *battn = prm_exp_get_str(e, "bf16_attention");
   o->bf16_attention = prm_streq(battn, "bf16") ? 1 : prm_streq(battn, "fp32") ? 0 : -1;
+  prm__bool(e, "bf16_pack_weights", 0, &o->bf16_pack);
   prm__bool(e, "finetune", 0, &o->finetune);
   prm__bool(e, "auto_continue_train", 0, &o->auto_continue);
 

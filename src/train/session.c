@@ -84,7 +84,8 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
                             .split = o->split, .vocab_size = o->model.vocab, .need = need};
     if ((rc = prm_dataset_open(&d, &s->data, err))) goto fail;
   }
-  if (flags & PRM_LLAMA_BF16) flags |= prm__bf16_attention(o);
+  if (flags & PRM_LLAMA_BF16)
+    flags |= prm__bf16_attention(o) | (o->bf16_pack ? PRM_LLAMA_PACK16 : 0);
   if ((rc = prm_llama_new_tp(&o->model, o->micro_batch, o->seq_length, flags, &s->gemm, tp,
                              &s->model, err)))
     goto fail;

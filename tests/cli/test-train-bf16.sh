@@ -4,7 +4,8 @@
 # AdamW. Over 300 steps of llama_tiny the loss curve stays within 2% of
 # fp32's at every step, with the bf16 attention kernels and with the fp32
 # ones (bf16_attention; auto picks by the cached peaks, faked here); the
-# bf16 weights are accounted in the memory line;
+# bf16 weights are accounted in the memory line; bf16_pack_weights follows
+# the plain run;
 # bf16 composes with tensor parallelism and recomputation; a bf16 run
 # resumes from its checkpoint to the same bytes as an uninterrupted one.
 # Under the sanitizers (PRIMUS_SANITIZED, set by tests/CMakeLists.txt) the
@@ -80,6 +81,22 @@ run train pretrain --config badattn.yaml
 expect_rc "bf16_attention: fast is refused" 2
 expect_in "... naming the key and the choices" "bf16_attention: expected one of auto|bf16|fp32" "$ERR"
 
+# bf16_pack_weights: the layers' products on packed copies follow the plain
+# run (only the GEMM kernels' rounding differs), and the memory line counts
+# the copies where the backend keeps them (oneDNN: it packs the head then).
+exp nopk "bf16: true" "bf16_attention: bf16" "train_iters: 20" "log_interval: 1"
+run train pretrain --config nopk.yaml
+expect_rc "bf16, 20 steps" 0
+packs_head=0
+[[ $ERR == *"packed bf16 head"* ]] && packs_head=1
+exp pk "bf16: true" "bf16_attention: bf16" "train_iters: 20" "log_interval: 1" "bf16_pack_weights: true"
+run train pretrain --config pk.yaml
+expect_rc "bf16 with bf16_pack_weights: true, 20 steps" 0
+d=$(loss_diff nopk pk)
+if within "$d" 1e-3; then ok "packed weights follow the plain run at every step (worst $d)"; else bad "packed weights moved the loss by $d"; fi
+expect_eq "20 steps logged with packed weights" "$(run_losses pk | wc -l)" 20
+if ((packs_head)); then expect_in "the memory line counts the packed weights" "packed bf16 weights" "$ERR"; fi
+
 # Recomputation and a resume: 20 steps straight vs 10 + 10 from the checkpoint.
 sched=("lr_decay_iters: 20" "lr_warmup_iters: 5")
 exp straight "bf16: true" "recompute_granularity: full" "train_iters: 20" "save: $T/ck-s" "save_interval: 10" "${sched[@]}"
@@ -106,6 +123,12 @@ if command -v mpirun >/dev/null; then
   expect_rc "bf16, T = 2, 10 steps" 0
   d=$(loss_diff tp1 tp2)
   if within "$d" 0.01; then ok "bf16 T = 2 within 1% of bf16 T = 1 (worst $d)"; else bad "bf16 T = 2 differs by $d"; fi
+  # The shards' packed copies (bf16_pack_weights) follow the same curve.
+  exp tp2pk "bf16: true" "train_iters: 10" "tensor_model_parallel_size: 2" "bf16_pack_weights: true"
+  run direct --nproc 2 -- train pretrain --config tp2pk.yaml
+  expect_rc "bf16, T = 2, packed weights, 10 steps" 0
+  d=$(loss_diff tp2 tp2pk)
+  if within "$d" 1e-3; then ok "packed shards follow the plain T = 2 run (worst $d)"; else bad "packed shards moved the loss by $d"; fi
 else
   bad "mpirun present (scripts/deps.sh installs openmpi-bin)"
 fi
