@@ -74,9 +74,10 @@ void prm_rng_normal_fill(prm_rng_t *r, float *dst, int64_t n, double scale) {
    * (log, sin, cos: most of the time) on the threads. Each value is the
    * same expression as prm_rng_normal's, so the bits do not change. */
   enum { PRM__BM_BATCH = 1 << 15 };
-  double *u = n - i >= 2 ? prm_xmalloc(2 * PRM__BM_BATCH * sizeof *u) : NULL;
+  int64_t most = (n - i) / 2 < PRM__BM_BATCH ? (n - i) / 2 : PRM__BM_BATCH;
+  double *u = most > 0 ? prm_xmalloc((size_t)(2 * most) * sizeof *u) : NULL;
   while (n - i >= 2) {
-    int64_t pairs = (n - i) / 2 < PRM__BM_BATCH ? (n - i) / 2 : PRM__BM_BATCH;
+    int64_t pairs = (n - i) / 2 < most ? (n - i) / 2 : most;
     for (int64_t p = 0; p < pairs; p++) prm__bm_uniforms(r, &u[2 * p], &u[2 * p + 1]);
     float *d = dst + i;
 #pragma omp parallel for schedule(static) if (pairs >= 4096)

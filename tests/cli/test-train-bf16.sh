@@ -6,7 +6,8 @@
 # ones (bf16_attention; auto picks by the cached peaks, faked here); the
 # bf16 weights are accounted in the memory line; bf16_pack_weights follows
 # the plain run;
-# bf16 composes with tensor parallelism and recomputation; a bf16 run
+# bf16 composes with tensor and pipeline parallelism (packed or not) and
+# recomputation; a bf16 run
 # resumes from its checkpoint to the same bytes as an uninterrupted one.
 # Under the sanitizers (PRIMUS_SANITIZED, set by tests/CMakeLists.txt) the
 # curves are compared over 100 steps: that build looks for memory errors,
@@ -129,6 +130,22 @@ if command -v mpirun >/dev/null; then
   expect_rc "bf16, T = 2, packed weights, 10 steps" 0
   d=$(loss_diff tp2 tp2pk)
   if within "$d" 1e-3; then ok "packed shards follow the plain T = 2 run (worst $d)"; else bad "packed shards moved the loss by $d"; fi
+  # And under pipeline parallelism: each stage packs the weights it holds
+  # (the head on the last), and P = 2 packed follows P = 2 plain.
+  exp pp2 "bf16: true" "train_iters: 10" "pipeline_model_parallel_size: 2"
+  exp pp2pk "bf16: true" "train_iters: 10" "pipeline_model_parallel_size: 2" "bf16_pack_weights: true"
+  run direct --nproc 2 -- train pretrain --config pp2.yaml
+  expect_rc "bf16, P = 2, 10 steps" 0
+  run direct --nproc 2 -- train pretrain --config pp2pk.yaml
+  expect_rc "bf16, P = 2, packed weights, 10 steps" 0
+  expect_eq "10 steps logged at P = 2 packed" "$(run_losses pp2pk | wc -l)" 10
+  if ((packs_head)); then
+    for r in 0 1; do
+      expect_in "stage $r packs its weights" "packed bf16 weights" "$(grep "rank $r/2.*memory:" <<<"$ERR")"
+    done
+  fi
+  d=$(loss_diff pp2 pp2pk)
+  if within "$d" 1e-3; then ok "packed stages follow the plain P = 2 run (worst $d)"; else bad "packed stages moved the loss by $d"; fi
 else
   bad "mpirun present (scripts/deps.sh installs openmpi-bin)"
 fi
