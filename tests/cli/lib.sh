@@ -134,6 +134,20 @@ loss_diff() {
 }
 # within X TOL: X is a number no larger than TOL.
 within() { [[ $1 =~ ^[0-9][0-9.e+-]*$ ]] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
+# follows_on2 REF NAME STEPS TOL LABEL: experiments REF and NAME, each on 2
+# ranks (`direct --nproc 2`); both exit 0, NAME logs STEPS steps, and its
+# losses stay within TOL (relative) of REF's at every step. $ERR is NAME's.
+follows_on2() {
+  local ref=$1 name=$2 steps=$3 tol=$4 label=$5 d
+  run direct --nproc 2 -- train pretrain --config "$ref.yaml"
+  expect_rc "$label: $ref on 2 ranks" 0
+  run direct --nproc 2 -- train pretrain --config "$name.yaml"
+  expect_rc "$label: $name on 2 ranks" 0
+  expect_eq "$label: $name logged $steps steps" "$(run_losses "$name" | wc -l)" "$steps"
+  d=$(loss_diff "$ref" "$name")
+  if within "$d" "$tol"; then ok "$label: $name within $tol of $ref at every step (worst $d)"
+  else bad "$label: $name differs from $ref by $d"; fi
+}
 
 # bf16_vs_fp32 LABEL N [EXP]: the loss curve of experiment EXP (default
 # bf16) against fp32's, N steps: within 2% at every step, not identical (the
