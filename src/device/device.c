@@ -117,7 +117,7 @@ static int prm__open_cuda(prm_dev_t *d, const prm_dev_opts_t *o, prm_err_t *err)
   d->ctx = ctx;
   d->dl = dl;
   d->kind = PRM_DEV_KIND_CUDA;
-  snprintf(d->module, sizeof d->module, "%s", path);
+  snprintf(d->module, sizeof d->module, "%.500s", path);
   return 0;
 }
 
@@ -156,9 +156,9 @@ int prm_dev_open(const prm_dev_opts_t *o, prm_dev_t **out, prm_err_t *err) {
         return prm_errf(err, PRM_EINVAL, "device: the CPU backend needs a GEMM backend");
       }
       prm__open_cpu(d, o);
-      snprintf(d->why, sizeof d->why, "device: auto -> cpu (%s)", e.msg);
+      snprintf(d->why, sizeof d->why, "device: auto -> cpu (%.480s)", e.msg);
     } else {
-      snprintf(d->why, sizeof d->why, "device: %s -> cuda (%s)", want, d->module);
+      snprintf(d->why, sizeof d->why, "device: %.8s -> cuda (%.480s)", want, d->module);
     }
   }
   d->i->info(d->ctx, &d->info);
