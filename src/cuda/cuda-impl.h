@@ -1,0 +1,113 @@
+/* cuda-impl.h - what the files of the CUDA module share: the backend's
+ * context (stream, BLAS handle, memory counters, scratch, the first error),
+ * the error-recording helpers and the operators each .cu file defines for
+ * the table in module.cu.
+ *
+ * Every operator is called by the core from one host thread at a time; it
+ * queues work on the context's one stream and returns. Failures are kept
+ * (the first one only) and reported by sync. */
+#ifndef PRM_CUDA_IMPL_H
+#define PRM_CUDA_IMPL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/vendor.h"
+#include "device/device-abi.h"
+
+/* Parts of the fixed two-stage double reductions (sumsq, sum). */
+#define PRM_CU_RED_PARTS 1024
+
+typedef struct {
+  int ordinal;
+  gpuStream_t stream;
+  gpublasHandle_t blas;
+  void *blas_ws; /* cuBLAS workspace (counted under SCRATCH) */
+  size_t blas_ws_bytes;
+  int tf32;      /* set_tf32: TF32 tensor cores allowed in sgemm */
+  int sync_each; /* PRIMUS_CUDA_SYNC=1: wait after each operator (debugging) */
+  /* Growable scratch for operators that need temporaries (rmsnorm dw
+   * partials, attention segment starts and row dots). */
+  void *scratch;
+  size_t scratch_bytes;
+  /* Fixed small buffers: reduction partials and result, device-side
+   * error flags, and their pinned host mirrors. */
+  double *d_red; /* (PRM_CU_RED_PARTS + 1) */
+  unsigned *d_flags;
+  double *h_red;     /* pinned: 1 */
+  unsigned *h_flags; /* pinned: 1 */
+  uint64_t in_use[PRM_DEV_MEM__COUNT], peak[PRM_DEV_MEM__COUNT];
+  int failed;
+  char err[512];
+  const char *last_op; /* the last operator queued, for async failures */
+} prm_cu_ctx;
+
+/* Device-side error flags (d_flags), set by kernels that meet an input the
+ * host could not check without a copy; sync reports and clears them. */
+enum {
+  PRM_CU_FLAG_XENT_TARGET = 1u, /* a target >= V */
+  PRM_CU_FLAG_EMB_TOKEN = 2u,   /* a negative token id */
+};
+
+/* Keeps the first failure (printf-style message) until sync reports it. */
+void prm_cu_fail(prm_cu_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* After a launch: records a launch error naming `op`; with sync_each also
+ * waits and records an execution error. Returns 0 or -1. */
+int prm_cu_check(prm_cu_ctx *c, const char *op);
+/* Makes the context's device current on the calling thread (kernels must be
+ * launched on the stream's device) and notes `op` as the last operator. */
+void prm_cu_enter(prm_cu_ctx *c, const char *op);
+/* Scratch of at least `bytes`, 256-byte aligned, valid until the next call
+ * (stream-ordered: the previous user's kernels are done with it when the
+ * next kernel runs). NULL with a recorded failure when it cannot grow. */
+void *prm_cu_scratch(prm_cu_ctx *c, const char *op, size_t bytes);
+
+/* Launch shapes: a 1-D grid over n elements, capped (grid-stride loops). */
+static inline unsigned prm_cu_blocks(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  if (b > 8192) b = 8192;
+  return (unsigned)b;
+}
+
+/* ---- operators (ops.cu) ---- */
+void prm_cu_f32_to_bf16(void *ctx, prm_dev_bf16_t *dst, const float *src, int64_t n);
+void prm_cu_bf16_to_f32(void *ctx, float *dst, const prm_dev_bf16_t *src, int64_t n);
+void prm_cu_embedding_forward(void *ctx, float *out, const int32_t *tok, const float *wte,
+                              int64_t N, int64_t C);
+void prm_cu_embedding_backward(void *ctx, float *dwte, const float *dout, const int32_t *tok,
+                               int64_t N, int64_t C);
+void prm_cu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *x, const float *w,
+                            int64_t N, int64_t C, float eps);
+void prm_cu_add_rmsnorm_forward(void *ctx, float *sum, float *out, float *rstd, const float *a,
+                                const float *b, const float *w, int64_t N, int64_t C, float eps);
+void prm_cu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                             const float *w, const float *rstd, int64_t N, int64_t C);
+void prm_cu_rope(void *ctx, float *x, const float *cos_t, const float *sin_t, int64_t B,
+                 int64_t T, int64_t nh, int64_t D, int64_t pos0, const int32_t *pos, float sign);
+void prm_cu_swiglu_forward(void *ctx, float *h, const float *gate, const float *up, int64_t n);
+void prm_cu_swiglu_backward(void *ctx, float *dgate, float *dup, const float *dh,
+                            const float *gate, const float *up, int64_t n);
+void prm_cu_add(void *ctx, float *y, const float *a, const float *b, int64_t n);
+void prm_cu_xent(void *ctx, float *losses, float *dlogits, const float *logits,
+                 const int32_t *targets, int64_t N, int64_t V, float scale);
+void prm_cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, int64_t step, float gscale);
+void prm_cu_sumsq(void *ctx, double *out, const float *x, int64_t n);
+void prm_cu_sum(void *ctx, double *out, const float *x, int64_t n);
+void prm_cu_scale(void *ctx, float *x, int64_t n, float s);
+
+/* ---- attention (attention.cu) ---- */
+void prm_cu_attention_forward(void *ctx, float *out, float *lse, const float *q, const float *k,
+                              const float *v, const int32_t *seg, int64_t B, int64_t T,
+                              int64_t H, int64_t G, int64_t D);
+void prm_cu_attention_backward(void *ctx, float *dq, float *dk, float *dv, const float *dout,
+                               const float *q, const float *k, const float *v, const float *out,
+                               const float *lse, const int32_t *seg, int64_t B, int64_t T,
+                               int64_t H, int64_t G, int64_t D);
+void prm_cu_attention_decode(void *ctx, float *out, const float *q, const float *kc,
+                             const float *vc, int64_t Tq, int64_t Tk, int64_t H, int64_t G,
+                             int64_t D);
+
+#endif /* PRM_CUDA_IMPL_H */

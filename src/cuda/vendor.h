@@ -1,0 +1,148 @@
+/* vendor.h - the one place that names the GPU vendor's runtime and BLAS.
+ *
+ * The .cu files of the module use the neutral names below (gpuMalloc,
+ * gpuStream_t, gpublasGemmEx, PRM_SHFL_XOR ...), never cuda* / cublas* /
+ * hip* directly, so that NVIDIA's nvcc (default) and AMD's hipcc (with
+ * -DPRM_HIP) compile the same kernels. Only the CUDA side is built and
+ * tested today; the HIP side maps the same names to HIP 6 / hipBLAS 2
+ * (HIPBLAS_V2 types) and has not been compiled yet.
+ *
+ * Warp-level code in the module only ever exchanges values within groups of
+ * at most 8 consecutive lanes, so it is correct for 32-lane (NVIDIA) and
+ * 64-lane (AMD CDNA) warps alike.
+ */
+#ifndef PRM_CUDA_VENDOR_H
+#define PRM_CUDA_VENDOR_H
+
+#if defined(PRM_HIP)
+/* ------------------------------------------------------------------ HIP */
+#ifndef HIPBLAS_V2
+#define HIPBLAS_V2
+#endif
+#include <hip/hip_bf16.h>
+#include <hip/hip_runtime.h>
+#include <hipblas/hipblas.h>
+
+#define PRM_GPU_VENDOR "hip"
+
+typedef hipError_t gpuError_t;
+typedef hipStream_t gpuStream_t;
+typedef hipDeviceProp_t gpuDeviceProp;
+typedef hipMemcpyKind gpuMemcpyKind;
+typedef hip_bfloat16 gpu_bf16;
+#define gpuSuccess hipSuccess
+#define gpuErrorInsufficientDriver hipErrorInsufficientDriver
+#define gpuErrorNoDevice hipErrorNoDevice
+#define gpuErrorMemoryAllocation hipErrorOutOfMemory
+#define gpuGetErrorString hipGetErrorString
+#define gpuGetErrorName hipGetErrorName
+#define gpuGetLastError hipGetLastError
+#define gpuDriverGetVersion hipDriverGetVersion
+#define gpuRuntimeGetVersion hipRuntimeGetVersion
+#define gpuGetDeviceCount hipGetDeviceCount
+#define gpuSetDevice hipSetDevice
+#define gpuGetDeviceProperties hipGetDeviceProperties
+#define gpuMemGetInfo hipMemGetInfo
+#define gpuMalloc hipMalloc
+#define gpuFree hipFree
+#define gpuMallocHost hipHostMalloc
+#define gpuFreeHost hipHostFree
+#define gpuMemcpyAsync hipMemcpyAsync
+#define gpuMemsetAsync hipMemsetAsync
+#define gpuMemcpyHostToDevice hipMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define gpuStreamCreateWithFlags hipStreamCreateWithFlags
+#define gpuStreamNonBlocking hipStreamNonBlocking
+#define gpuStreamSynchronize hipStreamSynchronize
+#define gpuStreamDestroy hipStreamDestroy
+
+typedef hipblasHandle_t gpublasHandle_t;
+typedef hipblasStatus_t gpublasStatus_t;
+typedef hipblasComputeType_t gpublasComputeType_t;
+#define GPUBLAS_STATUS_SUCCESS HIPBLAS_STATUS_SUCCESS
+#define GPUBLAS_OP_N HIPBLAS_OP_N
+#define GPUBLAS_OP_T HIPBLAS_OP_T
+#define GPUBLAS_R_32F HIP_R_32F
+#define GPUBLAS_R_16BF HIP_R_16BF
+#define GPUBLAS_COMPUTE_32F HIPBLAS_COMPUTE_32F
+#define GPUBLAS_COMPUTE_32F_FAST_TF32 HIPBLAS_COMPUTE_32F_FAST_TF32
+#define GPUBLAS_GEMM_DEFAULT HIPBLAS_GEMM_DEFAULT
+#define gpublasCreate hipblasCreate
+#define gpublasDestroy hipblasDestroy
+#define gpublasSetStream hipblasSetStream
+#define gpublasSetWorkspace hipblasSetWorkspace
+#define gpublasGemmEx hipblasGemmEx
+#define gpublasGetStatusString hipblasStatusToString
+/* hipBLAS has no per-handle version query: report the header's. */
+#define gpublasGetVersion(h, v)                                                              \
+  ((*(v) = hipblasVersionMajor * 10000 + hipblasVersionMinor * 100 + hipblasVersionPatch), \
+   HIPBLAS_STATUS_SUCCESS)
+
+/* Lane exchange within a warp; HIP's shuffles take no mask. */
+#define PRM_SHFL_XOR(v, m) __shfl_xor((v), (m))
+
+#else
+/* ----------------------------------------------------------------- CUDA */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#define PRM_GPU_VENDOR "cuda"
+
+typedef cudaError_t gpuError_t;
+typedef cudaStream_t gpuStream_t;
+typedef cudaDeviceProp gpuDeviceProp;
+typedef cudaMemcpyKind gpuMemcpyKind;
+typedef __nv_bfloat16 gpu_bf16;
+#define gpuSuccess cudaSuccess
+#define gpuErrorInsufficientDriver cudaErrorInsufficientDriver
+#define gpuErrorNoDevice cudaErrorNoDevice
+#define gpuErrorMemoryAllocation cudaErrorMemoryAllocation
+#define gpuGetErrorString cudaGetErrorString
+#define gpuGetErrorName cudaGetErrorName
+#define gpuGetLastError cudaGetLastError
+#define gpuDriverGetVersion cudaDriverGetVersion
+#define gpuRuntimeGetVersion cudaRuntimeGetVersion
+#define gpuGetDeviceCount cudaGetDeviceCount
+#define gpuSetDevice cudaSetDevice
+#define gpuGetDeviceProperties cudaGetDeviceProperties
+#define gpuMemGetInfo cudaMemGetInfo
+#define gpuMalloc cudaMalloc
+#define gpuFree cudaFree
+#define gpuMallocHost cudaMallocHost
+#define gpuFreeHost cudaFreeHost
+#define gpuMemcpyAsync cudaMemcpyAsync
+#define gpuMemsetAsync cudaMemsetAsync
+#define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+#define gpuStreamCreateWithFlags cudaStreamCreateWithFlags
+#define gpuStreamNonBlocking cudaStreamNonBlocking
+#define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuStreamDestroy cudaStreamDestroy
+
+typedef cublasHandle_t gpublasHandle_t;
+typedef cublasStatus_t gpublasStatus_t;
+typedef cublasComputeType_t gpublasComputeType_t;
+#define GPUBLAS_STATUS_SUCCESS CUBLAS_STATUS_SUCCESS
+#define GPUBLAS_OP_N CUBLAS_OP_N
+#define GPUBLAS_OP_T CUBLAS_OP_T
+#define GPUBLAS_R_32F CUDA_R_32F
+#define GPUBLAS_R_16BF CUDA_R_16BF
+#define GPUBLAS_COMPUTE_32F CUBLAS_COMPUTE_32F
+#define GPUBLAS_COMPUTE_32F_FAST_TF32 CUBLAS_COMPUTE_32F_FAST_TF32
+#define GPUBLAS_GEMM_DEFAULT CUBLAS_GEMM_DEFAULT
+#define gpublasCreate cublasCreate
+#define gpublasDestroy cublasDestroy
+#define gpublasSetStream cublasSetStream
+#define gpublasSetWorkspace cublasSetWorkspace
+#define gpublasGemmEx cublasGemmEx
+#define gpublasGetStatusString cublasGetStatusString
+#define gpublasGetVersion cublasGetVersion
+
+/* Lane exchange within a warp; every lane of the warp takes part. */
+#define PRM_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+#endif
+
+#endif /* PRM_CUDA_VENDOR_H */
