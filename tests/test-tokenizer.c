@@ -339,7 +339,10 @@ static size_t random_text(prm_rng_t *r, char *buf, size_t cap) {
       " ", "  ", "\n", "\n\n", "\t", "\r\n", "a", "Word", "'s", "'re", "'ll", "'x", "'", "9",
       "42", ".", "!!", "-", "\x01", "\x7f", "caf\xc3\xa9", "\xc3\xa9", "\xe4\xb8\xad\xe6\x96\x87",
       "\xd9\xa3", "\xc2\xa0", "\xe3\x80\x80", "\xef\xbb\xbf", "\xc2\x85", "\xf0\x9f\x98\x80",
-      "\xcc\x81", "\xff", "\xc3", "\xe2\x82", "\x80", "\xed\xa0\x80", " \xc3\xa9t\xc3\xa9"};
+      "\xcc\x81", "\xff", "\xc3", "\xe2\x82", "\x80", "\xed\xa0\x80", " \xc3\xa9t\xc3\xa9",
+      "'S", "'Re", "'LL", "'\xc5\xbf", "\xc5\xbf", "ABC", "aBc", "X", "12345", "\r", "/", "//",
+      "\xc7\x85", "\xca\xb0", "\xe0\xa4\xb9\xe0\xa4\xbf", "\xe2\x80\x83", "\xe1\xa0\x8e",
+      "\xe2\x80\xa8", "\xe2\x80\x8d", "\xe2\x85\xab", "\xc2\xbd", " \xcc\x81", "\xd9\xa3\xd9\xa4"};
   size_t n = 0, nb = sizeof bits / sizeof bits[0];
   int k = (int)(prm_rng_u64(r) % 40);
   for (int i = 0; i < k; i++) {
@@ -352,42 +355,147 @@ static size_t random_text(prm_rng_t *r, char *buf, size_t cap) {
   return n;
 }
 
+/* Every pattern's matcher against PCRE2 running the pattern text itself. */
 static void test_pretok_fast_path(void **state) {
-  prm_err_t err = {0};
-  prm__pretok_t p;
-  assert_int_equal(prm__pretok_init(&p, &err), 0);
-  pcre2_match_data *md = pcre2_match_data_create_from_pattern(p.code, NULL);
-  prm_rng_t r;
-  prm_rng_seed(&r, 7);
+  static const int pats[][2] = {{PRM__PAT_GPT2, 0}, {PRM__PAT_CL100K, 3}, {PRM__PAT_CL100K, 1},
+                                {PRM__PAT_O200K, 3}, {PRM__PAT_O200K, 1}};
   char buf[512];
-  for (int it = 0; it < 5000; it++) {
-    size_t n = random_text(&r, buf, sizeof buf);
-    pieces_t fast = {{0}}, ref = {{0}};
-    prm__pretok_split(&p, md, (const uint8_t *)buf, n, add_piece, &fast);
-    prm__pretok_split_ref(&p, md, (const uint8_t *)buf, n, add_piece, &ref);
-    if (strcmp(prm_sb_str(&fast.sb), prm_sb_str(&ref.sb)))
-      fail_msg("iteration %d: fast \"%s\" != pcre2 \"%s\"", it, prm_sb_str(&fast.sb),
-               prm_sb_str(&ref.sb));
-    prm_sb_free(&fast.sb);
-    prm_sb_free(&ref.sb);
+  for (size_t k = 0; k < sizeof pats / sizeof pats[0]; k++) {
+    prm_err_t err = {0};
+    prm__pretok_t p;
+    if (prm__pretok_ref_init(&p, pats[k][0], pats[k][1], &err)) fail_msg("%s", err.msg);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(p.code, NULL);
+    prm_rng_t r;
+    prm_rng_seed(&r, 7 + k);
+    for (int it = 0; it < 6000; it++) {
+      size_t n = random_text(&r, buf, sizeof buf);
+      pieces_t fast = {{0}}, ref = {{0}};
+      prm__pretok_split(&p, md, (const uint8_t *)buf, n, add_piece, &fast);
+      assert_int_equal(prm__pretok_split_ref(&p, md, (const uint8_t *)buf, n, add_piece, &ref), 0);
+      if (strcmp(prm_sb_str(&fast.sb), prm_sb_str(&ref.sb)))
+        fail_msg("pattern %zu, iteration %d: fast \"%s\" != pcre2 \"%s\"", k, it,
+                 prm_sb_str(&fast.sb), prm_sb_str(&ref.sb));
+      prm_sb_free(&fast.sb);
+      prm_sb_free(&ref.sb);
+    }
+    pcre2_match_data_free(md);
+    prm__pretok_free(&p);
   }
   /* A few pieces worth spelling out. */
   static const struct {
+    int pat;
     const char *in, *want;
   } cases[] = {
-      {"Hello world", "5:Hello6: world"},
-      {"it's  ok\n\nx", "2:it2:'s1: 3: ok1:\n1:\n1:x"},
-      {"a   ", "1:a3:   "},
-      {"x\xc2\xa0y", "1:x2:\xc2\xa0" "1:y"},
+      {PRM__PAT_GPT2, "Hello world", "5:Hello6: world"},
+      {PRM__PAT_GPT2, "it's  ok\n\nx", "2:it2:'s1: 3: ok1:\n1:\n1:x"},
+      {PRM__PAT_GPT2, "a   ", "1:a3:   "},
+      {PRM__PAT_GPT2, "x\xc2\xa0y", "1:x2:\xc2\xa0" "1:y"},
+      /* U+FEFF is no White_Space: it is "other" and joins the next letters
+       * in cl100k's [^\r\n\p{L}\p{N}]?\p{L}+. */
+      {PRM__PAT_GPT2, "a\xef\xbb\xbf b", "1:a3:\xef\xbb\xbf" "2: b"},
+      {PRM__PAT_CL100K, "\xef\xbb\xbf" "ab", "5:\xef\xbb\xbf" "ab"},
+      {PRM__PAT_CL100K, "I'LL 12345\n\n  x", "1:I3:'LL1: 3:1232:452:\n\n1: 2: x"},
+      {PRM__PAT_CL100K, "he\x27\xc5\xbf", "2:he3:'\xc5\xbf"},
+      {PRM__PAT_O200K, "HelloWORLD's", "5:Hello7:WORLD's"},
+      {PRM__PAT_O200K, "a/b//\n", "1:a2:/b3://\n"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    prm_err_t err = {0};
+    prm__pretok_t p;
+    assert_int_equal(prm__pretok_init(&p, cases[i].pat, 3, &err), 0);
     pieces_t got = {{0}};
-    prm__pretok_split(&p, md, (const uint8_t *)cases[i].in, strlen(cases[i].in), add_piece, &got);
-    assert_string_equal(prm_sb_str(&got.sb), cases[i].want);
+    prm__pretok_split(&p, NULL, (const uint8_t *)cases[i].in, strlen(cases[i].in), add_piece,
+                      &got);
+    if (strcmp(prm_sb_str(&got.sb), cases[i].want))
+      fail_msg("case %zu: \"%s\" != \"%s\"", i, prm_sb_str(&got.sb), cases[i].want);
     prm_sb_free(&got.sb);
+    prm__pretok_free(&p);
   }
-  pcre2_match_data_free(md);
-  prm__pretok_free(&p);
+}
+
+/* Every code point's class against Unicode's own data files (Debian's
+ * unicode-data): White_Space from PropList.txt, the general category from
+ * UnicodeData.txt. Code points unassigned there must be unassigned here or
+ * in the table of later additions. Skipped without the files. */
+static void test_unicode_classes(void **state) {
+  const char *dir = getenv("PRIMUS_UCD") ? getenv("PRIMUS_UCD") : "/usr/share/unicode";
+  char *ud = prm_path_join(dir, "UnicodeData.txt"), *pl = prm_path_join(dir, "PropList.txt");
+  char *text = NULL, *props = NULL;
+  size_t len = 0, plen = 0;
+  if (!prm_fs_exists(ud) || !prm_fs_exists(pl)) {
+    print_message("skipped: %s missing (scripts/deps.sh installs unicode-data)\n", ud);
+    free(ud);
+    free(pl);
+    skip();
+  }
+  assert_int_equal(prm_fs_read_all(ud, &text, &len, NULL), 0);
+  assert_int_equal(prm_fs_read_all(pl, &props, &plen, NULL), 0);
+  uint8_t *want = prm_xcalloc(0x110000, 1), *assigned = prm_xcalloc(0x110000, 1);
+  uint32_t first = 0;
+  int lines = 0;
+  for (char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    uint32_t cp = (uint32_t)strtoul(l, NULL, 16);
+    char *f1 = strchr(l, ';'), *f2 = f1 ? strchr(f1 + 1, ';') : NULL;
+    assert_non_null(f2);
+    int k = PRM__U_OTHER;
+    if (f2[1] == 'L') {
+      const char *sub = "ultmo";
+      const char *at = strchr(sub, f2[2] | 0x20);
+      assert_non_null(at);
+      static const int lk[] = {PRM__U_LU, PRM__U_LL, PRM__U_LT, PRM__U_LM, PRM__U_LO};
+      k = lk[at - sub];
+    } else if (f2[1] == 'M') {
+      k = PRM__U_M;
+    } else if (f2[1] == 'N') {
+      k = PRM__U_N;
+    }
+    uint32_t lo = cp;
+    if (f2 - f1 > 7 && !memcmp(f2 - 7, " First>", 7)) {
+      first = cp;
+      continue;
+    }
+    if (f2 - f1 > 6 && !memcmp(f2 - 6, " Last>", 6)) lo = first;
+    for (uint32_t c = lo; c <= cp; c++) {
+      want[c] = (uint8_t)k;
+      assigned[c] = 1;
+    }
+    lines++;
+  }
+  assert_true(lines > 30000);
+  int nws = 0;
+  for (char *l = props; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    char *semi = strchr(l, ';'), *nl = strchr(l, '\n');
+    if (*l == '#' || !semi || (nl && semi > nl) || strncmp(semi, "; White_Space ", 14)) continue;
+    uint32_t a = (uint32_t)strtoul(l, NULL, 16), b = a;
+    char *dots = strstr(l, "..");
+    if (dots && dots < semi) b = (uint32_t)strtoul(dots + 2, NULL, 16);
+    for (uint32_t c = a; c <= b; c++, nws++) want[c] = PRM__U_WS;
+  }
+  assert_int_equal(nws, 25);
+  int64_t bad = 0, later = 0;
+  for (uint32_t c = 0; c < 0x110000; c++) {
+    unsigned got = prm__ucls(c);
+    if (!assigned[c] && want[c] != PRM__U_WS) {
+      later += got != PRM__U_OTHER;
+      continue;
+    }
+    if (got != want[c]) {
+      if (bad < 10) print_error("U+%04X: class %u, Unicode says %u\n", c, got, want[c]);
+      bad++;
+    }
+  }
+  print_message("every code point checked; %lld assigned after this data's version\n",
+                (long long)later);
+  assert_int_equal(bad, 0);
+  /* What the later additions may be: only code points this data leaves
+   * unassigned (checked above), a few thousand of them. */
+  assert_true(later < 10000);
+  free(want);
+  free(assigned);
+  free(text);
+  free(props);
+  free(ud);
+  free(pl);
 }
 
 static void roundtrip_random(prm_tokenizer_t *t, uint64_t seed) {
@@ -528,7 +636,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_merge_order),        cmocka_unit_test(test_special_tokens),
       cmocka_unit_test(test_rank_file_errors),   cmocka_unit_test(test_hf_tokenizer),
-      cmocka_unit_test(test_pretok_fast_path),   cmocka_unit_test(test_roundtrip_any_bytes),
+      cmocka_unit_test(test_pretok_fast_path),   cmocka_unit_test(test_unicode_classes),
+      cmocka_unit_test(test_roundtrip_any_bytes),
       cmocka_unit_test(test_encode_append),      cmocka_unit_test(test_threads),
       cmocka_unit_test(test_unknown_type),
   };

@@ -52,23 +52,62 @@ static int json_int(const cJSON *j, int64_t *v) {
 
 static int not_null(const cJSON *j) { return j && !cJSON_IsNull(j); }
 
-static int check_pretok(const cJSON *pre, const char *path, int *add_prefix_space,
-                        prm_err_t *err) {
-  const cJSON *type = cJSON_GetObjectItemCaseSensitive(pre, "type");
-  if (!cJSON_IsString(type) || strcmp(type->valuestring, "ByteLevel"))
-    return prm_errf(err, PRM_EINVAL,
-                    "%s: pre_tokenizer: not implemented: only \"ByteLevel\" is supported, got %s",
-                    path, cJSON_IsString(type) ? type->valuestring : "none");
+static const char *type_of(const cJSON *j) {
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+  return cJSON_IsString(type) ? type->valuestring : "none";
+}
+
+/* ByteLevel: its own regex (GPT-2's) or none (after a Split). */
+static int check_bytelevel(const cJSON *pre, const char *path, const char *where, int want_regex,
+                           int *add_prefix_space, prm_err_t *err) {
   const cJSON *re = cJSON_GetObjectItemCaseSensitive(pre, "use_regex");
-  if (cJSON_IsFalse(re))
-    return prm_errf(err, PRM_EINVAL,
-                    "%s: pre_tokenizer.use_regex: not implemented: only true is supported", path);
+  int use_regex = !cJSON_IsFalse(re);
+  if (use_regex != want_regex)
+    return prm_errf(err, PRM_EINVAL, "%s: %s.use_regex: not implemented: %s here", path, where,
+                    want_regex ? "only true is supported" : "only false is supported after a "
+                                                        "Split");
   *add_prefix_space = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space"));
   return 0;
 }
 
-int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_space,
-                 prm_err_t *err) {
+/* The pre-tokenizers read: ByteLevel (GPT-2's regex), or Sequence [Split
+ * (a known pattern, Isolated, not inverted), ByteLevel without regex], the
+ * Llama 3 / Qwen2 layout. Anything else is named and refused. */
+static int check_pretok(const cJSON *pre, const char *path, int *add_prefix_space, int *pat,
+                        int *ndig, prm_err_t *err) {
+  *pat = PRM__PAT_GPT2;
+  *ndig = 0;
+  if (!strcmp(type_of(pre), "ByteLevel"))
+    return check_bytelevel(pre, path, "pre_tokenizer", 1, add_prefix_space, err);
+  if (!strcmp(type_of(pre), "Sequence")) {
+    const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
+    const cJSON *split = cJSON_GetArrayItem(seq, 0), *bl = cJSON_GetArrayItem(seq, 1);
+    if (cJSON_GetArraySize(seq) == 2 && !strcmp(type_of(split), "Split") &&
+        !strcmp(type_of(bl), "ByteLevel")) {
+      const cJSON *rx = cJSON_GetObjectItemCaseSensitive(
+          cJSON_GetObjectItemCaseSensitive(split, "pattern"), "Regex");
+      const cJSON *beh = cJSON_GetObjectItemCaseSensitive(split, "behavior");
+      if (!cJSON_IsString(rx) || prm__pretok_find(rx->valuestring, pat, ndig))
+        return prm_errf(err, PRM_EINVAL, "%s: pre_tokenizer.pretokenizers[0].pattern: not "
+                        "implemented: %s%s%s", path, cJSON_IsString(rx) ? "the regex " : "",
+                        cJSON_IsString(rx) ? rx->valuestring : "a String pattern",
+                        cJSON_IsString(rx) ? " is none of GPT-2's, cl100k's/Llama 3's, "
+                                             "Qwen2's, o200k's" : "");
+      if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") ||
+          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(split, "invert")))
+        return prm_errf(err, PRM_EINVAL, "%s: pre_tokenizer.pretokenizers[0]: not implemented: "
+                        "only behavior \"Isolated\" without invert", path);
+      return check_bytelevel(bl, path, "pre_tokenizer.pretokenizers[1]", 0, add_prefix_space,
+                             err);
+    }
+  }
+  return prm_errf(err, PRM_EINVAL,
+                  "%s: pre_tokenizer: not implemented: %s (supported: ByteLevel, or Sequence of "
+                  "Split and ByteLevel)", path, type_of(pre));
+}
+
+int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_space, int *pat,
+                 int *ndig, prm_err_t *err) {
   char *file = prm_fs_is_dir(path) ? prm_path_join(path, "tokenizer.json") : prm_xstrdup(path);
   char *text = NULL, *buf = NULL;
   size_t len = 0;
@@ -120,7 +159,7 @@ int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_
     goto done;
   }
   if ((rc = check_pretok(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), file,
-                         add_prefix_space, err)))
+                         add_prefix_space, pat, ndig, err)))
     goto done;
 
   /* The id space: the largest id of the vocabulary and the added tokens. */

