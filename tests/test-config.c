@@ -1,7 +1,10 @@
 /* test-config.c - the experiment configuration: YAML parsing with line
  * numbers, extends chains, ${VAR} expansion, presets and precedence, schema
  * errors with file:line, the shipped presets, parameter counts and the
- * dump -> load round trip. */
+ * dump -> load round trip; Primus' own experiments (framework: megatron,
+ * Megatron-LM's keys, Primus' model presets and their published sizes,
+ * architectures primus does not train) and tokenizers named by Hugging
+ * Face id. */
 #define _GNU_SOURCE
 #include "testlib.h"
 
@@ -9,6 +12,8 @@
 #include <string.h>
 
 #include "primus/prm_config.h"
+#include "primus/prm_data.h"
+#include "primus/prm_model.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -553,8 +558,10 @@ static void test_missing_file(void **state) {
   p = tmp_file("list.yaml", "- a\n- b\n");
   load_fails(p, NULL, 0, PRM_ECONFIG, "list.yaml:1: expected a map");
   free(p);
-  p = tmp_file("fw.yaml", "modules:\n  pre_trainer:\n    framework: megatron\n    model: llama_tiny\n");
-  load_fails(p, NULL, 0, PRM_ECONFIG, "fw.yaml:3: framework: expected native, got \"megatron\"");
+  p = tmp_file("fw.yaml", "modules:\n  pre_trainer:\n    framework: torchtitan\n    model: llama_tiny\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG,
+             "fw.yaml:3: framework: primus runs \"megatron\" and \"native\" experiments (both on its "
+             "own engine), got \"torchtitan\" (another engine");
   free(p);
 }
 
@@ -749,6 +756,350 @@ static void test_round_trip(void **state) {
   free(m);
 }
 
+/* ---- Primus' own configs (framework: megatron) ---------------------------- */
+
+/* A Primus-style experiment: framework megatron, a model preset by Primus'
+ * name, the module preset pre_trainer.yaml, and extra overrides lines. */
+static char *write_megatron(const char *name, const char *model, const char *overrides) {
+  char *text = prm_xasprintf("work_group: ${PRIMUS_TEAM:amd}\n"
+                             "user_name: ${PRIMUS_USER:root}\n"
+                             "exp_name: ${PRIMUS_EXP_NAME:%s}\n"
+                             "workspace: ${PRIMUS_WORKSPACE:./output}\n"
+                             "\n"
+                             "modules:\n"
+                             "  pre_trainer:\n"
+                             "    framework: megatron\n"
+                             "    config: pre_trainer.yaml\n"
+                             "\n"
+                             "    # model to run\n"
+                             "    model: %s\n"
+                             "    overrides:\n"
+                             "      mock_data: true\n"
+                             "%s",
+                             name, model, overrides ? overrides : "");
+  char *p = tmp_file(name, text);
+  free(text);
+  return p;
+}
+
+/* The model the keys describe, as the engine's parameter count reads it
+ * (MoE and dense layers, GQA, tied or untied head). */
+static prm_llama_config_t llama_config(const prm_exp_t *e) {
+  prm_llama_config_t c = {0};
+  c.hidden = get_int(e, "hidden_size");
+  c.layers = get_int(e, "num_layers");
+  c.heads = get_int(e, "num_attention_heads");
+  c.vocab = get_int(e, "vocab_size");
+  if (prm_exp_get_int(e, "num_query_groups", &c.groups)) c.groups = c.heads;
+  if (prm_exp_get_int(e, "ffn_hidden_size", &c.ffn)) c.ffn = 4 * c.hidden;
+  int untie = 0;
+  prm_exp_get_bool(e, "untie_embeddings_and_output_weights", &untie);
+  c.tied = !untie;
+  if (prm_exp_get_int(e, "num_experts", &c.experts)) c.experts = 0;
+  if (c.experts) {
+    c.topk = get_int(e, "moe_router_topk");
+    if (prm_exp_get_int(e, "moe_ffn_hidden_size", &c.moe_ffn)) c.moe_ffn = c.ffn;
+    c.moe_freq = get_int(e, "moe_layer_freq");
+  }
+  return c;
+}
+
+static void test_megatron_presets(void **state) {
+  (void)state;
+  /* Published sizes: the parameter counts of the Hugging Face checkpoints,
+   * matched exactly (a q/k/v bias more or less is 0.002%); Mixtral 8x22B
+   * within 0.01%, Qwen3-1.7B within 2% of its card's 1.7B (its checkpoint
+   * stores the tied head twice). */
+  static const struct {
+    const char *model;
+    double published;
+  } cases[] = {
+      {"llama2_7B.yaml", 6738415616.0},       {"llama2_13B", 13015864320.0},
+      {"llama2_70B", 68976648192.0},          {"llama3_8B.yaml", 8030261248.0},
+      {"llama3_70B", 70553706496.0},          {"llama3.1_8B", 8030261248.0},
+      {"llama3.1_70B", 70553706496.0},        {"llama3.1_405B", 405853388800.0},
+      {"llama3.2_1B", 1235814400.0},          {"llama3.2_3B", 3212749824.0},
+      {"llama3.3_70B", 70553706496.0},        {"qwen2.5_0.5B", 494032768.0},
+      {"qwen2.5_1.5B", 1543714304.0},         {"qwen2.5_3B", 3085938688.0},
+      {"qwen2.5_7B.yaml", 7615616512.0},      {"qwen2.5_14B", 14770033664.0},
+      {"qwen2.5_32B", 32763876352.0},         {"qwen2.5_72B", 72706203648.0},
+      {"qwen3_0.6B", 596049920.0},            {"qwen3_1.7B", 1.7e9},
+      {"qwen3_4B", 4022468096.0},             {"qwen3_8B", 8190735360.0},
+      {"qwen3_14B", 14768307200.0},           {"qwen3_32B", 32762123264.0},
+      {"mixtral_8x7B_v0.1.yaml", 46702792704.0}, {"mixtral_8x22B_v0.1", 140620634112.0},
+      {"qwen3_30B_A3B", 30532122624.0},       {"qwen3_235B_A22B", 235093634560.0},
+  };
+  prm_err_t err = {0};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *p = write_megatron("preset.yaml", cases[i].model, NULL);
+    prm_exp_t *e = load_ok(p, NULL, 0);
+    assert_string_equal(prm_exp_framework(e), "megatron");
+    int64_t n = 0;
+    assert_int_equal(prm_exp_model_params(e, &n, &err), 0);
+    double rel = ((double)n - cases[i].published) / cases[i].published;
+    double tol = strstr(cases[i].model, "qwen3_1.7B")     ? 0.02
+                 : strstr(cases[i].model, "mixtral_8x22B") ? 1e-4
+                                                           : 0;
+    if (rel > tol || rel < -tol)
+      fail_msg("%s: %lld parameters, published %.0f (%+.3f%%)", cases[i].model, (long long)n,
+               cases[i].published, 100 * rel);
+    /* The engine's count (src/model/config.c) agrees wherever the heads are
+     * hidden_size / num_attention_heads wide; q/k/v biases and q/k norms
+     * are added here, as the engine does not have them yet. */
+    prm_llama_config_t c = llama_config(e);
+    int64_t d = c.hidden / c.heads, kv = 0;
+    if (prm_exp_get_int(e, "kv_channels", &kv) || kv == d) {
+      int64_t want = prm_llama_param_count(&c);
+      int on = 0;
+      if (!prm_exp_get_bool(e, "add_qkv_bias", &on) && on)
+        want += c.layers * (c.heads + 2 * c.groups) * d;
+      if (!prm_exp_get_bool(e, "qk_layernorm", &on) && on) want += c.layers * 2 * d;
+      if (n != want)
+        fail_msg("%s: config counts %lld, the engine %lld", cases[i].model, (long long)n,
+                 (long long)want);
+    }
+    prm_exp_free(e);
+    free(p);
+  }
+  /* Every megatron model preset (not the shared bases) is in the table. */
+  char *dir = prm_path_join(prm_home(), "configs/models/megatron");
+  prm_argv_t names = {0};
+  assert_int_equal(prm_fs_list_dir(dir, &names, &err), 0);
+  for (int i = 0; i < names.n; i++) {
+    if (!prm_endswith(names.v[i], ".yaml") || strstr(names.v[i], "base") ||
+        !strcmp(names.v[i], "language_model.yaml"))
+      continue;
+    int seen = 0;
+    for (size_t j = 0; j < sizeof cases / sizeof cases[0]; j++)
+      seen |= !strncmp(cases[j].model, names.v[i], strlen(names.v[i]) - 5);
+    if (!seen) fail_msg("%s has no published size in the test", names.v[i]);
+  }
+  prm_argv_free(&names);
+  free(dir);
+  /* Primus' chain: llama3_8B -> llama3_base -> llama_base -> language_model. */
+  char *p = write_megatron("chain.yaml", "llama3_8B", NULL);
+  prm_exp_t *e = load_ok(p, NULL, 0);
+  const prm_argv_t *in = prm_exp_inputs(e);
+  const char *want[] = {"llama3_8B.yaml", "llama3_base.yaml", "llama_base.yaml",
+                        "language_model.yaml"};
+  for (int i = 0; i < 4; i++) {
+    int found = 0;
+    for (int j = 0; j < in->n; j++) found |= prm_endswith(in->v[j], want[i]) && strstr(in->v[j], "megatron");
+    if (!found) fail_msg("the chain lacks models/megatron/%s", want[i]);
+  }
+  assert_origin(e, "rotary_base", "configs/models/megatron/llama3_base.yaml:10");
+  prm_exp_free(e);
+  free(p);
+}
+
+/* The Llama 3 8B BF16 pretraining experiment as Primus ships it. */
+static const char *const primus_llama3_overrides =
+    "      wandb_project: \"Primus_DeepSeek_Pretrain\"\n"
+    "      stderr_sink_level: DEBUG\n"
+    "      log_avg_skip_iterations: 2\n"
+    "      log_avg_reset_interval: 50\n"
+    "      train_iters: 50\n"
+    "      micro_batch_size: 2\n"
+    "      global_batch_size: 16\n"
+    "      seq_length: 8192\n"
+    "      max_position_embeddings: 8192\n"
+    "      lr: 1.0e-5\n"
+    "      min_lr: 0.0\n"
+    "      lr_warmup_iters: 2\n"
+    "      lr_decay_iters: null\n"
+    "      lr_decay_style: cosine\n"
+    "      weight_decay: 0.1\n"
+    "      adam_beta1: 0.9\n"
+    "      adam_beta2: 0.95\n"
+    "      eod_mask_loss: true\n"
+    "      init_method_std: 0.008\n"
+    "      norm_epsilon: 1.0e-6\n"
+    "      tensor_model_parallel_size: 1\n"
+    "      pipeline_model_parallel_size: 1\n"
+    "      expert_model_parallel_size: 1\n"
+    "      overlap_grad_reduce: true\n"
+    "      overlap_param_gather: true\n"
+    "      gradient_accumulation_fusion: false\n"
+    "      train_data_path: null\n"
+    "      valid_data_path: null\n"
+    "      test_data_path: null\n"
+    "      finetune: false\n"
+    "      load: null\n"
+    "      no_load_optim: null\n"
+    "      no_load_rng: null\n"
+    "      save: null\n"
+    "      save_interval: 20000\n"
+    "      no_save_optim: null\n"
+    "      no_save_rng: null\n"
+    "      disable_last_saving: true\n"
+    "      ckpt_format: torch\n"
+    "      enable_primus_turbo: true\n"
+    "      use_turbo_attention: true\n"
+    "      use_turbo_grouped_gemm: true\n"
+    "      cross_entropy_fusion_impl: \"te\"\n"
+    "      cross_entropy_loss_fusion: true\n";
+
+static void test_megatron_keys(void **state) {
+  (void)state;
+  char *p = write_megatron("l3.yaml", "llama3_8B.yaml", primus_llama3_overrides);
+  prm_override_t cli[] = {{"tensorboard-dir", "/tmp/tb"}};
+  prm_exp_t *e = load_ok(p, cli, 1);
+  prm_err_t err = {0};
+  int64_t n = 0;
+  assert_int_equal(prm_exp_model_params(e, &n, &err), 0);
+  assert_true(n == 8030261248LL);
+  /* The keys without effect, in the order set, the command line's last. */
+  const prm_argv_t *ig = prm_exp_ignored(e);
+  static const char *const want[] = {
+      "wandb_project",  "stderr_sink_level",   "log_avg_skip_iterations", "log_avg_reset_interval",
+      "overlap_param_gather", "gradient_accumulation_fusion", "ckpt_format",
+      "enable_primus_turbo", "use_turbo_attention", "use_turbo_grouped_gemm",
+      "cross_entropy_fusion_impl", "cross_entropy_loss_fusion", "tensorboard_dir"};
+  assert_int_equal(ig->n, (int)(sizeof want / sizeof want[0]));
+  for (int i = 0; i < ig->n; i++) assert_string_equal(ig->v[i], want[i]);
+  /* Implemented keys keep their types; inert ones their text. */
+  int on = 0;
+  assert_int_equal(prm_exp_get_bool(e, "disable_last_saving", &on), 0);
+  assert_true(on);
+  assert_true(get_f64(e, "init_method_std") == 0.008);
+  assert_string_equal(prm_exp_get_str(e, "cross_entropy_fusion_impl"), "te");
+  /* Classes: implemented, inert (also by prefix), unsupported. */
+  assert_int_equal(prm_schema_find("disable_last_saving")->cls, PRM_KEY_RUN);
+  assert_int_equal(prm_schema_find("wandb_entity")->cls, PRM_KEY_INERT);
+  assert_int_equal(prm_schema_find("use_turbo_rms_norm")->cls, PRM_KEY_INERT);
+  assert_int_equal(prm_schema_find("log_interval")->cls, PRM_KEY_RUN);
+  assert_int_equal(prm_schema_find("fp8")->cls, PRM_KEY_UNSUPPORTED);
+  assert_null(prm_schema_find("fp8x"));
+  prm_exp_free(e);
+  free(p);
+
+  /* Unsupported keys at their neutral values pass; other values fail, each
+   * problem of the file listed with its line, not only the first. */
+  p = write_megatron("neutral.yaml", "llama3_8B",
+                     "      fp8: null\n"
+                     "      hidden_dropout: 0.0\n"
+                     "      normalization: RMSNorm\n"
+                     "      swiglu: yes\n"
+                     "      mtp_num_layers: 0\n");
+  e = load_ok(p, NULL, 0);
+  assert_int_equal(prm_exp_ignored(e)->n, 0);
+  prm_exp_free(e);
+  free(p);
+  p = write_megatron("fp8.yaml", "llama3_8B", "      fp8: hybrid\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "fp8.yaml:15: fp8: got \"hybrid\": FP8 training");
+  free(p);
+  p = write_megatron("many.yaml", "llama3_8B",
+                     "      fp8: e4m3\n"                  /* 15 */
+                     "      hiden_size: 3\n"              /* 16 */
+                     "      lr: fast\n"                   /* 17 */
+                     "      multi_latent_attention: true\n" /* 18 */
+                     "      wandb_project: ok\n"          /* 19: no problem */
+                     "      normalization: LayerNorm\n"   /* 20 */
+                     "      micro_batch_size: 3\n"        /* 21 */
+                     "      global_batch_size: 16\n");    /* 22 */
+  e = NULL;
+  memset(&err, 0, sizeof err);
+  assert_int_equal(prm_exp_load(p, NULL, 0, NULL, &e, &err), PRM_ECONFIG);
+  assert_null(e);
+  static const char *const probs[] = {
+      "6 problems:\n",
+      "many.yaml:15: fp8: got \"e4m3\"",
+      "many.yaml:16: unknown key \"hiden_size\" (did you mean \"hidden_size\"?)",
+      "many.yaml:17: lr: expected a number, got \"fast\"",
+      "many.yaml:18: multi_latent_attention: got \"true\": multi-latent attention (MLA",
+      "many.yaml:20: normalization: got \"LayerNorm\"",
+      "many.yaml:22: global_batch_size: must be a multiple of micro_batch_size (3), got 16",
+  };
+  for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++)
+    if (!strstr(err.msg, probs[i])) fail_msg("message \"%s\" lacks \"%s\"", err.msg, probs[i]);
+  assert_null(strstr(err.msg, "wandb"));
+  free(p);
+  /* Megatron's names are suggested too. */
+  p = write_megatron("typo.yaml", "llama3_8B", "      wandb_projet: x\n      use_turbo_atention: 1\n");
+  e = load_ok(p, NULL, 0); /* both are inert by their prefix */
+  prm_exp_free(e);
+  free(p);
+  p = write_megatron("typo2.yaml", "llama3_8B", "      overlap_param_gathr: true\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "unknown key \"overlap_param_gathr\" (did you mean \"overlap_param_gather\"?)");
+  free(p);
+  /* Other engines' frameworks are named as such; native still runs. */
+  p = tmp_file("maxtext.yaml", "modules:\n  pre_trainer:\n    framework: maxtext\n    model: llama3_8B\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "maxtext.yaml:3: framework: primus runs \"megatron\" and \"native\"");
+  free(p);
+  p = write_exp("native.yaml", "qwen2.5_7B", NULL); /* a megatron preset from a native experiment */
+  e = load_ok(p, NULL, 0);
+  assert_string_equal(prm_exp_framework(e), "native");
+  assert_int_equal(prm_exp_get_bool(e, "add_qkv_bias", &on), 0);
+  assert_true(on);
+  prm_exp_free(e);
+  free(p);
+}
+
+static void test_unsupported_models(void **state) {
+  (void)state;
+  static const struct {
+    const char *model, *feature;
+  } cases[] = {
+      {"deepseek_v3.yaml", "multi-latent attention (MLA)"},
+      {"deepseek_v2_lite", "multi-latent attention (MLA)"},
+      {"llama4_17B16E", "Llama 4"},
+      {"gpt_oss_20B", "attention sinks"},
+      {"grok1", "Grok"},
+      {"mamba_370M", "Mamba"},
+      {"zebra_llama_1B", "hybrid"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *p = write_megatron("arch.yaml", cases[i].model, NULL);
+    char *want = prm_xasprintf("arch.yaml:12: model preset \"%s\": ", cases[i].model);
+    load_fails(p, NULL, 0, PRM_ECONFIG, want);
+    load_fails(p, NULL, 0, PRM_ECONFIG, cases[i].feature);
+    load_fails(p, NULL, 0, PRM_ECONFIG, "not implemented in primus' engine");
+    free(want);
+    free(p);
+  }
+  /* A name primus simply does not ship stays "not found". */
+  char *p = write_megatron("nf.yaml", "llama3_9B", NULL);
+  load_fails(p, NULL, 0, PRM_ENOENT, "model preset \"llama3_9B\" not found");
+  free(p);
+}
+
+static void test_hf_cache(void **state) {
+  (void)state;
+  assert_true(prm_hf_is_model_id("meta-llama/Meta-Llama-3-8B"));
+  assert_true(prm_hf_is_model_id("Qwen/Qwen2.5-7B"));
+  assert_false(prm_hf_is_model_id("/abs/path"));
+  assert_false(prm_hf_is_model_id("./rel/x"));
+  assert_false(prm_hf_is_model_id("a/b/c"));
+  assert_false(prm_hf_is_model_id("plain"));
+  assert_false(prm_hf_is_model_id("a/../b"));
+  char *hf = prm_path_join(prm_test_tmpdir(), "hfhome");
+  char *old_hub = getenv("HF_HUB_CACHE") ? prm_xstrdup(getenv("HF_HUB_CACHE")) : NULL;
+  unsetenv("HF_HUB_CACHE");
+  setenv("HF_HOME", hf, 1);
+  char buf[4096], want[4096];
+  snprintf(want, sizeof want, "%s/hub", hf);
+  assert_string_equal(prm_hf_cache_dir(buf, sizeof buf), want);
+  /* Not cached: not found, nothing fetched. */
+  assert_int_equal(prm_hf_cache_resolve("meta-llama/Meta-Llama-3-8B", buf, sizeof buf), PRM_ENOENT);
+  /* Two snapshots; refs/main names the one to use. */
+  char *a = prm_xasprintf("%s/hub/models--meta-llama--Meta-Llama-3-8B/snapshots/aaa/tokenizer.json", hf);
+  char *b = prm_xasprintf("%s/hub/models--meta-llama--Meta-Llama-3-8B/snapshots/bbb/tokenizer.json", hf);
+  free(prm_test_write("/", a, "{}"));
+  free(prm_test_write("/", b, "{}"));
+  free(prm_test_write(hf, "hub/models--meta-llama--Meta-Llama-3-8B/refs/main", "bbb\n"));
+  assert_int_equal(prm_hf_cache_resolve("meta-llama/Meta-Llama-3-8B", buf, sizeof buf), 0);
+  assert_true(prm_endswith(buf, "models--meta-llama--Meta-Llama-3-8B/snapshots/bbb"));
+  /* A snapshot without tokenizer files does not count. */
+  free(prm_test_write(hf, "hub/models--Qwen--Qwen3-8B/snapshots/ccc/config.json", "{}"));
+  assert_int_equal(prm_hf_cache_resolve("Qwen/Qwen3-8B", buf, sizeof buf), PRM_ENOENT);
+  unsetenv("HF_HOME");
+  if (old_hub) setenv("HF_HUB_CACHE", old_hub, 1);
+  free(old_hub);
+  free(a);
+  free(b);
+  free(hf);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_yaml_parse),       cmocka_unit_test(test_yaml_malformed),
@@ -758,6 +1109,8 @@ int main(void) {
       cmocka_unit_test(test_unknown_keys),     cmocka_unit_test(test_types_and_ranges),
       cmocka_unit_test(test_missing_file),     cmocka_unit_test(test_fixtures),     cmocka_unit_test(test_shipped_presets),
       cmocka_unit_test(test_params),           cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_megatron_presets), cmocka_unit_test(test_megatron_keys),
+      cmocka_unit_test(test_unsupported_models), cmocka_unit_test(test_hf_cache),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,8 +85,21 @@ typedef enum {
   PRM_T_STR_OR_LIST, /* data_path: "prefix" or [w1, p1, w2, p2] */
   PRM_T_INT_OR_LIST, /* moe_layer_freq: k or [1, 0, 1, 0] (each item 0 or 1) */
   PRM_T_MAP,         /* free-form map (env:) */
+  PRM_T_ANY,         /* any value (keys accepted without effect here) */
   PRM_T__COUNT
 } prm_type_t;
+
+/* What a key does in primus. Megatron-LM and Primus know hundreds of
+ * arguments; primus implements the ones that decide what its engine
+ * computes, accepts the ones that only steer logging services or other
+ * engines' kernels, and refuses the ones that would change the mathematics
+ * in a way its engine does not implement (unless they keep their neutral
+ * value). */
+typedef enum {
+  PRM_KEY_RUN,         /* implemented: changes what a run computes or writes */
+  PRM_KEY_INERT,       /* accepted; no effect here (logging services, fused kernels) */
+  PRM_KEY_UNSUPPORTED, /* accepted only at a value in `ok`; anything else is an error */
+} prm_key_class_t;
 
 typedef struct {
   const char *key;     /* dotted for nested native keys: "fault_tolerance.max_restarts" */
@@ -95,11 +108,19 @@ typedef struct {
   const char *choices; /* ENUM: "cosine|linear|constant" */
   int nullable;        /* null is allowed (e.g. load, save) */
   int native;          /* 1: primus' own key (Megatron has no equivalent) */
-  const char *help;
+  const char *help;    /* UNSUPPORTED: the feature primus' engine lacks */
+  prm_key_class_t cls;
+  const char *ok;      /* UNSUPPORTED: values primus computes with, "false|null" */
 } prm_key_t;
 
-/* The module-key table (Megatron names plus documented native keys). */
+/* The module-key table (Megatron names plus documented native keys): the
+ * keys primus implements, each with a default in the module preset. */
 const prm_key_t *prm_schema_keys(int *count);
+/* Megatron-LM and Primus argument names primus accepts without
+ * implementing them: PRM_KEY_INERT and PRM_KEY_UNSUPPORTED entries. Names
+ * ending in '*' are prefixes ("wandb_*"). */
+const prm_key_t *prm_schema_compat_keys(int *count);
+/* Either table; a prefix entry matches every key with that prefix. */
 const prm_key_t *prm_schema_find(const char *key);
 const char *prm_type_name(prm_type_t t);
 
@@ -128,7 +149,9 @@ typedef struct {
  *     then `overrides:`, then the CLI overrides,
  *  4. validation of every key against the schema (unknown keys get a "did
  *     you mean"), types coerced, ranges checked; errors read
- *     "file:line: key: expected ..., got ...".
+ *     "file:line: key: expected ..., got ...". Every problem of the keys
+ *     is reported, one a line, after a count ("3 problems:"), not only the
+ *     first.
  * Presets are searched in prm_home()/configs. *out is freed with
  * prm_exp_free. */
 int prm_exp_load(const char *path, const prm_override_t *ov, int nov,
@@ -140,6 +163,15 @@ void prm_exp_free(prm_exp_t *e);
  * workspace ("./output"). */
 const char *prm_exp_top(const prm_exp_t *e, const char *key);
 const char *prm_exp_module(const prm_exp_t *e); /* "pre_trainer" */
+/* The module's `framework:` ("native" or "megatron"; both run primus'
+ * engine, megatron with Megatron-LM's argument semantics). */
+const char *prm_exp_framework(const prm_exp_t *e);
+/* Keys the experiment (its `overrides:` or the command line) sets that
+ * have no effect in primus (PRM_KEY_INERT), in the order set. */
+const prm_argv_t *prm_exp_ignored(const prm_exp_t *e);
+/* Logs, once per call, the framework line and the one warning line that
+ * lists the keys without effect (nothing when there are none). */
+void prm_exp_announce(const prm_exp_t *e);
 /* The experiment's `env:` map (NULL when absent). */
 const prm_node_t *prm_exp_env(const prm_exp_t *e);
 
@@ -165,7 +197,9 @@ void prm_exp_dump(const prm_exp_t *e, prm_sb_t *out, int origins);
 int prm_exp_write(const prm_exp_t *e, const char *path, prm_err_t *err);
 
 /* Parameter count of the Llama-family model the keys describe (embedding,
- * layers, final norm, untied head), for size checks and MFU. */
+ * layers with q/k/v biases (add_qkv_bias), q/k norms (qk_layernorm),
+ * kv_channels, MoE experts, routers and shared experts where set, final
+ * norm, untied head), for size checks and MFU. */
 int prm_exp_model_params(const prm_exp_t *e, int64_t *out, prm_err_t *err);
 
 #ifdef __cplusplus

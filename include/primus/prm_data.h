@@ -409,6 +409,25 @@ typedef struct {
  * (may be NULL) gets the number of merges made. */
 int prm_tokenizer_train(const prm_tokenizer_train_opts_t *o, int64_t *merges, prm_err_t *err);
 
+/* ------------------------------------------------------------------------ */
+/* Hugging Face cache (hf_cache.c): tokenizers named by model id             */
+/* ------------------------------------------------------------------------ */
+
+/* True when s reads as a Hugging Face model id ("org/name": one '/', no
+ * leading '/' or '.', letters, digits, '.', '_' and '-') and is not a path
+ * that exists here. */
+int prm_hf_is_model_id(const char *s);
+/* The hub cache folder: $HF_HUB_CACHE, else $HF_HOME/hub, else
+ * $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub. Writes it
+ * into buf and returns buf. */
+const char *prm_hf_cache_dir(char *buf, size_t n);
+/* Resolves a model id to its snapshot in the cache,
+ * <cache>/models--org--name/snapshots/<rev>/ with rev from refs/main, else
+ * the only (or newest) snapshot that holds tokenizer files (tokenizer.json,
+ * vocab.json or tokenizer.model). 0 with the folder in out; PRM_ENOENT when
+ * id is not a model id or is not cached. Nothing is downloaded. */
+int prm_hf_cache_resolve(const char *id, char *out, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -47,6 +47,9 @@ typedef struct {
                                  * (data_path is then the first prefix, for messages) */
   const char *save, *load;
   int64_t save_interval, eval_interval, eval_iters, log_interval, ckpt_keep;
+  int disable_last_saving;      /* Primus: no checkpoint after the last step (off-interval) */
+  char tokenizer_path[4096];    /* tokenizer_model resolved from the Hugging Face cache, when
+                                 * it names a model id there (tokenizer_model points here) */
   int world;                    /* ranks: tensor x data parallel (1: no MPI) */
   int tp;                       /* tensor_model_parallel_size (1: off); divides world */
   int ep;                       /* expert_model_parallel_size (1: off); divides the data-

@@ -24,10 +24,26 @@ void prm__node_set_origin(prm_node_t *n, const char *file, int line);
  * into nested maps, recursively, so that merges see one shape. */
 void prm__node_split_dotted(prm_node_t *map);
 
+/* The problems found in one experiment, one a line, so that validation
+ * reports all of them at once. */
+typedef struct {
+  prm_sb_t lines;
+  int n;
+} prm__problems_t;
+
+/* Adds the message in e (a failed check's error) as one problem. */
+void prm__problem_add(prm__problems_t *p, const prm_err_t *e);
+/* 0 when there were none; else sets err to the one problem, or to "N
+ * problems:" and the lines (logged too when they overflow the message),
+ * returns PRM_ECONFIG, and empties p. */
+int prm__problems_finish(prm__problems_t *p, prm_err_t *err);
+
 /* Validates and coerces a map of module keys against the schema, in place:
- * unknown keys (with a suggestion), types, ranges and choices. Errors read
- * "file:line: key: expected ..., got ...". */
-int prm__schema_check(prm_node_t *keys, prm_err_t *err);
+ * unknown keys (with a suggestion), types, ranges and choices, and keys
+ * whose feature primus lacks set to anything but their neutral value.
+ * Each problem reads "file:line: key: expected ..., got ..." and goes to
+ * p; returns the number added. */
+int prm__schema_check(prm_node_t *keys, prm__problems_t *p);
 
 /* Range check helper for numbers: 0 when v fits the key. */
 int prm__schema_range_ok(const prm_key_t *k, double v);

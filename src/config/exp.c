@@ -24,6 +24,41 @@ struct prm_exp {
   char *top[PRM__TOP_N]; /* top-level values with defaults */
   prm_node_t *mod[3];    /* framework, config, model as recorded for the dump */
   prm_argv_t inputs;     /* absolute paths, reading order */
+  prm_argv_t ignored;    /* PRM_KEY_INERT keys the experiment sets */
+};
+
+/* The frameworks whose experiments primus runs, all on its own engine:
+ * megatron reads the keys with Megatron-LM's meaning (which native keys
+ * share). Other engines' experiments name features primus does not have. */
+static const char *const prm__frameworks[] = {"native", "megatron"};
+static const char *const prm__other_frameworks[] = {"torchtitan", "maxtext", "jax", "light-megatron",
+                                                    "megatron_bridge", "hummingbird", "deepspeed"};
+
+/* Model families whose architecture primus' engine does not train: a preset
+ * name starting with one of these is answered with the feature it lacks,
+ * not "not found". */
+static const struct {
+  const char *prefix, *feature;
+} prm__unsupported_models[] = {
+    {"deepseek", "DeepSeek's multi-latent attention (MLA) and sigmoid-routed shared-expert MoE"},
+    {"kimi", "DeepSeek-style multi-latent attention (MLA)"},
+    {"glm", "GLM's multi-latent attention and MoE routing"},
+    {"minimax", "MiniMax's lightning (linear) attention"},
+    {"llama4", "Llama 4's interleaved RoPE-free layers, chunked attention and shared-expert MoE"},
+    {"gpt_oss", "gpt-oss's attention sinks and sliding-window layers"},
+    {"grok", "Grok's attention and MoE details (logit soft-capping, GeLU experts)"},
+    {"mamba", "Mamba (state-space) layers"},
+    {"zebra", "Mamba/linear-attention hybrid layers"},
+    {"hylo", "Mamba/linear-attention hybrid layers"},
+    {"hybrid", "Mamba/linear-attention hybrid layers"},
+    {"gdn", "gated delta-net (linear attention) layers"},
+    {"kda", "Kimi delta attention (linear attention) layers"},
+    {"lfm", "LFM's short convolution layers"},
+    {"zaya", "ZAYA's compressed attention layers"},
+    {"qwen3_5", "Qwen 3.5's gated delta-net (linear attention) layers"},
+    {"flux", "diffusion transformers (Flux)"},
+    {"wan", "diffusion transformers (Wan)"},
+    {"diffusion", "diffusion transformers"},
 };
 
 /* ------------------------------------------------------------------------ */
@@ -122,10 +157,41 @@ fail:
 }
 
 /* Finds a preset: a path (with '/') relative to the file naming it, or a
- * name searched in prm_home()/configs/<kind>/<framework>/ (.yaml optional).
- * *out is the path to load (caller frees). */
+ * name searched in prm_home()/configs/<kind>/<framework>/, then the other
+ * framework's folder (.yaml optional). A model name of a family primus
+ * does not train is an error naming the feature it lacks. *out is the
+ * path to load (caller frees). */
+static int prm__find_preset_in(const char *kind, const char *framework, const prm_node_t *name,
+                               char **out, prm_err_t *err);
+
 static int prm__find_preset(const char *kind, const char *framework, const prm_node_t *name,
                             char **out, prm_err_t *err) {
+  int rc = prm__find_preset_in(kind, framework, name, out, err);
+  if (rc != PRM_ENOENT || strchr(name->str, '/')) return rc;
+  prm_err_t first = err ? *err : (prm_err_t){0};
+  for (int i = 0; i < PRM__LEN(prm__frameworks); i++) {
+    if (!strcmp(prm__frameworks[i], framework)) continue;
+    if (!prm__find_preset_in(kind, prm__frameworks[i], name, out, NULL)) return 0;
+  }
+  if (!strcmp(kind, "models")) {
+    const char *base = prm_path_basename(name->str);
+    for (int i = 0; i < PRM__LEN(prm__unsupported_models); i++) {
+      const char *pre = prm__unsupported_models[i].prefix;
+      if (strncasecmp(base, pre, strlen(pre))) continue;
+        char where[1100];
+        return prm_errf(err, PRM_ECONFIG,
+                        "%s: model preset \"%s\": %s are not implemented in primus' engine (it "
+                        "trains Llama-family dense and Mixtral-style MoE transformers)",
+                        prm__origin(name, where, sizeof where), name->str,
+                        prm__unsupported_models[i].feature);
+    }
+  }
+  if (err) *err = first;
+  return rc;
+}
+
+static int prm__find_preset_in(const char *kind, const char *framework, const prm_node_t *name,
+                               char **out, prm_err_t *err) {
   char where[1100];
   const char *what = !strcmp(kind, "models") ? "model preset" : "module preset";
   *out = NULL;
@@ -322,26 +388,42 @@ static int prm__load_preset(prm_exp_t *e, const char *kind, const char *framewor
   return rc;
 }
 
-/* Checks that cross the keys: head counts divide, batches divide. */
-static int prm__check_shape(prm_exp_t *e, prm_err_t *err) {
+static void prm__note_ignored(prm_exp_t *e, const char *key) {
+  const prm_key_t *k = prm_schema_find(key);
+  if (k && k->cls == PRM_KEY_INERT && prm_argv_find(&e->ignored, key) < 0)
+    prm_argv_push(&e->ignored, key);
+}
+
+/* Checks that cross the keys: head counts divide, batches divide. Each
+ * failure is one problem. */
+static void prm__check_shape(prm_exp_t *e, prm__problems_t *probs) {
+  prm_err_t err = {0};
   char where[1100];
   int64_t h, heads, groups, mbs, gbs;
-  if (!prm_exp_get_int(e, "hidden_size", &h) && !prm_exp_get_int(e, "num_attention_heads", &heads) &&
-      h % heads)
-    return prm_errf(err, PRM_ECONFIG, "%s: num_attention_heads: must divide hidden_size (%lld), got %lld",
-                    prm__origin(prm_exp_get(e, "num_attention_heads"), where, sizeof where),
-                    (long long)h, (long long)heads);
-  if (!prm_exp_get_int(e, "num_attention_heads", &heads) &&
-      !prm_exp_get_int(e, "num_query_groups", &groups) && heads % groups)
-    return prm_errf(err, PRM_ECONFIG, "%s: num_query_groups: must divide num_attention_heads (%lld), got %lld",
-                    prm__origin(prm_exp_get(e, "num_query_groups"), where, sizeof where),
-                    (long long)heads, (long long)groups);
-  if (!prm_exp_get_int(e, "micro_batch_size", &mbs) && !prm_exp_get_int(e, "global_batch_size", &gbs) &&
-      gbs % mbs)
-    return prm_errf(err, PRM_ECONFIG, "%s: global_batch_size: must be a multiple of micro_batch_size (%lld), got %lld",
-                    prm__origin(prm_exp_get(e, "global_batch_size"), where, sizeof where),
-                    (long long)mbs, (long long)gbs);
-  return 0;
+  int have_h = !prm_exp_get_int(e, "hidden_size", &h);
+  int have_heads = !prm_exp_get_int(e, "num_attention_heads", &heads) && heads > 0;
+  if (have_h && have_heads && h % heads) {
+    prm_errf(&err, PRM_ECONFIG, "%s: num_attention_heads: must divide hidden_size (%lld), got %lld",
+             prm__origin(prm_exp_get(e, "num_attention_heads"), where, sizeof where),
+             (long long)h, (long long)heads);
+    prm__problem_add(probs, &err);
+  }
+  if (have_heads && !prm_exp_get_int(e, "num_query_groups", &groups) && groups > 0 &&
+      heads % groups) {
+    prm_errf(&err, PRM_ECONFIG,
+             "%s: num_query_groups: must divide num_attention_heads (%lld), got %lld",
+             prm__origin(prm_exp_get(e, "num_query_groups"), where, sizeof where),
+             (long long)heads, (long long)groups);
+    prm__problem_add(probs, &err);
+  }
+  if (!prm_exp_get_int(e, "micro_batch_size", &mbs) && mbs > 0 &&
+      !prm_exp_get_int(e, "global_batch_size", &gbs) && gbs % mbs) {
+    prm_errf(&err, PRM_ECONFIG,
+             "%s: global_batch_size: must be a multiple of micro_batch_size (%lld), got %lld",
+             prm__origin(prm_exp_get(e, "global_batch_size"), where, sizeof where),
+             (long long)mbs, (long long)gbs);
+    prm__problem_add(probs, &err);
+  }
 }
 
 static char *prm__stem(const char *path) {
@@ -382,9 +464,18 @@ int prm_exp_load(const char *path, const prm_override_t *ov, int nov, const char
   /* The module: framework, presets, overrides. */
   prm_node_t *fw = prm_node_get(mod, "framework");
   const char *framework = fw && fw->kind == PRM_NODE_SCALAR ? fw->str : "native";
-  if (strcmp(framework, "native")) {
-    rc = prm_errf(err, PRM_ECONFIG, "%s: framework: expected native, got \"%s\" (primus runs its own engine)",
-                  prm__origin(fw, where, sizeof where), framework);
+  int known = 0;
+  for (int i = 0; i < PRM__LEN(prm__frameworks); i++)
+    known |= !strcmp(framework, prm__frameworks[i]);
+  if (!known) {
+    int other = 0;
+    for (int i = 0; i < PRM__LEN(prm__other_frameworks); i++)
+      other |= !strcasecmp(framework, prm__other_frameworks[i]);
+    rc = prm_errf(err, PRM_ECONFIG,
+                  "%s: framework: primus runs \"megatron\" and \"native\" experiments (both on "
+                  "its own engine), got \"%s\"%s",
+                  prm__origin(fw, where, sizeof where), framework,
+                  other ? " (another engine, which primus does not include)" : "");
     goto fail;
   }
   e->mod[0] = fw ? prm_node_clone(fw) : prm_node_new_scalar("native", "<default>", 0);
@@ -410,14 +501,19 @@ int prm_exp_load(const char *path, const prm_override_t *ov, int nov, const char
   if (ovr && ovr->kind == PRM_NODE_MAP) {
     prm__node_split_dotted(ovr);
     prm_node_merge(e->keys, ovr);
+    for (int i = 0; i < ovr->n; i++) prm__note_ignored(e, ovr->keys[i]);
   }
   for (int i = 0; i + 1 < mkeys.n; i += 2) {
     prm_node_t *v = NULL;
     if ((rc = prm__cli_value(mkeys.v[i], mkeys.v[i + 1], &v, err))) goto fail;
     prm_node_set_path(e->keys, mkeys.v[i], v);
+    prm__note_ignored(e, mkeys.v[i]);
   }
-  if ((rc = prm__schema_check(e->keys, err))) goto fail;
-  if ((rc = prm__check_shape(e, err))) goto fail;
+  /* Every problem of the keys and across them, reported together. */
+  prm__problems_t probs = {0};
+  prm__schema_check(e->keys, &probs);
+  prm__check_shape(e, &probs);
+  if ((rc = prm__problems_finish(&probs, err))) goto fail;
   prm_node_free(model);
   prm_argv_free(&stack);
   prm_argv_free(&mkeys);
@@ -439,6 +535,7 @@ void prm_exp_free(prm_exp_t *e) {
   for (int i = 0; i < PRM__TOP_N; i++) free(e->top[i]);
   for (int i = 0; i < 3; i++) prm_node_free(e->mod[i]);
   prm_argv_free(&e->inputs);
+  prm_argv_free(&e->ignored);
   free(e);
 }
 
@@ -453,6 +550,21 @@ const char *prm_exp_top(const prm_exp_t *e, const char *key) {
 }
 
 const char *prm_exp_module(const prm_exp_t *e) { return e->module; }
+
+const char *prm_exp_framework(const prm_exp_t *e) { return e->mod[0]->str; }
+
+const prm_argv_t *prm_exp_ignored(const prm_exp_t *e) { return &e->ignored; }
+
+void prm_exp_announce(const prm_exp_t *e) {
+  if (!strcmp(prm_exp_framework(e), "megatron"))
+    PRM_INFO("framework: megatron - primus' engine with Megatron-LM's argument semantics");
+  if (e->ignored.n == 0) return;
+  prm_sb_t sb = {0};
+  for (int i = 0; i < e->ignored.n; i++) prm_sb_appendf(&sb, "%s%s", i ? ", " : "", e->ignored.v[i]);
+  PRM_WARN("%d key%s set with no effect in primus (logging services, other engines' kernels and "
+           "schedules): %s", e->ignored.n, e->ignored.n == 1 ? "" : "s", prm_sb_str(&sb));
+  prm_sb_free(&sb);
+}
 
 const prm_node_t *prm_exp_env(const prm_exp_t *e) {
   const prm_node_t *env = prm_node_get(e->root, "env");
@@ -572,8 +684,8 @@ static int prm__need(const prm_exp_t *e, const char *key, int64_t *v, prm_err_t 
 }
 
 int prm_exp_model_params(const prm_exp_t *e, int64_t *out, prm_err_t *err) {
-  int64_t h, l, heads, v, groups, f, experts = 0, moe_f;
-  int untie = 0, rc;
+  int64_t h, l, heads, v, groups, f, d, experts = 0, moe_f, shared = 0, freq = 1;
+  int untie = 0, bias = 0, qkn = 0, rc;
   if ((rc = prm__need(e, "hidden_size", &h, err)) || (rc = prm__need(e, "num_layers", &l, err)) ||
       (rc = prm__need(e, "num_attention_heads", &heads, err)) ||
       (rc = prm__need(e, "vocab_size", &v, err)))
@@ -582,15 +694,31 @@ int prm_exp_model_params(const prm_exp_t *e, int64_t *out, prm_err_t *err) {
   if (prm_exp_get_int(e, "ffn_hidden_size", &f)) f = 4 * h;
   if (prm_exp_get_int(e, "moe_ffn_hidden_size", &moe_f)) moe_f = f;
   prm_exp_get_int(e, "num_experts", &experts);
+  prm_exp_get_int(e, "moe_shared_expert_intermediate_size", &shared);
   prm_exp_get_bool(e, "untie_embeddings_and_output_weights", &untie);
+  prm_exp_get_bool(e, "add_qkv_bias", &bias);
+  prm_exp_get_bool(e, "qk_layernorm", &qkn);
   if (h % heads)
     return prm_errf(err, PRM_ECONFIG, "hidden_size %lld is not a multiple of num_attention_heads %lld",
                     (long long)h, (long long)heads);
-  int64_t kv = groups * (h / heads);
-  int64_t attn = 2 * h * h + 2 * h * kv;                      /* q, o; k, v */
-  int64_t mlp = experts > 0 ? experts * 3 * h * moe_f + h * experts /* router */
-                            : 3 * h * f;                      /* gate, up, down */
-  int64_t layer = attn + mlp + 2 * h;                         /* two RMSNorms */
-  *out = v * h + l * layer + h + (untie ? v * h : 0);
+  if (prm_exp_get_int(e, "kv_channels", &d)) d = h / heads;
+  /* Which layers are MoE: every freq-th, or a 0/1 list. */
+  const prm_node_t *fl = prm_exp_get(e, "moe_layer_freq");
+  int64_t moe_layers = 0;
+  if (experts > 0 && fl && fl->kind == PRM_NODE_LIST) {
+    for (int i = 0; i < fl->n; i++) moe_layers += !strcmp(fl->items[i]->str, "1");
+  } else if (experts > 0) {
+    if (prm_exp_get_int(e, "moe_layer_freq", &freq) || freq < 1) freq = 1;
+    moe_layers = (l + freq - 1) / freq;
+  }
+  int64_t q = heads * d, kv = groups * d;
+  int64_t attn = 2 * h * q + 2 * h * kv;                     /* q, o; k, v */
+  if (bias) attn += q + 2 * kv;                              /* q, k, v biases */
+  if (qkn) attn += 2 * d;                                    /* q and k norms */
+  int64_t dense = 3 * h * f;                                 /* gate, up, down */
+  int64_t moe = experts * 3 * h * moe_f + h * experts        /* experts, router */
+                + 3 * h * shared;                            /* shared expert */
+  int64_t layers = l * (attn + 2 * h) + moe_layers * moe + (l - moe_layers) * dense;
+  *out = v * h + layers + h + (untie ? v * h : 0);
   return 0;
 }

@@ -15,7 +15,7 @@
 #define GE1 1, NOMAX
 #define ANY 0, 0
 
-#define KEY(k, t, ...) {k, PRM_T_##t, __VA_ARGS__}
+#define KEY(k, t, ...) {k, PRM_T_##t, __VA_ARGS__, PRM_KEY_RUN, NULL}
 
 static const prm_key_t prm__keys[] = {
     /* Model shape. */
@@ -32,6 +32,11 @@ static const prm_key_t prm__keys[] = {
     KEY("norm_epsilon", FLOAT, 0, 1, NULL, 0, 0, "Epsilon of the RMSNorm layers."),
     KEY("untie_embeddings_and_output_weights", BOOL, ANY, NULL, 0, 0, "Use a separate output head instead of the input embedding."),
     KEY("init_method_std", FLOAT, GE0, NULL, 0, 0, "Standard deviation of the normal weight initialisation."),
+    KEY("kv_channels", INT, GE1, NULL, 1, 0, "Width of each attention head; null: hidden_size / num_attention_heads (the only width primus' engine trains today; another is counted in the model size and refused when training starts)."),
+    KEY("add_qkv_bias", BOOL, ANY, NULL, 0, 0, "Biases on the query, key and value projections (Qwen 2.5); counted in the model size, refused when training starts (not in primus' engine yet)."),
+    KEY("qk_layernorm", BOOL, ANY, NULL, 0, 0, "RMSNorm on each head's queries and keys (Qwen 3); counted in the model size, refused when training starts (not in primus' engine yet)."),
+    KEY("use_rope_scaling", BOOL, ANY, NULL, 0, 0, "Llama 3.1's RoPE frequency scaling; refused when training starts (not in primus' engine yet)."),
+    KEY("rope_scaling_factor", FLOAT, GE0, NULL, 0, 0, "Llama 3.1's RoPE scaling factor (with use_rope_scaling)."),
     /* Mixture of experts. */
     KEY("num_experts", INT, GE1, NULL, 1, 0, "Experts per MoE layer; null: a dense model."),
     KEY("moe_router_topk", INT, GE1, NULL, 0, 0, "Experts each token is routed to."),
@@ -69,11 +74,20 @@ static const prm_key_t prm__keys[] = {
     KEY("tokenizer_type", STR, ANY, NULL, 0, 0, "Tokenizer class (ByteTokenizer, HuggingFaceTokenizer, ...)."),
     KEY("tokenizer_model", STR, ANY, NULL, 1, 0, "Tokenizer file or folder for tokenizers that need one."),
     KEY("mock_data", BOOL, ANY, NULL, 0, 0, "Train on synthetic tokens instead of data_path."),
+    KEY("train_data_path", STR_OR_LIST, ANY, NULL, 1, 0, "Training data given apart from validation data (a prefix or a blend); used as data_path with every sample for training (split 100,0,0) when data_path is null."),
+    KEY("valid_data_path", STR_OR_LIST, ANY, NULL, 1, 0, "Separate validation data; null: validation comes from data_path's split (a separate set is not implemented yet and is refused when training starts)."),
+    KEY("test_data_path", STR_OR_LIST, ANY, NULL, 1, 0, "Separate test data; null: none (a separate set is not implemented yet and is refused when training starts)."),
+    KEY("eod_mask_loss", BOOL, ANY, NULL, 0, 0, "Leave the loss of the token after each end-of-document token out; refused with real data when training starts (not in primus' engine yet); no effect on mock tokens (not split into documents)."),
     /* Checkpoints, evaluation, logging. */
     KEY("save", STR, ANY, NULL, 1, 0, "Folder to write checkpoints to; null: no checkpoints."),
     KEY("load", STR, ANY, NULL, 1, 0, "Folder to resume from; null: start fresh."),
     KEY("save_interval", INT, GE1, NULL, 0, 0, "Steps between checkpoints."),
     KEY("auto_continue_train", BOOL, ANY, NULL, 0, 0, "Resume from the latest checkpoint in `save` when one exists."),
+    KEY("no_load_optim", BOOL, ANY, NULL, 1, 0, "Do not load the optimizer state from `load`; true is refused when a checkpoint is loaded (use finetune: true for weights only)."),
+    KEY("no_load_rng", BOOL, ANY, NULL, 1, 0, "Do not load the random state from `load`; true is refused when a checkpoint is loaded (use finetune: true for weights only)."),
+    KEY("no_save_optim", BOOL, ANY, NULL, 1, 0, "Leave the optimizer state out of checkpoints; true is refused when `save` is set (primus' checkpoints always carry it)."),
+    KEY("no_save_rng", BOOL, ANY, NULL, 1, 0, "Leave the random state out of checkpoints; true is refused when `save` is set (primus' checkpoints always carry it)."),
+    KEY("disable_last_saving", BOOL, ANY, NULL, 0, 0, "Do not write the checkpoint after the last step (unless it falls on save_interval)."),
     KEY("eval_interval", INT, GE1, NULL, 0, 0, "Steps between validation runs."),
     KEY("eval_iters", INT, GE0, NULL, 0, 0, "Batches per validation run; 0 turns evaluation off."),
     KEY("log_interval", INT, GE1, NULL, 0, 0, "Steps between progress lines."),
@@ -104,6 +118,205 @@ static const prm_key_t prm__keys[] = {
     KEY("fault_tolerance.spike_zscore", FLOAT, GE0, NULL, 0, 1, "Treat a loss this many standard deviations above the recent mean as a spike; 0 turns detection off."),
 };
 
+/* ------------------------------------------------------------------------ */
+/* Megatron-LM and Primus arguments primus accepts without implementing      */
+/* ------------------------------------------------------------------------ */
+
+/* INERT: accepted, no effect here (the run warns once, listing those an
+ * experiment sets). UNSUPPORTED: accepted at the values in `ok` (primus
+ * computes exactly that), anything else an error naming the feature. */
+#define INERT(k, why) {k, PRM_T_ANY, ANY, NULL, 1, 0, why, PRM_KEY_INERT, NULL}
+#define UNSUP(k, ok, what) {k, PRM_T_ANY, ANY, NULL, 1, 0, what, PRM_KEY_UNSUPPORTED, ok}
+#define LOGSVC "a logging or tracking service primus does not run"
+#define PROF "another engine's profiler"
+#define KERN "a fused-kernel or backend choice of another engine"
+#define SCHED "a memory or communication schedule of another engine (same results)"
+#define CKPT "another engine's checkpoint format or loader (primus writes safetensors)"
+#define DATA "another engine's data loader"
+#define ARCH "a model detail primus' Llama-family presets already fix"
+
+static const prm_key_t prm__compat[] = {
+    /* Logging, tracking and profiling services. */
+    INERT("wandb_*", LOGSVC), INERT("tensorboard_*", LOGSVC), INERT("mlflow_*", LOGSVC),
+    INERT("log_avg_*", LOGSVC), INERT("log_*_to_tensorboard", LOGSVC),
+    INERT("one_logger_*", LOGSVC), INERT("torch_profiler_*", PROF), INERT("profile_*", PROF),
+    INERT("disable_wandb", LOGSVC), INERT("disable_tensorboard", LOGSVC),
+    INERT("disable_mlflow", LOGSVC), INERT("enable_one_logger", LOGSVC),
+    INERT("stderr_sink_level", LOGSVC), INERT("file_sink_level", LOGSVC),
+    INERT("log_throughput", LOGSVC), INERT("log_params_norm", LOGSVC),
+    INERT("log_num_zeros_in_grad", LOGSVC), INERT("log_progress", LOGSVC),
+    INERT("log_timers_to_tensorboard", LOGSVC), INERT("logging_level", LOGSVC),
+    INERT("timing_log_level", LOGSVC), INERT("timing_log_option", LOGSVC),
+    INERT("config_logger_dir", LOGSVC), INERT("app_tag_run_name", LOGSVC),
+    INERT("app_tag_run_version", LOGSVC), INERT("log_straggler", LOGSVC),
+    INERT("use_rocm_mem_info", LOGSVC), INERT("use_rocm_mem_info_iters", LOGSVC),
+    INERT("profile", PROF), INERT("use_pytorch_profiler", PROF),
+    INERT("disable_profiler_activity_cpu", PROF), INERT("record_memory_history", PROF),
+    INERT("memory_snapshot_path", PROF), INERT("iterations_to_skip", PROF),
+    INERT("disable_compile_dependencies", KERN), INERT("dump_pp_data", PROF),
+    /* Primus-Turbo and other fused kernels. */
+    INERT("enable_primus_turbo", KERN), INERT("use_turbo_*", KERN), INERT("turbo_*", KERN),
+    INERT("gradient_accumulation_fusion", KERN), INERT("cross_entropy_loss_fusion", KERN),
+    INERT("cross_entropy_fusion_impl", KERN), INERT("bias_gelu_fusion", KERN),
+    INERT("bias_swiglu_fusion", KERN), INERT("bias_dropout_fusion", KERN),
+    INERT("masked_softmax_fusion", KERN), INERT("apply_rope_fusion", KERN),
+    INERT("moe_permute_fusion", KERN), INERT("moe_grouped_gemm", KERN),
+    INERT("moe_use_legacy_grouped_gemm", KERN), INERT("moe_use_fused_router_with_aux_score", KERN),
+    INERT("use_flash_attn", KERN), INERT("attention_backend", KERN),
+    INERT("transformer_impl", KERN), INERT("use_te_activation_func", KERN),
+    INERT("no_persist_layer_norm", KERN), INERT("persist_layer_norm", KERN),
+    INERT("attention_softmax_in_fp32", KERN), INERT("use_legacy_models", KERN),
+    INERT("deprecated_use_mcore_models", KERN), INERT("spec", KERN),
+    INERT("enable_cuda_graph", KERN), INERT("external_cuda_graph", KERN),
+    INERT("cuda_graph_*", KERN), INERT("te_rng_tracker", KERN),
+    INERT("gradient_reduce_div_fusion", KERN),
+    INERT("clone_scatter_output_in_embedding", KERN), INERT("patch_moe_overlap", KERN),
+    INERT("moe_enable_deepep", KERN), INERT("mxfp4_*", KERN),
+    INERT("te_precision_config_file", KERN),
+    /* Memory and communication schedules (same mathematics). */
+    INERT("overlap_param_gather", SCHED), INERT("overlap_param_gather_with_optimizer_step", SCHED),
+    INERT("overlap_p2p_comm", SCHED), INERT("align_grad_reduce", SCHED),
+    INERT("align_param_gather", SCHED), INERT("ddp_num_buckets", SCHED),
+    INERT("ddp_pad_buckets_for_high_nccl_busbw", SCHED), INERT("ddp_average_in_collective", SCHED),
+    INERT("sequence_parallel", SCHED), INERT("tp_comm_*", SCHED),
+    INERT("async_tensor_model_parallel_allreduce", SCHED), INERT("defer_embedding_wgrad_compute", SCHED),
+    INERT("wgrad_deferral_limit", SCHED), INERT("delay_wgrad_compute", SCHED),
+    INERT("moe_shared_expert_overlap", SCHED), INERT("overlap_moe_expert_parallel_comm", SCHED),
+    INERT("distributed_backend", SCHED), INERT("distributed_timeout_minutes", SCHED),
+    INERT("empty_unused_memory_level", SCHED), INERT("manual_gc", SCHED),
+    INERT("manual_gc_interval", SCHED), INERT("manual_gc_eval", SCHED),
+    INERT("use_custom_fsdp", SCHED), INERT("use_megatron_fsdp", SCHED),
+    INERT("use_torch_fsdp2", SCHED), INERT("data_parallel_sharding_strategy", SCHED),
+    INERT("num_distributed_optimizer_instances", SCHED), INERT("use_sharp", SCHED),
+    INERT("nccl_communicator_config_path", SCHED), INERT("recompute_method", SCHED),
+    INERT("recompute_num_layers", SCHED), INERT("recompute_layer_ids", SCHED),
+    INERT("recompute_activations", SCHED), INERT("distribute_saved_activations", SCHED),
+    INERT("moe_layer_recompute", SCHED), INERT("pp_warmup", SCHED),
+    INERT("optimizer_cpu_offload", SCHED), INERT("use_precision_aware_optimizer", SCHED),
+    INERT("account_for_embedding_in_pipeline_split", SCHED),
+    INERT("account_for_loss_in_pipeline_split", SCHED), INERT("use_cpu_initialization", SCHED),
+    INERT("perform_initialization", SCHED), INERT("barrier_with_L1_time", SCHED),
+    INERT("check_for_nan_in_loss_and_grad", SCHED), INERT("check_for_spiky_loss", SCHED),
+    INERT("check_for_large_grads", SCHED), INERT("exit_signal_handler", SCHED),
+    INERT("accumulate_allreduce_grads_in_fp32", SCHED), INERT("grad_reduce_in_bf16", SCHED),
+    INERT("fp8_*", "FP8 recipe details (fp8 itself is refused)"),
+    INERT("no_fp8_weight_transpose_cache", "FP8 recipe details (fp8 itself is refused)"),
+    INERT("first_last_layers_bf16", "FP8 recipe details (fp8 itself is refused)"),
+    /* Checkpoint formats and loaders. */
+    INERT("ckpt_format", CKPT), INERT("ckpt_fully_parallel_save", CKPT),
+    INERT("ckpt_fully_parallel_load", CKPT), INERT("ckpt_assume_constant_structure", CKPT),
+    INERT("dist_ckpt_strictness", CKPT), INERT("auto_detect_ckpt_format", CKPT),
+    INERT("use_dist_ckpt", CKPT), INERT("use_checkpoint_args", CKPT),
+    INERT("exit_on_missing_checkpoint", CKPT), INERT("use_tokenizer_model_from_checkpoint_args", CKPT),
+    INERT("use_persistent_ckpt_worker", CKPT), INERT("save_retain_interval", CKPT),
+    INERT("use_checkpoint_opt_param_scheduler", CKPT), INERT("override_opt_param_scheduler", CKPT),
+    /* Data loaders. */
+    INERT("num_workers", DATA), INERT("dataloader_type", DATA), INERT("data_sharding", DATA),
+    INERT("mmap_bin_files", DATA), INERT("data_cache_path", DATA),
+    INERT("num_dataset_builder_threads", DATA), INERT("create_attention_mask_in_dataloader", DATA),
+    INERT("multiprocessing_context", DATA),
+    /* Model details the presets fix (primus checks the ones that matter). */
+    INERT("group_query_attention", ARCH), INERT("trainable", ARCH),
+    INERT("kv_lora_rank", "an MLA dimension (used only with multi_latent_attention)"),
+    INERT("qk_head_dim", "an MLA dimension (used only with multi_latent_attention)"),
+    INERT("qk_pos_emb_head_dim", "an MLA dimension (used only with multi_latent_attention)"),
+    INERT("v_head_dim", "an MLA dimension (used only with multi_latent_attention)"),
+    INERT("rotary_scaling_factor", "a YaRN detail (used only with rope_type: yarn)"),
+    INERT("mscale", "a YaRN detail (used only with rope_type: yarn)"),
+    INERT("mscale_all_dim", "a YaRN detail (used only with rope_type: yarn)"),
+    INERT("moe_router_dtype", "router precision (primus' router is fp32 with a double softmax)"),
+    INERT("moe_per_layer_logging", LOGSVC), INERT("moe_router_bias_update_rate", ARCH),
+    INERT("mtp_loss_scaling_factor", "used only with mtp_num_layers"),
+    INERT("vocab_extra_ids", ARCH), INERT("tiktoken_*", ARCH),
+    INERT("use_rotary_position_embeddings", ARCH), INERT("add_position_embedding", ARCH),
+    INERT("fp32_residual_connection", "residual precision (primus keeps fp32 residuals)"),
+    INERT("moe_token_drop_policy", ARCH), INERT("moe_pad_expert_input_to_capacity", ARCH),
+    INERT("use_sink_attention", ARCH), INERT("sink_*", ARCH),
+    /* Changes the mathematics: only the value primus computes is accepted. */
+    UNSUP("fp8", "null", "FP8 training (this host has no FP8 arithmetic; primus computes in fp32 or bf16)"),
+    UNSUP("fp4", "null", "FP4 training (primus computes in fp32 or bf16)"),
+    UNSUP("fp16", "false", "fp16 training with loss scaling (primus computes in fp32 or bf16)"),
+    UNSUP("multi_latent_attention", "false", "multi-latent attention (MLA, DeepSeek V2/V3)"),
+    UNSUP("q_lora_rank", "null", "multi-latent attention (MLA, DeepSeek V2/V3)"),
+    UNSUP("mtp_num_layers", "null|0", "multi-token prediction (MTP)"),
+    UNSUP("position_embedding_type", "rope", "position embeddings other than RoPE"),
+    UNSUP("rope_type", "null|rope", "RoPE variants (YaRN)"),
+    UNSUP("normalization", "RMSNorm", "LayerNorm (primus' engine uses RMSNorm)"),
+    UNSUP("apply_layernorm_1p", "false", "zero-centred (1 + gamma) norms"),
+    UNSUP("qk_l2_norm", "false", "L2 normalisation of queries and keys"),
+    UNSUP("swiglu", "true", "MLPs other than SwiGLU"),
+    UNSUP("squared_relu", "false", "squared-ReLU MLPs"),
+    UNSUP("quick_geglu", "false", "GeGLU MLPs"),
+    UNSUP("openai_gelu", "false", "GeLU MLPs"),
+    UNSUP("add_bias_linear", "false", "biases on the linear layers"),
+    UNSUP("hidden_dropout", "0", "dropout (primus trains without it)"),
+    UNSUP("attention_dropout", "0", "dropout (primus trains without it)"),
+    UNSUP("apply_residual_connection_post_layernorm", "false", "post-norm residual connections"),
+    UNSUP("apply_query_key_layer_scaling", "false", "query-key layer scaling"),
+    UNSUP("rotary_percent", "1", "partial rotary embeddings"),
+    UNSUP("rotary_interleaved", "false", "interleaved rotary embeddings"),
+    UNSUP("rotary_seq_len_interpolation_factor", "null|1", "RoPE position interpolation"),
+    UNSUP("window_size", "null", "sliding-window attention"),
+    UNSUP("window_attn_skip_freq", "null", "sliding-window attention"),
+    UNSUP("softmax_type", "vanilla", "attention sinks (gpt-oss)"),
+    UNSUP("is_hybrid_model", "false", "Mamba and hybrid layers"),
+    UNSUP("hybrid_override_pattern", "null", "Mamba and hybrid layers"),
+    UNSUP("hybrid_attention_ratio", "null|0", "Mamba and hybrid layers"),
+    UNSUP("hybrid_mlp_ratio", "null|0", "Mamba and hybrid layers"),
+    UNSUP("mamba_*", "null", "Mamba and hybrid layers"),
+    UNSUP("no_rope_freq", "null", "layers without RoPE (Llama 4)"),
+    UNSUP("moe_router_score_function", "softmax", "sigmoid routing scores"),
+    UNSUP("moe_router_pre_softmax", "false", "routing weights from a softmax over every expert (primus renormalises the top k)"),
+    UNSUP("moe_router_topk_scaling_factor", "null|1", "scaled routing weights"),
+    UNSUP("moe_router_enable_expert_bias", "false", "auxiliary-loss-free expert bias"),
+    UNSUP("moe_router_num_groups", "null", "group-limited routing"),
+    UNSUP("moe_router_group_topk", "null", "group-limited routing"),
+    UNSUP("moe_input_jitter_eps", "null", "router input jitter"),
+    UNSUP("moe_expert_tensor_parallel_size", "null|1", "expert tensor parallelism"),
+    UNSUP("expert_tensor_parallel_size", "null|1", "expert tensor parallelism"),
+    UNSUP("context_parallel_size", "1", "context parallelism"),
+    UNSUP("num_virtual_stages_per_pipeline_rank", "null", "this spelling of virtual stages (use virtual_pipeline_model_parallel_size)"),
+    UNSUP("decoder_first_pipeline_num_layers", "null", "uneven first/last pipeline stages (use pipeline_layer_split)"),
+    UNSUP("decoder_last_pipeline_num_layers", "null", "uneven first/last pipeline stages (use pipeline_layer_split)"),
+    UNSUP("pipeline_model_parallel_layout", "null", "pipeline layouts (use pipeline_layer_split)"),
+    UNSUP("calculate_per_token_loss", "false", "per-token loss averaging across micro-batches"),
+    UNSUP("optimizer", "adam", "optimizers other than AdamW"),
+    UNSUP("lr_warmup_fraction", "null", "warm-up given as a fraction (use lr_warmup_iters)"),
+    UNSUP("lr_warmup_samples", "0", "sample-based schedules (use lr_warmup_iters)"),
+    UNSUP("lr_decay_samples", "null", "sample-based schedules (use lr_decay_iters)"),
+    UNSUP("train_samples", "null", "sample-based schedules (use train_iters)"),
+    UNSUP("lr_warmup_init", "0", "warm-up from a non-zero learning rate"),
+    UNSUP("start_weight_decay", "null", "weight-decay schedules"),
+    UNSUP("end_weight_decay", "null", "weight-decay schedules"),
+    UNSUP("weight_decay_incr_style", "constant", "weight-decay schedules"),
+    UNSUP("head_lr_mult", "1", "a separate learning rate for the head"),
+    UNSUP("decoupled_lr", "null", "a separate learning rate for the embedding and head"),
+    UNSUP("rampup_batch_size", "null", "batch-size ramp-up"),
+    UNSUP("reset_position_ids", "false", "positions restarting at each document"),
+    UNSUP("reset_attention_mask", "false", "attention masked at document boundaries"),
+    UNSUP("init_method_xavier_uniform", "false", "Xavier-uniform initialisation"),
+    UNSUP("vocab_file", "null", "GPT-2 vocab/merge files (give tokenizer_model a folder or an id)"),
+    UNSUP("merge_file", "null", "GPT-2 vocab/merge files (give tokenizer_model a folder or an id)"),
+    UNSUP("data_args_path", "null", "data arguments read from a file"),
+    UNSUP("per_split_data_args_path", "null", "data arguments read from a file"),
+};
+#undef INERT
+#undef UNSUP
+
+const prm_key_t *prm_schema_compat_keys(int *count) {
+  if (count) *count = (int)(sizeof prm__compat / sizeof prm__compat[0]);
+  return prm__compat;
+}
+
+/* A compat entry "wandb_*" or "log_*_to_tensorboard" matches by its one
+ * '*' (prefix and suffix); a plain entry by name. */
+static int prm__compat_match(const char *pattern, const char *key) {
+  const char *star = strchr(pattern, '*');
+  if (!star) return prm_optname_eq(pattern, key);
+  size_t pre = (size_t)(star - pattern), suf = strlen(star + 1), n = strlen(key);
+  return n > pre + suf && !strncmp(pattern, key, pre) && !strcmp(key + n - suf, star + 1);
+}
+
 const prm_key_t *prm_schema_keys(int *count) {
   if (count) *count = (int)(sizeof prm__keys / sizeof prm__keys[0]);
   return prm__keys;
@@ -114,12 +327,17 @@ const prm_key_t *prm_schema_find(const char *key) {
   const prm_key_t *k = prm_schema_keys(&n);
   for (int i = 0; i < n; i++)
     if (prm_optname_eq(k[i].key, key)) return &k[i];
+  k = prm_schema_compat_keys(&n);
+  for (int i = 0; i < n; i++) /* exact names first: "log_avg_*" vs a listed name */
+    if (!strchr(k[i].key, '*') && prm_optname_eq(k[i].key, key)) return &k[i];
+  for (int i = 0; i < n; i++)
+    if (strchr(k[i].key, '*') && prm__compat_match(k[i].key, key)) return &k[i];
   return NULL;
 }
 
 static const char *const prm__type_names[] = {"int",  "float",          "bool",
                                               "string", "enum",         "string or list",
-                                              "int or list", "map"};
+                                              "int or list", "map", "any"};
 _Static_assert(sizeof prm__type_names / sizeof prm__type_names[0] == PRM_T__COUNT,
                "type name table and prm_type_t disagree");
 
@@ -263,11 +481,14 @@ static int prm__is_group(const char *prefix) {
 }
 
 static int prm__unknown(const prm_node_t *at, const char *full, prm_err_t *err) {
-  int n;
-  const prm_key_t *k = prm_schema_keys(&n);
-  const char **names = prm_xmalloc(sizeof(char *) * (size_t)n);
-  for (int i = 0; i < n; i++) names[i] = k[i].key;
-  const char *best = prm_suggest(full, names, n);
+  int n, nc;
+  const prm_key_t *k = prm_schema_keys(&n), *c = prm_schema_compat_keys(&nc);
+  const char **names = prm_xmalloc(sizeof(char *) * (size_t)(n + nc));
+  int m = 0;
+  for (int i = 0; i < n; i++) names[m++] = k[i].key;
+  for (int i = 0; i < nc; i++)
+    if (!strchr(c[i].key, '*')) names[m++] = c[i].key;
+  const char *best = prm_suggest(full, names, m);
   char where[1100];
   int rc;
   if (best)
@@ -280,30 +501,122 @@ static int prm__unknown(const prm_node_t *at, const char *full, prm_err_t *err) 
   return rc;
 }
 
-static int prm__check_map(prm_node_t *map, const char *prefix, prm_err_t *err) {
+/* Whether v is one of the values in ok ("false|null|0"): null by the word
+ * null, booleans and numbers by value, anything else by its text. */
+static int prm__neutral(const prm_node_t *v, const char *ok) {
+  char *list = prm_xstrdup(ok), *save = NULL;
+  int hit = 0;
+  for (char *w = strtok_r(list, "|", &save); w && !hit; w = strtok_r(NULL, "|", &save)) {
+    if (!strcmp(w, "null")) {
+      hit = v->kind == PRM_NODE_NULL;
+      continue;
+    }
+    if (v->kind != PRM_NODE_SCALAR) continue;
+    int a, b;
+    double x, y;
+    if (!prm_parse_bool(w, &a) && !prm_parse_bool(v->str, &b) && (!strcmp(w, "true") || !strcmp(w, "false")))
+      hit = a == b;
+    else if (!prm_parse_f64(w, &x) && !prm_parse_f64(v->str, &y))
+      hit = x == y;
+    else
+      hit = !strcmp(w, v->str);
+  }
+  free(list);
+  return hit;
+}
+
+static int prm__check_compat(const prm_node_t *v, const prm_key_t *k, const char *full,
+                             prm_err_t *err) {
+  if (k->cls != PRM_KEY_UNSUPPORTED || prm__neutral(v, k->ok)) return 0;
+  char where[1100];
+  const char *shown = v->kind == PRM_NODE_SCALAR ? v->str : v->kind == PRM_NODE_NULL ? "null" : "a list or map";
+  return prm_errf(err, PRM_ECONFIG,
+                  "%s: %s: got \"%s\": %s is not implemented in primus' engine (it computes "
+                  "with %s)",
+                  prm__origin(v, where, sizeof where), full, shown, k->help, k->ok);
+}
+
+static int prm__check_map(prm_node_t *map, const char *prefix, prm__problems_t *p) {
+  int added = 0;
   for (int i = 0; i < map->n; i++) {
     prm_node_t *v = map->items[i];
     char *full = prefix ? prm_xasprintf("%s.%s", prefix, map->keys[i])
                         : prm_xstrdup(map->keys[i]);
     const prm_key_t *k = prm_schema_find(full);
+    prm_err_t e = {0};
     int rc;
-    if (k && !strcmp(k->key, full))
-      rc = prm__check_value(v, k, err);
-    else if (prm__is_group(full) && v->kind == PRM_NODE_MAP)
-      rc = prm__check_map(v, full, err);
-    else if (prm__is_group(full)) {
+    if (k && k->cls != PRM_KEY_RUN)
+      rc = prm__check_compat(v, k, full, &e);
+    else if (k && !strcmp(k->key, full))
+      rc = prm__check_value(v, k, &e);
+    else if (prm__is_group(full) && v->kind == PRM_NODE_MAP) {
+      added += prm__check_map(v, full, p);
+      rc = 0;
+    } else if (prm__is_group(full)) {
       char where[1100];
-      rc = prm_errf(err, PRM_ECONFIG, "%s: %s: expected a map of %s.* keys",
+      rc = prm_errf(&e, PRM_ECONFIG, "%s: %s: expected a map of %s.* keys",
                     prm__origin(v, where, sizeof where), full, full);
     } else
-      rc = prm__unknown(v, full, err);
+      rc = prm__unknown(v, full, &e);
     free(full);
-    if (rc) return rc;
+    if (rc) {
+      prm__problem_add(p, &e);
+      added++;
+    }
   }
-  return 0;
+  return added;
 }
 
-int prm__schema_check(prm_node_t *keys, prm_err_t *err) {
+int prm__schema_check(prm_node_t *keys, prm__problems_t *p) {
   if (!keys || keys->kind != PRM_NODE_MAP) return 0;
-  return prm__check_map(keys, NULL, err);
+  return prm__check_map(keys, NULL, p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Problems                                                                  */
+/* ------------------------------------------------------------------------ */
+
+void prm__problem_add(prm__problems_t *p, const prm_err_t *e) {
+  prm_sb_appendf(&p->lines, "%s\n", e->msg);
+  p->n++;
+}
+
+int prm__problems_finish(prm__problems_t *p, prm_err_t *err) {
+  if (p->n == 0) {
+    prm_sb_free(&p->lines);
+    return 0;
+  }
+  const char *text = prm_sb_str(&p->lines);
+  size_t len = strlen(text);
+  int rc;
+  if (p->n == 1) {
+    rc = prm_errf(err, PRM_ECONFIG, "%.*s", (int)(len ? len - 1 : 0), text);
+  } else {
+    char head[64];
+    snprintf(head, sizeof head, "%d problems:\n", p->n);
+    size_t room = err ? sizeof err->msg - strlen(head) - 1 : 0;
+    if (len - 1 <= room) {
+      rc = prm_errf(err, PRM_ECONFIG, "%s%.*s", head, (int)(len - 1), text);
+    } else {
+      /* The message holds what fits; the log has every line. */
+      int shown = 0;
+      size_t cut = 0;
+      for (const char *nl = text; (nl = strchr(nl, '\n')); nl++) {
+        size_t end = (size_t)(nl - text);
+        if (end + 48 > room) break;
+        cut = end;
+        shown++;
+      }
+      for (const char *s = text; *s;) {
+        const char *nl = strchr(s, '\n');
+        prm_log(PRM_LOG_ERROR, "%.*s", (int)(nl - s), s);
+        s = nl + 1;
+      }
+      rc = prm_errf(err, PRM_ECONFIG, "%s%.*s\n... and %d more (every one is logged above)", head,
+                    (int)cut, text, p->n - shown);
+    }
+  }
+  prm_sb_free(&p->lines);
+  p->n = 0;
+  return rc;
 }

@@ -25,6 +25,7 @@ static int prm__config_show(prm_task_ctx_t *ctx, prm_err_t *err) {
 
 static int prm__config_validate(prm_task_ctx_t *ctx, prm_err_t *err) {
   PRM_ASSERT(ctx->exp);
+  prm_exp_announce(ctx->exp);
   int64_t params = 0;
   prm_err_t perr = {0};
   if (prm_exp_model_params(ctx->exp, &params, &perr) == 0)
@@ -37,15 +38,15 @@ static int prm__config_validate(prm_task_ctx_t *ctx, prm_err_t *err) {
 }
 
 static int prm__config_presets(prm_task_ctx_t *ctx, prm_err_t *err) {
-  const char *kinds[] = {"modules/native", "models/native"};
-  for (int k = 0; k < 2; k++) {
+  const char *kinds[] = {"modules/native", "models/native", "modules/megatron", "models/megatron"};
+  for (int k = 0; k < 4; k++) {
     char *dir = prm_xasprintf("%s/configs/%s", prm_home(), kinds[k]);
     prm_argv_t names = {0};
     if (prm_fs_list_dir(dir, &names, err) != 0) {
       free(dir);
       return err->code;
     }
-    fprintf(ctx->out, "%s (%s):\n", k ? "model presets" : "module presets", dir);
+    fprintf(ctx->out, "%s (%s):\n", k % 2 ? "model presets" : "module presets", dir);
     for (int i = 0; i < names.n; i++) {
       if (!prm_endswith(names.v[i], ".yaml")) continue;
       fprintf(ctx->out, "  %.*s\n", (int)(strlen(names.v[i]) - 5), names.v[i]);

@@ -15,6 +15,7 @@ static int prm__opts(prm_task_ctx_t *ctx, int multi, prm_train_opts_t *o, prm_er
   PRM_ASSERT(ctx->exp);
   if (ctx->world > 1 && !multi)
     return prm_errf(err, PRM_ECONFIG, "%d ranks: this command runs on one rank", ctx->world);
+  if (ctx->rank == 0) prm_exp_announce(ctx->exp);
   int rc = prm_train_opts_from_exp(ctx->exp, o, err);
   o->world = ctx->world > 1 ? ctx->world : 1;
   return rc;

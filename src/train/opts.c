@@ -7,6 +7,7 @@
 #include "primus/prm_data.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,6 +129,72 @@ static int prm__pipeline(const prm_exp_t *e, int64_t pp, prm_train_opts_t *o, pr
   return 0;
 }
 
+static int prm__key_err(const prm_exp_t *e, const char *key, prm_err_t *err, const char *fmt,
+                        ...) PRM_PRINTF(4, 5);
+static int prm__key_err(const prm_exp_t *e, const char *key, prm_err_t *err, const char *fmt,
+                        ...) {
+  char msg[900];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  prm_errf(err, PRM_ECONFIG, "%s: %s", key, msg);
+  return prm__prefix_origin(e, key, err);
+}
+
+/* Megatron-LM's and Primus' keys that the schema accepts but primus'
+ * engine does not carry out (yet): each is refused when it would change
+ * what the run computes or writes, naming the key. */
+static int prm__engine_keys(const prm_exp_t *e, const prm_train_opts_t *o, prm_err_t *err) {
+  static const struct {
+    const char *key, *what;
+  } arch[] = {
+      {"add_qkv_bias", "biases on the q/k/v projections (Qwen 2.5)"},
+      {"qk_layernorm", "RMSNorm on queries and keys (Qwen 3)"},
+      {"use_rope_scaling", "Llama 3.1's RoPE frequency scaling"},
+  };
+  int on = 0;
+  for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++)
+    if (!prm__bool(e, arch[i].key, 0, &on) && on)
+      return prm__key_err(e, arch[i].key, err,
+                          "true: %s is not implemented in primus' engine yet (the model size and "
+                          "`config validate` account for it; training cannot)", arch[i].what);
+  int64_t kv = 0;
+  if (!prm_exp_get_int(e, "kv_channels", &kv) && kv != o->model.hidden / o->model.heads)
+    return prm__key_err(e, "kv_channels", err,
+                        "%lld: heads of another width than hidden_size / num_attention_heads "
+                        "(%lld) are not implemented in primus' engine yet", (long long)kv,
+                        (long long)(o->model.hidden / o->model.heads));
+  static const char *const sets[] = {"valid_data_path", "test_data_path"};
+  for (int i = 0; i < 2; i++) {
+    const prm_node_t *n = prm_exp_get(e, sets[i]);
+    if (n && n->kind != PRM_NODE_NULL)
+      return prm__key_err(e, sets[i], err,
+                          "a separate %s set is not implemented in primus yet; give data_path "
+                          "and split instead", i ? "test" : "validation");
+  }
+  if (!prm__bool(e, "eod_mask_loss", 0, &on) && on && !o->mock_data)
+    return prm__key_err(e, "eod_mask_loss", err,
+                        "true: masking the loss after end-of-document tokens is not implemented "
+                        "in primus' engine yet");
+  if (on && o->mock_data)
+    PRM_INFO("eod_mask_loss: true has no effect on mock tokens (they are not split into "
+             "documents)");
+  static const char *const loads[] = {"no_load_optim", "no_load_rng"};
+  for (int i = 0; i < 2; i++)
+    if (!prm__bool(e, loads[i], 0, &on) && on && o->load && !o->finetune)
+      return prm__key_err(e, loads[i], err,
+                          "true: loading part of a checkpoint is not implemented in primus; "
+                          "finetune: true loads the weights only");
+  static const char *const saves[] = {"no_save_optim", "no_save_rng"};
+  for (int i = 0; i < 2; i++)
+    if (!prm__bool(e, saves[i], 0, &on) && on && o->save)
+      return prm__key_err(e, saves[i], err,
+                          "true: primus' checkpoints always carry the optimizer and random "
+                          "state (set it to null, or save: null)");
+  return 0;
+}
+
 int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *err) {
   memset(o, 0, sizeof *o);
   prm_llama_config_t *c = &o->model;
@@ -138,14 +205,28 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   if ((rc = prm__f64(e, key, fb, dst, err))) return prm__prefix_origin(e, key, err)
 
   /* Data and tokenizer first: the vocabulary may come from the tokenizer. */
-  o->data_path = prm_exp_get_str(e, "data_path");
+  /* Megatron's train_data_path stands for data_path when that is null:
+   * all of it is training data. */
+  const char *dkey = "data_path";
+  const prm_node_t *tdp = prm_exp_get(e, "train_data_path");
   o->split = prm_exp_get_str(e, "split");
+  if (!prm_exp_get_str(e, "data_path") && tdp && tdp->kind != PRM_NODE_NULL &&
+      !(prm_exp_get(e, "data_path") && prm_exp_get(e, "data_path")->kind == PRM_NODE_LIST)) {
+    dkey = "train_data_path";
+    o->split = "100,0,0";
+  }
+  o->data_path = prm_exp_get_str(e, dkey);
   o->tokenizer_type = prm_exp_get_str(e, "tokenizer_type");
   o->tokenizer_model = prm_exp_get_str(e, "tokenizer_model");
   prm__bool(e, "data_shuffle", 0, &o->data_shuffle);
   prm__bool(e, "mock_data", 0, &o->mock_data);
   if (!o->tokenizer_type) o->tokenizer_type = "ByteTokenizer";
-  const prm_node_t *dp = prm_exp_get(e, "data_path");
+  /* A Hugging Face model id (meta-llama/Meta-Llama-3-8B) is looked up in
+   * the local cache; nothing is downloaded. */
+  if (o->tokenizer_model &&
+      prm_hf_cache_resolve(o->tokenizer_model, o->tokenizer_path, sizeof o->tokenizer_path) == 0)
+    o->tokenizer_model = o->tokenizer_path;
+  const prm_node_t *dp = prm_exp_get(e, dkey);
   if (dp && dp->kind == PRM_NODE_LIST) {
     /* Megatron's blend: [w1, prefix1, w2, prefix2, ...]; one item is a
      * plain path. */
@@ -202,6 +283,12 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   PRM__I("make_vocab_size_divisible_by", 128, &divisible);
   if (vocab == 0) {
     prm_tokenizer_t *tok = NULL;
+    if (o->mock_data && o->tokenizer_model && o->tokenizer_model != o->tokenizer_path &&
+        prm_hf_is_model_id(o->tokenizer_model))
+      return prm__key_err(e, "vocab_size", err,
+                          "null, and tokenizer_model %s is not in the Hugging Face cache (%s); "
+                          "set vocab_size (mock data needs no tokenizer)", o->tokenizer_model,
+                          prm_hf_cache_dir(o->tokenizer_path, sizeof o->tokenizer_path));
     if ((rc = prm_tokenizer_open(o->tokenizer_type, o->tokenizer_model, &tok, err)))
       return prm__prefix_origin(e, "tokenizer_type", err);
     vocab = prm_tokenizer_vocab(tok);
@@ -256,6 +343,7 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
 
   o->save = prm_exp_get_str(e, "save");
   o->load = prm_exp_get_str(e, "load");
+  prm__bool(e, "disable_last_saving", 0, &o->disable_last_saving);
   PRM__I("save_interval", 1000, &o->save_interval);
   PRM__I("ckpt_keep", 0, &o->ckpt_keep);
   prm__bool(e, "async_save", 0, &o->async_save);
@@ -397,6 +485,16 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                                         "alert_throughput_fraction: expected 0 (off) up to but "
                                         "not including 1, got %g", o->alert_tps_fraction),
                                err));
+  if ((rc = prm__engine_keys(e, o, err))) return rc;
+  if (o->mock_data && o->tokenizer_model && o->tokenizer_model != o->tokenizer_path &&
+      prm_hf_is_model_id(o->tokenizer_model) && !prm_fs_exists(o->tokenizer_model)) {
+    char dir[1024];
+    PRM_INFO("mock_data: vocabulary of %lld from vocab_size (the model preset); tokenizer %s "
+             "is not in the Hugging Face cache (%s) and is not needed for mock tokens",
+             (long long)c->vocab,
+             o->tokenizer_model, prm_hf_cache_dir(dir, sizeof dir));
+    o->tokenizer_model = NULL;
+  }
   const char *gemm = getenv("PRIMUS_GEMM");
   o->gemm = gemm && *gemm ? gemm : NULL;
 #undef PRM__I

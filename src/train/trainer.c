@@ -522,7 +522,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     int sig = prm__preempt_poll(&preempt_set);
     if ((rc = prm__dp_max(&dp, &sig, err))) goto done;
     int preempted = sig != 0;
-    int save_now = o->save && (step % o->save_interval == 0 || step == o->train_iters || preempted);
+    int last = step == o->train_iters && !o->disable_last_saving;
+    int save_now = o->save && (step % o->save_interval == 0 || last || preempted);
     if (save_now && dp.zero) { /* collective: every rank writes its shard */
       prm__hb_beat(&hb, step, "save");
       double ts = prm_time_now();
