@@ -132,9 +132,9 @@ static int prm_cu_info(void *ctx, prm_dev_info_t *out) {
     prm_cu_fail(c, "info: %s (%s)", gpuGetErrorString(e), gpuGetErrorName(e));
     return -1;
   }
-  snprintf(out->name, sizeof out->name, "%s", p.name);
+  snprintf(out->name, sizeof out->name, "%.127s", p.name);
 #if defined(PRM_HIP)
-  snprintf(out->arch, sizeof out->arch, "%s", p.gcnArchName);
+  snprintf(out->arch, sizeof out->arch, "%.31s", p.gcnArchName);
 #else
   snprintf(out->arch, sizeof out->arch, "sm_%d%d", p.major, p.minor);
 #endif

@@ -1,0 +1,606 @@
+/* ops.cu - the CUDA module's element-wise, row-wise, loss, optimizer and
+ * reduction operators. Each matches its CPU reference (src/kernels/
+ * ref-impl.h, adamw.c, bf16.c): the same formula in the same order, row
+ * statistics in double where the reference keeps them in double.
+ *
+ * Every kernel says its launch shape and what each thread or block owns.
+ * Results are deterministic: no float atomics anywhere; every reduction is
+ * a fixed tree or a fixed loop order that depends only on the shape. Some
+ * results are bit-identical to the CPU (conversions, embedding backward,
+ * AdamW); the others differ by rounding only (order of sums, FMA). */
+#include <math.h>
+#include <string.h>
+
+#include "cuda/cuda-impl.h"
+
+#define PRM_CU_THREADS 256     /* element-wise and row kernels */
+#define PRM_CU_XENT_THREADS 512 /* one row of logits */
+#define PRM_CU_DW_ROWS 64       /* rows per partial of rmsnorm's dw */
+#define PRM_CU_EMB_VB 128       /* vocabulary rows per block in embedding backward */
+#define PRM_CU_EMB_GRID 512     /* blocks of embedding backward (vocabulary chunks dealt round robin) */
+
+/* ======================================================================== */
+/* Device helpers                                                           */
+/* ======================================================================== */
+
+/* Grid-stride loop index for 1-D element-wise kernels. */
+#define PRM_CU_FOR(i, n)                                                                 \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
+       i += (int64_t)gridDim.x * blockDim.x)
+
+/* The sum over the block of v in a fixed tree order (blockDim.x a power of
+ * two, sh holds blockDim.x values); every thread gets the same total. */
+template <typename T>
+__device__ static T prm_cu_block_sum(T v, T *sh) {
+  unsigned t = threadIdx.x;
+  sh[t] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s) sh[t] = sh[t] + sh[t + s];
+    __syncthreads();
+  }
+  T r = sh[0];
+  __syncthreads(); /* sh may be reused at once */
+  return r;
+}
+
+/* The maximum over the block, as prm_cu_block_sum (NaN loses, as in the
+ * reference's `x > m ? x : m`). */
+template <typename T>
+__device__ static T prm_cu_block_max(T v, T *sh) {
+  unsigned t = threadIdx.x;
+  sh[t] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s) sh[t] = sh[t + s] > sh[t] ? sh[t + s] : sh[t];
+    __syncthreads();
+  }
+  T r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+/* fp32 -> bf16 as prm_f32_to_bf16: round to nearest even on the bit
+ * pattern (exact IEEE rounding for finite values, denormals included, the
+ * largest finite values carrying over to Inf), NaN kept with the quiet bit
+ * set. Host and device, so the host can check it against primus. */
+__host__ __device__ static inline uint16_t prm_cu_bf16_round(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+__host__ __device__ static inline float prm_cu_bf16_widen(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* Rejects shapes the launch arithmetic cannot hold (rows are grid.x). */
+static int prm_cu_rows_ok(prm_cu_ctx *c, const char *op, int64_t N, int64_t C) {
+  if (N < 0 || C < 0 || N > 0x7fffffff) {
+    prm_cu_fail(c, "%s: unsupported shape N=%lld C=%lld", op, (long long)N, (long long)C);
+    return 0;
+  }
+  return 1;
+}
+
+/* ======================================================================== */
+/* Conversions                                                              */
+/* ======================================================================== */
+
+/* Grid-stride, one element per thread per step. */
+__global__ static void prm_cu_k_to_bf16(uint16_t *dst, const float *src, int64_t n) {
+  PRM_CU_FOR(i, n) dst[i] = prm_cu_bf16_round(src[i]);
+}
+
+__global__ static void prm_cu_k_from_bf16(float *dst, const uint16_t *src, int64_t n) {
+  PRM_CU_FOR(i, n) dst[i] = prm_cu_bf16_widen(src[i]);
+}
+
+void prm_cu_f32_to_bf16(void *ctx, prm_dev_bf16_t *dst, const float *src, int64_t n) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "f32_to_bf16");
+  if (n <= 0) return;
+  prm_cu_k_to_bf16<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(dst, src,
+                                                                                      n);
+  prm_cu_check(c, "f32_to_bf16");
+}
+
+void prm_cu_bf16_to_f32(void *ctx, float *dst, const prm_dev_bf16_t *src, int64_t n) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "bf16_to_f32");
+  if (n <= 0) return;
+  prm_cu_k_from_bf16<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(
+      dst, src, n);
+  prm_cu_check(c, "bf16_to_f32");
+}
+
+/* ======================================================================== */
+/* Embedding                                                                */
+/* ======================================================================== */
+
+/* Grid (N), block 256: block n copies row tok[n] of wte into out[n], thread
+ * t the columns t, t+256, ... A negative id (the caller checks ids; V is
+ * not passed) raises a flag and leaves the row as is. */
+__global__ static void prm_cu_k_emb_fwd(float *out, const int32_t *tok, const float *wte,
+                                        int64_t C, unsigned *flags) {
+  int64_t n = blockIdx.x;
+  int32_t t = tok[n];
+  if (t < 0) {
+    if (threadIdx.x == 0) *flags |= PRM_CU_FLAG_EMB_TOKEN;
+    return;
+  }
+  const float *src = wte + (int64_t)t * C;
+  float *dst = out + n * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dst[c] = src[c];
+}
+
+/* Grid (PRM_CU_EMB_GRID), block 256. Block b owns the vocabulary rows of
+ * chunks b, b + grid, b + 2 grid, ... (PRM_CU_EMB_VB rows each); thread t
+ * owns columns t, t+256, ... of those rows. For each chunk the block walks
+ * all N tokens in order (256 at a time through shared memory) and adds
+ * dout[n] to dwte[tok[n]] when tok[n] falls in the chunk: every element of
+ * dwte is written by one thread, adding the rows of its token in row
+ * order, exactly as the CPU reference does (the same bits). V is not
+ * passed: a block goes on to its next chunk while some token lies beyond
+ * the chunks dealt so far. No atomics, no sort. */
+__global__ static void prm_cu_k_emb_bwd(float *dwte, const float *dout, const int32_t *tok,
+                                        int64_t N, int64_t C) {
+  __shared__ int32_t st[PRM_CU_THREADS];
+  __shared__ int32_t smax[PRM_CU_THREADS];
+  int64_t v0 = (int64_t)blockIdx.x * PRM_CU_EMB_VB;
+  const int64_t stride = (int64_t)gridDim.x * PRM_CU_EMB_VB;
+  for (;;) {
+    int32_t mx = -1;
+    for (int64_t n0 = 0; n0 < N; n0 += PRM_CU_THREADS) {
+      int64_t n = n0 + threadIdx.x;
+      int32_t t = n < N ? tok[n] : -1;
+      st[threadIdx.x] = t;
+      mx = t > mx ? t : mx;
+      __syncthreads();
+      int64_t nt = N - n0 < PRM_CU_THREADS ? N - n0 : PRM_CU_THREADS;
+      for (int64_t r = 0; r < nt; r++) {
+        int64_t tr = st[r]; /* the same for every thread: a uniform branch */
+        if (tr < v0 || tr >= v0 + PRM_CU_EMB_VB) continue;
+        float *d = dwte + tr * C;
+        const float *g = dout + (n0 + r) * C;
+        for (int64_t col = threadIdx.x; col < C; col += blockDim.x) d[col] += g[col];
+      }
+      __syncthreads(); /* st is refilled next */
+    }
+    int32_t tmax = prm_cu_block_max<int32_t>(mx, smax);
+    v0 += stride;
+    if ((int64_t)tmax < v0) break;
+  }
+}
+
+void prm_cu_embedding_forward(void *ctx, float *out, const int32_t *tok, const float *wte,
+                              int64_t N, int64_t C) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "embedding_forward");
+  if (!prm_cu_rows_ok(c, "embedding_forward", N, C) || N == 0 || C == 0) return;
+  prm_cu_k_emb_fwd<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(out, tok, wte, C, c->d_flags);
+  prm_cu_check(c, "embedding_forward");
+}
+
+void prm_cu_embedding_backward(void *ctx, float *dwte, const float *dout, const int32_t *tok,
+                               int64_t N, int64_t C) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "embedding_backward");
+  if (!prm_cu_rows_ok(c, "embedding_backward", N, C) || N == 0 || C == 0) return;
+  prm_cu_k_emb_bwd<<<PRM_CU_EMB_GRID, PRM_CU_THREADS, 0, c->stream>>>(dwte, dout, tok, N, C);
+  prm_cu_check(c, "embedding_backward");
+}
+
+/* ======================================================================== */
+/* RMSNorm                                                                  */
+/* ======================================================================== */
+
+/* Grid (N), block 256: block n owns row n, thread t its columns t, t+256,
+ * ... The mean square is summed in double (per thread in column order, then
+ * a fixed tree); rstd = 1/sqrt(ms + eps) in double rounded to float, as the
+ * reference. With b (the fused add): the row is a + b, stored to sum first
+ * (each thread reads and writes only its own columns, so sum may alias a or
+ * b), then normalised from the stored values. */
+__global__ static void prm_cu_k_rmsnorm_fwd(float *sum, float *out, float *rstd, const float *a,
+                                            const float *b, const float *w, int64_t C,
+                                            float eps) {
+  __shared__ double sh[PRM_CU_THREADS];
+  int64_t n = blockIdx.x;
+  const float *ar = a + n * C;
+  const float *br = b ? b + n * C : NULL;
+  float *sr = b ? sum + n * C : NULL;
+  double ss = 0;
+  for (int64_t col = threadIdx.x; col < C; col += blockDim.x) {
+    float v = ar[col];
+    if (br) {
+      v = ar[col] + br[col];
+      sr[col] = v;
+    }
+    ss += (double)v * v;
+  }
+  ss = prm_cu_block_sum<double>(ss, sh);
+  float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
+  if (threadIdx.x == 0) rstd[n] = r;
+  const float *xr = br ? sr : ar;
+  float *o = out + n * C;
+  for (int64_t col = threadIdx.x; col < C; col += blockDim.x) o[col] = xr[col] * r * w[col];
+}
+
+/* Grid (N), block 256: block n owns row n of dx (accumulated):
+ * dx += rstd w dout - x (sum(dout w x) rstd^3 / C), the sum in double. */
+__global__ static void prm_cu_k_rmsnorm_bwd_dx(float *dx, const float *dout, const float *x,
+                                               const float *w, const float *rstd, int64_t C) {
+  __shared__ double sh[PRM_CU_THREADS];
+  int64_t n = blockIdx.x;
+  const float *xr = x + n * C, *g = dout + n * C;
+  float *d = dx + n * C;
+  double dot = 0;
+  for (int64_t col = threadIdx.x; col < C; col += blockDim.x)
+    dot += (double)g[col] * w[col] * xr[col];
+  dot = prm_cu_block_sum<double>(dot, sh);
+  double r = rstd[n];
+  float coef = (float)(dot * r * r * r / (double)C);
+  float rr = rstd[n];
+  for (int64_t col = threadIdx.x; col < C; col += blockDim.x)
+    d[col] += rr * w[col] * g[col] - xr[col] * coef;
+}
+
+/* Grid (ceil(C/256), nchunk), block 256: thread (x, k) owns column
+ * c = 256 x + t of row chunk k (rows [k R, k R + R)) and sums
+ * dout x rstd over those rows in order into part[k][c]. */
+__global__ static void prm_cu_k_rmsnorm_bwd_dw1(float *part, const float *dout, const float *x,
+                                               const float *rstd, int64_t N, int64_t C,
+                                               int64_t R) {
+  int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= C) return;
+  int64_t n0 = (int64_t)blockIdx.y * R, n1 = n0 + R < N ? n0 + R : N;
+  float acc = 0;
+  for (int64_t n = n0; n < n1; n++) acc += dout[n * C + col] * x[n * C + col] * rstd[n];
+  part[(int64_t)blockIdx.y * C + col] = acc;
+}
+
+/* Grid (ceil(C/256)), block 256: thread owns column c and adds the chunk
+ * partials in chunk order to dw[c] (accumulated). */
+__global__ static void prm_cu_k_rmsnorm_bwd_dw2(float *dw, const float *part, int64_t nchunk,
+                                               int64_t C) {
+  int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= C) return;
+  float s = 0;
+  for (int64_t k = 0; k < nchunk; k++) s += part[k * C + col];
+  dw[col] += s;
+}
+
+void prm_cu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *x, const float *w,
+                            int64_t N, int64_t C, float eps) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "rmsnorm_forward");
+  if (!prm_cu_rows_ok(c, "rmsnorm_forward", N, C) || N == 0 || C == 0) return;
+  prm_cu_k_rmsnorm_fwd<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(NULL, out, rstd, x, NULL,
+                                                                      w, C, eps);
+  prm_cu_check(c, "rmsnorm_forward");
+}
+
+void prm_cu_add_rmsnorm_forward(void *ctx, float *sum, float *out, float *rstd, const float *a,
+                                const float *b, const float *w, int64_t N, int64_t C, float eps) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "add_rmsnorm_forward");
+  if (!prm_cu_rows_ok(c, "add_rmsnorm_forward", N, C) || N == 0 || C == 0) return;
+  prm_cu_k_rmsnorm_fwd<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(sum, out, rstd, a, b, w, C,
+                                                                      eps);
+  prm_cu_check(c, "add_rmsnorm_forward");
+}
+
+void prm_cu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                             const float *w, const float *rstd, int64_t N, int64_t C) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "rmsnorm_backward");
+  if (!prm_cu_rows_ok(c, "rmsnorm_backward", N, C) || N == 0 || C == 0) return;
+  prm_cu_k_rmsnorm_bwd_dx<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(dx, dout, x, w, rstd,
+                                                                         C);
+  if (prm_cu_check(c, "rmsnorm_backward")) return;
+  /* dw: chunks of R rows (at most 65535 chunks, grid.y's limit); the
+   * partition depends only on N. */
+  int64_t R = PRM_CU_DW_ROWS;
+  if ((N + R - 1) / R > 65535) R = (N + 65534) / 65535;
+  int64_t nchunk = (N + R - 1) / R;
+  float *part = (float *)prm_cu_scratch(c, "rmsnorm_backward",
+                                        (size_t)nchunk * (size_t)C * sizeof(float));
+  if (!part) return;
+  unsigned cb = (unsigned)((C + PRM_CU_THREADS - 1) / PRM_CU_THREADS);
+  prm_cu_k_rmsnorm_bwd_dw1<<<dim3(cb, (unsigned)nchunk), PRM_CU_THREADS, 0, c->stream>>>(
+      part, dout, x, rstd, N, C, R);
+  if (prm_cu_check(c, "rmsnorm_backward")) return;
+  prm_cu_k_rmsnorm_bwd_dw2<<<cb, PRM_CU_THREADS, 0, c->stream>>>(dw, part, nchunk, C);
+  prm_cu_check(c, "rmsnorm_backward");
+}
+
+/* ======================================================================== */
+/* RoPE                                                                     */
+/* ======================================================================== */
+
+/* Grid-stride over B*T*nh*(D/2) pairs: thread owns the pair (x[i],
+ * x[i + D/2]) of one (b, t, head) row, i < D/2, and rotates it by sign x
+ * the angle of the row's position (pos[b T + t], or pos0 + t). */
+__global__ static void prm_cu_k_rope(float *x, const float *cos_t, const float *sin_t, int64_t T,
+                                     int64_t nh, int64_t D, int64_t pos0, const int32_t *pos,
+                                     float sign, int64_t npairs) {
+  int64_t half = D / 2;
+  PRM_CU_FOR(idx, npairs) {
+    int64_t i = idx % half, rest = idx / half;
+    int64_t bt = rest / nh; /* b T + t; rest % nh is the head */
+    int64_t t = bt % T;
+    int64_t p = pos ? (int64_t)pos[bt] : pos0 + t;
+    float *r = x + rest * D;
+    float co = cos_t[p * half + i], s = sign * sin_t[p * half + i];
+    float x1 = r[i], x2 = r[i + half];
+    r[i] = x1 * co - x2 * s;
+    r[i + half] = x2 * co + x1 * s;
+  }
+}
+
+void prm_cu_rope(void *ctx, float *x, const float *cos_t, const float *sin_t, int64_t B,
+                 int64_t T, int64_t nh, int64_t D, int64_t pos0, const int32_t *pos, float sign) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "rope");
+  if (D % 2 != 0 || B < 0 || T < 0 || nh < 0 || D < 0) {
+    prm_cu_fail(c, "rope: D=%lld must be even (B=%lld T=%lld nh=%lld)", (long long)D,
+                (long long)B, (long long)T, (long long)nh);
+    return;
+  }
+  int64_t npairs = B * T * nh * (D / 2);
+  if (npairs == 0) return;
+  prm_cu_k_rope<<<prm_cu_blocks(npairs, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(
+      x, cos_t, sin_t, T, nh, D, pos0, pos, sign, npairs);
+  prm_cu_check(c, "rope");
+}
+
+/* ======================================================================== */
+/* SwiGLU, add, scale                                                       */
+/* ======================================================================== */
+
+__device__ static inline float prm_cu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Grid-stride, one element per thread per step (all three below). */
+__global__ static void prm_cu_k_swiglu_fwd(float *h, const float *gate, const float *up,
+                                           int64_t n) {
+  PRM_CU_FOR(i, n) h[i] = gate[i] * prm_cu_sigmoid(gate[i]) * up[i];
+}
+
+__global__ static void prm_cu_k_swiglu_bwd(float *dgate, float *dup, const float *dh,
+                                           const float *gate, const float *up, int64_t n) {
+  PRM_CU_FOR(i, n) {
+    float g = gate[i], s = prm_cu_sigmoid(g), d = dh[i], u = up[i];
+    dgate[i] = d * u * s * (1.0f + g * (1.0f - s));
+    dup[i] = d * g * s;
+  }
+}
+
+__global__ static void prm_cu_k_add(float *y, const float *a, const float *b, int64_t n) {
+  PRM_CU_FOR(i, n) y[i] = a[i] + b[i];
+}
+
+__global__ static void prm_cu_k_scale(float *x, int64_t n, float s) {
+  PRM_CU_FOR(i, n) x[i] *= s;
+}
+
+void prm_cu_swiglu_forward(void *ctx, float *h, const float *gate, const float *up, int64_t n) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "swiglu_forward");
+  if (n <= 0) return;
+  prm_cu_k_swiglu_fwd<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(
+      h, gate, up, n);
+  prm_cu_check(c, "swiglu_forward");
+}
+
+void prm_cu_swiglu_backward(void *ctx, float *dgate, float *dup, const float *dh,
+                            const float *gate, const float *up, int64_t n) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "swiglu_backward");
+  if (n <= 0) return;
+  prm_cu_k_swiglu_bwd<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(
+      dgate, dup, dh, gate, up, n);
+  prm_cu_check(c, "swiglu_backward");
+}
+
+void prm_cu_add(void *ctx, float *y, const float *a, const float *b, int64_t n) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "add");
+  if (n <= 0) return;
+  prm_cu_k_add<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(y, a, b, n);
+  prm_cu_check(c, "add");
+}
+
+void prm_cu_scale(void *ctx, float *x, int64_t n, float s) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "scale");
+  if (n <= 0) return;
+  prm_cu_k_scale<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(x, n, s);
+  prm_cu_check(c, "scale");
+}
+
+/* ======================================================================== */
+/* Cross-entropy                                                            */
+/* ======================================================================== */
+
+/* Grid (N), block 512: block n owns row n. Its target and the target's
+ * logit are read first (dlogits may alias logits); the row maximum (exact
+ * in any order), then sum exp(x - max) in double by a fixed tree; loss =
+ * log(sum) + max - x[target] in double. With dlogits, each thread then
+ * overwrites its own columns: scale e / sum (e rounded first), minus scale
+ * at the target. A negative target gives loss 0 and a zero row; a target
+ * >= V raises a flag (reported by sync) and is treated as masked. */
+__global__ static void prm_cu_k_xent(float *losses, float *dlogits, const float *logits,
+                                     const int32_t *targets, int64_t V, float scale,
+                                     unsigned *flags) {
+  __shared__ double shd[PRM_CU_XENT_THREADS];
+  __shared__ float shf[PRM_CU_XENT_THREADS];
+  int64_t n = blockIdx.x;
+  const float *x = logits + n * V;
+  float *d = dlogits ? dlogits + n * V : NULL;
+  int32_t t = targets[n];
+  if (t >= V) {
+    if (threadIdx.x == 0) *flags |= PRM_CU_FLAG_XENT_TARGET;
+    t = -1;
+  }
+  if (t < 0) { /* the whole block takes this branch */
+    if (losses && threadIdx.x == 0) losses[n] = 0.0f;
+    if (d)
+      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) d[j] = 0.0f;
+    return;
+  }
+  float xt = x[t];
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = x[j] > m ? x[j] : m;
+  m = prm_cu_block_max<float>(m, shf);
+  double se = 0;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) se += (double)expf(x[j] - m);
+  se = prm_cu_block_sum<double>(se, shd); /* its barriers: every read above is done */
+  if (losses && threadIdx.x == 0) losses[n] = (float)(log(se) + (double)m - (double)xt);
+  if (!d) return;
+  float inv = (float)((double)scale / se);
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    float e = __fmul_rn(expf(x[j] - m), inv);
+    d[j] = j == t ? __fsub_rn(e, scale) : e;
+  }
+}
+
+void prm_cu_xent(void *ctx, float *losses, float *dlogits, const float *logits,
+                 const int32_t *targets, int64_t N, int64_t V, float scale) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "xent");
+  if (!prm_cu_rows_ok(c, "xent", N, V) || N == 0) return;
+  if (V <= 0) {
+    prm_cu_fail(c, "xent: V=%lld", (long long)V);
+    return;
+  }
+  prm_cu_k_xent<<<(unsigned)N, PRM_CU_XENT_THREADS, 0, c->stream>>>(losses, dlogits, logits,
+                                                                    targets, V, scale,
+                                                                    c->d_flags);
+  prm_cu_check(c, "xent");
+}
+
+/* ======================================================================== */
+/* AdamW                                                                    */
+/* ======================================================================== */
+
+/* The per-call scalars, computed on the host in double and rounded to
+ * float exactly as the CPU reference does. */
+typedef struct {
+  float beta1, beta2, omb1, omb2, bc2_sqrt, eps, decay, step_size, gscale;
+} prm_cu_adamw_k;
+
+/* Grid-stride, one parameter per thread per step. Explicitly rounded
+ * operations (__fmul_rn ...): never contracted into FMAs, so the bits are
+ * those of the CPU's (which keeps products and sums separate). */
+__global__ static void prm_cu_k_adamw(float *p, const float *g, float *m, float *v, int64_t n,
+                                      prm_cu_adamw_k k) {
+  PRM_CU_FOR(i, n) {
+    float gi = __fmul_rn(g[i], k.gscale);
+    float mi = __fadd_rn(__fmul_rn(m[i], k.beta1), __fmul_rn(k.omb1, gi));
+    float vi = __fadd_rn(__fmul_rn(v[i], k.beta2), __fmul_rn(__fmul_rn(k.omb2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+    p[i] = __fsub_rn(__fmul_rn(p[i], k.decay), __fmul_rn(k.step_size, __fdiv_rn(mi, denom)));
+  }
+}
+
+void prm_cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, int64_t step, float gscale) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "adamw");
+  if (step < 1) {
+    prm_cu_fail(c, "adamw: step %lld (must be >= 1)", (long long)step);
+    return;
+  }
+  if (n <= 0) return;
+  double bc1 = 1.0 - pow((double)beta1, (double)step);
+  double bc2 = 1.0 - pow((double)beta2, (double)step);
+  prm_cu_adamw_k k;
+  k.beta1 = beta1;
+  k.beta2 = beta2;
+  k.decay = (float)(1.0 - (double)lr * (double)wd);
+  k.step_size = (float)((double)lr / bc1);
+  k.bc2_sqrt = (float)sqrt(bc2);
+  k.omb1 = (float)(1.0 - (double)beta1);
+  k.omb2 = (float)(1.0 - (double)beta2);
+  k.eps = eps;
+  k.gscale = gscale;
+  prm_cu_k_adamw<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(p, g, m, v,
+                                                                                    n, k);
+  prm_cu_check(c, "adamw");
+}
+
+/* ======================================================================== */
+/* Sums in double                                                           */
+/* ======================================================================== */
+
+/* Stage 1. Grid (PRM_CU_RED_PARTS), block 256: block b owns the slice
+ * [b per, (b+1) per) of x (per = ceil(n / parts)); thread t sums elements
+ * t, t+256, ... of the slice in order, in double (squared when sq), then a
+ * fixed tree gives part[b]. The partition depends only on n. */
+__global__ static void prm_cu_k_sum1(double *part, const float *x, int64_t n, int sq) {
+  __shared__ double sh[PRM_CU_THREADS];
+  int64_t per = (n + gridDim.x - 1) / gridDim.x;
+  int64_t lo = (int64_t)blockIdx.x * per;
+  if (lo > n) lo = n;
+  int64_t hi = lo + per < n ? lo + per : n;
+  double acc = 0;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    double xi = x[i];
+    acc += sq ? xi * xi : xi;
+  }
+  acc = prm_cu_block_sum<double>(acc, sh);
+  if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+/* Stage 2. Grid (1), block 256: thread t adds parts t*k .. t*k+k-1 in order
+ * (k = parts / 256), a fixed tree adds the threads; part[parts] = total. */
+__global__ static void prm_cu_k_sum2(double *part) {
+  __shared__ double sh[PRM_CU_THREADS];
+  const int k = PRM_CU_RED_PARTS / PRM_CU_THREADS;
+  double acc = 0;
+  for (int i = 0; i < k; i++) acc += part[threadIdx.x * k + i];
+  acc = prm_cu_block_sum<double>(acc, sh);
+  if (threadIdx.x == 0) part[PRM_CU_RED_PARTS] = acc;
+}
+
+static void prm_cu_sum_any(prm_cu_ctx *c, const char *op, double *out, const float *x, int64_t n,
+                           int sq) {
+  prm_cu_enter(c, op);
+  *out = 0;
+  if (n <= 0) return;
+  prm_cu_k_sum1<<<PRM_CU_RED_PARTS, PRM_CU_THREADS, 0, c->stream>>>(c->d_red, x, n, sq);
+  if (prm_cu_check(c, op)) goto fail;
+  prm_cu_k_sum2<<<1, PRM_CU_THREADS, 0, c->stream>>>(c->d_red);
+  if (prm_cu_check(c, op)) goto fail;
+  {
+    gpuError_t e = gpuMemcpyAsync(c->h_red, c->d_red + PRM_CU_RED_PARTS, sizeof(double),
+                                  gpuMemcpyDeviceToHost, c->stream);
+    if (e == gpuSuccess) e = gpuStreamSynchronize(c->stream);
+    if (e != gpuSuccess) {
+      prm_cu_fail(c, "%s: %s (%s) (the last operator queued was %s)", op, gpuGetErrorString(e),
+                  gpuGetErrorName(e), c->last_op ? c->last_op : "none");
+      goto fail;
+    }
+  }
+  *out = *c->h_red;
+  return;
+fail:
+  *out = NAN;
+}
+
+static_assert(PRM_CU_RED_PARTS % PRM_CU_THREADS == 0, "stage 2 splits the parts evenly");
+
+void prm_cu_sumsq(void *ctx, double *out, const float *x, int64_t n) {
+  prm_cu_sum_any((prm_cu_ctx *)ctx, "sumsq", out, x, n, 1);
+}
+
+void prm_cu_sum(void *ctx, double *out, const float *x, int64_t n) {
+  prm_cu_sum_any((prm_cu_ctx *)ctx, "sum", out, x, n, 0);
+}
