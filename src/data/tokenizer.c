@@ -261,7 +261,7 @@ static int open_encoding(struct prm_tokenizer *t, const char *path, int e, prm_e
   prm__bpe_t b;
   int rc = prm__tiktoken_load(&b, path, top, err);
   if (rc) return rc;
-  if (b.n_ids > top) {
+  if (b.n_ids > top && b.n_ids > enc->max_rank + 1) {
     rc = prm_errf(err, PRM_EINVAL, "%s: %s: %d ranks, more than %s has (%d)", t->kind->name,
                   path, (int)b.n_ids, enc->name, (int)enc->max_rank + 1);
     goto fail;

@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# test-tokenizer-ref.sh - primus's GPT-2 tokenizer against the npm package
-# gpt-tokenizer (r50k_base), id for id, on the whole Brown text and on a
-# Unicode-heavy text built from nlp-corpus; decode(encode(x)) == x on those
-# and on random bytes (invalid UTF-8 included). Skips when node or the npm
+# test-tokenizer-ref.sh - primus's tokenizers against the canonical Rust
+# implementations, id for id: tiktoken (the npm WASM build of its Rust core)
+# for r50k_base, p50k_base, cl100k_base, o200k_base and Llama 3, and Hugging
+# Face tokenizers (its Node bindings) for tokenizer.json files built from
+# those rank files (GPT-2's ByteLevel layout, Llama 3's Split + ByteLevel).
+# Inputs: the whole Brown text, and tests/tokenizer/unicode.mjs's text
+# (nlp-corpus sentences plus adversarial documents: every script, marks,
+# emoji, format characters, every White_Space, contractions in every case,
+# digit runs). Every family must give 0 mismatched ids, and
+# decode(encode(x)) == x on those and on random bytes (invalid UTF-8
+# included). The class of every code point is also compared with both
+# engines' \s, \p{L}, \p{N}, \p{M}, \p{Lu}... Skips when node or the npm
 # data are missing. The primus side is tests/tokenizer/tokdump.c, compiled
 # here against the build's library (with its sanitizers, if any).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -11,7 +19,9 @@ NM=$PRIMUS_CACHE/npm/node_modules
 PKG=$NM/gpt-tokenizer
 BROWN=$PRIMUS_CACHE/data/brown.txt
 NODE=$(command -v node || true)
-for need in "$NODE" "$PKG/package.json" "$PKG/data/r50k_base.tiktoken" "$NM/nlp-corpus/builds/doc-0.json" "$BROWN"; do
+for need in "$NODE" "$PKG/data/r50k_base.tiktoken" "$PKG/data/o200k_base.tiktoken" \
+  "$NM/tiktoken/package.json" "$NM/tokenizers/package.json" "$NM/llama3-tokenizer-js/package.json" \
+  "$NM/nlp-corpus/builds/doc-0.json" "$BROWN"; do
   if [[ -z $need || ! -e $need ]]; then
     echo "SKIP: missing ${need:-node} (run scripts/deps.sh)"
     exit 0
@@ -38,34 +48,57 @@ else
   exit
 fi
 
-# compare NAME FILE [TYPE MODEL]: ids from node and from primus, and the
-# round trip.
+# compare NAME FILE REFKIND REFMODEL TYPE MODEL: ids from the reference and
+# from primus, and the round trip.
 compare() {
-  local name=$1 file=$2 type=${3:-GPT2BPETokenizer} model=${4:--}
-  if [[ ! -e $T/$name.ref ]] && ! "$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" "$PKG" "$file" "$T/$name.ref" >/dev/null 2>"$T/node.err"; then
-    bad "$name: gpt-tokenizer failed: $(cat "$T/node.err")"
+  local name=$1 file=$2 rkind=$3 rmodel=$4 type=$5 model=$6
+  if ! "$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" "$NM" "$rkind" "$rmodel" "$file" "$T/$name.ref" >/dev/null 2>"$T/node.err"; then
+    bad "$name: the reference ($rkind) failed: $(cat "$T/node.err")"
     return
   fi
-  if "$T/tokdump" "$type" "$model" "$file" "$T/$name.$type" >/dev/null 2>"$T/dump.err"; then
+  if "$T/tokdump" "$type" "$model" "$file" "$T/$name.prm" >/dev/null 2>"$T/dump.err"; then
     ok "$name ($type): decode(encode(x)) == x"
   else
-    bad "$name: $(cat "$T/dump.err")"
+    bad "$name ($type): $(cat "$T/dump.err")"
     return
   fi
   local res
-  res=$("$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" --compare "$T/$name.ref" "$T/$name.$type")
-  if [[ $? == 0 ]]; then ok "$name ($type): $res"; else bad "$name ($type): $res"; fi
+  res=$("$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" --compare "$T/$name.ref" "$T/$name.prm")
+  if [[ $? == 0 ]]; then ok "$name ($type, against $rkind): $res"; else bad "$name ($type, against $rkind): $res"; fi
 }
 
-compare brown "$BROWN"
 "$NODE" "$PRIMUS_SRC/tests/tokenizer/unicode.mjs" "$NM/nlp-corpus/builds" "$T/unicode.txt" 30
-compare unicode "$T/unicode.txt"
+"$NODE" "$PRIMUS_SRC/tests/tokenizer/llama3-rank.mjs" "$NM/llama3-tokenizer-js" "$T/llama3.model" >/dev/null
 
-# The same tokenizer as a Hugging Face tokenizer.json (merges recovered from
-# the ranks): the HF loader and its pair-ranked merges must agree too.
-if "$NODE" "$PRIMUS_SRC/tests/tokenizer/tiktoken2hf.mjs" "$PKG/data/r50k_base.tiktoken" "$T/hf" >/dev/null 2>"$T/node.err"; then
-  compare brown "$BROWN" HuggingFaceTokenizer "$T/hf"
-  compare unicode "$T/unicode.txt" HuggingFaceTokenizer "$T/hf/tokenizer.json"
+# The class of every code point: primus's table against both engines.
+if "$T/tokdump" --classes "$T/classes.prm" >/dev/null 2>"$T/dump.err" &&
+  "$NODE" "$PRIMUS_SRC/tests/tokenizer/uclass.mjs" "$NM" "$T/classes.prm" >"$T/classes.out" 2>&1; then
+  ok "every code point's class as tiktoken's and tokenizers' regex engines have it: $(tail -1 "$T/classes.out")"
+else
+  bad "code point classes: $(cat "$T/dump.err" "$T/classes.out" | tail -5)"
+fi
+
+# tiktoken's encodings, by name (primus reads gpt-tokenizer's rank files,
+# tiktoken its own copies).
+compare brown-r50k "$BROWN" tiktoken r50k_base GPT2BPETokenizer -
+for enc in r50k_base p50k_base cl100k_base o200k_base; do
+  compare "unicode-$enc" "$T/unicode.txt" tiktoken "$enc" TiktokenTokenizer "$enc"
+done
+compare brown-cl100k "$BROWN" tiktoken cl100k_base TikTokenizer cl100k_base
+compare brown-o200k "$BROWN" tiktoken o200k_base TiktokenTokenizer "$PKG/data/o200k_base.tiktoken"
+# Llama 3: Meta's rank file, rebuilt from llama3-tokenizer-js.
+compare unicode-llama3 "$T/unicode.txt" llama3 "$T/llama3.model" Llama3Tokenizer "$T/llama3.model"
+compare brown-llama3 "$BROWN" llama3 "$T/llama3.model" Llama3Tokenizer "$T/llama3.model"
+
+# The same vocabularies as Hugging Face tokenizer.json files, against
+# Hugging Face's own library: GPT-2's layout (merges recovered from the
+# ranks) and Llama 3's (Split with Meta's pattern, ByteLevel without regex,
+# ignore_merges, the package's merges and 256 added special tokens).
+if "$NODE" "$PRIMUS_SRC/tests/tokenizer/tiktoken2hf.mjs" "$PKG/data/r50k_base.tiktoken" "$T/hf" >/dev/null 2>"$T/node.err" &&
+  "$NODE" "$PRIMUS_SRC/tests/tokenizer/tiktoken2hf.mjs" "$T/llama3.model" "$T/hfl3" llama3 "$NM/llama3-tokenizer-js" >/dev/null 2>>"$T/node.err"; then
+  compare unicode-hf-gpt2 "$T/unicode.txt" hf "$T/hf/tokenizer.json" HuggingFaceTokenizer "$T/hf/tokenizer.json"
+  compare brown-hf-gpt2 "$BROWN" hf "$T/hf/tokenizer.json" HuggingFaceTokenizer "$T/hf"
+  compare unicode-hf-llama3 "$T/unicode.txt" hf "$T/hfl3/tokenizer.json" HuggingFaceTokenizer "$T/hfl3"
 else
   bad "tiktoken2hf: $(cat "$T/node.err")"
 fi
@@ -73,10 +106,12 @@ fi
 # Invalid UTF-8 has no reference (node reads it as U+FFFD): round trip only.
 for i in 1 2 3; do
   head -c $((20000 * i)) /dev/urandom >"$T/random$i.bin"
-  if "$T/tokdump" GPT2BPETokenizer - "$T/random$i.bin" "$T/random$i.prm" >/dev/null 2>"$T/dump.err"; then
-    ok "random bytes $i: decode(encode(x)) == x"
-  else
-    bad "random bytes $i: $(cat "$T/dump.err")"
-  fi
+  for type in "GPT2BPETokenizer -" "TiktokenTokenizer cl100k_base" "TiktokenTokenizer o200k_base"; do
+    if "$T/tokdump" $type "$T/random$i.bin" "$T/random$i.prm" >/dev/null 2>"$T/dump.err"; then
+      ok "random bytes $i ($type): decode(encode(x)) == x"
+    else
+      bad "random bytes $i ($type): $(cat "$T/dump.err")"
+    fi
+  done
 done
 finish

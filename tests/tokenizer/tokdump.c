@@ -5,16 +5,31 @@
  *   tokdump TYPE MODEL INPUT --bench [N [THREADS]]  MB/s (best of N), one
  *            encode per line as the npm reference is timed, on THREADS
  *            OpenMP threads sharing one tokenizer (default 1)
+ *   tokdump --classes OUTPUT  the pre-tokenizer's class of every code point,
+ *            one byte each (PRM__U_* of src/data/tok-impl.h)
  * MODEL "-" means the type's default. Exit 0 on success, 1 on a mismatch or
  * error (message on stderr). */
 #define _GNU_SOURCE
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "primus/prm_data.h"
 
+/* Internal to the library (src/data/unicode.c). */
+unsigned prm__ucls(uint32_t cp);
+
 int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--classes")) {
+    FILE *f = fopen(argv[2], "wb");
+    for (uint32_t c = 0; f && c < 0x110000; c++) fputc((int)prm__ucls(c), f);
+    if (!f || fclose(f)) {
+      fprintf(stderr, "tokdump: cannot write %s\n", argv[2]);
+      return 1;
+    }
+    return 0;
+  }
   if (argc < 5) {
     fprintf(stderr, "usage: tokdump TYPE MODEL INPUT OUTPUT|--bench [N]\n");
     return 2;
