@@ -985,6 +985,9 @@ static void test_megatron_keys(void **state) {
   assert_int_equal(prm_exp_ignored(e)->n, 0);
   prm_exp_free(e);
   free(p);
+  p = write_megatron("zarr.yaml", "llama3_8B", "      ckpt_format: zarr\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "zarr.yaml:15: ckpt_format: got \"zarr\": accepted as");
+  free(p);
   p = write_megatron("fp8.yaml", "llama3_8B", "      fp8: hybrid\n");
   load_fails(p, NULL, 0, PRM_ECONFIG, "fp8.yaml:15: fp8: got \"hybrid\": FP8 training");
   free(p);

@@ -123,9 +123,11 @@ static const prm_key_t prm__keys[] = {
 /* ------------------------------------------------------------------------ */
 
 /* INERT: accepted, no effect here (the run warns once, listing those an
- * experiment sets). UNSUPPORTED: accepted at the values in `ok` (primus
- * computes exactly that), anything else an error naming the feature. */
+ * experiment sets); INERT_AT: the same at the values in `ok` only.
+ * UNSUPPORTED: accepted at the values in `ok` (primus computes exactly
+ * that), anything else an error naming the feature. */
 #define INERT(k, why) {k, PRM_T_ANY, ANY, NULL, 1, 0, why, PRM_KEY_INERT, NULL}
+#define INERT_AT(k, ok, why) {k, PRM_T_ANY, ANY, NULL, 1, 0, why, PRM_KEY_INERT, ok}
 #define UNSUP(k, ok, what) {k, PRM_T_ANY, ANY, NULL, 1, 0, what, PRM_KEY_UNSUPPORTED, ok}
 #define LOGSVC "a logging or tracking service primus does not run"
 #define PROF "another engine's profiler"
@@ -203,7 +205,7 @@ static const prm_key_t prm__compat[] = {
     INERT("no_fp8_weight_transpose_cache", "FP8 recipe details (fp8 itself is refused)"),
     INERT("first_last_layers_bf16", "FP8 recipe details (fp8 itself is refused)"),
     /* Checkpoint formats and loaders. */
-    INERT("ckpt_format", CKPT), INERT("ckpt_fully_parallel_save", CKPT),
+    INERT_AT("ckpt_format", "torch|torch_dist|null", CKPT), INERT("ckpt_fully_parallel_save", CKPT),
     INERT("ckpt_fully_parallel_load", CKPT), INERT("ckpt_assume_constant_structure", CKPT),
     INERT("dist_ckpt_strictness", CKPT), INERT("auto_detect_ckpt_format", CKPT),
     INERT("use_dist_ckpt", CKPT), INERT("use_checkpoint_args", CKPT),
@@ -301,6 +303,7 @@ static const prm_key_t prm__compat[] = {
     UNSUP("per_split_data_args_path", "null", "data arguments read from a file"),
 };
 #undef INERT
+#undef INERT_AT
 #undef UNSUP
 
 const prm_key_t *prm_schema_compat_keys(int *count) {
@@ -527,9 +530,12 @@ static int prm__neutral(const prm_node_t *v, const char *ok) {
 
 static int prm__check_compat(const prm_node_t *v, const prm_key_t *k, const char *full,
                              prm_err_t *err) {
-  if (k->cls != PRM_KEY_UNSUPPORTED || prm__neutral(v, k->ok)) return 0;
+  if (!k->ok || prm__neutral(v, k->ok)) return 0;
   char where[1100];
   const char *shown = v->kind == PRM_NODE_SCALAR ? v->str : v->kind == PRM_NODE_NULL ? "null" : "a list or map";
+  if (k->cls == PRM_KEY_INERT)
+    return prm_errf(err, PRM_ECONFIG, "%s: %s: got \"%s\": accepted as %s only at %s",
+                    prm__origin(v, where, sizeof where), full, shown, k->help, k->ok);
   return prm_errf(err, PRM_ECONFIG,
                   "%s: %s: got \"%s\": %s is not implemented in primus' engine (it computes "
                   "with %s)",
