@@ -988,6 +988,9 @@ static void test_megatron_keys(void **state) {
   p = write_megatron("zarr.yaml", "llama3_8B", "      ckpt_format: zarr\n");
   load_fails(p, NULL, 0, PRM_ECONFIG, "zarr.yaml:15: ckpt_format: got \"zarr\": accepted as");
   free(p);
+  p = write_megatron("force.yaml", "mixtral_8x7B_v0.1", "      moe_router_force_load_balancing: true\n");
+  load_fails(p, NULL, 0, PRM_ECONFIG, "force.yaml:15: moe_router_force_load_balancing: got \"true\": forced even routing");
+  free(p);
   p = write_megatron("fp8.yaml", "llama3_8B", "      fp8: hybrid\n");
   load_fails(p, NULL, 0, PRM_ECONFIG, "fp8.yaml:15: fp8: got \"hybrid\": FP8 training");
   free(p);
@@ -1016,6 +1019,34 @@ static void test_megatron_keys(void **state) {
   for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++)
     if (!strstr(err.msg, probs[i])) fail_msg("message \"%s\" lacks \"%s\"", err.msg, probs[i]);
   assert_null(strstr(err.msg, "wandb"));
+  free(p);
+  /* Problems outside the keys are listed with them: an unknown top-level
+   * and module key, another engine's framework, a preset primus does not
+   * have; the overrides are still checked (without the preset's defaults). */
+  p = tmp_file("layout.yaml", "exp_nam: x\n"
+                              "modules:\n"
+                              "  pre_trainer:\n"
+                              "    framework: torchtitan\n"
+                              "    model: deepseek_v3\n"
+                              "    overides: {}\n"
+                              "    overrides:\n"
+                              "      lr: fast\n"
+                              "      fp8: e4m3\n");
+  e = NULL;
+  memset(&err, 0, sizeof err);
+  assert_int_equal(prm_exp_load(p, NULL, 0, NULL, &e, &err), PRM_ECONFIG);
+  static const char *const lay[] = {
+      "6 problems:\n",
+      "layout.yaml:1: unknown top-level key \"exp_nam\" (did you mean \"exp_name\"?)",
+      "layout.yaml:6: unknown module key \"overides\" (did you mean \"overrides\"?)",
+      "layout.yaml:4: framework: primus runs",
+      "layout.yaml:5: model preset \"deepseek_v3\": DeepSeek's multi-latent attention",
+      "layout.yaml:8: lr: expected a number, got \"fast\"",
+      "layout.yaml:9: fp8: got \"e4m3\"",
+  };
+  for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
+    if (!strstr(err.msg, lay[i])) fail_msg("message \"%s\" lacks \"%s\"", err.msg, lay[i]);
+  assert_null(strstr(err.msg, "hidden_size"));
   free(p);
   /* Megatron's names are suggested too. */
   p = write_megatron("typo.yaml", "llama3_8B", "      wandb_projet: x\n      use_turbo_atention: 1\n");

@@ -29,13 +29,14 @@ void prm__node_split_dotted(prm_node_t *map);
 typedef struct {
   prm_sb_t lines;
   int n;
+  int code; /* the first problem's code (the result when it is the only one) */
 } prm__problems_t;
 
 /* Adds the message in e (a failed check's error) as one problem. */
 void prm__problem_add(prm__problems_t *p, const prm_err_t *e);
-/* 0 when there were none; else sets err to the one problem, or to "N
- * problems:" and the lines (logged too when they overflow the message),
- * returns PRM_ECONFIG, and empties p. */
+/* 0 when there were none; else sets err to the one problem (returning its
+ * code), or to "N problems:" and the lines (logged too when they overflow
+ * the message, returning PRM_ECONFIG), and empties p. */
 int prm__problems_finish(prm__problems_t *p, prm_err_t *err);
 
 /* Validates and coerces a map of module keys against the schema, in place:

@@ -309,15 +309,22 @@ out:
 /* Resolution                                                                */
 /* ------------------------------------------------------------------------ */
 
-static int prm__check_layout(prm_exp_t *e, const char *path, prm_node_t **module, prm_err_t *err) {
+/* Checks the experiment's layout. Unknown top-level and module-level keys
+ * go to `soft` (skipped when it is NULL: the first look, before the
+ * command line); anything that leaves no module to resolve is an error. */
+static int prm__check_layout(prm_exp_t *e, const char *path, prm_node_t **module,
+                             prm__problems_t *soft, prm_err_t *err) {
   char where[1100];
+  prm_err_t one = {0};
   prm_node_t *r = e->root;
   for (int i = 0; i < r->n; i++) {
     int ok = 0;
     for (int j = 0; j < PRM__LEN(prm__root_keys); j++) ok |= !strcmp(r->keys[i], prm__root_keys[j]);
-    if (!ok)
-      return prm__unknown_in(r->items[i], "top-level key", r->keys[i], prm__root_keys,
-                             PRM__LEN(prm__root_keys) - 1, err);
+    if (!ok && soft) {
+      prm__unknown_in(r->items[i], "top-level key", r->keys[i], prm__root_keys,
+                      PRM__LEN(prm__root_keys) - 1, &one);
+      prm__problem_add(soft, &one);
+    }
   }
   for (int i = 0; i < PRM__TOP_N; i++) {
     const prm_node_t *v = prm_node_get(r, prm__top_keys[i]);
@@ -349,9 +356,11 @@ static int prm__check_layout(prm_exp_t *e, const char *path, prm_node_t **module
     for (int k = 0; k < m->n; k++) {
       ok = 0;
       for (int j = 0; j < PRM__LEN(prm__module_keys); j++) ok |= !strcmp(m->keys[k], prm__module_keys[j]);
-      if (!ok)
-        return prm__unknown_in(m->items[k], "module key", m->keys[k], prm__module_keys,
-                               PRM__LEN(prm__module_keys), err);
+      if (!ok && soft) {
+        prm__unknown_in(m->items[k], "module key", m->keys[k], prm__module_keys,
+                        PRM__LEN(prm__module_keys), &one);
+        prm__problem_add(soft, &one);
+      }
     }
   }
   if (!e->module) e->module = prm_xstrdup(mods->keys[0]);
@@ -439,11 +448,15 @@ int prm_exp_load(const char *path, const prm_override_t *ov, int nov, const char
   prm_exp_t *e = prm_xcalloc(1, sizeof *e);
   prm_argv_t stack = {0}, mkeys = {0};
   prm_node_t *mod = NULL, *model = NULL;
+  /* Problems that leave the rest checkable are collected and reported
+   * together at the end; the others stop here. */
+  prm__problems_t probs = {0};
+  prm_err_t one = {0};
   int rc;
   *out = NULL;
   e->module = module ? prm_xstrdup(module) : NULL;
   if ((rc = prm__load_chain(path, NULL, e, &stack, &e->root, err))) goto fail;
-  if ((rc = prm__check_layout(e, path, &mod, err))) goto fail;
+  if ((rc = prm__check_layout(e, path, &mod, NULL, err))) goto fail;
   /* CLI overrides: top-level and module-level now, module keys later. */
   for (int i = 0; i < nov; i++) {
     char *mk = NULL;
@@ -451,7 +464,7 @@ int prm_exp_load(const char *path, const prm_override_t *ov, int nov, const char
     if (mk) prm_argv_push(&mkeys, mk), prm_argv_push(&mkeys, ov[i].value);
     free(mk);
   }
-  if ((rc = prm__check_layout(e, path, &mod, err))) goto fail;
+  if ((rc = prm__check_layout(e, path, &mod, &probs, err))) goto fail;
   /* Top-level values with their defaults. */
   const char *user = getenv("USER");
   char *stem = prm__stem(path);
@@ -467,52 +480,70 @@ int prm_exp_load(const char *path, const prm_override_t *ov, int nov, const char
   int known = 0;
   for (int i = 0; i < PRM__LEN(prm__frameworks); i++)
     known |= !strcmp(framework, prm__frameworks[i]);
-  if (!known) {
+  e->mod[0] = fw ? prm_node_clone(fw) : prm_node_new_scalar("native", "<default>", 0);
+  if (!known) { /* reported; the presets are looked up as native ones */
     int other = 0;
     for (int i = 0; i < PRM__LEN(prm__other_frameworks); i++)
       other |= !strcasecmp(framework, prm__other_frameworks[i]);
-    rc = prm_errf(err, PRM_ECONFIG,
-                  "%s: framework: primus runs \"megatron\" and \"native\" experiments (both on "
-                  "its own engine), got \"%s\"%s",
-                  prm__origin(fw, where, sizeof where), framework,
-                  other ? " (another engine, which primus does not include)" : "");
-    goto fail;
+    prm_errf(&one, PRM_ECONFIG,
+             "%s: framework: primus runs \"megatron\" and \"native\" experiments (both on "
+             "its own engine), got \"%s\"%s",
+             prm__origin(fw, where, sizeof where), framework,
+             other ? " (another engine, which primus does not include)" : "");
+    prm__problem_add(&probs, &one);
+    framework = "native";
   }
-  e->mod[0] = fw ? prm_node_clone(fw) : prm_node_new_scalar("native", "<default>", 0);
   prm_node_t *cfg = prm_node_get(mod, "config");
   prm_node_t *defcfg = cfg ? NULL : prm_node_new_scalar(e->module, "<default>", 0);
-  rc = prm__load_preset(e, "modules", framework, cfg ? cfg : defcfg, &e->keys, 1, err);
+  rc = prm__load_preset(e, "modules", framework, cfg ? cfg : defcfg, &e->keys, 1, &one);
   prm_node_free(defcfg);
-  if (rc) goto fail;
+  int whole = !rc; /* both presets loaded: the checks across keys apply */
+  if (rc) { /* reported; the overrides are still checked */
+    prm__problem_add(&probs, &one);
+    e->keys = prm_node_new(PRM_NODE_MAP, path, 0);
+    if (!e->mod[1]) e->mod[1] = prm_node_new_scalar(e->module, "<default>", 0);
+  }
   prm_node_t *mname = prm_node_get(mod, "model");
   if (!mname || mname->kind == PRM_NODE_NULL) {
-    rc = prm_errf(err, PRM_ECONFIG, "%s: modules.%s.model: expected the name of a model preset",
-                  prm__origin(mname ? mname : mod, where, sizeof where), e->module);
-    goto fail;
+    prm_errf(&one, PRM_ECONFIG, "%s: modules.%s.model: expected the name of a model preset",
+             prm__origin(mname ? mname : mod, where, sizeof where), e->module);
+    prm__problem_add(&probs, &one);
+    whole = 0;
+  } else if (prm__load_preset(e, "models", framework, mname, &model, 2, &one)) {
+    prm__problem_add(&probs, &one);
+    whole = 0;
+  } else {
+    prm_node_merge(e->keys, model);
   }
-  if ((rc = prm__load_preset(e, "models", framework, mname, &model, 2, err))) goto fail;
-  prm_node_merge(e->keys, model);
+  if (!e->mod[2]) e->mod[2] = prm_node_new(PRM_NODE_NULL, "<default>", 0);
+  rc = 0;
   prm_node_t *ovr = prm_node_get(mod, "overrides");
   if (ovr && ovr->kind != PRM_NODE_MAP && ovr->kind != PRM_NODE_NULL) {
     rc = prm_errf(err, PRM_ECONFIG, "%s: overrides: expected a map of keys",
                   prm__origin(ovr, where, sizeof where));
     goto fail;
   }
+  /* The experiment's own keys (overrides, command line), checked alone
+   * when a preset is missing: the presets' null defaults mean nothing then. */
+  prm_node_t *own = prm_node_new(PRM_NODE_MAP, path, 0);
   if (ovr && ovr->kind == PRM_NODE_MAP) {
     prm__node_split_dotted(ovr);
     prm_node_merge(e->keys, ovr);
+    prm_node_merge(own, ovr);
     for (int i = 0; i < ovr->n; i++) prm__note_ignored(e, ovr->keys[i]);
   }
-  for (int i = 0; i + 1 < mkeys.n; i += 2) {
+  for (int i = 0; i + 1 < mkeys.n && !rc; i += 2) {
     prm_node_t *v = NULL;
-    if ((rc = prm__cli_value(mkeys.v[i], mkeys.v[i + 1], &v, err))) goto fail;
+    if ((rc = prm__cli_value(mkeys.v[i], mkeys.v[i + 1], &v, err))) break;
+    prm_node_set_path(own, mkeys.v[i], prm_node_clone(v));
     prm_node_set_path(e->keys, mkeys.v[i], v);
     prm__note_ignored(e, mkeys.v[i]);
   }
   /* Every problem of the keys and across them, reported together. */
-  prm__problems_t probs = {0};
-  prm__schema_check(e->keys, &probs);
-  prm__check_shape(e, &probs);
+  if (!rc) prm__schema_check(whole ? e->keys : own, &probs);
+  prm_node_free(own);
+  if (rc) goto fail;
+  if (whole) prm__check_shape(e, &probs);
   if ((rc = prm__problems_finish(&probs, err))) goto fail;
   prm_node_free(model);
   prm_argv_free(&stack);
@@ -520,6 +551,7 @@ int prm_exp_load(const char *path, const prm_override_t *ov, int nov, const char
   *out = e;
   return 0;
 fail:
+  prm_sb_free(&probs.lines);
   prm_node_free(model);
   prm_argv_free(&stack);
   prm_argv_free(&mkeys);

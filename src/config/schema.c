@@ -270,6 +270,7 @@ static const prm_key_t prm__compat[] = {
     UNSUP("moe_router_score_function", "softmax", "sigmoid routing scores"),
     UNSUP("moe_router_pre_softmax", "false", "routing weights from a softmax over every expert (primus renormalises the top k)"),
     UNSUP("moe_router_topk_scaling_factor", "null|1", "scaled routing weights"),
+    UNSUP("moe_router_force_load_balancing", "false", "forced even routing (a benchmark aid that replaces the router's choice)"),
     UNSUP("moe_router_enable_expert_bias", "false", "auxiliary-loss-free expert bias"),
     UNSUP("moe_router_num_groups", "null", "group-limited routing"),
     UNSUP("moe_router_group_topk", "null", "group-limited routing"),
@@ -584,7 +585,7 @@ int prm__schema_check(prm_node_t *keys, prm__problems_t *p) {
 
 void prm__problem_add(prm__problems_t *p, const prm_err_t *e) {
   prm_sb_appendf(&p->lines, "%s\n", e->msg);
-  p->n++;
+  if (p->n++ == 0) p->code = e->code ? e->code : PRM_ECONFIG;
 }
 
 int prm__problems_finish(prm__problems_t *p, prm_err_t *err) {
@@ -596,7 +597,7 @@ int prm__problems_finish(prm__problems_t *p, prm_err_t *err) {
   size_t len = strlen(text);
   int rc;
   if (p->n == 1) {
-    rc = prm_errf(err, PRM_ECONFIG, "%.*s", (int)(len ? len - 1 : 0), text);
+    rc = prm_errf(err, p->code, "%.*s", (int)(len ? len - 1 : 0), text);
   } else {
     char head[64];
     snprintf(head, sizeof head, "%d problems:\n", p->n);
