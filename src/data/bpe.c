@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "data/tok-impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,6 +194,17 @@ static int pair_find(const prm__bpe_t *b, int32_t a, int32_t bb, int32_t *rank, 
 }
 
 int prm__bpe_finish(prm__bpe_t *b, const char *what, prm_err_t *err) {
+  if (b->charlevel) {
+    for (int i = 0; i < 256 && b->byte_fallback; i++) {
+      char name[8];
+      snprintf(name, sizeof name, "<0x%02X>", i);
+      b->byte_id[i] = prm__bpe_find(b, name, 6);
+      if (b->byte_id[i] < 0)
+        return prm_errf(err, PRM_EINVAL, "%s: model.byte_fallback: no token %s in the "
+                        "vocabulary", what, name);
+    }
+    return 0;
+  }
   for (int i = 0; i < 256; i++) {
     unsigned char c = (unsigned char)i;
     b->byte_id[i] = prm__bpe_find(b, &c, 1);
@@ -342,6 +354,45 @@ static void try_pair(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, s
   heap_push(s, (heap_ent_t){rank, i, j, c, s->gen[i], s->gen[j]});
 }
 
+static int merge_loop(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, size_t n,
+                      prm__ids_t *out);
+
+/* SentencePiece-style start: one part per character the vocabulary has,
+ * else one per byte (byte fallback) or an unknown (fused with the unknown
+ * before it under fuse_unk); invalid UTF-8 bytes are unknown characters of
+ * one byte. Parts are still indexed by their first byte. */
+static int merge_chars(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, size_t n,
+                       prm__ids_t *out) {
+  int32_t last = -1;
+  int last_unk = 0;
+  for (size_t i = 0; i < n;) {
+    uint32_t cp;
+    size_t l = prm__utf8_dec(p, n, i, &cp);
+    if (!l) l = 1;
+    int32_t id = prm__bpe_find(b, p + i, l);
+    size_t k = 0, parts = 1;
+    if (id < 0 && b->byte_fallback) parts = l;
+    for (; k < parts; k++) {
+      int32_t at = (int32_t)(i + k);
+      int32_t pid = id >= 0 ? id : b->byte_fallback ? b->byte_id[p[i + k]] : b->unk;
+      if (id < 0 && !b->byte_fallback) {
+        if (pid < 0) return PRM_EINVAL; /* no unk token: refused at load */
+        if (b->fuse_unk && last_unk) continue; /* one unknown for the run */
+      }
+      s->id[at] = pid;
+      s->nxt[at] = -1;
+      s->prv[at] = last;
+      s->gen[at] = 0;
+      if (last >= 0) s->nxt[last] = at;
+      last = at;
+    }
+    last_unk = id < 0 && !b->byte_fallback;
+    i += l;
+  }
+  for (int32_t i = 0; i >= 0 && s->nxt[i] >= 0; i = s->nxt[i]) try_pair(b, s, p, n, i, s->nxt[i]);
+  return merge_loop(b, s, p, n, out);
+}
+
 static int merge_piece(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, size_t n,
                        prm__ids_t *out) {
   if (n > s->cap) {
@@ -352,14 +403,21 @@ static int merge_piece(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p,
     s->gen = prm_xrealloc(s->gen, s->cap * sizeof *s->gen);
   }
   int32_t m = (int32_t)n;
+  s->hn = 0;
+  if (b->charlevel) return merge_chars(b, s, p, n, out);
   for (int32_t i = 0; i < m; i++) {
     s->id[i] = b->byte_id[p[i]];
     s->nxt[i] = i + 1 < m ? i + 1 : -1;
     s->prv[i] = i - 1;
     s->gen[i] = 0;
   }
-  s->hn = 0;
   for (int32_t i = 0; i + 1 < m; i++) try_pair(b, s, p, n, i, i + 1);
+  return merge_loop(b, s, p, n, out);
+}
+
+/* The merges, once the parts are set up (linked from part 0). */
+static int merge_loop(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, size_t n,
+                      prm__ids_t *out) {
   while (s->hn) {
     heap_ent_t e = heap_pop(s);
     if (s->nxt[e.i] != e.j || s->gen[e.i] != e.gi || s->gen[e.j] != e.gj) continue;
@@ -381,7 +439,7 @@ static int merge_piece(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p,
 int prm__bpe_encode_piece(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, size_t n,
                           prm__ids_t *out) {
   if (!n) return 0;
-  if (n == 1) return prm__ids_push(out, b->byte_id[p[0]]);
+  if (n == 1 && !b->charlevel) return prm__ids_push(out, b->byte_id[p[0]]);
   if (b->mode == PRM__BPE_RANKS || b->ignore_merges) {
     uint64_t k8 = load8(p, n), hh = slot_hash(p, n, k8);
     uint64_t k16 = n > 8 ? load8(p + 8, n - 8) : 0;

@@ -106,8 +106,109 @@ static int check_pretok(const cJSON *pre, const char *path, int *add_prefix_spac
                   "Split and ByteLevel)", path, type_of(pre));
 }
 
-int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_space, int *pat,
-                 int *ndig, prm_err_t *err) {
+static const char META[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
+
+/* A SentencePiece-style normalizer: null, Prepend("\u2581") and Replace(" ",
+ * "\u2581"), alone or in a Sequence. */
+static int check_sp_normalizer(const cJSON *n, const char *path, prm__hf_info_t *info,
+                               prm_err_t *err) {
+  if (!not_null(n)) return 0;
+  const cJSON *list = n, *one = NULL;
+  int seq = !strcmp(type_of(n), "Sequence");
+  if (seq) list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
+  int k = 0;
+  for (one = seq ? (list ? list->child : NULL) : n; one; one = seq ? one->next : NULL, k++) {
+    const char *ty = type_of(one);
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(one, "prepend");
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(one, "pattern"), "String");
+    const cJSON *con = cJSON_GetObjectItemCaseSensitive(one, "content");
+    if (!strcmp(ty, "Prepend") && cJSON_IsString(pre) && !strcmp(pre->valuestring, META)) {
+      info->prepend = 1;
+    } else if (!strcmp(ty, "Replace") && cJSON_IsString(pat) && cJSON_IsString(con) &&
+               !strcmp(pat->valuestring, " ") && !strcmp(con->valuestring, META)) {
+      info->space_to_meta = 1;
+    } else {
+      return prm_errf(err, PRM_EINVAL, "%s: normalizer%s: not implemented: %s (supported: "
+                      "Prepend(\"\u2581\"), Replace(\" \", \"\u2581\"), Sequence of those)",
+                      path, seq ? "s[...]" : "", ty);
+    }
+    if (!seq) break;
+  }
+  return 0;
+}
+
+/* SentencePiece-style pre-tokenizer: none, or Metaspace("\u2581") without
+ * splitting. */
+static int check_sp_pretok(const cJSON *pre, const char *path, prm__hf_info_t *info,
+                           prm_err_t *err) {
+  info->no_pretok = 1;
+  if (!not_null(pre)) return 0;
+  const cJSON *rep = cJSON_GetObjectItemCaseSensitive(pre, "replacement");
+  const cJSON *scheme = cJSON_GetObjectItemCaseSensitive(pre, "prepend_scheme");
+  const cJSON *aps = cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space");
+  if (strcmp(type_of(pre), "Metaspace") || !cJSON_IsString(rep) ||
+      strcmp(rep->valuestring, META))
+    return prm_errf(err, PRM_EINVAL, "%s: pre_tokenizer: not implemented: %s", path,
+                    type_of(pre));
+  if (!cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "split")))
+    return prm_errf(err, PRM_EINVAL, "%s: pre_tokenizer.split: not implemented: only a "
+                    "Metaspace with \"split\": false", path);
+  info->space_to_meta = 1;
+  if (cJSON_IsString(scheme))
+    info->prepend = !strcmp(scheme->valuestring, "always") ? 3
+                    : !strcmp(scheme->valuestring, "first") ? 2 : 0;
+  else
+    info->prepend = cJSON_IsFalse(aps) ? 0 : 3;
+  return 0;
+}
+
+/* SentencePiece-style decoder: Replace("\u2581", " "), ByteFallback, Fuse,
+ * Strip(" ", n, 0) in a Sequence, or Metaspace. */
+static int check_sp_decoder(const cJSON *d, const char *path, prm__hf_info_t *info,
+                            prm_err_t *err) {
+  info->dec_meta = 1;
+  if (!not_null(d)) return 0;
+  if (!strcmp(type_of(d), "Metaspace")) {
+    const cJSON *scheme = cJSON_GetObjectItemCaseSensitive(d, "prepend_scheme");
+    info->dec_strip = !(cJSON_IsString(scheme) && !strcmp(scheme->valuestring, "never"));
+    return 0;
+  }
+  const cJSON *list = strcmp(type_of(d), "Sequence") ? NULL
+                                                      : cJSON_GetObjectItemCaseSensitive(d, "decoders");
+  if (!list)
+    return prm_errf(err, PRM_EINVAL, "%s: decoder: not implemented: %s", path, type_of(d));
+  for (const cJSON *one = list->child; one; one = one->next) {
+    const char *ty = type_of(one);
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(one, "pattern"), "String");
+    const cJSON *con = cJSON_GetObjectItemCaseSensitive(one, "content");
+    const cJSON *start = cJSON_GetObjectItemCaseSensitive(one, "start");
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(one, "stop");
+    if (!strcmp(ty, "ByteFallback") || !strcmp(ty, "Fuse")) continue;
+    if (!strcmp(ty, "Replace") && cJSON_IsString(pat) && cJSON_IsString(con) &&
+        !strcmp(pat->valuestring, META) && !strcmp(con->valuestring, " "))
+      continue;
+    if (!strcmp(ty, "Strip") && cJSON_IsString(con) && !strcmp(con->valuestring, " ") &&
+        cJSON_IsNumber(start) && cJSON_IsNumber(stop) && stop->valuedouble == 0) {
+      info->dec_strip = (int)start->valuedouble;
+      continue;
+    }
+    return prm_errf(err, PRM_EINVAL, "%s: decoder.decoders[...]: not implemented: %s", path, ty);
+  }
+  return 0;
+}
+
+/* A ByteLevel layout: the pre-tokenizer is ByteLevel or has one. */
+static int is_bytelevel(const cJSON *pre) {
+  if (!strcmp(type_of(pre), "ByteLevel")) return 1;
+  const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
+  for (const cJSON *p = seq ? seq->child : NULL; p; p = p->next)
+    if (!strcmp(type_of(p), "ByteLevel")) return 1;
+  return 0;
+}
+
+int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_t *err) {
   char *file = prm_fs_is_dir(path) ? prm_path_join(path, "tokenizer.json") : prm_xstrdup(path);
   char *text = NULL, *buf = NULL;
   size_t len = 0;
@@ -115,8 +216,8 @@ int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_
   int rc;
   int16_t inv[512];
   unicode_to_bytes(inv);
-  *eod = -1;
-  *add_prefix_space = 0;
+  memset(info, 0, sizeof *info);
+  info->eod = -1;
   memset(b, 0, sizeof *b);
 
   if ((rc = prm_fs_read_all(file, &text, &len, err))) goto done;
@@ -131,6 +232,7 @@ int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_
   const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
   const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
   const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+  const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
   if (!cJSON_IsObject(model) || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) {
     rc = prm_errf(err, PRM_EPARSE, "%s: model: expected an object with \"vocab\" (object) and "
                   "\"merges\" (array)", file);
@@ -149,18 +251,33 @@ int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_
       goto done;
     }
   }
-  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
-    rc = prm_errf(err, PRM_EINVAL, "%s: model.byte_fallback: not implemented", file);
+  const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
+  if (not_null(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0)) {
+    rc = prm_errf(err, PRM_EINVAL, "%s: model.dropout: not implemented", file);
     goto done;
   }
-  if (not_null(cJSON_GetObjectItemCaseSensitive(root, "normalizer"))) {
-    rc = prm_errf(err, PRM_EINVAL, "%s: normalizer: not implemented (only null is supported)",
-                  file);
+  int charlevel = !is_bytelevel(pre);
+  if (!charlevel) {
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: model.byte_fallback: not implemented with a "
+                    "ByteLevel pre-tokenizer", file);
+      goto done;
+    }
+    if (not_null(cJSON_GetObjectItemCaseSensitive(root, "normalizer"))) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: normalizer: not implemented: %s (only null with a "
+                    "ByteLevel pre-tokenizer)", file,
+                    type_of(cJSON_GetObjectItemCaseSensitive(root, "normalizer")));
+      goto done;
+    }
+    if ((rc = check_pretok(pre, file, &info->add_prefix_space, &info->pat, &info->ndig, err)))
+      goto done;
+  } else if ((rc = check_sp_normalizer(cJSON_GetObjectItemCaseSensitive(root, "normalizer"),
+                                       file, info, err)) ||
+             (rc = check_sp_pretok(pre, file, info, err)) ||
+             (rc = check_sp_decoder(cJSON_GetObjectItemCaseSensitive(root, "decoder"), file,
+                                    info, err))) {
     goto done;
   }
-  if ((rc = check_pretok(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), file,
-                         add_prefix_space, pat, ndig, err)))
-    goto done;
 
   /* The id space: the largest id of the vocabulary and the added tokens. */
   int64_t max_id = -1, id;
@@ -187,6 +304,13 @@ int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_
       goto done;
     }
     if (id > max_id) max_id = id;
+    static const char *const flags[] = {"single_word", "lstrip", "rstrip"};
+    for (int k = 0; k < 3; k++)
+      if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, flags[k]))) {
+        rc = prm_errf(err, PRM_EINVAL, "%s: added_tokens[%d].%s: not implemented (only false)",
+                      file, ai, flags[k]);
+        goto done;
+      }
   }
   if (max_id < 0) {
     rc = prm_errf(err, PRM_EPARSE, "%s: model.vocab is empty", file);
@@ -194,6 +318,11 @@ int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_
   }
   prm__bpe_init(b, PRM__BPE_PAIRS, (int32_t)max_id + 1);
   b->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
+  b->charlevel = charlevel;
+  b->byte_fallback = charlevel && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model,
+                                                                                 "byte_fallback"));
+  b->fuse_unk = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "fuse_unk"));
+  b->unk = -1;
 
   /* Added tokens first: their ids decode to their content as written. */
   static const char *const eod_names[] = {"<|endoftext|>", "</s>", "<eos>"};
@@ -211,14 +340,15 @@ int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_
     for (int k = 0; k < 3; k++)
       if (k < eod_pref && !strcmp(content, eod_names[k])) {
         eod_pref = k;
-        *eod = (int32_t)id;
+        info->eod = (int32_t)id;
       }
   }
   buf = prm_xmalloc(2 * longest + 2);
   for (const cJSON *v = vocab->child; v; v = v->next) {
     json_int(v, &id);
     if (b->len[id] && b->special[id]) continue; /* an added token kept in the vocab */
-    int64_t n = token_bytes(inv, v->string, buf);
+    int64_t n = charlevel ? (int64_t)strlen(v->string) : token_bytes(inv, v->string, buf);
+    if (charlevel) memcpy(buf, v->string, (size_t)n);
     if (n <= 0) {
       rc = prm_errf(err, PRM_EINVAL, "%s: model.vocab[\"%s\"]: not a byte-level token (a "
                     "character outside GPT-2's bytes-to-unicode table)", file, v->string);
@@ -230,6 +360,22 @@ int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_
     }
   }
   if ((rc = prm__bpe_finish(b, file, err))) goto done;
+  const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
+  if (cJSON_IsString(unk)) {
+    size_t ul = strlen(unk->valuestring);
+    for (int32_t i = 0; i < b->n_ids && b->unk < 0; i++)
+      if (b->len[i] == ul && !memcmp(b->arena + b->off[i], unk->valuestring, ul)) b->unk = i;
+    if (b->unk < 0) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: model.unk_token \"%s\" is not in the vocabulary", file,
+                    unk->valuestring);
+      goto done;
+    }
+  }
+  if (charlevel && !b->byte_fallback && b->unk < 0) {
+    rc = prm_errf(err, PRM_EINVAL, "%s: model: a character-level BPE needs byte_fallback or an "
+                  "unk_token", file);
+    goto done;
+  }
 
   /* Merges: rank = position in the list. */
   int r = 0;
@@ -258,7 +404,8 @@ int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_
       memcpy(cat + ln, right, rn + 1);
       const char *parts[3] = {left, right, cat};
       for (int k = 0; k < 3; k++) {
-        int64_t n = token_bytes(inv, parts[k], bytes);
+        int64_t n = charlevel ? (int64_t)strlen(parts[k]) : token_bytes(inv, parts[k], bytes);
+        if (charlevel) memcpy(bytes, parts[k], (size_t)n);
         ids[k] = n > 0 ? prm__bpe_find(b, bytes, (size_t)n) : -1;
       }
       free(cat);

@@ -151,6 +151,12 @@ enum {
 typedef struct {
   int mode;
   int ignore_merges; /* a whole piece found in the vocabulary is one token */
+  /* SentencePiece-style BPE (Llama 2, Mistral): a piece starts as its UTF-8
+   * characters, each a token of its own; a character the vocabulary lacks
+   * becomes the byte-fallback tokens <0xXX> of its bytes (byte_id), or unk
+   * (runs of unknowns fused into one with fuse_unk). */
+  int charlevel, byte_fallback, fuse_unk;
+  int32_t unk;
   int32_t n_ids;     /* ids are 0 .. n_ids-1; some may be unused */
   /* Token bytes by id, in one arena; len 0 marks an unused id. */
   char *arena;
@@ -160,7 +166,8 @@ typedef struct {
   /* Hash of ordinary token bytes -> id (see prm__tok_slot_t). */
   prm__tok_slot_t *slots;
   uint32_t mask;
-  int32_t byte_id[256]; /* the id of each single byte, -1 when missing */
+  int32_t byte_id[256]; /* the id of each single byte (charlevel: its
+                         * byte-fallback token), -1 when missing */
   /* PRM__BPE_PAIRS: (left << 32 | right) -> merge rank and merged id. */
   uint64_t *pkey;
   int32_t *prank, *pnew;
@@ -185,7 +192,8 @@ int32_t prm__bpe_find(const prm__bpe_t *b, const void *bytes, size_t n);
 /* PRM__BPE_PAIRS: adds a merge of ids a and bb giving id c, at rank. Later
  * duplicates are ignored (the first, lowest rank wins, as in HF). */
 void prm__bpe_add_pair(prm__bpe_t *b, int32_t a, int32_t bb, int32_t c, int32_t rank);
-/* Fills byte_id from the table; PRM_EINVAL naming the first missing byte. */
+/* Fills byte_id from the table (charlevel: from the <0xXX> tokens, when
+ * byte_fallback); PRM_EINVAL naming the first missing byte. */
 int prm__bpe_finish(prm__bpe_t *b, const char *what, prm_err_t *err);
 
 /* Per-thread scratch state: the match data, the merge heap and a bounded
@@ -215,11 +223,26 @@ int prm__bpe_encode_piece(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t 
 /* Reads a tiktoken rank file (lines "base64(bytes) rank") into b, with an
  * id space of at least min_ids (room for special tokens above the ranks). */
 int prm__tiktoken_load(prm__bpe_t *b, const char *path, int32_t min_ids, prm_err_t *err);
-/* Reads a Hugging Face tokenizer.json (or a folder holding one) with a
- * byte-level BPE model into b; *eod is the end-of-document id or -1, *pat
- * and *ndig the pre-tokenizer's pattern (ByteLevel's own regex, or a Split
- * with one of the patterns of PRM__PAT_* followed by ByteLevel without). */
-int prm__hf_load(prm__bpe_t *b, const char *path, int32_t *eod, int *add_prefix_space, int *pat,
-                 int *ndig, prm_err_t *err);
+/* What a tokenizer.json asks beyond the vocabulary and merges. */
+typedef struct {
+  int32_t eod;          /* the end-of-document id or -1 */
+  int add_prefix_space; /* ByteLevel's: a space before text not starting with one */
+  int pat, ndig;        /* the pre-tokenizer's pattern (PRM__PAT_*) */
+  int no_pretok;        /* no pre-tokenizer: a whole segment is one piece */
+  int prepend;          /* "\u2581" before a segment: 0 never, 1 always (Prepend
+                         * normalizer), 2 the first segment, 3 each segment
+                         * (Metaspace: 2, 3 not when it starts with one) */
+  int space_to_meta;    /* ' ' becomes "\u2581" (normalizer Replace, Metaspace) */
+  int dec_meta;         /* decode: "\u2581" -> ' ', <0xXX> -> the byte */
+  int dec_strip;        /* decode: leading spaces to remove (Strip, Metaspace) */
+} prm__hf_info_t;
+
+/* Reads a Hugging Face tokenizer.json (or a folder holding one) with a BPE
+ * model into b: byte-level (GPT-2's alphabet; pre-tokenizer ByteLevel, or a
+ * Split of one of the patterns of PRM__PAT_* then ByteLevel without regex)
+ * or SentencePiece-style (Llama 2, Mistral: normalizer Prepend/Replace or a
+ * Metaspace pre-tokenizer, byte_fallback). Any other construct is
+ * PRM_EINVAL naming it and the file. */
+int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_t *err);
 
 #endif

@@ -62,6 +62,7 @@ struct prm_tokenizer {
   int32_t bos;
   int add_prefix_space;
   int pat, ndig; /* the pre-tokenizer's pattern (PRM__PAT_*) */
+  prm__hf_info_t hf; /* HuggingFaceTokenizer's normalizer and decoder */
   prm__bpe_t bpe;
   prm__pretok_t pre;
   /* Per-thread scratch: found through key, all owned here (freed with the
@@ -417,8 +418,12 @@ static int open_hf(struct prm_tokenizer *t, const char *model, prm_err_t *err) {
                     "tokenizer.json file or a folder holding one");
   if (!prm_fs_exists(model))
     return prm_errf(err, PRM_ENOENT, "HuggingFaceTokenizer: %s not found", model);
-  int rc = prm__hf_load(&t->bpe, model, &t->eod, &t->add_prefix_space, &t->pat, &t->ndig, err);
+  int rc = prm__hf_load(&t->bpe, model, &t->hf, err);
   if (rc) return rc;
+  t->eod = t->hf.eod;
+  t->add_prefix_space = t->hf.add_prefix_space;
+  t->pat = t->hf.pat;
+  t->ndig = t->hf.ndig;
   t->is_bpe = 1;
   t->vocab = t->bpe.n_ids;
   return 0;
@@ -519,18 +524,46 @@ static int on_piece(void *ctx, const uint8_t *p, size_t n) {
   return prm__bpe_encode_piece(c->bpe, c->s, p, n, c->out);
 }
 
+static const char META[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
+
 static int encode_plain(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uint8_t *p, size_t n,
-                        prm__ids_t *out) {
+                        int first, prm__ids_t *out) {
   piece_ctx_t c = {&t->bpe, s, out};
+  const prm__hf_info_t *h = &t->hf;
+  if ((h->prepend || h->space_to_meta) && n) {
+    /* SentencePiece-style normalisation: spaces become U+2581, and one is
+     * prepended as the normalizer or Metaspace's scheme says. */
+    uint8_t *q = prm_xmalloc(3 * n + 3);
+    size_t k = 0;
+    int starts_meta = (p[0] == ' ' && h->space_to_meta) || (n >= 3 && !memcmp(p, META, 3));
+    if (h->prepend == 1 || (h->prepend == 3 && !starts_meta) ||
+        (h->prepend == 2 && first && !starts_meta)) {
+      memcpy(q, META, 3);
+      k = 3;
+    }
+    for (size_t i = 0; i < n; i++) {
+      if (p[i] == ' ' && h->space_to_meta) {
+        memcpy(q + k, META, 3);
+        k += 3;
+      } else {
+        q[k++] = p[i];
+      }
+    }
+    int rc = h->no_pretok ? prm__bpe_encode_piece(&t->bpe, s, q, k, out)
+                          : prm__pretok_split(&t->pre, NULL, q, k, on_piece, &c);
+    free(q);
+    return rc;
+  }
+  if (h->no_pretok) return prm__bpe_encode_piece(&t->bpe, s, p, n, out);
   if (t->add_prefix_space && n && p[0] != ' ') {
     uint8_t *q = prm_xmalloc(n + 1);
     q[0] = ' ';
     memcpy(q + 1, p, n);
-    int rc = prm__pretok_split(&t->pre, prm__tok_tls_md(s), q, n + 1, on_piece, &c);
+    int rc = prm__pretok_split(&t->pre, NULL, q, n + 1, on_piece, &c);
     free(q);
     return rc;
   }
-  return prm__pretok_split(&t->pre, prm__tok_tls_md(s), p, n, on_piece, &c);
+  return prm__pretok_split(&t->pre, NULL, p, n, on_piece, &c);
 }
 
 /* The special token (longest) that starts at p, or -1. */
@@ -551,7 +584,7 @@ static int32_t special_at(const prm__bpe_t *b, const uint8_t *p, size_t n) {
 static int encode_bpe(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uint8_t *p, size_t n,
                       prm__ids_t *out) {
   const prm__bpe_t *b = &t->bpe;
-  if (!b->n_split) return encode_plain(t, s, p, n, out);
+  if (!b->n_split) return encode_plain(t, s, p, n, 1, out);
   uint8_t first[256] = {0};
   for (int k = 0; k < b->n_split; k++) first[(uint8_t)b->arena[b->off[b->split_ids[k]]]] = 1;
   size_t seg = 0;
@@ -560,12 +593,12 @@ static int encode_bpe(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uint8_t
     if (!first[p[i]]) continue;
     int32_t id = special_at(b, p + i, n - i);
     if (id < 0) continue;
-    if ((rc = encode_plain(t, s, p + seg, i - seg, out))) return rc;
+    if ((rc = encode_plain(t, s, p + seg, i - seg, seg == 0, out))) return rc;
     if ((rc = prm__ids_push(out, id))) return rc;
     i += b->len[id] - 1;
     seg = i + 1;
   }
-  return encode_plain(t, s, p + seg, n - seg, out);
+  return encode_plain(t, s, p + seg, n - seg, seg == 0, out);
 }
 
 int prm_tokenizer_encode_append(const prm_tokenizer_t *t, const char *text, size_t len,
@@ -627,7 +660,56 @@ void prm_tokenizer_decode(const prm_tokenizer_t *t, const int32_t *ids, int64_t 
     return;
   }
   const prm__bpe_t *b = &t->bpe;
-  for (int64_t i = 0; i < n; i++)
-    if (ids[i] >= 0 && ids[i] < b->n_ids && b->len[ids[i]])
-      prm_sb_appendn(out, b->arena + b->off[ids[i]], b->len[ids[i]]);
+  if (!t->hf.dec_meta) {
+    for (int64_t i = 0; i < n; i++)
+      if (ids[i] >= 0 && ids[i] < b->n_ids && b->len[ids[i]])
+        prm_sb_appendn(out, b->arena + b->off[ids[i]], b->len[ids[i]]);
+    return;
+  }
+  /* SentencePiece-style: U+2581 is a space, <0xXX> its byte, then the
+   * decoder's Strip takes leading spaces off the whole text. Where encoding
+   * prepended U+2581 to the text after a special token (a Prepend
+   * normalizer, Metaspace's "always"), that space goes too, so decode
+   * inverts encode (Hugging Face's decode keeps it). */
+  size_t start = out->len;
+  int after_special = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int32_t id = ids[i];
+    if (id < 0 || id >= b->n_ids || !b->len[id]) continue;
+    const char *tok = b->arena + b->off[id];
+    uint32_t len = b->len[id];
+    if (b->byte_fallback && !b->special[id] && len == 6 && !memcmp(tok, "<0x", 3) && tok[5] == '>') {
+      unsigned v = (unsigned)strtoul(tok + 3, NULL, 16);
+      if (v < 256 && b->byte_id[v] == id) {
+        prm_sb_putc(out, (char)v);
+        continue;
+      }
+    }
+    if (b->special[id]) {
+      prm_sb_appendn(out, tok, len);
+      after_special = 1;
+      continue;
+    }
+    uint32_t k0 = 0;
+    if (after_special && (t->hf.prepend == 1 || t->hf.prepend == 3) && len >= 3 &&
+        !memcmp(tok, META, 3))
+      k0 = 3;
+    after_special = 0;
+    for (uint32_t k = k0; k < len; k++) {
+      if (k + 3 <= len && !memcmp(tok + k, META, 3)) {
+        prm_sb_putc(out, ' ');
+        k += 2;
+      } else {
+        prm_sb_putc(out, tok[k]);
+      }
+    }
+  }
+  size_t strip = 0;
+  while ((int)strip < t->hf.dec_strip && start + strip < out->len && out->buf[start + strip] == ' ')
+    strip++;
+  if (strip) {
+    memmove(out->buf + start, out->buf + start + strip, out->len - start - strip);
+    out->len -= strip;
+    out->buf[out->len] = 0;
+  }
 }

@@ -3,7 +3,8 @@
 # implementations, id for id: tiktoken (the npm WASM build of its Rust core)
 # for r50k_base, p50k_base, cl100k_base, o200k_base and Llama 3, and Hugging
 # Face tokenizers (its Node bindings) for tokenizer.json files built from
-# those rank files (GPT-2's ByteLevel layout, Llama 3's Split + ByteLevel).
+# those rank files (GPT-2's ByteLevel layout, Llama 3's Split + ByteLevel)
+# and for Llama 2's SentencePiece BPE (llama-tokenizer-js's vocabulary).
 # Inputs: the whole Brown text, and tests/tokenizer/unicode.mjs's text
 # (nlp-corpus sentences plus adversarial documents: every script, marks,
 # emoji, format characters, every White_Space, contractions in every case,
@@ -21,6 +22,7 @@ BROWN=$PRIMUS_CACHE/data/brown.txt
 NODE=$(command -v node || true)
 for need in "$NODE" "$PKG/data/r50k_base.tiktoken" "$PKG/data/o200k_base.tiktoken" \
   "$NM/tiktoken/package.json" "$NM/tokenizers/package.json" "$NM/llama3-tokenizer-js/package.json" \
+  "$NM/llama-tokenizer-js/package.json" \
   "$NM/nlp-corpus/builds/doc-0.json" "$BROWN"; do
   if [[ -z $need || ! -e $need ]]; then
     echo "SKIP: missing ${need:-node} (run scripts/deps.sh)"
@@ -102,6 +104,15 @@ if "$NODE" "$PRIMUS_SRC/tests/tokenizer/tiktoken2hf.mjs" "$PKG/data/r50k_base.ti
 else
   bad "tiktoken2hf: $(cat "$T/node.err")"
 fi
+# Llama 2's SentencePiece BPE with byte fallback, in both layouts Hugging
+# Face writes (Prepend/Replace normalizer; Metaspace pre-tokenizer).
+for layout in legacy metaspace; do
+  if "$NODE" "$PRIMUS_SRC/tests/tokenizer/llama2-json.mjs" "$NM/llama-tokenizer-js" "$T/l2$layout" "$layout" >/dev/null 2>"$T/node.err"; then
+    compare "unicode-hf-llama2-$layout" "$T/unicode.txt" hf "$T/l2$layout/tokenizer.json" HuggingFaceTokenizer "$T/l2$layout"
+  else
+    bad "llama2-json $layout: $(cat "$T/node.err")"
+  fi
+done
 
 # Invalid UTF-8 has no reference (node reads it as U+FFFD): round trip only.
 for i in 1 2 3; do

@@ -69,7 +69,10 @@ const words = ['HTMLParser', 'iPhone', 'McDonald', 'ǅungla', 'ǈubljana', 'ABC'
   'हिन्दी', 'العربية', 'עברית', 'ελληνικά', 'русский', 'ქართული', 'አማርኛ', 'ᠮᠣᠩᠭᠣᠯ',
   'e\u0301', 'n\u0303o', 'a\u0308\u0301', '\u0301\u0301', 'x/y', 'a//b', '//\n', '\\\\', '...',
   '—', '«»', '$1,000.50', 'C++', 'foo_bar', '\r\n', '\n\r', '\r\r\n\n', '\n\n\n', ' \n ',
-  '\t\n', '\u3000\n', '\u2028\n', '\u0085\r'];
+  '\t\n', '\u3000\n', '\u2028\n', '\u0085\r',
+  // Special tokens' text: ordinary text to tiktoken's encode_ordinary, added
+  // tokens to Hugging Face.
+  '<|endoftext|>', '<|begin_of_text|>', '<|eot_id|>', '<s>', '</s>', '<unk>', ' <s> ', '<|endof'];
 // One adversarial piece.
 function piece() {
   switch (rand(12)) {
