@@ -119,7 +119,12 @@ for c in "llama3_8B.yaml 8.030B" "llama2_7B 6.738B" "llama3_70B.yaml 70.554B" \
   "mixtral_8x7B_v0.1.yaml 46.703B"; do
   set -- $c
   f=${1%.yaml}-BF16-pretrain.yaml
-  bf16 "$f" "$1"
+  # Llama 3 70B as Primus' 70B examples write it: FSDP2, block recompute.
+  more=()
+  [[ $1 == llama3_70B* ]] && more=("use_torch_fsdp2: true" "use_distributed_optimizer: false"
+    "sequence_parallel: 1" "recompute_granularity: full # full, selective"
+    "recompute_method: block # uniform, block" "recompute_num_layers: 80 # int")
+  bf16 "$f" "$1" "${more[@]}"
   run config validate --config "$f"
   expect_rc "$f validates unchanged" 0
   expect_in "$f: size" "$2 parameters" "$OUT"
@@ -142,6 +147,17 @@ expect_not_in "implemented keys are not listed" "disable_last_saving" "$W"
 expect_in "mock data takes the preset's vocabulary, said so" "mock_data: vocabulary of 256" "$ERR"
 expect_in "eod_mask_loss on mock tokens said" "eod_mask_loss: true has no effect on mock tokens" "$ERR"
 expect_in "bf16 from Primus' module preset" "bf16" "$ERR"
+
+# Mixtral and Qwen 3 MoE as Primus writes them for benchmarks: forced even
+# routing replaces the router's choice, which primus does not do.
+bf16 force.yaml mixtral_8x7B_v0.1.yaml "moe_router_force_load_balancing: true" \
+  "use_turbo_deepep: true" "moe_router_dtype: fp32" "turbo_deepep_num_cu: 64" \
+  "turbo_sync_free_moe_stage: 1" "moe_use_fused_router_with_aux_score: true" "moe_permute_fusion: true"
+run config validate --config force.yaml
+expect_rc "forced load balancing refused" 2
+expect_in "names moe_router_force_load_balancing" \
+  "force.yaml:$(line_of force.yaml moe_router_force_load_balancing): moe_router_force_load_balancing: got \"true\"" "$ERR"
+expect_not_in "the rest accepted" "problems" "$ERR"
 
 # ---- presets whose architecture keys the engine does not have yet ----
 for c in "llama3.1_8B use_rope_scaling 8.030B" "qwen2.5_7B add_qkv_bias 7.616B" \
