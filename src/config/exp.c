@@ -31,8 +31,8 @@ struct prm_exp {
  * megatron reads the keys with Megatron-LM's meaning (which native keys
  * share). Other engines' experiments name features primus does not have. */
 static const char *const prm__frameworks[] = {"native", "megatron"};
-static const char *const prm__other_frameworks[] = {"torchtitan", "maxtext", "jax", "light-megatron",
-                                                    "megatron_bridge", "hummingbird", "deepspeed"};
+static const char *const prm__other_frameworks[] = {"torchtitan", "maxtext", "jax",
+                                                    "megatron_bridge", "deepspeed"};
 
 /* Model families whose architecture primus' engine does not train: a preset
  * name starting with one of these is answered with the feature it lacks,
@@ -178,12 +178,12 @@ static int prm__find_preset(const char *kind, const char *framework, const prm_n
     for (int i = 0; i < PRM__LEN(prm__unsupported_models); i++) {
       const char *pre = prm__unsupported_models[i].prefix;
       if (strncasecmp(base, pre, strlen(pre))) continue;
-        char where[1100];
-        return prm_errf(err, PRM_ECONFIG,
-                        "%s: model preset \"%s\": %s are not implemented in primus' engine (it "
-                        "trains Llama-family dense and Mixtral-style MoE transformers)",
-                        prm__origin(name, where, sizeof where), name->str,
-                        prm__unsupported_models[i].feature);
+      char where[1100];
+      return prm_errf(err, PRM_ECONFIG,
+                      "%s: model preset \"%s\": %s are not implemented in primus' engine (it "
+                      "trains Llama-family dense and Mixtral-style MoE transformers)",
+                      prm__origin(name, where, sizeof where), name->str,
+                      prm__unsupported_models[i].feature);
     }
   }
   if (err) *err = first;

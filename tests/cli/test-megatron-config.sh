@@ -114,6 +114,12 @@ SMALL=(num_layers=2 hidden_size=32 num_attention_heads=4 num_query_groups=2 ffn_
   vocab_size=256 "workspace=$T/ws")
 MOE=(num_experts=4 moe_router_topk=2 moe_ffn_hidden_size=32)
 
+run config presets
+expect_rc "config presets" 0
+for m in llama3_8B qwen2.5_72B qwen3_235B_A22B mixtral_8x22B_v0.1 language_model; do
+  expect_in "presets list megatron/$m" "  $m" "$(sed -n '/models\/megatron/,$p' <<<"$OUT")"
+done
+
 # ---- the families primus trains: validate unchanged, train two steps ----
 for c in "llama3_8B.yaml 8.030B" "llama2_7B 6.738B" "llama3_70B.yaml 70.554B" \
   "mixtral_8x7B_v0.1.yaml 46.703B"; do
