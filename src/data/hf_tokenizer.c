@@ -360,6 +360,17 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
     }
   }
   if ((rc = prm__bpe_finish(b, file, err))) goto done;
+  if (charlevel && info->no_pretok) {
+    info->word_split = 1;
+    for (int32_t i = 0; i < b->n_ids && info->word_split; i++) {
+      const char *tk = b->arena + b->off[i];
+      for (uint32_t k = 1; !b->special[i] && k + 3 <= b->len[i]; k++)
+        if (!memcmp(tk + k, META, 3) && !(k >= 3 && !memcmp(tk + k - 3, META, 3))) {
+          info->word_split = 0;
+          break;
+        }
+    }
+  }
   const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
   if (cJSON_IsString(unk)) {
     size_t ul = strlen(unk->valuestring);

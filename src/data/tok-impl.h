@@ -235,6 +235,11 @@ typedef struct {
   int space_to_meta;    /* ' ' becomes "\u2581" (normalizer Replace, Metaspace) */
   int dec_meta;         /* decode: "\u2581" -> ' ', <0xXX> -> the byte */
   int dec_strip;        /* decode: leading spaces to remove (Strip, Metaspace) */
+  /* no_pretok with no token that has "\u2581" after another character: a
+   * segment may be cut before every "\u2581" that follows another character
+   * (no merge can cross there, so the ids are the same), which lets the
+   * piece cache work. */
+  int word_split;
 } prm__hf_info_t;
 
 /* Reads a Hugging Face tokenizer.json (or a folder holding one) with a BPE

@@ -549,8 +549,22 @@ static int encode_plain(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uint8
         q[k++] = p[i];
       }
     }
-    int rc = h->no_pretok ? prm__bpe_encode_piece(&t->bpe, s, q, k, out)
-                          : prm__pretok_split(&t->pre, NULL, q, k, on_piece, &c);
+    int rc = 0;
+    if (h->no_pretok && h->word_split) {
+      /* Cut before each U+2581 that follows another character: no merge
+       * crosses there (checked at load), and words hit the piece cache. */
+      size_t a = 0;
+      for (size_t i = 3; i + 3 <= k && !rc; i++)
+        if (q[i] == 0xE2 && !memcmp(q + i, META, 3) && memcmp(q + i - 3, META, 3)) {
+          rc = prm__bpe_encode_piece(&t->bpe, s, q + a, i - a, out);
+          a = i;
+          i += 2;
+        }
+      if (!rc) rc = prm__bpe_encode_piece(&t->bpe, s, q + a, k - a, out);
+    } else {
+      rc = h->no_pretok ? prm__bpe_encode_piece(&t->bpe, s, q, k, out)
+                        : prm__pretok_split(&t->pre, NULL, q, k, on_piece, &c);
+    }
     free(q);
     return rc;
   }

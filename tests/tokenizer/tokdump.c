@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "primus/prm_data.h"
 
@@ -55,9 +56,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < len; i++)
       if (text[i] == '\n') start[lines++] = i + 1;
     start[lines] = len + 1;
-    double best = 1e30;
+    double best = 1e30, best_cpu = 1e30;
     int64_t tokens = 0;
     for (int r = 0; r < reps; r++) {
+      struct timespec c0, c1;
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
       double t0 = prm_time_now();
       int64_t n = 0;
       int failed = 0;
@@ -81,11 +84,16 @@ int main(int argc, char **argv) {
         return 1;
       }
       double s = prm_time_now() - t0;
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+      double cpu = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
       if (s < best) best = s;
+      if (cpu < best_cpu) best_cpu = cpu;
       tokens = n;
     }
-    printf("primus: %zu bytes, %lld tokens, %d thread(s), %.3f s, %.2f MB/s\n", len,
-           (long long)tokens, threads, best, (double)len / best / 1e6);
+    /* CPU time as well: on a shared machine it moves less than the clock. */
+    printf("primus: %zu bytes, %lld tokens, %d thread(s), %.3f s, %.2f MB/s; %.3f CPU s, %.2f MB "
+           "per CPU s\n", len, (long long)tokens, threads, best, (double)len / best / 1e6, best_cpu,
+           (double)len / best_cpu / 1e6);
     free(start);
   } else {
     int32_t *ids = NULL;
