@@ -249,7 +249,7 @@ int32_t prm_tokenizer_eod(const prm_tokenizer_t *t); /* -1 when none */
  * "<|endoftext|>"); -1 when there is none. */
 int32_t prm_tokenizer_token_to_id(const prm_tokenizer_t *t, const char *token);
 /* *ids is malloc'd, caller frees. Safe to call from many threads at once on
- * one tokenizer (each thread keeps its own scratch state, about 11 MiB, until
+ * one tokenizer (each thread keeps its own scratch state, about 3 MiB, until
  * the tokenizer is freed). Any byte string is accepted: a run of invalid
  * UTF-8 becomes a piece of its own (BPE over its bytes), so
  * decode(encode(x)) == x for every x. */

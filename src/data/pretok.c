@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "data/tok-impl.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,13 +65,15 @@ int prm__pretok_find(const char *pattern, int *pat, int *ndig) {
   return -1;
 }
 
+static void pretok_tables(void);
+
 int prm__pretok_init(prm__pretok_t *p, int pat, int ndig, prm_err_t *err) {
   memset(p, 0, sizeof *p);
   if (pat < 0 || pat >= PRM__PAT_COUNT || !prm__pretok_pattern(pat, ndig))
     return prm_errf(err, PRM_EINTERNAL, "pre-tokenizer: no pattern %d (digits %d)", pat, ndig);
   p->pat = pat;
   p->ndig = ndig < 1 ? 1 : ndig;
-  prm__ucls_init();
+  pretok_tables();
   return 0;
 }
 
@@ -151,13 +154,22 @@ static const uint8_t flags[PRM__U_COUNT + 1] = {
     [U_INV] = 0,
 };
 
+/* The flags of ASCII characters, one load each (filled once from the class
+ * table by prm__pretok_init). */
+static uint8_t ascii_flags[128];
+static pthread_once_t ascii_once = PTHREAD_ONCE_INIT;
+static void ascii_init(void) {
+  for (uint32_t c = 0; c < 128; c++) ascii_flags[c] = flags[prm__ucls(c)];
+}
+static void pretok_tables(void) { pthread_once(&ascii_once, ascii_init); }
+
 /* The flags of the character at i (i < n) and its length (1 for an invalid
- * byte). ASCII is one lookup in the table's first block. */
+ * byte). */
 static inline unsigned at(const uint8_t *s, size_t n, size_t i, size_t *len) {
   uint8_t c = s[i];
   if (c < 0x80) {
     *len = 1;
-    return flags[prm__ucls_s2[(size_t)prm__ucls_s1[0] << 8 | c]];
+    return ascii_flags[c];
   }
   uint32_t cp;
   size_t l = prm__utf8_dec(s, n, i, &cp);
@@ -172,8 +184,11 @@ static inline unsigned at(const uint8_t *s, size_t n, size_t i, size_t *len) {
 /* The end of the run of characters with any of the flags in g from i. */
 static inline size_t run(const uint8_t *s, size_t n, size_t i, unsigned g) {
   size_t l;
-  while (i < n && (at(s, n, i, &l) & g)) i += l;
-  return i;
+  for (;;) {
+    while (i < n && s[i] < 0x80 && (ascii_flags[s[i]] & g)) i++;
+    if (i >= n || s[i] < 0x80 || !(at(s, n, i, &l) & g)) return i;
+    i += l;
+  }
 }
 
 /* ------------------------------------------------------------------------ */
