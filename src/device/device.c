@@ -108,10 +108,11 @@ static int prm__open_cuda(prm_dev_t *d, const prm_dev_opts_t *o, prm_err_t *err)
     }
   }
   if (table->abi != PRM_DEV_ABI_VERSION) {
-    table->close(ctx);
+    int abi = table->abi; /* the table is the module's: read it before unloading */
+    if (table->close) table->close(ctx);
     dlclose(dl);
     return prm_errf(err, PRM_EDEP, "%s: device ABI %d, this primus needs %d; rebuild it", path,
-                    table->abi, PRM_DEV_ABI_VERSION);
+                    abi, PRM_DEV_ABI_VERSION);
   }
   d->i = table;
   d->ctx = ctx;

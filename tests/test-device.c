@@ -1,0 +1,698 @@
+/* test-device.c - the device kernel harness: every operator of a device
+ * backend's table run on that backend and compared with its CPU kernel
+ * (prm_kernels.h), the reference. On the CPU backend the two must agree
+ * bit for bit (the table calls the same kernels); on a GPU within each
+ * operator's stated tolerance, and bit for bit run to run (determinism).
+ * Opening a device is tested too: auto's fallback, and every way the CUDA
+ * module can be missing or refuse (through a stand-in module).
+ *
+ *   test-device                   # the CPU backend
+ *   test-device --backend cuda    # the CUDA module; exit 77 (skipped) when
+ *                                 # it, the driver or a GPU is missing
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "primus/prm_device.h"
+#include "primus/prm_kernels.h"
+
+#define PRM_TEST_SKIP 77
+
+static prm_dev_t *g_dev;  /* the backend under test */
+static prm_gemm_t g_gemm; /* the CPU reference's GEMM backend */
+static int g_exact;       /* 1: the backend must give the reference's bits */
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static float *falloc(int64_t n) { return prm_xcalloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+
+static void randn(float *x, int64_t n, prm_rng_t *r, double scale) {
+  for (int64_t i = 0; i < n; i++) x[i] = (float)(scale * prm_rng_normal(r));
+}
+
+/* A device copy of n bytes of host memory (freed with dfree). */
+static void *dup_dev(const void *h, size_t bytes) {
+  void *d = prm_dev_alloc(g_dev, PRM_MEM_OTHER, bytes);
+  assert_non_null(d);
+  prm_err_t err = {0};
+  assert_int_equal(prm_dev_upload(g_dev, d, h, bytes, &err), 0);
+  return d;
+}
+
+static void dfree(void *d, size_t bytes) { prm_dev_free(g_dev, PRM_MEM_OTHER, d, bytes); }
+
+/* Host <- device, after checking the queue for failures. */
+static void fetch(void *h, const void *d, size_t bytes) {
+  prm_err_t err = {0};
+  int rc = prm_dev_sync(g_dev, &err);
+  if (rc) fprintf(stderr, "device failure: %s\n", err.msg);
+  assert_int_equal(rc, 0);
+  assert_int_equal(prm_dev_download(g_dev, h, d, bytes, &err), 0);
+}
+
+/* got against want (n values): bit for bit on an exact backend, else the
+ * largest difference within tol x max(1, max |want|). */
+static void check(const char *what, const float *got, const float *want, int64_t n, double tol) {
+  double worst = 0, scale = 1;
+  int64_t at = -1;
+  for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)want[i]));
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)got[i] - (double)want[i]);
+    if (isnan(got[i]) != isnan(want[i])) e = INFINITY;
+    if (e > worst || (g_exact && e == 0 && memcmp(&got[i], &want[i], 4))) {
+      if (e > worst) worst = e;
+      at = i;
+    }
+  }
+  if (g_exact) {
+    if (memcmp(got, want, (size_t)n * sizeof(float))) {
+      fprintf(stderr, "%s: not bit-identical (first difference near %lld: %.9g vs %.9g)\n", what,
+              (long long)at, at >= 0 ? got[at] : 0.0, at >= 0 ? want[at] : 0.0);
+      fail();
+    }
+    return;
+  }
+  if (worst > tol * scale) {
+    fprintf(stderr, "%s: worst difference %.3g at %lld (%.9g vs %.9g), allowed %.3g\n", what,
+            worst, (long long)at, got[at], want[at], tol * scale);
+    fail();
+  }
+}
+
+/* A device run twice must give the same bits. */
+static void check_same(const char *what, const float *a, const float *b, int64_t n) {
+  if (memcmp(a, b, (size_t)n * sizeof(float))) {
+    fprintf(stderr, "%s: two runs on the device differ\n", what);
+    fail();
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static void test_memory(void **state) {
+  (void)state;
+  prm_err_t err = {0};
+  uint64_t u0, p0, u1, p1;
+  prm_dev_usage(g_dev, &u0, &p0);
+  size_t n = 1000, bytes = n * sizeof(float);
+  float *d = prm_dev_alloc(g_dev, PRM_MEM_ACTS, bytes);
+  float *d2 = prm_dev_alloc(g_dev, PRM_MEM_ACTS, bytes);
+  assert_non_null(d);
+  assert_non_null(d2);
+  prm_dev_usage(g_dev, &u1, &p1);
+  assert_true(u1 >= u0 + 2 * bytes);
+  float *h = falloc((int64_t)n), *back = falloc((int64_t)n);
+  fetch(back, d, bytes); /* zero-filled */
+  for (size_t i = 0; i < n; i++) assert_true(back[i] == 0.0f);
+  for (size_t i = 0; i < n; i++) h[i] = (float)i * 0.5f - 7.0f;
+  assert_int_equal(prm_dev_upload(g_dev, d, h, bytes, &err), 0);
+  assert_int_equal(prm_dev_copy(g_dev, d2, d, bytes, &err), 0);
+  fetch(back, d2, bytes);
+  assert_memory_equal(back, h, bytes);
+  assert_int_equal(prm_dev_zero(g_dev, d2 + 10, 20 * sizeof(float), &err), 0);
+  fetch(back, d2, bytes);
+  for (size_t i = 0; i < n; i++) assert_true(back[i] == (i >= 10 && i < 30 ? 0.0f : h[i]));
+  prm_sb_t line = {0};
+  prm_dev_describe_memory(g_dev, &line);
+  assert_non_null(strstr(line.buf, "activations"));
+  prm_sb_free(&line);
+  prm_dev_free(g_dev, PRM_MEM_ACTS, d, bytes);
+  prm_dev_free(g_dev, PRM_MEM_ACTS, d2, bytes);
+  prm_dev_usage(g_dev, &u1, &p1);
+  assert_true(u1 == u0);
+  assert_true(p1 >= p0 + 2 * bytes || p0 >= 2 * bytes);
+  free(h);
+  free(back);
+}
+
+/* ------------------------------------------------------------------------ */
+/* GEMMs and conversions                                                      */
+/* ------------------------------------------------------------------------ */
+
+static void test_sgemm(void **state) {
+  (void)state;
+  prm_rng_t r;
+  prm_rng_seed(&r, 1);
+  /* Odd shapes, padded leading dimensions, every transpose, alpha/beta. */
+  int64_t M = 37, N = 29, K = 53, pad = 3;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+      int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
+      float *A = falloc(na), *B = falloc(nb), *C = falloc(nc), *got = falloc(nc);
+      randn(A, na, &r, 1);
+      randn(B, nb, &r, 1);
+      randn(C, nc, &r, 1);
+      float *dA = dup_dev(A, na * 4), *dB = dup_dev(B, nb * 4), *dC = dup_dev(C, nc * 4);
+      prm_dev_sgemm(g_dev, ta, tb, M, N, K, 0.75f, dA, lda, dB, ldb, 0.5f, dC, ldc);
+      prm_sgemm(&g_gemm, ta, tb, M, N, K, 0.75f, A, lda, B, ldb, 0.5f, C, ldc);
+      fetch(got, dC, nc * 4);
+      check("sgemm", got, C, nc, 2e-6 * K);
+      dfree(dA, na * 4);
+      dfree(dB, nb * 4);
+      dfree(dC, nc * 4);
+      free(A), free(B), free(C), free(got);
+    }
+}
+
+static void test_gemm_bf16(void **state) {
+  (void)state;
+  prm_rng_t r;
+  prm_rng_seed(&r, 2);
+  int64_t M = 33, N = 40, K = 96;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      int64_t lda = ta ? M : K, ldb = tb ? K : N, na = M * K, nb = K * N, nc = M * N;
+      float *Af = falloc(na), *Bf = falloc(nb), *C = falloc(nc), *got = falloc(nc);
+      prm_bf16_t *A = prm_xcalloc((size_t)na, 2), *B = prm_xcalloc((size_t)nb, 2);
+      randn(Af, na, &r, 1);
+      randn(Bf, nb, &r, 1);
+      randn(C, nc, &r, 1);
+      prm_f32_to_bf16(A, Af, na);
+      prm_f32_to_bf16(B, Bf, nb);
+      void *dA = dup_dev(A, na * 2), *dB = dup_dev(B, nb * 2);
+      float *dC = dup_dev(C, nc * 4);
+      prm_dev_gemm_bf16(g_dev, ta, tb, M, N, K, 1.0f, dA, lda, dB, ldb, 1.0f, dC, N);
+      prm_gemm_bf16(&g_gemm, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, N);
+      fetch(got, dC, nc * 4);
+      check("gemm_bf16", got, C, nc, 2e-6 * K);
+      dfree(dA, na * 2);
+      dfree(dB, nb * 2);
+      dfree(dC, nc * 4);
+      free(Af), free(Bf), free(C), free(got), free(A), free(B);
+    }
+}
+
+static void test_bf16_convert(void **state) {
+  (void)state;
+  /* Ties, denormals, infinities, NaNs and ordinary values: the same bits
+   * on every backend. */
+  uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x00000001u, 0x00018000u,
+                        0x807fffffu, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0xffa00000u,
+                        0x7f7fffffu, 0x00000000u, 0x80000000u, 0x3f7fffffu};
+  int64_t n = 4096, ns = (int64_t)(sizeof special / sizeof special[0]);
+  float *x = falloc(n), *back = falloc(n), *want = falloc(n);
+  prm_rng_t r;
+  prm_rng_seed(&r, 3);
+  randn(x, n, &r, 3);
+  for (int64_t i = 0; i < ns; i++) memcpy(&x[i], &special[i], 4);
+  prm_bf16_t *h16 = prm_xcalloc((size_t)n, 2), *got16 = prm_xcalloc((size_t)n, 2);
+  prm_f32_to_bf16(h16, x, n);
+  prm_bf16_to_f32(want, h16, n);
+  float *dx = dup_dev(x, n * 4), *dback = prm_dev_alloc(g_dev, PRM_MEM_OTHER, n * 4);
+  prm_bf16_t *d16 = prm_dev_alloc(g_dev, PRM_MEM_OTHER, n * 2);
+  prm_dev_f32_to_bf16(g_dev, d16, dx, n);
+  prm_dev_bf16_to_f32(g_dev, dback, d16, n);
+  fetch(got16, d16, n * 2);
+  fetch(back, dback, n * 4);
+  assert_memory_equal(got16, h16, (size_t)n * 2);
+  assert_memory_equal(back, want, (size_t)n * 4);
+  dfree(dx, n * 4);
+  dfree(dback, n * 4);
+  dfree(d16, n * 2);
+  free(x), free(back), free(want), free(h16), free(got16);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Element-wise and row-wise operators                                        */
+/* ------------------------------------------------------------------------ */
+
+static void test_embedding(void **state) {
+  (void)state;
+  int64_t V = 50, C = 72, N = 300;
+  prm_rng_t r;
+  prm_rng_seed(&r, 4);
+  float *wte = falloc(V * C), *out = falloc(N * C), *got = falloc(N * C), *dout = falloc(N * C);
+  float *dw = falloc(V * C), *dwgot = falloc(V * C), *dw2 = falloc(V * C);
+  int32_t *tok = prm_xcalloc((size_t)N, 4);
+  randn(wte, V * C, &r, 1);
+  randn(dout, N * C, &r, 1);
+  randn(dw, V * C, &r, 1);
+  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)(prm_rng_u64(&r) % 7 == 0 ? 3 : prm_rng_u64(&r) % V);
+  float *dwte = dup_dev(wte, V * C * 4), *dout_d = dup_dev(dout, N * C * 4);
+  float *dout_out = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * C * 4);
+  int32_t *dtok = dup_dev(tok, N * 4);
+  float *ddw = dup_dev(dw, V * C * 4), *ddw2 = dup_dev(dw, V * C * 4);
+  prm_dev_embedding_forward(g_dev, dout_out, dtok, dwte, N, C);
+  prm_embedding_forward(out, tok, wte, N, C);
+  fetch(got, dout_out, N * C * 4);
+  check("embedding_forward", got, out, N * C, 0); /* a copy: exact everywhere */
+  assert_memory_equal(got, out, (size_t)(N * C) * 4);
+  prm_dev_embedding_backward(g_dev, ddw, dout_d, dtok, N, C);
+  prm_dev_embedding_backward(g_dev, ddw2, dout_d, dtok, N, C);
+  prm_embedding_backward(dw, dout, tok, N, C);
+  fetch(dwgot, ddw, V * C * 4);
+  fetch(dw2, ddw2, V * C * 4);
+  check("embedding_backward", dwgot, dw, V * C, 1e-6);
+  check_same("embedding_backward", dwgot, dw2, V * C);
+  dfree(dwte, V * C * 4), dfree(dout_d, N * C * 4), dfree(dout_out, N * C * 4);
+  dfree(dtok, N * 4), dfree(ddw, V * C * 4), dfree(ddw2, V * C * 4);
+  free(wte), free(out), free(got), free(dout), free(dw), free(dwgot), free(dw2), free(tok);
+}
+
+static void test_rmsnorm(void **state) {
+  (void)state;
+  int64_t N = 67, C = 200;
+  float eps = 1e-5f;
+  prm_rng_t r;
+  prm_rng_seed(&r, 5);
+  float *x = falloc(N * C), *b = falloc(N * C), *w = falloc(C), *out = falloc(N * C);
+  float *rstd = falloc(N), *sum = falloc(N * C), *dout = falloc(N * C), *dx = falloc(N * C);
+  float *dw = falloc(C), *got = falloc(N * C);
+  randn(x, N * C, &r, 2);
+  randn(b, N * C, &r, 1);
+  randn(w, C, &r, 1);
+  randn(dout, N * C, &r, 1);
+  randn(dx, N * C, &r, 1);
+  randn(dw, C, &r, 1);
+  float *d_x = dup_dev(x, N * C * 4), *d_b = dup_dev(b, N * C * 4), *d_w = dup_dev(w, C * 4);
+  float *d_out = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * C * 4);
+  float *d_sum = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * C * 4);
+  float *d_rstd = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * 4);
+  float *d_dout = dup_dev(dout, N * C * 4), *d_dx = dup_dev(dx, N * C * 4), *d_dw = dup_dev(dw, C * 4);
+
+  prm_dev_rmsnorm_forward(g_dev, d_out, d_rstd, d_x, d_w, N, C, eps);
+  prm_rmsnorm_forward(out, rstd, x, w, N, C, eps);
+  fetch(got, d_out, N * C * 4);
+  check("rmsnorm_forward out", got, out, N * C, 2e-6);
+  fetch(got, d_rstd, N * 4);
+  check("rmsnorm_forward rstd", got, rstd, N, 2e-6);
+
+  prm_dev_rmsnorm_backward(g_dev, d_dx, d_dw, d_dout, d_x, d_w, d_rstd, N, C);
+  prm_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+  fetch(got, d_dx, N * C * 4);
+  check("rmsnorm_backward dx (accumulated)", got, dx, N * C, 1e-5);
+  fetch(got, d_dw, C * 4);
+  check("rmsnorm_backward dw (accumulated)", got, dw, C, 1e-5);
+
+  prm_dev_add_rmsnorm_forward(g_dev, d_sum, d_out, d_rstd, d_x, d_b, d_w, N, C, eps);
+  prm_add_rmsnorm_forward(sum, out, rstd, x, b, w, N, C, eps);
+  fetch(got, d_sum, N * C * 4);
+  check("add_rmsnorm_forward sum", got, sum, N * C, 0);
+  fetch(got, d_out, N * C * 4);
+  check("add_rmsnorm_forward out", got, out, N * C, 2e-6);
+  /* In place: the sum over its first input, as the model calls it. */
+  prm_dev_add_rmsnorm_forward(g_dev, d_x, d_out, d_rstd, d_x, d_b, d_w, N, C, eps);
+  fetch(got, d_x, N * C * 4);
+  check("add_rmsnorm_forward in place", got, sum, N * C, 0);
+
+  dfree(d_x, N * C * 4), dfree(d_b, N * C * 4), dfree(d_w, C * 4), dfree(d_out, N * C * 4);
+  dfree(d_sum, N * C * 4), dfree(d_rstd, N * 4), dfree(d_dout, N * C * 4);
+  dfree(d_dx, N * C * 4), dfree(d_dw, C * 4);
+  free(x), free(b), free(w), free(out), free(rstd), free(sum), free(dout), free(dx), free(dw);
+  free(got);
+}
+
+static void test_rope(void **state) {
+  (void)state;
+  int64_t B = 2, T = 19, nh = 3, D = 64, P = 64, n = B * T * nh * D;
+  prm_rng_t r;
+  prm_rng_seed(&r, 6);
+  float *cs = falloc(P * D / 2), *sn = falloc(P * D / 2), *x = falloc(n), *got = falloc(n);
+  int32_t *pos = prm_xcalloc((size_t)(B * T), 4);
+  prm_rope_tables(cs, sn, P, D, 10000.0);
+  for (int64_t i = 0; i < B * T; i++) pos[i] = (int32_t)(i % 7 + (i / 11) * 5);
+  float *d_cs = dup_dev(cs, P * D / 2 * 4), *d_sn = dup_dev(sn, P * D / 2 * 4);
+  int32_t *d_pos = dup_dev(pos, B * T * 4);
+  for (int variant = 0; variant < 4; variant++) {
+    float sign = variant & 1 ? -1.0f : 1.0f;
+    const int32_t *hp = variant & 2 ? pos : NULL, *dp = variant & 2 ? d_pos : NULL;
+    randn(x, n, &r, 1);
+    float *d_x = dup_dev(x, n * 4);
+    prm_dev_rope(g_dev, d_x, d_cs, d_sn, B, T, nh, D, 5, dp, sign);
+    if (sign > 0) {
+      if (hp) prm_rope_forward_pos(x, cs, sn, B, T, nh, D, hp);
+      else prm_rope_forward(x, cs, sn, B, T, nh, D, 5);
+    } else {
+      if (hp) prm_rope_backward_pos(x, cs, sn, B, T, nh, D, hp);
+      else prm_rope_backward(x, cs, sn, B, T, nh, D, 5);
+    }
+    fetch(got, d_x, n * 4);
+    check("rope", got, x, n, 1e-6);
+    dfree(d_x, n * 4);
+  }
+  dfree(d_cs, P * D / 2 * 4), dfree(d_sn, P * D / 2 * 4), dfree(d_pos, B * T * 4);
+  free(cs), free(sn), free(x), free(got), free(pos);
+}
+
+static void test_swiglu_add(void **state) {
+  (void)state;
+  int64_t n = 5000;
+  prm_rng_t r;
+  prm_rng_seed(&r, 7);
+  float *g = falloc(n), *u = falloc(n), *dh = falloc(n), *h = falloc(n), *dg = falloc(n);
+  float *du = falloc(n), *got = falloc(n);
+  randn(g, n, &r, 3);
+  randn(u, n, &r, 1);
+  randn(dh, n, &r, 1);
+  float *d_g = dup_dev(g, n * 4), *d_u = dup_dev(u, n * 4), *d_dh = dup_dev(dh, n * 4);
+  float *d_h = prm_dev_alloc(g_dev, PRM_MEM_OTHER, n * 4);
+  float *d_dg = prm_dev_alloc(g_dev, PRM_MEM_OTHER, n * 4);
+  float *d_du = prm_dev_alloc(g_dev, PRM_MEM_OTHER, n * 4);
+  prm_dev_swiglu_forward(g_dev, d_h, d_g, d_u, n);
+  prm_swiglu_forward(h, g, u, n);
+  fetch(got, d_h, n * 4);
+  check("swiglu_forward", got, h, n, 1e-6);
+  prm_dev_swiglu_backward(g_dev, d_dg, d_du, d_dh, d_g, d_u, n);
+  prm_swiglu_backward(dg, du, dh, g, u, n);
+  fetch(got, d_dg, n * 4);
+  check("swiglu_backward dgate", got, dg, n, 1e-6);
+  fetch(got, d_du, n * 4);
+  check("swiglu_backward dup", got, du, n, 1e-6);
+  prm_dev_add(g_dev, d_g, d_g, d_u, n); /* in place */
+  prm_add(g, g, u, n);
+  fetch(got, d_g, n * 4);
+  check("add", got, g, n, 0);
+  assert_memory_equal(got, g, (size_t)n * 4);
+  prm_dev_scale(g_dev, d_g, n, 0.37f);
+  prm_scale(g, n, 0.37f);
+  fetch(got, d_g, n * 4);
+  check("scale", got, g, n, 0);
+  assert_memory_equal(got, g, (size_t)n * 4);
+  dfree(d_g, n * 4), dfree(d_u, n * 4), dfree(d_dh, n * 4), dfree(d_h, n * 4);
+  dfree(d_dg, n * 4), dfree(d_du, n * 4);
+  free(g), free(u), free(dh), free(h), free(dg), free(du), free(got);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attention                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* One shape: forward and backward against the CPU kernels, with and
+ * without packed segments, and the device's backward twice (same bits). */
+static void attention_case(int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int packed) {
+  prm_rng_t r;
+  prm_rng_seed(&r, (uint64_t)(B * 1000 + T * 10 + H + G + D + packed));
+  int64_t nq = B * T * H * D, nk = B * T * G * D, nl = B * H * T;
+  float *q = falloc(nq), *k = falloc(nk), *v = falloc(nk), *dout = falloc(nq);
+  float *out = falloc(nq), *lse = falloc(nl), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
+  float *got = falloc(nq), *got2 = falloc(nq);
+  int32_t *seg = NULL;
+  randn(q, nq, &r, 1);
+  randn(k, nk, &r, 1);
+  randn(v, nk, &r, 1);
+  randn(dout, nq, &r, 1);
+  if (packed) { /* three examples per row of uneven lengths */
+    seg = prm_xcalloc((size_t)(B * T), 4);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = 0; t < T; t++) seg[b * T + t] = (int32_t)(t < T / 3 ? 1 : t < T / 2 + 3 ? 2 : 3);
+  }
+  float *d_q = dup_dev(q, nq * 4), *d_k = dup_dev(k, nk * 4), *d_v = dup_dev(v, nk * 4);
+  float *d_do = dup_dev(dout, nq * 4);
+  int32_t *d_seg = seg ? dup_dev(seg, B * T * 4) : NULL;
+  float *d_out = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nq * 4);
+  float *d_lse = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nl * 4);
+  float *d_dq = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nq * 4);
+  float *d_dk = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nk * 4);
+  float *d_dv = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nk * 4);
+
+  prm_dev_attention_forward(g_dev, d_out, d_lse, d_q, d_k, d_v, d_seg, B, T, H, G, D);
+  prm_attention_forward_seg(out, lse, q, k, v, seg, B, T, H, G, D);
+  fetch(got, d_out, nq * 4);
+  check("attention_forward out", got, out, nq, 1e-5);
+  fetch(got, d_lse, nl * 4);
+  check("attention_forward lse", got, lse, nl, 1e-5);
+
+  /* Backward from the reference's out and lse, so only backward differs. */
+  float *d_out_ref = dup_dev(out, nq * 4), *d_lse_ref = dup_dev(lse, nl * 4);
+  prm_attention_backward_seg(dq, dk, dv, dout, q, k, v, out, lse, seg, B, T, H, G, D);
+  prm_dev_attention_backward(g_dev, d_dq, d_dk, d_dv, d_do, d_q, d_k, d_v, d_out_ref, d_lse_ref,
+                             d_seg, B, T, H, G, D);
+  fetch(got, d_dq, nq * 4);
+  check("attention_backward dq", got, dq, nq, 2e-5);
+  fetch(got, d_dk, nk * 4);
+  check("attention_backward dk", got, dk, nk, 2e-5);
+  fetch(got2, d_dv, nk * 4);
+  check("attention_backward dv", got2, dv, nk, 2e-5);
+  prm_dev_attention_backward(g_dev, d_dq, d_dk, d_dv, d_do, d_q, d_k, d_v, d_out_ref, d_lse_ref,
+                             d_seg, B, T, H, G, D);
+  float *again = falloc(nk);
+  fetch(again, d_dk, nk * 4);
+  check_same("attention_backward dk", again, got, nk);
+  fetch(again, d_dv, nk * 4);
+  check_same("attention_backward dv", again, got2, nk);
+
+  dfree(d_q, nq * 4), dfree(d_k, nk * 4), dfree(d_v, nk * 4), dfree(d_do, nq * 4);
+  if (d_seg) dfree(d_seg, B * T * 4);
+  dfree(d_out, nq * 4), dfree(d_lse, nl * 4), dfree(d_dq, nq * 4), dfree(d_dk, nk * 4);
+  dfree(d_dv, nk * 4), dfree(d_out_ref, nq * 4), dfree(d_lse_ref, nl * 4);
+  free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
+  free(got), free(got2), free(again), free(seg);
+}
+
+static void test_attention(void **state) {
+  (void)state;
+  attention_case(2, 37, 4, 2, 64, 0);  /* GQA, T not a multiple of any block */
+  attention_case(1, 70, 3, 3, 32, 0);  /* MHA, small heads */
+  attention_case(2, 45, 4, 1, 64, 1);  /* one KV group, packed segments */
+  attention_case(1, 20, 2, 2, 128, 0); /* the largest head size */
+}
+
+static void test_attention_decode(void **state) {
+  (void)state;
+  int64_t Tk = 29, Tq = 4, H = 4, G = 2, D = 64;
+  prm_rng_t r;
+  prm_rng_seed(&r, 8);
+  float *q = falloc(Tq * H * D), *kc = falloc(Tk * G * D), *vc = falloc(Tk * G * D);
+  float *out = falloc(Tq * H * D), *got = falloc(Tq * H * D);
+  randn(q, Tq * H * D, &r, 1);
+  randn(kc, Tk * G * D, &r, 1);
+  randn(vc, Tk * G * D, &r, 1);
+  float *d_q = dup_dev(q, Tq * H * D * 4), *d_k = dup_dev(kc, Tk * G * D * 4);
+  float *d_v = dup_dev(vc, Tk * G * D * 4), *d_o = prm_dev_alloc(g_dev, PRM_MEM_OTHER, Tq * H * D * 4);
+  prm_dev_attention_decode(g_dev, d_o, d_q, d_k, d_v, Tq, Tk, H, G, D);
+  prm_attention_decode(out, q, kc, vc, Tq, Tk, H, G, D);
+  fetch(got, d_o, Tq * H * D * 4);
+  check("attention_decode", got, out, Tq * H * D, 1e-5);
+  dfree(d_q, Tq * H * D * 4), dfree(d_k, Tk * G * D * 4), dfree(d_v, Tk * G * D * 4);
+  dfree(d_o, Tq * H * D * 4);
+  free(q), free(kc), free(vc), free(out), free(got);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loss, LM head, optimizer, reductions                                       */
+/* ------------------------------------------------------------------------ */
+
+static void test_xent(void **state) {
+  (void)state;
+  int64_t N = 21, V = 1003;
+  prm_rng_t r;
+  prm_rng_seed(&r, 9);
+  float *logits = falloc(N * V), *losses = falloc(N), *dl = falloc(N * V), *got = falloc(N * V);
+  int32_t *tg = prm_xcalloc((size_t)N, 4);
+  randn(logits, N * V, &r, 4);
+  for (int64_t i = 0; i < N; i++) tg[i] = i % 5 == 4 ? -1 : (int32_t)(prm_rng_u64(&r) % V);
+  float *d_l = dup_dev(logits, N * V * 4), *d_loss = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * 4);
+  int32_t *d_t = dup_dev(tg, N * 4);
+  prm_xent_forward(losses, logits, tg, N, V);
+  prm_xent_backward(dl, logits, tg, N, V, 0.25f);
+  prm_dev_xent(g_dev, d_loss, d_l, d_l, d_t, N, V, 0.25f); /* dlogits in place */
+  fetch(got, d_loss, N * 4);
+  check("xent losses", got, losses, N, 2e-6);
+  for (int64_t i = 0; i < N; i++)
+    if (tg[i] < 0) assert_true(got[i] == 0.0f);
+  fetch(got, d_l, N * V * 4);
+  check("xent dlogits", got, dl, N * V, 1e-6);
+  dfree(d_l, N * V * 4), dfree(d_loss, N * 4), dfree(d_t, N * 4);
+  free(logits), free(losses), free(dl), free(got), free(tg);
+}
+
+static void test_lmhead_xent(void **state) {
+  (void)state;
+  int64_t N = 50, C = 48, V = 301, chunk = 16;
+  prm_rng_t r;
+  prm_rng_seed(&r, 10);
+  float *x = falloc(N * C), *w = falloc(V * C), *dx = falloc(N * C), *dw = falloc(V * C);
+  float *got = falloc(V * C), *scratch = falloc(chunk * V);
+  int32_t *tg = prm_xcalloc((size_t)N, 4);
+  randn(x, N * C, &r, 1);
+  randn(w, V * C, &r, 0.2);
+  randn(dw, V * C, &r, 0.1);
+  for (int64_t i = 0; i < N; i++) tg[i] = i % 9 == 2 ? -1 : (int32_t)(prm_rng_u64(&r) % V);
+  float *d_x = dup_dev(x, N * C * 4), *d_w = dup_dev(w, V * C * 4), *d_dw = dup_dev(dw, V * C * 4);
+  float *d_dx = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * C * 4);
+  float *d_s = prm_dev_alloc(g_dev, PRM_MEM_OTHER, chunk * V * 4);
+  float *d_loss = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * 4);
+  int32_t *d_t = dup_dev(tg, N * 4);
+  int64_t cnt = 0, dcnt = 0;
+  double want = prm_lmhead_xent(&g_gemm, dx, dw, &cnt, x, w, tg, N, C, V, 0.02f, scratch, chunk);
+  double have = prm_dev_lmhead_xent(g_dev, d_dx, d_dw, &dcnt, d_x, d_w, d_t, tg, N, C, V, 0.02f,
+                                    d_s, d_loss, chunk);
+  assert_int_equal(cnt, dcnt);
+  if (fabs(have - want) > 1e-5 * fabs(want)) {
+    fprintf(stderr, "lmhead_xent loss %.10g vs %.10g\n", have, want);
+    fail();
+  }
+  g_exact = 0; /* the device sums row losses kept in fp32; the kernel in double */
+  fetch(got, d_dx, N * C * 4);
+  check("lmhead_xent dx", got, dx, N * C, 2e-5);
+  fetch(got, d_dw, V * C * 4);
+  check("lmhead_xent dw", got, dw, V * C, 2e-5);
+  g_exact = g_dev->kind == PRM_DEV_KIND_CPU;
+  dfree(d_x, N * C * 4), dfree(d_w, V * C * 4), dfree(d_dw, V * C * 4), dfree(d_dx, N * C * 4);
+  dfree(d_s, chunk * V * 4), dfree(d_loss, N * 4), dfree(d_t, N * 4);
+  free(x), free(w), free(dx), free(dw), free(got), free(scratch), free(tg);
+}
+
+static void test_adamw_reductions(void **state) {
+  (void)state;
+  int64_t n = 10007;
+  prm_rng_t r;
+  prm_rng_seed(&r, 11);
+  float *p = falloc(n), *g = falloc(n), *m = falloc(n), *v = falloc(n), *got = falloc(n);
+  randn(p, n, &r, 1);
+  float *d_p = dup_dev(p, n * 4), *d_g = prm_dev_alloc(g_dev, PRM_MEM_GRADS, n * 4);
+  float *d_m = prm_dev_alloc(g_dev, PRM_MEM_OPTIM, n * 4);
+  float *d_v = prm_dev_alloc(g_dev, PRM_MEM_OPTIM, n * 4);
+  prm_err_t err = {0};
+  for (int64_t step = 1; step <= 3; step++) {
+    randn(g, n, &r, 0.1);
+    assert_int_equal(prm_dev_upload(g_dev, d_g, g, n * 4, &err), 0);
+    prm_dev_adamw(g_dev, d_p, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
+    prm_adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
+  }
+  fetch(got, d_p, n * 4);
+  check("adamw p", got, p, n, 1e-6);
+  fetch(got, d_m, n * 4);
+  check("adamw m", got, m, n, 1e-6);
+  fetch(got, d_v, n * 4);
+  check("adamw v", got, v, n, 1e-6);
+  double ss = prm_dev_sumsq(g_dev, d_p, n), want = prm_sumsq(p, n);
+  double s = prm_dev_sum(g_dev, d_p, n), swant = 0;
+  for (int64_t i = 0; i < n; i++) swant += p[i];
+  if (g_exact) assert_true(ss == want && s == swant);
+  assert_true(fabs(ss - want) <= 1e-6 * want); /* p differs by its own tolerance off the CPU */
+  assert_true(fabs(s - swant) <= 1e-6 * prm_sumsq(p, n));
+  assert_true(prm_dev_sumsq(g_dev, d_p, n) == ss); /* the same bits again */
+  dfree(d_p, n * 4);
+  prm_dev_free(g_dev, PRM_MEM_GRADS, d_g, n * 4);
+  prm_dev_free(g_dev, PRM_MEM_OPTIM, d_m, n * 4);
+  prm_dev_free(g_dev, PRM_MEM_OPTIM, d_v, n * 4);
+  free(p), free(g), free(m), free(v), free(got);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Opening                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Opens `want` with PRIMUS_CUDA_MODULE set to module (NULL: unset); returns
+ * the code and closes what opened. */
+static int open_with(const char *want, const char *module, const char *fake, prm_err_t *err,
+                     char *why, size_t n) {
+  if (module) setenv("PRIMUS_CUDA_MODULE", module, 1);
+  else unsetenv("PRIMUS_CUDA_MODULE");
+  if (fake) setenv("PRM_FAKE_DEVICE", fake, 1);
+  prm_dev_opts_t o = {.want = want, .local_rank = 0, .gemm = g_gemm};
+  prm_dev_t *d = NULL;
+  int rc = prm_dev_open(&o, &d, err);
+  if (d) {
+    snprintf(why, n, "%s", d->why);
+    prm_dev_close(d);
+  }
+  unsetenv("PRIMUS_CUDA_MODULE");
+  unsetenv("PRM_FAKE_DEVICE");
+  return rc;
+}
+
+static void test_open(void **state) {
+  (void)state;
+  prm_err_t err = {0};
+  char why[512] = "";
+  assert_int_equal(prm_dev_kind_parse("cuda"), PRM_DEV_KIND_CUDA);
+  assert_int_equal(prm_dev_kind_parse("tpu"), -1);
+  /* A name the key does not know. */
+  assert_int_equal(open_with("tpu", NULL, NULL, &err, why, sizeof why), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "device"));
+  assert_non_null(strstr(err.msg, "tpu"));
+  /* No module: cuda fails naming it and where it looked; auto falls back. */
+  assert_int_equal(open_with("cuda", "/nonexistent/libprimus-cuda.so", NULL, &err, why, sizeof why),
+                   PRM_EDEP);
+  assert_non_null(strstr(err.msg, "libprimus-cuda.so"));
+  assert_non_null(strstr(err.msg, "/nonexistent"));
+  assert_int_equal(open_with("auto", "/nonexistent/libprimus-cuda.so", NULL, &err, why, sizeof why), 0);
+  assert_non_null(strstr(why, "auto -> cpu"));
+  assert_non_null(strstr(why, "libprimus-cuda.so"));
+  assert_int_equal(open_with("cpu", NULL, NULL, &err, why, sizeof why), 0);
+  assert_string_equal(why, "device: cpu");
+  /* A file that is no shared object. */
+  char *junk = prm_test_write(prm_test_tmpdir(), "libjunk.so", "not an ELF file\n");
+  assert_int_equal(open_with("cuda", junk, NULL, &err, why, sizeof why), PRM_EDEP);
+  assert_non_null(strstr(err.msg, "cannot load"));
+  free(junk);
+  /* The stand-in module (tests/device/fake-module.c) answers as told. */
+  const char *fake = getenv("PRM_TEST_FAKE_MODULE");
+  if (!fake || !*fake) {
+    fprintf(stderr, "PRM_TEST_FAKE_MODULE is not set: the stand-in module checks need it\n");
+    fail();
+  }
+  struct {
+    const char *mode;
+    int code;
+    const char *says;
+  } cases[] = {
+      {"nodriver", PRM_EPLATFORM, "driver"},      {"nodevice", PRM_EPLATFORM, "no visible GPU"},
+      {"abi", PRM_EDEP, "another primus"},        {"fail", PRM_ERUNTIME, "failed to start"},
+      {"tableabi", PRM_EDEP, "rebuild"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    prm_err_clear(&err);
+    int rc = open_with("cuda", fake, cases[i].mode, &err, why, sizeof why);
+    if (rc != cases[i].code || !strstr(err.msg, cases[i].says)) {
+      fprintf(stderr, "fake module %s: rc %d, \"%s\"\n", cases[i].mode, rc, err.msg);
+      fail();
+    }
+    assert_non_null(strstr(err.msg, "device: cuda"));
+    /* auto takes the CPU and says why. */
+    assert_int_equal(open_with("auto", fake, cases[i].mode, &err, why, sizeof why), 0);
+    assert_non_null(strstr(why, cases[i].says));
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv) {
+  const char *backend = "cpu";
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
+  prm_err_t err = {0};
+  if (prm_gemm_init(&g_gemm, NULL, &err)) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  prm_dev_opts_t o = {.want = backend, .local_rank = 0, .gemm = g_gemm};
+  int rc = prm_dev_open(&o, &g_dev, &err);
+  if (rc) {
+    if (strcmp(backend, "cpu")) {
+      printf("SKIP: %s\n", err.msg); /* no module, driver or GPU here */
+      return PRM_TEST_SKIP;
+    }
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  prm_sb_t line = {0};
+  prm_dev_describe(g_dev, &line);
+  printf("backend under test: %s\n", line.buf);
+  prm_sb_free(&line);
+  g_exact = g_dev->kind == PRM_DEV_KIND_CPU;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_memory),        cmocka_unit_test(test_sgemm),
+      cmocka_unit_test(test_gemm_bf16),     cmocka_unit_test(test_bf16_convert),
+      cmocka_unit_test(test_embedding),     cmocka_unit_test(test_rmsnorm),
+      cmocka_unit_test(test_rope),          cmocka_unit_test(test_swiglu_add),
+      cmocka_unit_test(test_attention),     cmocka_unit_test(test_attention_decode),
+      cmocka_unit_test(test_xent),          cmocka_unit_test(test_lmhead_xent),
+      cmocka_unit_test(test_adamw_reductions), cmocka_unit_test(test_open),
+  };
+  rc = cmocka_run_group_tests(tests, NULL, NULL);
+  prm_dev_close(g_dev);
+  return rc;
+}
