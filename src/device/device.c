@@ -122,8 +122,11 @@ static int prm__open_cuda(prm_dev_t *d, const prm_dev_opts_t *o, prm_err_t *err)
   return 0;
 }
 
+/* The CPU backend; PRIMUS_DEVICE_TAGGED=1 makes it the tagged test
+ * backend (tagged.c), whose memory the host cannot touch. */
 static void prm__open_cpu(prm_dev_t *d, const prm_dev_opts_t *o) {
-  d->i = prm__dev_cpu_table();
+  const char *tagged = getenv("PRIMUS_DEVICE_TAGGED");
+  d->i = tagged && !strcmp(tagged, "1") ? prm__dev_tagged_table() : prm__dev_cpu_table();
   d->ctx = prm__dev_cpu_new(&o->gemm);
   d->kind = PRM_DEV_KIND_CPU;
 }
@@ -187,7 +190,8 @@ static void prm__version(char *buf, size_t n, int v) {
 void prm_dev_describe(const prm_dev_t *d, prm_sb_t *out) {
   const prm_dev_info_t *f = &d->info;
   if (d->kind == PRM_DEV_KIND_CPU) {
-    prm_sb_appendf(out, "cpu (%s, %d threads)", prm__dev_cpu_gemm_name(d->ctx), f->sm_count);
+    prm_sb_appendf(out, "cpu (%s, %d threads%s)", prm__dev_cpu_gemm_name(d->ctx), f->sm_count,
+                   d->i->host_memory ? "" : ", tagged test memory");
     return;
   }
   char rt[16], drv[16], mem[32];
