@@ -69,6 +69,9 @@ const char *prm_dev_kind_name(prm_dev_kind_t k);
  * `device` key. The caller frees with prm_dev_close. */
 int prm_dev_open(const prm_dev_opts_t *o, prm_dev_t **out, prm_err_t *err);
 void prm_dev_close(prm_dev_t *d);
+/* A plain CPU device over gemm (never the tagged test backend): what a
+ * model built without a device computes on. Close with prm_dev_close. */
+prm_dev_t *prm_dev_cpu_new(const prm_gemm_t *gemm);
 
 /* The file the CUDA module would be loaded from (the first existing one
  * of the search order) into buf; returns 0, or PRM_ENOENT listing the

@@ -5,7 +5,12 @@
  *
  * Memory: parameters, gradients and activations each live in one
  * allocation (accounting categories params, grads, activations, scratch),
- * carved into named tensors. Parameters are laid out in Hugging Face's
+ * carved into named tensors, in the memory of the model's device
+ * (prm_device.h): the host's on the CPU, the GPU's through the CUDA
+ * module. Every pass computes through the device's table; on a device
+ * whose memory the host cannot read, params, grads and the activations are
+ * device pointers, and the host reaches them only through
+ * prm_llama_params_get/_set and prm_llama_grads_get/_set. Parameters are laid out in Hugging Face's
  * order (embedding, then each layer, then the final norm and head), so a
  * layer's tensors are contiguous.
  */
@@ -14,6 +19,7 @@
 
 #include "primus/prm_base.h"
 #include "primus/prm_comm.h"
+#include "primus/prm_device.h"
 #include "primus/prm_kernels.h"
 
 #ifdef __cplusplus
@@ -169,6 +175,15 @@ typedef struct prm_llama {
   unsigned flags;
   int64_t B, T;          /* micro-batch rows and sequence length the buffers fit */
   prm_gemm_t gemm;
+  /* The device every pass computes on (borrowed, or own_dev: a CPU device
+   * over `gemm` made by prm_llama_new_tp). On a device with its own memory
+   * the batch's ids go to device buffers at each pass: dtok, dtgt, dseg,
+   * dpos (B*T int32 each) and dloss (B*T floats, the rows' losses);
+   * NULL on the host. */
+  const prm_dev_t *dev;
+  prm_dev_t *own_dev;
+  int32_t *dtok, *dtgt, *dseg, *dpos;
+  float *dloss;
 
   int64_t nparams;
   float *params;         /* (nparams) */
@@ -200,6 +215,9 @@ typedef struct prm_llama {
   void *grads_ctx;
   /* Packed sequences (prm_llama_set_packing; borrowed, NULL: off). */
   const int32_t *pack_seg, *pack_pos; /* (B,T) each */
+  /* The pass in progress' segments and positions as the device reads them
+   * (pack_seg/pack_pos on the host, dseg/dpos on a device; NULL: off). */
+  const int32_t *pass_seg, *pass_pos;
   size_t acts_bytes, scratch_bytes;
   /* Tensor parallelism: the group, this rank's slices (Hl heads, Gl key/
    * value groups, Fl ffn columns, vocab rows [v0, v0 + Vl)), and the first
@@ -242,6 +260,29 @@ void prm_llama_free(prm_llama_t *m);
 int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
                      const prm_gemm_t *gemm, const prm_llama_tp_t *tp, prm_llama_t **out,
                      prm_err_t *err);
+/* The same on a device (dev NULL: the CPU through gemm, as
+ * prm_llama_new_tp). dev is borrowed and must outlive the model. A device
+ * with its own memory (a GPU) takes a whole dense model: tensor, expert
+ * and pipeline parallelism and mixtures of experts are PRM_ECONFIG naming
+ * the key, and bf16 runs keep attention in fp32 (PRM_LLAMA_ATTN_FP32) and
+ * their weights unpacked. */
+int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
+                      const prm_gemm_t *gemm, const prm_dev_t *dev, const prm_llama_tp_t *tp,
+                      prm_llama_t **out, prm_err_t *err);
+/* The parameters (nparams floats, the model's layout) to or from host
+ * memory; _set marks them changed. The gradients likewise. PRM_ERUNTIME
+ * from the device. */
+int prm_llama_params_get(const prm_llama_t *m, float *host, prm_err_t *err);
+int prm_llama_params_set(prm_llama_t *m, const float *host, prm_err_t *err);
+int prm_llama_grads_get(const prm_llama_t *m, float *host, prm_err_t *err);
+int prm_llama_grads_set(prm_llama_t *m, const float *host, prm_err_t *err);
+/* A host view of the parameters: m->params itself on the host, else a
+ * downloaded copy in *owned (the caller free()s it; NULL on the host).
+ * NULL with err set when the download fails. */
+const float *prm_llama_params_view(const prm_llama_t *m, float **owned, prm_err_t *err);
+/* 1 when the model's memory is the host's (m->params readable). */
+static inline int prm_llama_on_host(const prm_llama_t *m) { return prm_dev_is_host(m->dev); }
+
 /* PRM_ECONFIG when the model cannot be split over `size` ranks. */
 int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *err);
 /* PRM_ECONFIG when the experts cannot be split over `size` ranks (a dense
@@ -265,13 +306,16 @@ void prm_llama_tp_slice(const prm_llama_t *m, const float *full, float *local);
  * the call is collective over the tensor-, expert- and pipeline-parallel
  * groups of the root. PRM_ERUNTIME from MPI. */
 int prm_llama_tp_gather(const prm_llama_t *m, const float *local, float *full, prm_err_t *err);
-/* After a pass: the first tensor-parallel communication error, or 0
- * (cleared by the call). */
+/* After a pass: the first tensor-parallel communication error, or the
+ * device's first failure since the last check (waiting for the device),
+ * or 0 (cleared by the call). */
 int prm_llama_tp_check(prm_llama_t *m, prm_err_t *err);
 
 /* normal(0, init_std) for matrices, output projections (o_proj, down_proj)
  * scaled by 1/sqrt(2 L), norms at 1; tensor by tensor in layout order from
- * one stream seeded by `seed`. */
+ * one stream seeded by `seed`. On a device with its own memory the values
+ * are drawn on the host and copied; a failed copy is reported by the next
+ * prm_llama_tp_check. */
 void prm_llama_init(prm_llama_t *m, uint64_t seed);
 const prm_tensor_t *prm_llama_find(const prm_llama_t *m, const char *name);
 void prm_llama_zero_grad(prm_llama_t *m);

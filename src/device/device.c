@@ -131,6 +131,16 @@ static void prm__open_cpu(prm_dev_t *d, const prm_dev_opts_t *o) {
   d->kind = PRM_DEV_KIND_CPU;
 }
 
+prm_dev_t *prm_dev_cpu_new(const prm_gemm_t *gemm) {
+  prm_dev_t *d = prm_xcalloc(1, sizeof *d);
+  d->i = prm__dev_cpu_table();
+  d->ctx = prm__dev_cpu_new(gemm);
+  d->kind = PRM_DEV_KIND_CPU;
+  snprintf(d->why, sizeof d->why, "device: cpu");
+  d->i->info(d->ctx, &d->info);
+  return d;
+}
+
 int prm_dev_open(const prm_dev_opts_t *o, prm_dev_t **out, prm_err_t *err) {
   const char *want = o->want && *o->want ? o->want : "auto";
   *out = NULL;

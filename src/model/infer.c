@@ -1,6 +1,7 @@
 /* infer.c - inference with a key/value cache: a prompt is processed in one
  * call, then each new token in its own call, attending to the cached keys
- * and values of every earlier position. */
+ * and values of every earlier position. The cache lives on the model's
+ * device; only the new ids go in and the last row's logits come out. */
 #include "model-impl.h"
 
 #include <stdlib.h>
@@ -10,8 +11,11 @@ struct prm_llama_kv {
   int64_t len, max;
   float *k, *v;                   /* (L, max, G*D) each */
   float *x, *ln, *rstd, *q, *kn, *vn, *att, *mid, *gate, *up, *h; /* for max rows */
+  float *logits;                  /* (V) the last row's, on the device */
+  int32_t *tok;                   /* (max) the new ids, on the device */
   float *block;
   size_t bytes;
+  const prm_dev_t *dev;           /* the model's */
 };
 
 int prm_llama_kv_new(const prm_llama_t *m, prm_llama_kv_t **out, prm_err_t *err) {
@@ -26,19 +30,21 @@ int prm_llama_kv_new(const prm_llama_t *m, prm_llama_kv_t **out, prm_err_t *err)
   int64_t S = c->max_pos, C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
   int64_t HD = c->heads * D, GD = c->groups * D;
   int64_t sizes[] = {c->layers * S * GD, c->layers * S * GD, S * C, S * C, S, S * HD, S * GD,
-                     S * GD, S * HD, S * C, S * F, S * F, S * F};
+                     S * GD, S * HD, S * C, S * F, S * F, S * F, c->vocab, S};
   int64_t total = 0;
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) & ~15;
   prm_llama_kv_t *kv = prm_xcalloc(1, sizeof *kv);
   kv->max = S;
   kv->bytes = (size_t)total * sizeof(float);
-  if (!(kv->block = prm_mem_alloc(PRM_MEM_ACTS, kv->bytes))) {
+  kv->dev = m->dev;
+  if (!(kv->block = prm_dev_alloc(kv->dev, PRM_MEM_ACTS, kv->bytes))) {
     size_t bytes = kv->bytes;
     free(kv);
     return prm_errf(err, PRM_ENOMEM, "cannot allocate the KV cache (%zu bytes)", bytes);
   }
-  float **slots[] = {&kv->k,  &kv->v,   &kv->x,   &kv->ln,   &kv->rstd, &kv->q, &kv->kn,
-                     &kv->vn, &kv->att, &kv->mid, &kv->gate, &kv->up,   &kv->h};
+  float **slots[] = {&kv->k,   &kv->v,   &kv->x,    &kv->ln, &kv->rstd,
+                     &kv->q,   &kv->kn,  &kv->vn,   &kv->att, &kv->mid,
+                     &kv->gate, &kv->up, &kv->h,    &kv->logits, (float **)&kv->tok};
   _Static_assert(sizeof slots / sizeof slots[0] == sizeof sizes / sizeof sizes[0],
                  "KV slots and sizes disagree");
   int64_t off = 0;
@@ -52,7 +58,7 @@ int prm_llama_kv_new(const prm_llama_t *m, prm_llama_kv_t **out, prm_err_t *err)
 
 void prm_llama_kv_free(prm_llama_kv_t *kv) {
   if (!kv) return;
-  prm_mem_free(PRM_MEM_ACTS, kv->block, kv->bytes);
+  prm_dev_free(kv->dev, PRM_MEM_ACTS, kv->block, kv->bytes);
   free(kv);
 }
 
@@ -61,7 +67,7 @@ int64_t prm_llama_kv_len(const prm_llama_kv_t *kv) { return kv->len; }
 int prm_llama_kv_step(const prm_llama_t *m, prm_llama_kv_t *kv, const int32_t *tokens, int64_t n,
                       float *logits, prm_err_t *err) {
   const prm_llama_config_t *c = &m->cfg;
-  const prm_gemm_t *g = &m->gemm;
+  const prm_dev_t *d = m->dev;
   if (n < 1) return prm_errf(err, PRM_EINVAL, "no tokens to process");
   if (kv->len + n > kv->max)
     return prm_errf(err, PRM_ERANGE, "sequence of %lld tokens exceeds max_position_embeddings %lld",
@@ -74,29 +80,33 @@ int prm_llama_kv_step(const prm_llama_t *m, prm_llama_kv_t *kv, const int32_t *t
   int64_t HD = H * D, GD = G * D, pos0 = kv->len, Tk = kv->len + n;
   float eps = (float)c->norm_eps;
 
-  prm_embedding_forward(kv->x, tokens, m->embed, n, C);
+  int rc = prm_dev_upload(d, kv->tok, tokens, (size_t)n * sizeof(int32_t), err);
+  if (rc) return rc;
+  prm_dev_embedding_forward(d, kv->x, kv->tok, m->embed, n, C);
   for (int64_t l = 0; l < c->layers; l++) {
     const prm_llama_layer_t *w = &m->layer[l];
     float *kc = kv->k + l * kv->max * GD, *vc = kv->v + l * kv->max * GD;
-    prm_rmsnorm_forward(kv->ln, kv->rstd, kv->x, w->ln1, n, C, eps);
-    prm_linear_forward(g, kv->q, kv->ln, w->wq, n, C, HD);
-    prm_linear_forward(g, kc + pos0 * GD, kv->ln, w->wk, n, C, GD);
-    prm_linear_forward(g, vc + pos0 * GD, kv->ln, w->wv, n, C, GD);
-    prm_rope_forward(kv->q, m->rope_cos, m->rope_sin, 1, n, H, D, pos0);
-    prm_rope_forward(kc + pos0 * GD, m->rope_cos, m->rope_sin, 1, n, G, D, pos0);
-    prm_attention_decode(kv->att, kv->q, kc, vc, n, Tk, H, G, D);
-    prm_linear_forward(g, kv->mid, kv->att, w->wo, n, HD, C);
-    prm_add(kv->mid, kv->mid, kv->x, n * C);
-    prm_rmsnorm_forward(kv->ln, kv->rstd, kv->mid, w->ln2, n, C, eps);
-    prm_linear_forward(g, kv->gate, kv->ln, w->wgate, n, C, F);
-    prm_linear_forward(g, kv->up, kv->ln, w->wup, n, C, F);
-    prm_swiglu_forward(kv->h, kv->gate, kv->up, n * F);
-    prm_linear_forward(g, kv->x, kv->h, w->wdown, n, F, C);
-    prm_add(kv->x, kv->x, kv->mid, n * C);
+    prm_dev_rmsnorm_forward(d, kv->ln, kv->rstd, kv->x, w->ln1, n, C, eps);
+    prm_dev_linear_forward(d, kv->q, kv->ln, w->wq, n, C, HD);
+    prm_dev_linear_forward(d, kc + pos0 * GD, kv->ln, w->wk, n, C, GD);
+    prm_dev_linear_forward(d, vc + pos0 * GD, kv->ln, w->wv, n, C, GD);
+    prm_dev_rope(d, kv->q, m->rope_cos, m->rope_sin, 1, n, H, D, pos0, NULL, 1.0f);
+    prm_dev_rope(d, kc + pos0 * GD, m->rope_cos, m->rope_sin, 1, n, G, D, pos0, NULL, 1.0f);
+    prm_dev_attention_decode(d, kv->att, kv->q, kc, vc, n, Tk, H, G, D);
+    prm_dev_linear_forward(d, kv->mid, kv->att, w->wo, n, HD, C);
+    prm_dev_add(d, kv->mid, kv->mid, kv->x, n * C);
+    prm_dev_rmsnorm_forward(d, kv->ln, kv->rstd, kv->mid, w->ln2, n, C, eps);
+    prm_dev_linear_forward(d, kv->gate, kv->ln, w->wgate, n, C, F);
+    prm_dev_linear_forward(d, kv->up, kv->ln, w->wup, n, C, F);
+    prm_dev_swiglu_forward(d, kv->h, kv->gate, kv->up, n * F);
+    prm_dev_linear_forward(d, kv->x, kv->h, w->wdown, n, F, C);
+    prm_dev_add(d, kv->x, kv->x, kv->mid, n * C);
   }
   const float *last = kv->x + (n - 1) * C;
-  prm_rmsnorm_forward(kv->ln, kv->rstd, last, m->norm, 1, C, eps);
-  prm_linear_forward(g, logits, kv->ln, m->head, 1, C, c->vocab);
+  prm_dev_rmsnorm_forward(d, kv->ln, kv->rstd, last, m->norm, 1, C, eps);
+  prm_dev_linear_forward(d, kv->logits, kv->ln, m->head, 1, C, c->vocab);
+  if ((rc = prm_dev_download(d, logits, kv->logits, (size_t)c->vocab * sizeof(float), err)))
+    return rc;
   kv->len = Tk;
   return 0;
 }

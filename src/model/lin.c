@@ -29,7 +29,8 @@ void prm__refresh16(prm_llama_t *m) {
   if (!m->params16 || !m->stale16) return;
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
-    if (t->ndim == 2) prm_f32_to_bf16(m->params16 + t->offset, m->params + t->offset, t->numel);
+    if (t->ndim == 2)
+      prm_dev_f32_to_bf16(m->dev, m->params16 + t->offset, m->params + t->offset, t->numel);
   }
   m->stale16 = 0;
   m->ver16++;
@@ -89,7 +90,7 @@ static const prm_gemm_packed_t *prm__layer16(prm_llama_t *m, const float *w, int
 
 double prm__pk16_bytes(const prm_llama_t *m, double *head) {
   double all = 0, h = 0;
-  if (m->params16) {
+  if (m->params16 && prm_dev_is_host(m->dev)) { /* packs are the CPU GEMMs' */
     int64_t C = m->cfg.hidden, rows = m->acts ? m->B * m->T : 1;
     int hi = m->head ? prm__tensor_at(m, m->head, m->Vl * C) : -1;
     int64_t hrows = m->acts ? m->acts->chunk : 1;
@@ -115,12 +116,19 @@ const prm_bf16_t *prm__to16(prm_llama_t *m, int slot, const float *x, int64_t n)
   prm_llama_acts_t *a = m->acts;
   PRM_ASSERT(slot == 0 || slot == 1);
   PRM_ASSERT(n <= a->n16[slot]);
-  prm_f32_to_bf16(a->x16[slot], x, n);
+  prm_dev_f32_to_bf16(m->dev, a->x16[slot], x, n);
   return a->x16[slot];
 }
 
 void prm__lin_fwd(prm_llama_t *m, float *y, const float *x, const prm_bf16_t *x16, const float *w,
                   int64_t N, int64_t in, int64_t out) {
+  if (!prm_dev_is_host(m->dev)) { /* the device's GEMMs; no packed weights */
+    if (x16)
+      prm_dev_gemm_bf16(m->dev, 0, 1, N, out, in, 1.0f, x16, in, prm__w16(m, w), in, 0.0f, y, out);
+    else
+      prm_dev_linear_forward(m->dev, y, x, w, N, in, out);
+    return;
+  }
   if (!x16) {
     prm_linear_forward(&m->gemm, y, x, w, N, in, out);
     return;
@@ -135,6 +143,18 @@ void prm__lin_fwd(prm_llama_t *m, float *y, const float *x, const prm_bf16_t *x1
 void prm__lin_bwd(prm_llama_t *m, float *dx, float *dw, const float *dy, const prm_bf16_t *dy16,
                   const float *x, const prm_bf16_t *x16, const float *w, int64_t N, int64_t in,
                   int64_t out, int dx_accum) {
+  if (!prm_dev_is_host(m->dev) && !dy16) {
+    prm_dev_linear_backward(m->dev, dx, dw, dy, x, w, N, in, out, dx_accum);
+    return;
+  }
+  if (!prm_dev_is_host(m->dev)) {
+    PRM_ASSERT(x16);
+    if (dx)
+      prm_dev_gemm_bf16(m->dev, 0, 0, N, in, out, 1.0f, dy16, out, prm__w16(m, w), in,
+                        dx_accum ? 1.0f : 0.0f, dx, in);
+    if (dw) prm_dev_gemm_bf16(m->dev, 1, 0, out, in, N, 1.0f, dy16, out, x16, in, 1.0f, dw, in);
+    return;
+  }
   if (!dy16) {
     prm_linear_backward(&m->gemm, dx, dw, dy, x, w, N, in, out, dx_accum);
     return;
@@ -160,7 +180,8 @@ static int prm__attn16(const prm_llama_t *m) {
 void prm__attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B) {
   int64_t T = m->T, N = B * T, D = prm_llama_head_dim(&m->cfg), H = m->Hl, G = m->Gl;
   if (!prm__attn16(m)) {
-    prm_attention_forward_seg(a->att, a->lse, a->q, a->k, a->v, m->pack_seg, B, T, H, G, D);
+    prm_dev_attention_forward(m->dev, a->att, a->lse, a->q, a->k, a->v, m->pass_seg, B, T, H, G,
+                              D);
     return;
   }
   prm_llama_acts_t *s = m->acts;
@@ -176,8 +197,8 @@ void prm__attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B) {
   int64_t T = m->T, N = B * T, D = prm_llama_head_dim(&m->cfg), H = m->Hl, G = m->Gl;
   prm_llama_acts_t *s = m->acts;
   if (!prm__attn16(m)) {
-    prm_attention_backward_seg(s->dq, s->dk, s->dv, s->datt, a->q, a->k, a->v, a->att, a->lse,
-                               m->pack_seg, B, T, H, G, D);
+    prm_dev_attention_backward(m->dev, s->dq, s->dk, s->dv, s->datt, a->q, a->k, a->v, a->att,
+                               a->lse, m->pass_seg, B, T, H, G, D);
     return;
   }
   PRM_ASSERT(N * (H + G) * D <= s->n16[0] && N * (H + G) * D <= s->n16[1]);

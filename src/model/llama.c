@@ -243,8 +243,8 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
 
 static void prm__acts_free(const prm_llama_t *m, prm_llama_acts_t *a) {
   if (!a) return;
-  prm_mem_free(PRM_MEM_ACTS, a->block, m->acts_bytes);
-  prm_mem_free(PRM_MEM_SCRATCH, a->sblock, m->scratch_bytes);
+  prm_dev_free(m->dev, PRM_MEM_ACTS, a->block, m->acts_bytes);
+  prm_dev_free(m->dev, PRM_MEM_SCRATCH, a->sblock, m->scratch_bytes);
   free(a->set);
   free(a);
 }
@@ -266,11 +266,11 @@ static int prm__acts_new(prm_llama_t *m, prm_llama_acts_t **out, char *what, siz
   a->chunk = prm_llama_head_chunk(m->B * m->T, m->Vl);
   m->acts_bytes = prm__layout_acts(m, a, NULL);
   m->scratch_bytes = prm__layout_scratch(m, a, NULL);
-  if (!(a->block = prm_mem_alloc(PRM_MEM_ACTS, m->acts_bytes))) {
+  if (!(a->block = prm_dev_alloc(m->dev, PRM_MEM_ACTS, m->acts_bytes))) {
     snprintf(what, n, "activations");
     return PRM_ENOMEM;
   }
-  if (!(a->sblock = prm_mem_alloc(PRM_MEM_SCRATCH, m->scratch_bytes))) {
+  if (!(a->sblock = prm_dev_alloc(m->dev, PRM_MEM_SCRATCH, m->scratch_bytes))) {
     snprintf(what, n, "scratch buffers");
     return PRM_ENOMEM;
   }
@@ -310,6 +310,27 @@ int prm_llama_new(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned fl
 int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
                      const prm_gemm_t *gemm, const prm_llama_tp_t *tp, prm_llama_t **out,
                      prm_err_t *err) {
+  return prm_llama_new_dev(c, B, T, flags, gemm, NULL, tp, out, err);
+}
+
+/* What a device with its own memory cannot run yet, as PRM_ECONFIG naming
+ * the key; 0 when the model fits it. */
+static int prm__dev_check(const prm_llama_config_t *c, const prm_dev_t *dev,
+                          const prm_llama_tp_t *tp, prm_err_t *err) {
+  if (prm_dev_is_host(dev)) return 0;
+  const char *key = NULL;
+  if (c->experts) key = "num_experts (mixture of experts)";
+  else if (tp && tp->size > 1) key = "tensor_model_parallel_size";
+  else if (tp && tp->ep_size > 1) key = "expert_model_parallel_size";
+  else if (tp && tp->pp_size > 1) key = "pipeline_model_parallel_size";
+  if (!key) return 0;
+  return prm_errf(err, PRM_ECONFIG, "%s: not on the %s device yet (device: cpu runs it)", key,
+                  dev->i->name);
+}
+
+int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
+                      const prm_gemm_t *gemm, const prm_dev_t *dev, const prm_llama_tp_t *tp,
+                      prm_llama_t **out, prm_err_t *err) {
   *out = NULL;
   int rc = prm_llama_config_check(c, err);
   if (rc) return rc;
@@ -320,15 +341,23 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
     return prm_errf(err, PRM_ECONFIG,
                     "seq_length %lld must be between 1 and max_position_embeddings %lld",
                     (long long)T, (long long)c->max_pos);
+  if (dev && (rc = prm__dev_check(c, dev, tp, err))) return rc;
+  int esize = tp && tp->ep_size > 1 ? tp->ep_size : 1;
+  if ((rc = prm_llama_ep_check_config(c, esize, err))) return rc;
   prm_llama_t *m = prm_xcalloc(1, sizeof *m);
   char what[64];
+  m->dev = dev ? dev : (m->own_dev = prm_dev_cpu_new(gemm));
+  if (!prm_dev_is_host(m->dev) && (flags & PRM_LLAMA_BF16)) {
+    /* bf16 on a GPU: attention in fp32, no CPU weight packs (issue 24 has
+     * the bf16 kernels). */
+    flags |= PRM_LLAMA_ATTN_FP32;
+    flags &= ~(unsigned)PRM_LLAMA_PACK16;
+  }
   m->cfg = *c;
   m->flags = flags;
   m->B = B;
   m->T = T;
   m->gemm = *gemm;
-  int esize = tp && tp->ep_size > 1 ? tp->ep_size : 1;
-  if ((rc = prm_llama_ep_check_config(c, esize, err))) return rc;
   PRM_ASSERT(esize == 1 || (tp->ep_comm && tp->ep_rank >= 0 && tp->ep_rank < esize));
   m->tp = (prm_llama_tp_t){.size = 1, .rank = 0, .comm = NULL, .ep_size = 1, .pp_size = 1};
   if (tsize > 1) {
@@ -379,21 +408,21 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
   prm__layout(m);
 
   size_t pbytes = (size_t)m->nparams * sizeof(float);
-  if (!(m->params = prm_mem_alloc(PRM_MEM_PARAMS, pbytes))) {
+  if (!(m->params = prm_dev_alloc(m->dev, PRM_MEM_PARAMS, pbytes))) {
     snprintf(what, sizeof what, "parameters");
     goto fail_nomem;
   }
   prm__point(m, m->params, &m->embed, m->layer, &m->norm, &m->head);
   if (flags & PRM_LLAMA_TRAIN) {
     m->dlayer = prm_xcalloc((size_t)c->layers, sizeof *m->dlayer);
-    if (!(m->grads = prm_mem_alloc(PRM_MEM_GRADS, pbytes))) {
+    if (!(m->grads = prm_dev_alloc(m->dev, PRM_MEM_GRADS, pbytes))) {
       snprintf(what, sizeof what, "gradients");
       goto fail_nomem;
     }
     prm__point(m, m->grads, &m->dembed, m->dlayer, &m->dnorm, &m->dhead);
   }
   if (flags & PRM_LLAMA_BF16) {
-    if (!(m->params16 = prm_mem_alloc(PRM_MEM_PARAMS, (size_t)m->nparams * sizeof(prm_bf16_t)))) {
+    if (!(m->params16 = prm_dev_alloc(m->dev, PRM_MEM_PARAMS, (size_t)m->nparams * sizeof(prm_bf16_t)))) {
       snprintf(what, sizeof what, "bf16 weights");
       goto fail_nomem;
     }
@@ -404,13 +433,38 @@ int prm_llama_new_tp(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned
 
   int64_t D = prm_llama_head_dim(c);
   size_t rope_bytes = (size_t)(c->max_pos * (D / 2)) * sizeof(float);
-  m->rope_cos = prm_mem_alloc(PRM_MEM_SCRATCH, rope_bytes);
-  m->rope_sin = prm_mem_alloc(PRM_MEM_SCRATCH, rope_bytes);
+  m->rope_cos = prm_dev_alloc(m->dev, PRM_MEM_SCRATCH, rope_bytes);
+  m->rope_sin = prm_dev_alloc(m->dev, PRM_MEM_SCRATCH, rope_bytes);
   if (!m->rope_cos || !m->rope_sin) {
     snprintf(what, sizeof what, "RoPE tables");
     goto fail_nomem;
   }
-  prm_rope_tables(m->rope_cos, m->rope_sin, c->max_pos, D, c->rope_base);
+  if (prm_dev_is_host(m->dev)) {
+    prm_rope_tables(m->rope_cos, m->rope_sin, c->max_pos, D, c->rope_base);
+  } else { /* made on the host, then copied */
+    float *cs = prm_xmalloc(rope_bytes), *sn = prm_xmalloc(rope_bytes);
+    prm_rope_tables(cs, sn, c->max_pos, D, c->rope_base);
+    int up = prm_dev_upload(m->dev, m->rope_cos, cs, rope_bytes, err) ||
+             prm_dev_upload(m->dev, m->rope_sin, sn, rope_bytes, err);
+    free(cs);
+    free(sn);
+    if (up) {
+      prm_llama_free(m);
+      return PRM_ERUNTIME;
+    }
+    /* Each pass's ids (and packed sequences' segments and positions) and
+     * the rows' losses. */
+    size_t ids = (size_t)(B * T) * sizeof(int32_t);
+    m->dtok = prm_dev_alloc(m->dev, PRM_MEM_DATA, ids);
+    m->dtgt = prm_dev_alloc(m->dev, PRM_MEM_DATA, ids);
+    m->dseg = prm_dev_alloc(m->dev, PRM_MEM_DATA, ids);
+    m->dpos = prm_dev_alloc(m->dev, PRM_MEM_DATA, ids);
+    m->dloss = prm_dev_alloc(m->dev, PRM_MEM_SCRATCH, (size_t)(B * T) * sizeof(float));
+    if (!m->dtok || !m->dtgt || !m->dseg || !m->dpos || !m->dloss) {
+      snprintf(what, sizeof what, "batch buffers");
+      goto fail_nomem;
+    }
+  }
 
   m->slots = prm_xcalloc(1, sizeof *m->slots);
   m->nslots = 1;
@@ -431,16 +485,22 @@ fail_nomem: {
 void prm_llama_free(prm_llama_t *m) {
   if (!m) return;
   size_t pbytes = (size_t)m->nparams * sizeof(float);
-  prm_mem_free(PRM_MEM_PARAMS, m->params, pbytes);
-  prm_mem_free(PRM_MEM_GRADS, m->grads, pbytes);
-  prm_mem_free(PRM_MEM_PARAMS, m->params16, (size_t)m->nparams * sizeof(prm_bf16_t));
+  prm_dev_free(m->dev, PRM_MEM_PARAMS, m->params, pbytes);
+  prm_dev_free(m->dev, PRM_MEM_GRADS, m->grads, pbytes);
+  prm_dev_free(m->dev, PRM_MEM_PARAMS, m->params16, (size_t)m->nparams * sizeof(prm_bf16_t));
+  size_t ids = (size_t)(m->B * m->T) * sizeof(int32_t);
+  prm_dev_free(m->dev, PRM_MEM_DATA, m->dtok, ids);
+  prm_dev_free(m->dev, PRM_MEM_DATA, m->dtgt, ids);
+  prm_dev_free(m->dev, PRM_MEM_DATA, m->dseg, ids);
+  prm_dev_free(m->dev, PRM_MEM_DATA, m->dpos, ids);
+  prm_dev_free(m->dev, PRM_MEM_SCRATCH, m->dloss, (size_t)(m->B * m->T) * sizeof(float));
   for (int i = 0; m->pk16 && i < 2 * m->ntensors; i++) prm_gemm_packed_free(&m->pk16[i]);
   free(m->pk16);
   free(m->pk16_ver);
   int64_t D = prm_llama_head_dim(&m->cfg);
   size_t rope_bytes = (size_t)(m->cfg.max_pos * (D / 2)) * sizeof(float);
-  prm_mem_free(PRM_MEM_SCRATCH, m->rope_cos, rope_bytes);
-  prm_mem_free(PRM_MEM_SCRATCH, m->rope_sin, rope_bytes);
+  prm_dev_free(m->dev, PRM_MEM_SCRATCH, m->rope_cos, rope_bytes);
+  prm_dev_free(m->dev, PRM_MEM_SCRATCH, m->rope_sin, rope_bytes);
   for (int k = 0; k < m->nslots; k++) prm__acts_free(m, m->slots[k]);
   free(m->slots);
   free(m->tensors);
@@ -450,11 +510,52 @@ void prm_llama_free(prm_llama_t *m) {
   free(m->moe_counts);
   free(m->moe_dropped);
   free(m->dlayer);
+  prm_dev_close(m->own_dev);
   free(m);
 }
 
 void prm_llama_zero_grad(prm_llama_t *m) {
-  if (m->grads) memset(m->grads, 0, (size_t)m->nparams * sizeof(float));
+  if (m->grads) prm_dev_zero(m->dev, m->grads, (size_t)m->nparams * sizeof(float), NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Host access                                                                */
+/* ------------------------------------------------------------------------ */
+
+int prm_llama_params_get(const prm_llama_t *m, float *host, prm_err_t *err) {
+  return prm_dev_download(m->dev, host, m->params, (size_t)m->nparams * sizeof(float), err);
+}
+
+int prm_llama_params_set(prm_llama_t *m, const float *host, prm_err_t *err) {
+  prm_llama_params_changed(m);
+  return prm_dev_upload(m->dev, m->params, host, (size_t)m->nparams * sizeof(float), err);
+}
+
+int prm_llama_grads_get(const prm_llama_t *m, float *host, prm_err_t *err) {
+  PRM_ASSERT(m->grads);
+  return prm_dev_download(m->dev, host, m->grads, (size_t)m->nparams * sizeof(float), err);
+}
+
+int prm_llama_grads_set(prm_llama_t *m, const float *host, prm_err_t *err) {
+  PRM_ASSERT(m->grads);
+  return prm_dev_upload(m->dev, m->grads, host, (size_t)m->nparams * sizeof(float), err);
+}
+
+const float *prm_llama_params_view(const prm_llama_t *m, float **owned, prm_err_t *err) {
+  *owned = NULL;
+  if (prm_llama_on_host(m)) return m->params;
+  float *h = malloc((size_t)(m->nparams ? m->nparams : 1) * sizeof(float));
+  if (!h) {
+    prm_errf(err, PRM_ENOMEM, "cannot allocate a host copy of the parameters (%lld floats)",
+             (long long)m->nparams);
+    return NULL;
+  }
+  if (prm_llama_params_get(m, h, err)) {
+    free(h);
+    return NULL;
+  }
+  *owned = h;
+  return h;
 }
 
 const prm_tensor_t *prm_llama_find(const prm_llama_t *m, const char *name) {
@@ -466,6 +567,9 @@ const prm_tensor_t *prm_llama_find(const prm_llama_t *m, const char *name) {
 void prm_llama_init(prm_llama_t *m, uint64_t seed) {
   prm_rng_t rng;
   prm_rng_seed(&rng, seed);
+  /* On a device with its own memory: drawn on the host, then copied. */
+  float *params = m->params;
+  if (!prm_llama_on_host(m)) params = prm_xmalloc((size_t)(m->nparams ? m->nparams : 1) * sizeof(float));
   double std = m->cfg.init_std;
   double out_std = std / sqrt(2.0 * (double)m->cfg.layers);
   /* Under tensor parallelism every rank draws each whole tensor from the
@@ -473,7 +577,7 @@ void prm_llama_init(prm_llama_t *m, uint64_t seed) {
   float *whole = NULL;
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
-    float *p = m->params + t->offset;
+    float *p = params + t->offset;
     if (t->ndim == 1) {
       for (int64_t j = 0; j < t->numel; j++) p[j] = 1.0f;
       continue;
@@ -488,6 +592,15 @@ void prm_llama_init(prm_llama_t *m, uint64_t seed) {
     if (dst != p) prm__tp_slice_tensor(m, t, whole, p);
   }
   free(whole);
+  if (params != m->params) {
+    prm_err_t err = {0};
+    int rc = prm_llama_params_set(m, params, &err);
+    free(params);
+    if (rc && !m->tp_rc) { /* reported by the next prm_llama_tp_check */
+      m->tp_rc = rc;
+      m->tp_err = err;
+    }
+  }
 }
 
 void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {

@@ -24,25 +24,22 @@ static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
   int64_t H = m->Hl, G = m->Gl, HD = H * D, GD = G * D;
   const prm_bf16_t *x16; /* the bf16 copy of a layer input; NULL in fp32 (lin.c) */
 
-  prm_rmsnorm_forward(a->ln1, a->rstd1, x, w->ln1, N, C, (float)c->norm_eps);
+  const prm_dev_t *d = m->dev;
+  prm_dev_rmsnorm_forward(d, a->ln1, a->rstd1, x, w->ln1, N, C, (float)c->norm_eps);
   x16 = prm__to16(m, 0, a->ln1, N * C);
   prm__lin_fwd(m, a->q, a->ln1, x16, w->wq, N, C, HD);
   prm__lin_fwd(m, a->k, a->ln1, x16, w->wk, N, C, GD);
   prm__lin_fwd(m, a->v, a->ln1, x16, w->wv, N, C, GD);
-  if (m->pack_pos) {
-    prm_rope_forward_pos(a->q, m->rope_cos, m->rope_sin, B, T, H, D, m->pack_pos);
-    prm_rope_forward_pos(a->k, m->rope_cos, m->rope_sin, B, T, G, D, m->pack_pos);
-  } else {
-    prm_rope_forward(a->q, m->rope_cos, m->rope_sin, B, T, H, D, 0);
-    prm_rope_forward(a->k, m->rope_cos, m->rope_sin, B, T, G, D, 0);
-  }
+  prm_dev_rope(d, a->q, m->rope_cos, m->rope_sin, B, T, H, D, 0, m->pass_pos, 1.0f);
+  prm_dev_rope(d, a->k, m->rope_cos, m->rope_sin, B, T, G, D, 0, m->pass_pos, 1.0f);
   prm__attn_fwd(m, a, B);
   prm__lin_fwd(m, a->mid, a->att, prm__to16(m, 0, a->att, N * HD), w->wo, N, HD, C);
   prm__tp_sum(m, a->mid, N * C);
   /* mid = x + attention; ln2 = rmsnorm(mid), in one pass. */
-  prm_add_rmsnorm_forward(a->mid, a->ln2, a->rstd2, a->mid, x, w->ln2, N, C, (float)c->norm_eps);
+  prm_dev_add_rmsnorm_forward(d, a->mid, a->ln2, a->rstd2, a->mid, x, w->ln2, N, C,
+                              (float)c->norm_eps);
 
-  if (w->router) { /* a mixture-of-experts MLP (moe.c) */
+  if (w->router) { /* a mixture-of-experts MLP (moe.c; host memory only) */
     prm__moe_forward(m, w - m->layer, w, a, a->ln2, y, N);
     prm_add(y, y, a->mid, N * C);
     return;
@@ -50,10 +47,10 @@ static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
   x16 = prm__to16(m, 0, a->ln2, N * C);
   prm__lin_fwd(m, a->gate, a->ln2, x16, w->wgate, N, C, F);
   prm__lin_fwd(m, a->up, a->ln2, x16, w->wup, N, C, F);
-  prm_swiglu_forward(a->h, a->gate, a->up, N * F);
+  prm_dev_swiglu_forward(d, a->h, a->gate, a->up, N * F);
   prm__lin_fwd(m, y, a->h, prm__to16(m, 0, a->h, N * F), w->wdown, N, F, C);
   prm__tp_sum(m, y, N * C);
-  prm_add(y, y, a->mid, N * C);
+  prm_dev_add(d, y, y, a->mid, N * C);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -70,6 +67,7 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
   int64_t T = m->T, N = B * T, C = c->hidden, D = prm_llama_head_dim(c), F = m->Fl;
   int64_t H = m->Hl, G = m->Gl, HD = H * D, GD = G * D;
   const prm_bf16_t *x16, *dy16; /* bf16 copies in slots 0 and 1; NULL in fp32 */
+  const prm_dev_t *d = m->dev;
 
   /* MLP: y = mid + down(silu(gate) * up). dres flows to mid unchanged. */
   if (w->router) { /* a mixture-of-experts MLP (moe.c) */
@@ -78,7 +76,7 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
     dy16 = prm__to16(m, 1, s->dres, N * C);
     x16 = prm__to16(m, 0, a->h, N * F);
     prm__lin_bwd(m, s->dh, dw->wdown, s->dres, dy16, a->h, x16, w->wdown, N, F, C, 0);
-    prm_swiglu_backward(s->dgate, s->dup, s->dh, a->gate, a->up, N * F);
+    prm_dev_swiglu_backward(d, s->dgate, s->dup, s->dh, a->gate, a->up, N * F);
     x16 = prm__to16(m, 0, a->ln2, N * C);
     dy16 = prm__to16(m, 1, s->dgate, N * F);
     prm__lin_bwd(m, s->dln, dw->wgate, s->dgate, dy16, a->ln2, x16, w->wgate, N, C, F, 0);
@@ -86,20 +84,15 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
     prm__lin_bwd(m, s->dln, dw->wup, s->dup, dy16, a->ln2, x16, w->wup, N, C, F, 1);
     prm__tp_sum(m, s->dln, N * C);
   }
-  prm_rmsnorm_backward(s->dres, dw->ln2, s->dln, a->mid, w->ln2, a->rstd2, N, C);
+  prm_dev_rmsnorm_backward(d, s->dres, dw->ln2, s->dln, a->mid, w->ln2, a->rstd2, N, C);
 
   /* Attention: mid = x + o(att(rope(q), rope(k), v)). */
   dy16 = prm__to16(m, 1, s->dres, N * C);
   x16 = prm__to16(m, 0, a->att, N * HD);
   prm__lin_bwd(m, s->datt, dw->wo, s->dres, dy16, a->att, x16, w->wo, N, HD, C, 0);
   prm__attn_bwd(m, a, B);
-  if (m->pack_pos) {
-    prm_rope_backward_pos(s->dq, m->rope_cos, m->rope_sin, B, T, H, D, m->pack_pos);
-    prm_rope_backward_pos(s->dk, m->rope_cos, m->rope_sin, B, T, G, D, m->pack_pos);
-  } else {
-    prm_rope_backward(s->dq, m->rope_cos, m->rope_sin, B, T, H, D, 0);
-    prm_rope_backward(s->dk, m->rope_cos, m->rope_sin, B, T, G, D, 0);
-  }
+  prm_dev_rope(d, s->dq, m->rope_cos, m->rope_sin, B, T, H, D, 0, m->pass_pos, -1.0f);
+  prm_dev_rope(d, s->dk, m->rope_cos, m->rope_sin, B, T, G, D, 0, m->pass_pos, -1.0f);
   x16 = prm__to16(m, 0, a->ln1, N * C);
   prm__lin_bwd(m, s->dln, dw->wq, s->dq, prm__to16(m, 1, s->dq, N * HD), a->ln1, x16, w->wq, N, C,
                HD, 0);
@@ -108,7 +101,7 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
   prm__lin_bwd(m, s->dln, dw->wv, s->dv, prm__to16(m, 1, s->dv, N * GD), a->ln1, x16, w->wv, N, C,
                GD, 1);
   prm__tp_sum(m, s->dln, N * C);
-  prm_rmsnorm_backward(s->dres, dw->ln1, s->dln, x, w->ln1, a->rstd1, N, C);
+  prm_dev_rmsnorm_backward(d, s->dres, dw->ln1, s->dln, x, w->ln1, a->rstd1, N, C);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -120,6 +113,52 @@ static prm__layer_acts_t *prm__set(const prm_llama_t *m, int64_t l) {
   return &a->set[a->nsets == 1 ? 0 : l];
 }
 
+/* The pass' ids as the device reads them: the caller's arrays on the host;
+ * on a device with its own memory, copies in the model's batch buffers
+ * (tokens, targets, and the packing's segments and positions, which the
+ * layers find in m->pass_seg / m->pass_pos). A failed copy is kept for
+ * prm_llama_tp_check. */
+static void prm__pass_ids(prm_llama_t *m, const int32_t *tokens, const int32_t *targets,
+                          int64_t B, const int32_t **dtok, const int32_t **dtgt) {
+  *dtok = tokens;
+  *dtgt = targets;
+  m->pass_seg = m->pack_seg;
+  m->pass_pos = m->pack_pos;
+  if (prm_dev_is_host(m->dev)) return;
+  size_t bytes = (size_t)(B * m->T) * sizeof(int32_t);
+  prm_err_t err = {0};
+  int rc = 0;
+  if (tokens && !rc) rc = prm_dev_upload(m->dev, m->dtok, tokens, bytes, &err);
+  if (targets && !rc) rc = prm_dev_upload(m->dev, m->dtgt, targets, bytes, &err);
+  if (m->pack_seg && !rc) rc = prm_dev_upload(m->dev, m->dseg, m->pack_seg, bytes, &err);
+  if (m->pack_pos && !rc) rc = prm_dev_upload(m->dev, m->dpos, m->pack_pos, bytes, &err);
+  if (rc && !m->tp_rc) {
+    m->tp_rc = rc;
+    m->tp_err = err;
+  }
+  *dtok = tokens ? m->dtok : NULL;
+  *dtgt = targets ? m->dtgt : NULL;
+  m->pass_seg = m->pack_seg ? m->dseg : NULL;
+  m->pass_pos = m->pack_pos ? m->dpos : NULL;
+}
+
+/* The LM head and its loss over the final norm's output (N rows), with the
+ * head's backward when dx/dw are given: the vocab-parallel or bf16 path on
+ * the host (tp.c), the device's otherwise. tgt: the targets as the device
+ * reads them; targets: the host's. */
+static double prm__head(prm_llama_t *m, float *dx, float *dw, int64_t *count, const int32_t *tgt,
+                        const int32_t *targets, int64_t N, float grad_scale) {
+  const prm_llama_config_t *c = &m->cfg;
+  prm_llama_acts_t *a = m->acts;
+  if (!prm_dev_is_host(m->dev))
+    return prm_dev_lmhead_xent(m->dev, dx, dw, count, a->lnf, m->head, tgt, targets, N, c->hidden,
+                               c->vocab, grad_scale, a->logits, m->dloss, a->chunk);
+  if (m->tp.size > 1 || m->params16)
+    return prm__tp_lmhead_xent(m, dx, dw, count, a->lnf, m->head, targets, N, grad_scale);
+  return prm_lmhead_xent(&m->gemm, dx, dw, count, a->lnf, m->head, targets, N, c->hidden,
+                         c->vocab, grad_scale, a->logits, a->chunk);
+}
+
 static void prm__forward_layers(prm_llama_t *m, const int32_t *tokens, int64_t B) {
   const prm_llama_config_t *c = &m->cfg;
   prm_llama_acts_t *a = m->acts;
@@ -127,26 +166,23 @@ static void prm__forward_layers(prm_llama_t *m, const int32_t *tokens, int64_t B
   if (m->tp.size > 1)
     prm__tp_embedding_forward(m, a->resid, tokens, N);
   else
-    prm_embedding_forward(a->resid, tokens, m->embed, N, c->hidden);
+    prm_dev_embedding_forward(m->dev, a->resid, tokens, m->embed, N, c->hidden);
   m->moe_aux_last = 0;
   for (int64_t l = 0; l < c->layers; l++)
     prm__layer_forward(m, &m->layer[l], prm__set(m, l), a->resid + l * NC,
                        a->resid + (l + 1) * NC, B);
-  prm_rmsnorm_forward(a->lnf, a->rstdf, a->resid + c->layers * NC, m->norm, N, c->hidden,
-                      (float)c->norm_eps);
+  prm_dev_rmsnorm_forward(m->dev, a->lnf, a->rstdf, a->resid + c->layers * NC, m->norm, N,
+                          c->hidden, (float)c->norm_eps);
 }
 
 double prm_llama_forward(prm_llama_t *m, const int32_t *tokens, const int32_t *targets,
                          int64_t B, int64_t *count) {
   PRM_ASSERT(B >= 1 && B <= m->B);
-  const prm_llama_config_t *c = &m->cfg;
-  prm_llama_acts_t *a = m->acts;
+  const int32_t *dtok, *dtgt;
+  prm__pass_ids(m, tokens, targets, B, &dtok, &dtgt);
   prm__refresh16(m);
-  prm__forward_layers(m, tokens, B);
-  if (m->tp.size > 1 || m->params16)
-    return prm__tp_lmhead_xent(m, NULL, NULL, count, a->lnf, m->head, targets, B * m->T, 0.0f);
-  return prm_lmhead_xent(&m->gemm, NULL, NULL, count, a->lnf, m->head, targets, B * m->T,
-                         c->hidden, c->vocab, 0.0f, a->logits, a->chunk);
+  prm__forward_layers(m, dtok, B);
+  return prm__head(m, NULL, NULL, count, dtgt, targets, B * m->T, 0.0f);
 }
 
 double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const int32_t *targets,
@@ -156,24 +192,22 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   const prm_llama_config_t *c = &m->cfg;
   prm_llama_acts_t *a = m->acts;
   int64_t N = B * m->T, C = c->hidden, NC = m->B * m->T * C;
+  const int32_t *dtok, *dtgt;
+  prm__pass_ids(m, tokens, targets, B, &dtok, &dtgt);
   prm__refresh16(m);
   /* MoE: record this pass' routing; the aux/z losses' gradient weight. */
   m->moe_record = 1;
   m->moe_gscale = grad_scale * (float)N;
-  prm__forward_layers(m, tokens, B);
+  prm__forward_layers(m, dtok, B);
   m->moe_record = 0;
   m->moe_passes++;
   double moe_aux = m->moe_aux_last; /* recomputation below adds to it again */
 
   /* The head and its loss, with the head's backward fused in. */
-  double loss =
-      m->tp.size > 1 || m->params16
-          ? prm__tp_lmhead_xent(m, a->dlnf, m->dhead, count, a->lnf, m->head, targets, N, grad_scale)
-          : prm_lmhead_xent(&m->gemm, a->dlnf, m->dhead, count, a->lnf, m->head, targets, N, C,
-                            c->vocab, grad_scale, a->logits, a->chunk);
-  memset(a->dres, 0, (size_t)(N * C) * sizeof(float));
-  prm_rmsnorm_backward(a->dres, m->dnorm, a->dlnf, a->resid + c->layers * NC, m->norm, a->rstdf,
-                       N, C);
+  double loss = prm__head(m, a->dlnf, m->dhead, count, dtgt, targets, N, grad_scale);
+  prm_dev_zero(m->dev, a->dres, (size_t)(N * C) * sizeof(float), NULL);
+  prm_dev_rmsnorm_backward(m->dev, a->dres, m->dnorm, a->dlnf, a->resid + c->layers * NC, m->norm,
+                           a->rstdf, N, C);
   /* Layer l's tensors start at tensors[layer_t0[l]]; the final norm follows. */
   const prm_tensor_t *t = m->tensors;
   int64_t norm_off = t[m->layer_t0[c->layers]].offset, embed_n = t[0].numel;
@@ -197,7 +231,7 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   if (m->tp.size > 1)
     prm__tp_embedding_backward(m, m->dembed, a->dres, tokens, N);
   else
-    prm_embedding_backward(m->dembed, a->dres, tokens, N, C);
+    prm_dev_embedding_backward(m->dev, m->dembed, a->dres, dtok, N, C);
   if (m->grads_ready) m->grads_ready(m->grads_ctx, 0, embed_n);
   m->moe_aux_last = moe_aux;
   return loss;
@@ -226,10 +260,12 @@ double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int
   PRM_ASSERT(!train || (m->flags & PRM_LLAMA_TRAIN));
   prm_llama_acts_t *a = m->acts;
   int64_t N = B * m->T, C = c->hidden, NC = m->B * m->T * C;
+  const int32_t *dtok, *dtgt;
+  prm__pass_ids(m, lo == 0 ? tokens : NULL, hi == c->layers ? targets : NULL, B, &dtok, &dtgt);
   prm__refresh16(m);
   if (lo == 0) {
     if (m->tp.size > 1) prm__tp_embedding_forward(m, a->resid, tokens, N);
-    else prm_embedding_forward(a->resid, tokens, m->embed, N, C);
+    else prm_dev_embedding_forward(m->dev, a->resid, dtok, m->embed, N, C);
   }
   /* MoE: a training forward records its routing and sets the aux/z
    * losses' gradient weight, as prm_llama_forward_backward does; a pass is
@@ -247,13 +283,10 @@ double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int
   m->moe_record = 0;
   *count = 0;
   if (hi < c->layers) return 0;
-  prm_rmsnorm_forward(a->lnf, a->rstdf, a->resid + c->layers * NC, m->norm, N, C,
-                      (float)c->norm_eps);
+  prm_dev_rmsnorm_forward(m->dev, a->lnf, a->rstdf, a->resid + c->layers * NC, m->norm, N, C,
+                          (float)c->norm_eps);
   float *dx = train ? a->dlnf : NULL, *dw = train ? m->dhead : NULL;
-  if (m->tp.size > 1 || m->params16)
-    return prm__tp_lmhead_xent(m, dx, dw, count, a->lnf, m->head, targets, N, train ? grad_scale : 0.0f);
-  return prm_lmhead_xent(&m->gemm, dx, dw, count, a->lnf, m->head, targets, N, C, c->vocab,
-                         train ? grad_scale : 0.0f, a->logits, a->chunk);
+  return prm__head(m, dx, dw, count, dtgt, targets, N, train ? grad_scale : 0.0f);
 }
 
 void prm_llama_stage_backward(prm_llama_t *m, int64_t lo, int64_t hi, const int32_t *tokens,
@@ -263,10 +296,12 @@ void prm_llama_stage_backward(prm_llama_t *m, int64_t lo, int64_t hi, const int3
   PRM_ASSERT(B >= 1 && B <= m->B && 0 <= lo && lo < hi && hi <= c->layers);
   prm_llama_acts_t *a = m->acts;
   int64_t N = B * m->T, C = c->hidden, NC = m->B * m->T * C;
+  const int32_t *dtok, *dtgt;
+  prm__pass_ids(m, lo == 0 ? tokens : NULL, NULL, B, &dtok, &dtgt);
   if (hi == c->layers) {
-    memset(a->dres, 0, (size_t)(N * C) * sizeof(float));
-    prm_rmsnorm_backward(a->dres, m->dnorm, a->dlnf, a->resid + c->layers * NC, m->norm, a->rstdf,
-                         N, C);
+    prm_dev_zero(m->dev, a->dres, (size_t)(N * C) * sizeof(float), NULL);
+    prm_dev_rmsnorm_backward(m->dev, a->dres, m->dnorm, a->dlnf, a->resid + c->layers * NC, m->norm,
+                             a->rstdf, N, C);
   }
   for (int64_t l = hi - 1; l >= lo; l--) {
     prm__layer_acts_t *s = prm__set(m, l);
@@ -277,7 +312,7 @@ void prm_llama_stage_backward(prm_llama_t *m, int64_t lo, int64_t hi, const int3
   }
   if (lo > 0) return;
   if (m->tp.size > 1) prm__tp_embedding_backward(m, m->dembed, a->dres, tokens, N);
-  else prm_embedding_backward(m->dembed, a->dres, tokens, N, C);
+  else prm_dev_embedding_backward(m->dev, m->dembed, a->dres, dtok, N, C);
 }
 
 void prm_llama_set_grads_hook(prm_llama_t *m, void (*fn)(void *ctx, int64_t offset, int64_t numel),

@@ -123,6 +123,8 @@ int prm_llama_tp_check(prm_llama_t *m, prm_err_t *err) {
   int rc = m->tp_rc;
   if (rc) *err = m->tp_err;
   m->tp_rc = 0;
+  /* A device that queues its work reports its first failure here. */
+  if (!rc && !prm_dev_is_host(m->dev)) rc = prm_dev_sync(m->dev, err);
   return rc;
 }
 
