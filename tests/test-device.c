@@ -615,7 +615,7 @@ static void test_open(void **state) {
   assert_non_null(strstr(err.msg, "tpu"));
   /* No module: cuda fails naming it and where it looked; auto falls back. */
   assert_int_equal(open_with("cuda", "/nonexistent/libprimus-cuda.so", NULL, &err, why, sizeof why),
-                   PRM_EDEP);
+                   PRM_EPLATFORM);
   assert_non_null(strstr(err.msg, "libprimus-cuda.so"));
   assert_non_null(strstr(err.msg, "/nonexistent"));
   assert_int_equal(open_with("auto", "/nonexistent/libprimus-cuda.so", NULL, &err, why, sizeof why), 0);
@@ -625,7 +625,7 @@ static void test_open(void **state) {
   assert_string_equal(why, "device: cpu");
   /* A file that is no shared object. */
   char *junk = prm_test_write(prm_test_tmpdir(), "libjunk.so", "not an ELF file\n");
-  assert_int_equal(open_with("cuda", junk, NULL, &err, why, sizeof why), PRM_EDEP);
+  assert_int_equal(open_with("cuda", junk, NULL, &err, why, sizeof why), PRM_EPLATFORM);
   assert_non_null(strstr(err.msg, "cannot load"));
   free(junk);
   /* The stand-in module (tests/device/fake-module.c) answers as told. */
@@ -640,8 +640,8 @@ static void test_open(void **state) {
     const char *says;
   } cases[] = {
       {"nodriver", PRM_EPLATFORM, "driver"},      {"nodevice", PRM_EPLATFORM, "no visible GPU"},
-      {"abi", PRM_EDEP, "another primus"},        {"fail", PRM_ERUNTIME, "failed to start"},
-      {"tableabi", PRM_EDEP, "rebuild"},
+      {"abi", PRM_EPLATFORM, "another primus"},        {"fail", PRM_ERUNTIME, "failed to start"},
+      {"tableabi", PRM_EPLATFORM, "rebuild"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     prm_err_clear(&err);

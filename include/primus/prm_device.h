@@ -62,10 +62,11 @@ int prm_dev_kind_parse(const char *s);
 const char *prm_dev_kind_name(prm_dev_kind_t k);
 
 /* Opens the device o->want asks for. auto never fails for a missing GPU
- * (it falls back to the CPU and says why in d->why); cuda does: PRM_EDEP
- * when the module is missing or refuses (another ABI), PRM_EPLATFORM when
- * there is no driver or no visible GPU, each message naming what is
- * missing and where it looked. An unknown name is PRM_ECONFIG naming the
+ * (it falls back to the CPU and says why in d->why); cuda does, with
+ * PRM_EPLATFORM (exit 2) when the module is missing or refuses (another
+ * ABI), or there is no driver or no visible GPU, each message naming what
+ * is missing and where it looked; PRM_ERUNTIME when the GPU is there but
+ * its libraries fail to start. An unknown name is PRM_ECONFIG naming the
  * `device` key. The caller frees with prm_dev_close. */
 int prm_dev_open(const prm_dev_opts_t *o, prm_dev_t **out, prm_err_t *err);
 void prm_dev_close(prm_dev_t *d);

@@ -66,6 +66,9 @@ typedef struct {
   prm_nan_policy_t nan_policy;  /* fault_tolerance.nan_policy */
   double spike_zscore;          /* fault_tolerance.spike_zscore; 0: off */
   const char *gemm; /* backend name from $PRIMUS_GEMM, or NULL: best */
+  const char *device; /* device: auto (NULL), cpu or cuda */
+  int tf32;           /* tf32: TF32 for a GPU's fp32 GEMMs */
+  int local_rank;     /* this rank's index on its node (the GPU it takes) */
   int metrics_port;             /* Prometheus endpoint on rank 0; 0: off (docs/metrics.md) */
   const char *metrics_bind;     /* its address; NULL: 127.0.0.1 */
   double alert_tps_window_s;    /* alert_throughput_window_s: the trailing window (s) */

@@ -74,20 +74,20 @@ static int prm__open_cuda(prm_dev_t *d, const prm_dev_opts_t *o, prm_err_t *err)
   char path[PATH_MAX * 2 + 64], msg[512] = "";
   if (o->module_path) snprintf(path, sizeof path, "%s", o->module_path);
   else if (prm_dev_find_module(path, sizeof path))
-    return prm_errf(err, PRM_EDEP,
+    return prm_errf(err, PRM_EPLATFORM,
                     "no CUDA backend module: %s not found (looked in %s); build primus where "
                     "nvcc is found (PRM_CUDA=auto|ON) or set PRIMUS_CUDA_MODULE",
                     PRM__CUDA_MODULE, path);
   void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!dl) {
     const char *e = dlerror();
-    return prm_errf(err, PRM_EDEP, "cannot load the CUDA module %s: %s", path, e ? e : "?");
+    return prm_errf(err, PRM_EPLATFORM, "cannot load the CUDA module %s: %s", path, e ? e : "?");
   }
   prm_dev_entry_fn entry;
   *(void **)&entry = dlsym(dl, PRM_DEV_ENTRY_NAME);
   if (!entry) {
     dlclose(dl);
-    return prm_errf(err, PRM_EDEP, "%s: not a primus device module (no %s)", path,
+    return prm_errf(err, PRM_EPLATFORM, "%s: not a primus device module (no %s)", path,
                     PRM_DEV_ENTRY_NAME);
   }
   const prm_dev_i *table = NULL;
@@ -98,7 +98,7 @@ static int prm__open_cuda(prm_dev_t *d, const prm_dev_opts_t *o, prm_err_t *err)
     dlclose(dl);
     switch (rc) {
     case PRM_DEV_OPEN_ABI:
-      return prm_errf(err, PRM_EDEP, "%s was built for another primus (%s); rebuild it", path, msg);
+      return prm_errf(err, PRM_EPLATFORM, "%s was built for another primus (%s); rebuild it", path, msg);
     case PRM_DEV_OPEN_NO_DRIVER:
       return prm_errf(err, PRM_EPLATFORM, "no usable NVIDIA driver: %s", msg);
     case PRM_DEV_OPEN_NO_DEVICE:
@@ -111,7 +111,7 @@ static int prm__open_cuda(prm_dev_t *d, const prm_dev_opts_t *o, prm_err_t *err)
     int abi = table->abi; /* the table is the module's: read it before unloading */
     if (table->close) table->close(ctx);
     dlclose(dl);
-    return prm_errf(err, PRM_EDEP, "%s: device ABI %d, this primus needs %d; rebuild it", path,
+    return prm_errf(err, PRM_EPLATFORM, "%s: device ABI %d, this primus needs %d; rebuild it", path,
                     abi, PRM_DEV_ABI_VERSION);
   }
   d->i = table;

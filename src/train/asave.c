@@ -50,7 +50,8 @@ int prm__asave_start(prm__asave_t *a, const prm_llama_t *m, const float *adam_m,
                      const float *adam_v, const prm_train_opts_t *o, int64_t iter,
                      prm_err_t *err) {
   double t0 = prm_time_now();
-  memcpy(a->params, m->params, a->bytes);
+  int rc = prm_llama_params_get(m, a->params, err); /* a copy (from a device: a download) */
+  if (rc) return rc;
   memcpy(a->adam_m, adam_m, a->bytes);
   memcpy(a->adam_v, adam_v, a->bytes);
   free(a->save);

@@ -153,11 +153,14 @@ int prm__tokenizer_config(const prm_train_opts_t *o, char **out, prm_err_t *err)
 int prm__ckpt_write_model(const prm_llama_t *m, const char *dir, const char *tokenizer_type,
                           const char *tokenizer_model, const char *tokenizer_config,
                           prm_err_t *err) {
+  float *owned = NULL; /* a device model's parameters, copied to the host */
+  const float *params = prm_llama_params_view(m, &owned, err);
+  if (!params) return err ? err->code : PRM_ERUNTIME;
   prm_st_entry_t *ent = prm_xcalloc((size_t)m->ntensors, sizeof *ent);
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
     ent[i].name = t->name;
-    ent[i].data = m->params + t->offset;
+    ent[i].data = params + t->offset;
     ent[i].ndim = t->ndim;
     ent[i].shape[0] = t->shape[0];
     ent[i].shape[1] = t->shape[1];
@@ -167,6 +170,7 @@ int prm__ckpt_write_model(const prm_llama_t *m, const char *dir, const char *tok
   int rc = prm_st_write_f32(st, ent, m->ntensors, meta, err);
   free(st);
   free(ent);
+  free(owned);
   if (rc) return rc;
   prm_hf_config_t h;
   prm__to_hf(&m->cfg, tokenizer_type, &h);
@@ -366,6 +370,9 @@ static void prm__shape_str(char *buf, size_t n, int ndim, const int64_t *shape) 
 }
 
 int prm_ckpt_load_hf(prm_llama_t *m, const char *dir, prm_err_t *err) {
+  if (!prm_llama_on_host(m)) /* prm__load_weights stages through a host twin */
+    return prm_errf(err, PRM_EINTERNAL, "%s: prm_ckpt_load_hf reads into host memory; the model "
+                    "is on %s", dir, m->dev->i->name);
   prm_llama_config_t c;
   int rc = prm_ckpt_read_config(dir, &c, NULL, 0, err);
   if (rc) return rc;

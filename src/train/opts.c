@@ -338,6 +338,8 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   const char *battn = prm_exp_get_str(e, "bf16_attention");
   o->bf16_attention = prm_streq(battn, "bf16") ? 1 : prm_streq(battn, "fp32") ? 0 : -1;
   prm__bool(e, "bf16_pack_weights", 0, &o->bf16_pack);
+  o->device = prm_exp_get_str(e, "device");
+  prm__bool(e, "tf32", 0, &o->tf32);
   prm__bool(e, "finetune", 0, &o->finetune);
   prm__bool(e, "auto_continue_train", 0, &o->auto_continue);
 

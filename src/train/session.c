@@ -32,6 +32,36 @@ static unsigned prm__bf16_attention(const prm_train_opts_t *o) {
   return bf16 ? 0 : PRM_LLAMA_ATTN_FP32;
 }
 
+/* This rank's index on its node, from the launcher's environment (Open
+ * MPI, Slurm, torchrun's LOCAL_RANK); 0 alone. */
+static int prm__local_rank(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    int64_t n;
+    if (v && *v && !prm_parse_i64(v, &n) && n >= 0 && n < 1 << 20) return (int)n;
+  }
+  return 0;
+}
+
+/* Opens the device of the `device` key (auto: the GPU when there is one)
+ * into *out and says in the log which and why. */
+static int prm__session_device(const prm_train_opts_t *o, const prm_gemm_t *gemm, prm_dev_t **out,
+                               prm_err_t *err) {
+  prm_dev_opts_t d = {.want = o->device, .local_rank = prm__local_rank(), .gemm = *gemm};
+  int rc = prm_dev_open(&d, out, err);
+  if (rc) return rc;
+  prm_dev_t *dev = *out;
+  prm_sb_t line = {0};
+  prm_dev_describe(dev, &line);
+  PRM_INFO("%s: %s", dev->why, prm_sb_str(&line));
+  prm_sb_free(&line);
+  if (!prm_dev_is_host(dev) && dev->i->set_tf32) dev->i->set_tf32(dev->ctx, o->tf32);
+  else if (o->tf32 && !prm_dev_is_host(dev))
+    PRM_WARN("tf32: the %s device has no TF32 switch; fp32 GEMMs stay fp32", dev->i->name);
+  return 0;
+}
+
 int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
                       prm_split_t need, const prm_llama_tp_t *tp, prm__session_t *s,
                       prm_err_t *err) {
@@ -84,10 +114,14 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
                             .split = o->split, .vocab_size = o->model.vocab, .need = need};
     if ((rc = prm_dataset_open(&d, &s->data, err))) goto fail;
   }
-  if (flags & PRM_LLAMA_BF16)
+  if ((rc = prm__session_device(o, &s->gemm, &s->dev, err))) goto fail;
+  if ((flags & PRM_LLAMA_BF16) && prm_dev_is_host(s->dev))
     flags |= prm__bf16_attention(o) | (o->bf16_pack ? PRM_LLAMA_PACK16 : 0);
-  if ((rc = prm_llama_new_tp(&o->model, o->micro_batch, o->seq_length, flags, &s->gemm, tp,
-                             &s->model, err)))
+  else if (flags & PRM_LLAMA_BF16)
+    PRM_INFO("bf16: on %s, attention and the LM head in fp32 (bf16 GEMMs elsewhere)",
+             s->dev->i->name);
+  if ((rc = prm_llama_new_dev(&o->model, o->micro_batch, o->seq_length, flags, &s->gemm, s->dev,
+                              tp, &s->model, err)))
     goto fail;
   if (load) {
     char *dir = NULL;
@@ -125,6 +159,7 @@ void prm__session_close(prm__session_t *s) {
     prm_llama_free(s->full);
   }
   prm_llama_free(s->model);
+  prm_dev_close(s->dev);
   char *prof = prm_gemm_profile_report(&s->gemm);
   if (prof) {
     PRM_INFO("GEMM profile (PRIMUS_GEMM_PROFILE), every call of this run by shape:\n%s", prof);
@@ -202,7 +237,11 @@ int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
   s->data_s = 0;
   /* Fault injection: a NaN in this rank's gradient before the reduction, so
    * that, as a real one would, it reaches every rank through the sum. */
-  if (prm__fault_due(PRM__FAULT_NAN, step0 + 1)) s->model->grads[0] = NAN;
+  if (prm__fault_due(PRM__FAULT_NAN, step0 + 1)) {
+    float nan = NAN;
+    int nrc = prm_dev_upload(s->dev, s->model->grads, &nan, sizeof nan, err);
+    if (nrc) return nrc;
+  }
   for (int64_t first = begin; first < begin + share; first += B) {
     int64_t count = 0;
     if (first + B >= begin + share) prm__dp_last_microbatch(dp, s->model);
@@ -308,10 +347,19 @@ int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *
     return rc;
   }
   prm_llama_t *m = s.model;
+  float *grads = m->grads; /* on the host; a copy of a device's */
+  if (!prm_llama_on_host(m)) {
+    grads = prm_xmalloc((size_t)(m->nparams ? m->nparams : 1) * sizeof(float));
+    if ((rc = prm_llama_grads_get(m, grads, err))) {
+      free(grads);
+      prm__session_close(&s);
+      return rc;
+    }
+  }
   prm_st_entry_t *ent = prm_xcalloc((size_t)m->ntensors, sizeof *ent);
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
-    ent[i] = (prm_st_entry_t){.name = t->name, .data = m->grads + t->offset, .ndim = t->ndim};
+    ent[i] = (prm_st_entry_t){.name = t->name, .data = grads + t->offset, .ndim = t->ndim};
     ent[i].shape[0] = t->shape[0];
     ent[i].shape[1] = t->shape[1];
   }
@@ -321,6 +369,7 @@ int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *
   const char *meta[] = {"loss", lb, "grad_norm", nb, NULL};
   rc = prm_st_write_f32(out_path, ent, m->ntensors, meta, err);
   free(ent);
+  if (grads != m->grads) free(grads);
   if (!rc) PRM_INFO("step-1 loss %.6f, gradient norm %.6f: gradients written to %s", loss, norm, out_path);
   prm__session_close(&s);
   return rc;

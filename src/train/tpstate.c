@@ -22,6 +22,13 @@ static float *prm__moments(int64_t n) {
 
 int prm__load_weights(prm__session_t *s, const char *dir, prm_err_t *err) {
   prm_llama_t *m = s->model, *w = NULL;
+  if (!prm_llama_on_host(m)) { /* read into a host twin, then copied */
+    int rc = prm__whole(m, &w, err);
+    if (!rc) rc = prm_ckpt_load_hf(w, dir, err);
+    if (!rc) rc = prm_llama_params_set(m, w->params, err);
+    prm_llama_free(w);
+    return rc;
+  }
   /* A pipeline stage's tensors are whole: it reads them from the files. */
   if (m->tp.size <= 1 && m->tp.ep_size <= 1) return prm_ckpt_load_hf(m, dir, err);
   int rc = prm__whole(m, &w, err);
@@ -34,6 +41,13 @@ int prm__load_weights(prm__session_t *s, const char *dir, prm_err_t *err) {
 int prm__resume(prm__session_t *s, const char *save, int64_t lo, int64_t hi, float *adam_m,
                 float *adam_v, prm_ckpt_state_t *st, prm_err_t *err) {
   prm_llama_t *m = s->model, *w = NULL;
+  if (!prm_llama_on_host(m)) { /* the state read on the host, the weights copied in */
+    int rc = prm__whole(m, &w, err);
+    if (!rc) rc = prm_ckpt_resume_range(w, save, lo, hi, adam_m, adam_v, st, err);
+    if (!rc && st->iteration > 0) rc = prm_llama_params_set(m, w->params, err);
+    prm_llama_free(w);
+    return rc;
+  }
   if (!prm_llama_sharded(m)) return prm_ckpt_resume_range(m, save, lo, hi, adam_m, adam_v, st, err);
   PRM_ASSERT(lo == 0 && hi == m->nparams);
   int rc = prm__whole(m, &w, err);
@@ -83,11 +97,11 @@ int prm__grad_norm(prm_llama_t *m, double *norm, prm_err_t *err) {
     const prm_tensor_t *t = &m->tensors[i];
     if (m->tp.pp_size > 1 && t->stage != m->tp.pp_rank) continue; /* a tied embedding's twin */
     if (t->split == PRM_TP_EXPERT) {
-      sx += prm_sumsq(m->grads + t->offset, t->numel);
+      sx += prm_dev_sumsq(m->dev, m->grads + t->offset, t->numel);
       continue;
     }
     if (t->split == PRM_TP_WHOLE && m->tp.rank != 0) continue; /* counted by rank 0 */
-    ss += prm_sumsq(m->grads + t->offset, t->numel);
+    ss += prm_dev_sumsq(m->dev, m->grads + t->offset, t->numel);
   }
   if (m->tp.size > 1) {
     int rc = prm_comm_allreduce(m->tp.comm, &ss, 1, PRM_COMM_F64, PRM_COMM_SUM, err);

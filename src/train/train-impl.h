@@ -107,6 +107,7 @@ int prm__pipe_bcast(prm__pipe_t *pp, double *v, int n, prm_err_t *err);
 
 typedef struct {
   prm_gemm_t gemm;
+  prm_dev_t *dev;         /* where the model computes (device: key); owned */
   prm_dataset_t *data;    /* one dataset read in order; NULL otherwise */
   prm_blend_t *blend;     /* shuffled and/or blended samples; NULL otherwise
                            * (both NULL with mock_data) */

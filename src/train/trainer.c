@@ -80,6 +80,31 @@ static const char *prm__jnum(char *buf, size_t n, double x) {
   return buf;
 }
 
+/* The AdamW moments between the device (dm, dv) and their host copies
+ * (hm, hv): up 1 after a start or rollback, 0 before a checkpoint. */
+static int prm__moments_move(const prm_dev_t *d, float *dm, float *dv, float *hm, float *hv,
+                             size_t bytes, int up, prm_err_t *err) {
+  if (up)
+    return prm_dev_upload(d, dm, hm, bytes, err) || prm_dev_upload(d, dv, hv, bytes, err)
+               ? (err ? err->code : PRM_ERUNTIME)
+               : 0;
+  return prm_dev_download(d, hm, dm, bytes, err) || prm_dev_download(d, hv, dv, bytes, err)
+             ? (err ? err->code : PRM_ERUNTIME)
+             : 0;
+}
+
+/* PRM_ENOMEM naming what did not fit on the device, with its memory. */
+static int prm__dev_nomem(const prm_dev_t *d, const char *what, size_t bytes, prm_err_t *err) {
+  char b[32];
+  prm_sb_t line = {0};
+  prm_fmt_bytes(b, sizeof b, (double)bytes);
+  prm_dev_describe_memory(d, &line);
+  int rc = prm_errf(err, PRM_ENOMEM, "%s (%s) do not fit on %s; %s", what, b, d->i->name,
+                    prm_sb_str(&line));
+  prm_sb_free(&line);
+  return rc;
+}
+
 /* The state a run starts from: the newest complete checkpoint in
  * resume_dir when there is one, else the weights of `load` (when it is not
  * resume_dir itself) or of the seed, with zeroed moments. The moments are
@@ -197,6 +222,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm_llama_t *m = s.model;
   FILE *events = NULL;
   float *adam_m = NULL, *adam_v = NULL;
+  /* On a device with its own memory the moments live there (dm, dv) and
+   * adam_m/adam_v are their host copies, filled for checkpoints and read
+   * back after a resume or rollback (prm__moments_to/from_device). */
+  float *dm = NULL, *dv = NULL;
+  int on_dev = !prm_llama_on_host(s.model);
   size_t obytes = 0;
   char *tok_config = NULL; /* tokenizer_config.json of every checkpoint (BPE runs) */
   if (o->save && (rc = prm__tokenizer_config(o, &tok_config, err))) goto done;
@@ -223,6 +253,19 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   if (!adam_m || !adam_v) {
     rc = prm_errf(err, PRM_ENOMEM, "cannot allocate the AdamW state (2 x %zu bytes)", obytes);
     goto done;
+  }
+  if (on_dev) {
+    if (dp.world) {
+      rc = prm_errf(err, PRM_ECONFIG, "device: %s with %d data-parallel ranks: not yet (one rank "
+                    "per GPU run for now; device: cpu runs data parallel)", s.dev->i->name, dp.size);
+      goto done;
+    }
+    dm = prm_dev_alloc(s.dev, PRM_MEM_OPTIM, obytes);
+    dv = prm_dev_alloc(s.dev, PRM_MEM_OPTIM, obytes);
+    if (!dm || !dv) {
+      rc = prm__dev_nomem(s.dev, "the AdamW moments", 2 * obytes, err);
+      goto done;
+    }
   }
   if (o->global_batch % (o->micro_batch * dp.size)) {
     rc = prm_errf(err, PRM_ECONFIG,
@@ -258,7 +301,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   }
   prm_ckpt_state_t st = {.seed = o->seed};
   if ((rc = prm__start_state(&s, o, resume_dir, lo, hi, adam_m, adam_v, &st, err)) ||
-      (rc = prm__same_start(&dp, resume_dir, st.iteration, err)))
+      (rc = prm__same_start(&dp, resume_dir, st.iteration, err)) ||
+      (on_dev && (rc = prm__moments_move(s.dev, dm, dv, adam_m, adam_v, obytes, 1, err))))
     goto done;
   prm__tm_resumed(tm, run_dir, st.iteration);
   if (s.loaded_iter > 0 && !resume_dir)
@@ -331,6 +375,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     prm_sb_appendf(&line, ", async-save copy %s", ob);
   }
   PRM_INFO("memory: %s", prm_sb_str(&line));
+  if (on_dev) { /* what of it is on the device, by category */
+    prm_sb_reset(&line);
+    prm_dev_describe_memory(s.dev, &line);
+    PRM_INFO("device %s", prm_sb_str(&line));
+  }
   prm_sb_free(&line);
   if ((rc = prm__session_memory_json(&mem_js, m, &pipe, 2 * obytes, err))) goto done;
 
@@ -403,7 +452,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         bad_steps = prm_xrealloc(bad_steps, (size_t)(nbad + 1) * sizeof *bad_steps);
         bad_steps[nbad++] = step;
         if ((rc = prm__start_state(&s, o, o->save, lo, hi, adam_m, adam_v, &st, err)) ||
-            (rc = prm__same_start(&dp, o->save, st.iteration, err)))
+            (rc = prm__same_start(&dp, o->save, st.iteration, err)) ||
+            (on_dev && (rc = prm__moments_move(s.dev, dm, dv, adam_m, adam_v, obytes, 1, err))))
           goto done;
         PRM_WARN("step %lld: loss %g, gradient norm %g (%s): rolled back to step %lld",
                  (long long)step, loss, norm, cause, (long long)st.iteration);
@@ -421,6 +471,15 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (!skip && dp.zero) {
       prm__bad_push(&bad, loss);
       if ((rc = prm__zero_update(&dp, m, adam_m, adam_v, o, lr, gscale, step, err))) goto done;
+    } else if (!skip && on_dev) {
+      prm__bad_push(&bad, loss);
+      for (int i = 0; i < m->ntensors; i++) {
+        const prm_tensor_t *t = &m->tensors[i];
+        prm_dev_adamw(s.dev, m->params + t->offset, m->grads + t->offset, dm + t->offset,
+                      dv + t->offset, t->numel, (float)lr, (float)o->beta1, (float)o->beta2,
+                      (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f, step, gscale);
+      }
+      if ((rc = prm_dev_sync(s.dev, err))) goto done;
     } else if (!skip) {
       prm__bad_push(&bad, loss);
       for (int i = 0; i < m->ntensors; i++) {
@@ -543,6 +602,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       const prm_llama_t *sm = m;
       float *sam = adam_m, *sav = adam_v;
       double tg = prm_time_now();
+      if (on_dev && (rc = prm__moments_move(s.dev, dm, dv, adam_m, adam_v, obytes, 0, err)))
+        goto done;
       if (tp_gathers) {
         if ((rc = prm__tp_save_gather(&s, adam_m, adam_v, err))) goto done;
         sm = s.full;
@@ -619,6 +680,10 @@ done:
   prm_sb_free(&mem_js);
   prm_mem_free(PRM_MEM_OPTIM, adam_m, obytes);
   prm_mem_free(PRM_MEM_OPTIM, adam_v, obytes);
+  if (s.dev) {
+    prm_dev_free(s.dev, PRM_MEM_OPTIM, dm, obytes);
+    prm_dev_free(s.dev, PRM_MEM_OPTIM, dv, obytes);
+  }
   prm__session_close(&s);
   return rc;
 }

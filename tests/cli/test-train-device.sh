@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Training through the device layer, end to end, without a GPU: the tagged
+# test backend (PRIMUS_DEVICE_TAGGED=1) runs the CPU kernels on memory the
+# host cannot reach, so every GPU code path of the trainer (weights and ids
+# copied in, AdamW and norms through the table, checkpoints and resume
+# copied out) runs here and must give the CPU's bits. Also: the device key's
+# choices and errors, and a checkpoint moving between the two devices.
+source "$(dirname "$0")/lib.sh"
+cd "$T"
+export OMP_NUM_THREADS=2
+small_corpus "$T/corpus.txt"
+
+# step,loss,grad_norm of every step event.
+curve() { grep '^{"step"' "$1" | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/\1 \2 \3/'; }
+# same_curve NAME A B: the same steps and gradient norms (the same bits:
+# the norm is computed from the gradients), losses within 1e-7 relative (a
+# device sums the rows' fp32 losses where the CPU kernel sums doubles).
+same_curve() {
+  local why
+  why=$(paste -d' ' <(echo "$2") <(echo "$3") | awk 'NF != 6 || $1 != $4 || $3 != $6 ||
+    ($2 - $5 > 1e-7 * $5 || $5 - $2 > 1e-7 * $5) { print "line " NR ": " $0; exit }
+    END { if (NR == 0) print "no steps" }')
+  if [[ -z $why && $(echo "$2" | wc -l) == $(echo "$3" | wc -l) ]]; then ok "$1"; else bad "$1: $why"; fi
+}
+events() { echo "$(ls -d "$T"/ws/team/tester/"$1"/run-* | tail -1)/events.jsonl"; }
+
+# fp32 with gradient accumulation (2 micro-batches), clipping, weight
+# decay, evaluation and checkpoints, on the CPU and on the tagged device.
+common=("micro_batch_size: 2" "global_batch_size: 4" "train_iters: 8" "eval_iters: 1"
+        "eval_interval: 4" "save_interval: 4" "clip_grad: 0.5" "weight_decay: 0.1")
+tiny_exp cpu "${common[@]}" "device: cpu" "save: $T/ck-cpu"
+tiny_exp tag "${common[@]}" "device: cpu" "save: $T/ck-tag"
+run train pretrain --config cpu.yaml
+expect_rc "fp32 on the cpu device" 0
+expect_in "the log names the device and why" "device: cpu" "$ERR"
+PRIMUS_DEVICE_TAGGED=1 run train pretrain --config tag.yaml
+expect_rc "fp32 on the tagged device" 0
+expect_in "the log says the memory is the device's" "tagged test memory" "$ERR"
+expect_in "device memory by category" "device tagged memory: params" "$ERR"
+expect_eq "8 steps each" "$(curve "$(events tag)" | wc -l)" 8
+same_curve "the same loss and gradient norm at every step" "$(curve "$(events tag)")" "$(curve "$(events cpu)")"
+evals() { grep '"event":"eval"' "$1" | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2 0/'; }
+same_curve "the same evaluations" "$(evals "$(events tag)")" "$(evals "$(events cpu)")"
+if cmp -s "$T/ck-cpu/iter_0000008/model.safetensors" "$T/ck-tag/iter_0000008/model.safetensors"; then
+  ok "the same checkpoint bytes"
+else
+  bad "checkpoints differ"
+fi
+if cmp -s "$T/ck-cpu/iter_0000008/optimizer.bin" "$T/ck-tag/iter_0000008/optimizer.bin" 2>/dev/null ||
+   diff -rq "$T/ck-cpu/iter_0000008" "$T/ck-tag/iter_0000008" >/dev/null; then
+  ok "the same optimizer state"
+else
+  bad "optimizer state differs: $(diff -rq "$T/ck-cpu/iter_0000008" "$T/ck-tag/iter_0000008")"
+fi
+
+# A checkpoint saved on one device resumes on the other: steps 5-8 from
+# the other's step-4 checkpoint give the straight run's numbers.
+rm -rf "$T/ck-x" && mkdir -p "$T/ck-x" && cp -r "$T/ck-tag/iter_0000004" "$T/ck-x/" &&
+  echo 4 > "$T/ck-x/latest_checkpointed_iteration.txt"
+tiny_exp resume "${common[@]}" "device: cpu" "save: $T/ck-x" "load: $T/ck-x" "auto_continue_train: true"
+run train pretrain --config resume.yaml
+expect_rc "the cpu resumes the tagged device's checkpoint" 0
+same_curve "steps 5-8 as the straight run" "$(curve "$(events resume)")" "$(curve "$(events cpu)" | tail -4)"
+rm -rf "$T/ck-y" && mkdir -p "$T/ck-y" && cp -r "$T/ck-cpu/iter_0000004" "$T/ck-y/" &&
+  echo 4 > "$T/ck-y/latest_checkpointed_iteration.txt"
+tiny_exp resume2 "${common[@]}" "device: cpu" "save: $T/ck-y" "load: $T/ck-y" "auto_continue_train: true"
+PRIMUS_DEVICE_TAGGED=1 run train pretrain --config resume2.yaml
+expect_rc "the tagged device resumes the cpu's checkpoint" 0
+same_curve "steps 5-8 as the straight run (tagged)" "$(curve "$(events resume2)")" "$(curve "$(events cpu)" | tail -4)"
+
+# Full recomputation, and weights loaded from a checkpoint (load:).
+tiny_exp rc1 "${common[@]}" "recompute_granularity: full" "train_iters: 3" "save_interval: 100"
+tiny_exp rc2 "${common[@]}" "recompute_granularity: full" "train_iters: 3" "save_interval: 100" \
+  "load: $T/ck-cpu"
+tiny_exp rc0 "${common[@]}" "train_iters: 3" "save_interval: 100"
+run train pretrain --config rc0.yaml
+PRIMUS_DEVICE_TAGGED=1 run train pretrain --config rc1.yaml
+expect_rc "recompute on the tagged device" 0
+same_curve "recompute: the same as the cpu without it" "$(curve "$(events rc1)")" "$(curve "$(events rc0)")"
+PRIMUS_DEVICE_TAGGED=1 run train pretrain --config rc2.yaml
+expect_rc "weights loaded onto the tagged device" 0
+tiny_exp rc3 "${common[@]}" "recompute_granularity: full" "train_iters: 3" "save_interval: 100" \
+  "load: $T/ck-cpu" "device: cpu"
+run train pretrain --config rc3.yaml
+same_curve "loaded weights: the same steps as on the cpu" "$(curve "$(events rc2)")" "$(curve "$(events rc3)")"
+
+# bf16: attention and the head stay fp32 off the host; it trains.
+tiny_exp b16 "${common[@]}" "bf16: true" "train_iters: 6"
+PRIMUS_DEVICE_TAGGED=1 run train pretrain --config b16.yaml
+expect_rc "bf16 on the tagged device" 0
+expect_in "bf16 says what stays fp32" "attention and the LM head in fp32" "$ERR"
+L1=$(curve "$(events b16)" | head -1 | cut -d' ' -f2)
+L6=$(curve "$(events b16)" | tail -1 | cut -d' ' -f2)
+if awk -v a="$L1" -v b="$L6" 'BEGIN { exit !(b < a) }'; then ok "bf16 loss fell ($L1 -> $L6)"; else bad "bf16 loss did not fall: $L1 -> $L6"; fi
+
+# train grads: the same gradient file.
+run train grads --config cpu.yaml --output "$T/g-cpu.safetensors"
+expect_rc "train grads on the cpu" 0
+PRIMUS_DEVICE_TAGGED=1 run train grads --config tag.yaml --output "$T/g-tag.safetensors"
+expect_rc "train grads on the tagged device" 0
+if cmp -s "$T/g-cpu.safetensors" "$T/g-tag.safetensors"; then ok "the same gradients"; else bad "gradient files differ"; fi
+
+# The key: auto falls back to the CPU and says why; cuda where there is no
+# GPU or module is exit 2 naming what is missing; a bad value is exit 2.
+tiny_exp auto "train_iters: 1" "device: auto"
+PRIMUS_CUDA_MODULE=$T/none/libprimus-cuda.so run train pretrain --config auto.yaml
+expect_rc "device: auto without a GPU" 0
+expect_in "auto says why it took the cpu" "device: auto -> cpu" "$ERR"
+tiny_exp cuda "train_iters: 1" "device: cuda"
+PRIMUS_CUDA_MODULE=$T/none/libprimus-cuda.so run train pretrain --config cuda.yaml
+expect_rc "device: cuda without the module" 2
+expect_in "the error names the module" "libprimus-cuda.so" "$ERR"
+if [[ -f ${PRIMUS_BUILD:-}/libprimus-cuda.so ]] && ! command -v nvidia-smi >/dev/null; then
+  PRIMUS_CUDA_MODULE=$PRIMUS_BUILD/libprimus-cuda.so run train pretrain --config cuda.yaml
+  expect_rc "device: cuda with the module but no driver" 2
+  expect_in "the error names the driver" "driver" "$ERR"
+fi
+tiny_exp tpu "train_iters: 1" "device: tpu"
+run config validate --config tpu.yaml
+expect_rc "device: tpu" 2
+expect_in "the error names the key" "device" "$ERR"
+
+# Not on a device yet: data parallel and mixtures of experts, by name.
+tiny_exp dp2 "train_iters: 1" "device: cpu"
+PRIMUS_DEVICE_TAGGED=1 run direct --nproc 2 -- train pretrain --config dp2.yaml
+expect_rc "data parallel on the tagged device" 2
+expect_in "data parallel is named" "data-parallel ranks" "$ERR"
+tiny_exp moe "train_iters: 1" "device: cpu" "num_experts: 4" "moe_router_topk: 2"
+PRIMUS_DEVICE_TAGGED=1 run train pretrain --config moe.yaml
+expect_rc "MoE on the tagged device" 2
+expect_in "MoE is named" "num_experts" "$ERR"
+
+finish
