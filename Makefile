@@ -3,7 +3,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build build-asan test test-fast test-asan demo clean docs
+.PHONY: all deps build build-asan test test-fast test-asan test-gpu demo clean docs
 
 all: build
 
@@ -23,6 +23,13 @@ test: build build-asan
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 ctest --output-on-failure -j $(JOBS)
+
+# The GPU tests (ctest label gpu: the CUDA backend against the CPU kernels
+# and the CPU model); each reports skipped where the module, the driver or a
+# GPU is missing.
+test-gpu: build
+	@test -f $(BUILD)/libprimus-cuda.so || { echo "test-gpu: no $(BUILD)/libprimus-cuda.so (CMake found no nvcc; PRM_CUDA=ON says why)" >&2; exit 1; }
+	@cd $(BUILD) && ctest --output-on-failure -L gpu
 
 test-fast: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -79,6 +79,10 @@ prm_dev_t *prm_dev_cpu_new(const prm_gemm_t *gemm);
  * places looked in (buf then holds that list). */
 int prm_dev_find_module(char *buf, size_t n);
 
+/* 1 when the NVIDIA driver's library (libcuda.so.1) loads; else 0 with
+ * the reason in why. auto checks this before loading the module. */
+int prm_dev_driver_present(char *why, size_t n);
+
 /* 1 when the device's pointers are host memory (the CPU backend). */
 static inline int prm_dev_is_host(const prm_dev_t *d) { return d->i->host_memory; }
 

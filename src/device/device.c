@@ -68,6 +68,19 @@ int prm_dev_find_module(char *buf, size_t n) {
   return PRM_ENOENT;
 }
 
+int prm_dev_driver_present(char *why, size_t n) {
+  /* The driver's user-space library: small next to the module's cuBLAS,
+   * and loaded by it anyway. */
+  void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (h) {
+    dlclose(h);
+    if (n) why[0] = 0;
+    return 1;
+  }
+  snprintf(why, n, "no NVIDIA driver on this machine (libcuda.so.1 does not load)");
+  return 0;
+}
+
 /* Opens the CUDA backend into d; on failure returns the error (code and
  * message naming what is missing) without touching d's table. */
 static int prm__open_cuda(prm_dev_t *d, const prm_dev_opts_t *o, prm_err_t *err) {
@@ -155,7 +168,14 @@ int prm_dev_open(const prm_dev_opts_t *o, prm_dev_t **out, prm_err_t *err) {
     prm__open_cpu(d, o);
     snprintf(d->why, sizeof d->why, "device: cpu");
   } else {
-    int rc = prm__open_cuda(d, o, &e);
+    /* auto on a machine without the NVIDIA driver does not load the module:
+     * its CUDA libraries alone add ~170 MB to every CPU run's memory. A
+     * module named by PRIMUS_CUDA_MODULE is always tried. */
+    const char *env = getenv("PRIMUS_CUDA_MODULE");
+    char why[256];
+    int rc = kind == -2 && !o->module_path && !(env && *env) && !prm_dev_driver_present(why, sizeof why)
+                 ? prm_errf(&e, PRM_EPLATFORM, "%s", why)
+                 : prm__open_cuda(d, o, &e);
     if (rc && kind == PRM_DEV_KIND_CUDA) {
       free(d);
       if (err) {

@@ -4,6 +4,7 @@
  * port states, MTU) read under the sysfs root. */
 #define _GNU_SOURCE
 #include "preflight-impl.h"
+#include "primus/prm_device.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,45 @@ void prm__pf_gpu_driver(prm_pf_run_t *r) {
   else
     prm__pf_add(r, PRM_PF_OK, NULL, "driver %s (%s)", p->driver_version,
                 prm_vendor_name(p->accel[0].vendor));
+}
+
+/* Whether training can compute on this node's GPU: the CUDA module loads
+ * and opens device 0 (compute capability, runtime and driver versions,
+ * memory). Skipped on nodes without an NVIDIA GPU and without the module. */
+void prm__pf_gpu_compute(prm_pf_run_t *r) {
+  const prm_platform_t *p = r->plat;
+  int nvidia = p->n_accel && p->accel[0].vendor == PRM_VENDOR_NVIDIA;
+  char path[1024];
+  int have = prm_dev_find_module(path, sizeof path) == 0;
+  if (!nvidia && !have) {
+    prm__pf_add(r, PRM_PF_SKIP, NULL, "no NVIDIA GPU and no CUDA module");
+    return;
+  }
+  char why[256];
+  if (!prm_dev_driver_present(why, sizeof why)) {
+    prm__pf_add(r, nvidia ? PRM_PF_WARN : PRM_PF_SKIP,
+                "install the NVIDIA driver; training falls back to the CPU (device: auto)", "%s",
+                why);
+    return;
+  }
+  prm_gemm_t g;
+  prm_err_t err = {0};
+  prm_dev_t *d = NULL;
+  int rc = prm_gemm_init(&g, NULL, &err);
+  prm_dev_opts_t o = {.want = "cuda", .gemm = g};
+  if (!rc) rc = prm_dev_open(&o, &d, &err);
+  if (rc) {
+    prm__pf_add(r, nvidia ? PRM_PF_WARN : PRM_PF_SKIP,
+                "build primus where nvcc is found (PRM_CUDA=auto) and check the driver; "
+                "training falls back to the CPU (device: auto)",
+                "%s", err.msg);
+    return;
+  }
+  prm_sb_t line = {0};
+  prm_dev_describe(d, &line);
+  prm__pf_add(r, PRM_PF_OK, NULL, "%s", prm_sb_str(&line));
+  prm_sb_free(&line);
+  prm_dev_close(d);
 }
 
 void prm__pf_gpu_busy(prm_pf_run_t *r) {

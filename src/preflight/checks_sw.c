@@ -104,7 +104,9 @@ void prm__pf_sw_primus(prm_pf_run_t *r) {
 }
 
 /* Libraries primus or the platform's stack load at run time. `vendor`
- * restricts a row to nodes with that accelerator vendor. */
+ * restricts a row to nodes with that accelerator vendor; `soname` may list
+ * alternatives (any major version of the CUDA runtime will do: the module
+ * is built against whichever CUDA the node has), separated by '|'. */
 static const struct {
   const char *soname;
   prm_vendor_t vendor;
@@ -116,30 +118,63 @@ static const struct {
     {"libmpi.so.40", PRM_VENDOR__COUNT, "Open MPI (multi-rank runs)"},
     {"libamdhip64.so", PRM_VENDOR_AMD, "HIP runtime"},
     {"librccl.so.1", PRM_VENDOR_AMD, "RCCL (collectives)"},
-    {"libcudart.so.12", PRM_VENDOR_NVIDIA, "CUDA runtime"},
+    {"libcudart.so.13|libcudart.so.12|libcudart.so.11.0", PRM_VENDOR_NVIDIA, "CUDA runtime"},
     {"libnccl.so.2", PRM_VENDOR_NVIDIA, "NCCL (collectives)"},
 };
 
+/* The first of the '|'-separated sonames that loads (by the loader's
+ * search, then under the toolkit's usual folders for the GPU stacks) into
+ * got; 0 when none does. */
+static int prm__pf_lib_load(const char *list, prm_vendor_t vendor, char *got, size_t n) {
+  const char *dirs[] = {"", "/usr/local/cuda/lib64/", "/opt/rocm/lib/"};
+  const char *p = list;
+  while (*p) {
+    size_t len = strcspn(p, "|");
+    for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
+      if (d == 1 && vendor != PRM_VENDOR_NVIDIA) continue;
+      if (d == 2 && vendor != PRM_VENDOR_AMD) continue;
+      char path[512];
+      snprintf(path, sizeof path, "%s%.*s", dirs[d], (int)len, p);
+      void *h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
+      if (h) {
+        dlclose(h);
+        snprintf(got, n, "%.*s", (int)len, p);
+        return 1;
+      }
+    }
+    p += len + (p[len] == '|');
+  }
+  return 0;
+}
+
 void prm__pf_sw_libs(prm_pf_run_t *r) {
   prm_vendor_t v = r->plat->n_accel ? r->plat->accel[0].vendor : PRM_VENDOR_NONE;
-  prm_sb_t miss = {0};
+  prm_sb_t miss = {0}, which = {0};
   int n = 0, found = 0;
   for (size_t i = 0; i < sizeof prm__pf_libs / sizeof prm__pf_libs[0]; i++) {
     if (prm__pf_libs[i].vendor != PRM_VENDOR__COUNT && prm__pf_libs[i].vendor != v) continue;
     n++;
-    void *h = dlopen(prm__pf_libs[i].soname, RTLD_LAZY | RTLD_LOCAL);
-    if (h) {
+    char got[128];
+    const char *list = prm__pf_libs[i].soname;
+    if (prm__pf_lib_load(list, prm__pf_libs[i].vendor, got, sizeof got)) {
       found++;
-      dlclose(h);
+      if (strchr(list, '|')) /* say which of the alternatives */
+        prm_sb_appendf(&which, "%s%s %s", which.len ? ", " : "", prm__pf_libs[i].what, got);
     } else {
-      prm_sb_appendf(&miss, "%s%s (%s)", miss.len ? ", " : "", prm__pf_libs[i].soname,
-                     prm__pf_libs[i].what);
+      prm_sb_appendf(&miss, "%s", miss.len ? ", " : "");
+      for (const char *c = list; *c; c++) /* alternatives read "a or b" */
+        if (*c == '|') prm_sb_appendf(&miss, " or ");
+        else prm_sb_appendf(&miss, "%c", *c);
+      prm_sb_appendf(&miss, " (%s)", prm__pf_libs[i].what);
     }
   }
   if (miss.len)
     prm__pf_add(r, PRM_PF_WARN, "install the missing libraries (scripts/deps.sh for the CPU stack; ROCm/CUDA for GPUs)",
-                "%d of %d libraries found; missing: %s", found, n, prm_sb_str(&miss));
+                "%d of %d libraries found; missing: %s%s%s%s", found, n, prm_sb_str(&miss),
+                which.len ? " (found: " : "", prm_sb_str(&which), which.len ? ")" : "");
   else
-    prm__pf_add(r, PRM_PF_OK, NULL, "all %d libraries load", n);
+    prm__pf_add(r, PRM_PF_OK, NULL, "all %d libraries load%s%s%s", n, which.len ? " (" : "",
+                prm_sb_str(&which), which.len ? ")" : "");
   prm_sb_free(&miss);
+  prm_sb_free(&which);
 }

@@ -88,6 +88,7 @@ void prm__pf_kernel_log(prm_pf_run_t *r);
 void prm__pf_sw_mpi(prm_pf_run_t *r);
 void prm__pf_sw_primus(prm_pf_run_t *r);
 void prm__pf_sw_libs(prm_pf_run_t *r);
+void prm__pf_gpu_compute(prm_pf_run_t *r);
 
 void prm__pf_perf_gemm_fp32(prm_pf_run_t *r);
 void prm__pf_perf_gemm_bf16(prm_pf_run_t *r);

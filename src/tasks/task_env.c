@@ -2,6 +2,7 @@
  * that applies to it, and the variables that result. */
 #define _GNU_SOURCE
 #include "tasks-impl.h"
+#include "primus/prm_device.h"
 #include "primus/prm_platform.h"
 
 #include <stdlib.h>
@@ -35,6 +36,20 @@ static int prm__env_show(prm_task_ctx_t *ctx, prm_err_t *err) {
   if (rc == 0) {
     prm_sb_append(&out, "\nVariables the profiles set (a variable you set yourself is left alone):\n");
     for (int i = 0; i < vars.n; i++) prm_sb_appendf(&out, "  %s=%s\n", vars.keys[i], vars.vals[i]);
+  }
+  /* Where training would compute (device: auto), and why. */
+  prm_gemm_t g;
+  prm_err_t e2 = {0};
+  prm_dev_t *d = NULL;
+  prm_dev_opts_t o = {.want = "auto"};
+  if (!prm_gemm_init(&g, NULL, &e2)) {
+    o.gemm = g;
+    if (!prm_dev_open(&o, &d, &e2)) {
+      prm_sb_append(&out, "\nTraining device (device: auto):\n  ");
+      prm_dev_describe(d, &out);
+      prm_sb_appendf(&out, "\n  %s\n", d->why);
+      prm_dev_close(d);
+    }
   }
   fputs(prm_sb_str(&out), ctx->out);
   prm_sb_free(&out);
