@@ -3,7 +3,8 @@
 # implementations, id for id: tiktoken (the npm WASM build of its Rust core)
 # for r50k_base, p50k_base, cl100k_base, o200k_base and Llama 3, and Hugging
 # Face tokenizers (its Node bindings) for tokenizer.json files built from
-# those rank files (GPT-2's ByteLevel layout, Llama 3's Split + ByteLevel)
+# those rank files (GPT-2's ByteLevel layout, Llama 3's Split + ByteLevel,
+# Split layouts of Qwen2's and o200k's patterns)
 # and for Llama 2's SentencePiece BPE (llama-tokenizer-js's vocabulary).
 # Inputs: the whole Brown text, and tests/tokenizer/unicode.mjs's text
 # (nlp-corpus sentences plus adversarial documents: every script, marks,
@@ -100,6 +101,15 @@ if "$NODE" "$PRIMUS_SRC/tests/tokenizer/tiktoken2hf.mjs" "$PKG/data/r50k_base.ti
   "$NODE" "$PRIMUS_SRC/tests/tokenizer/tiktoken2hf.mjs" "$T/llama3.model" "$T/hfl3" llama3 "$NM/llama3-tokenizer-js" >/dev/null 2>>"$T/node.err"; then
   compare unicode-hf-gpt2 "$T/unicode.txt" hf "$T/hf/tokenizer.json" HuggingFaceTokenizer "$T/hf"
   compare unicode-hf-llama3 "$T/unicode.txt" hf "$T/hfl3/tokenizer.json" HuggingFaceTokenizer "$T/hfl3"
+  # Qwen2's pattern (one digit per piece) and o200k's, as Split regexes over
+  # GPT-2's vocabulary: the matchers against Oniguruma too.
+  for layout in split-qwen2 split-o200k; do
+    if "$NODE" "$PRIMUS_SRC/tests/tokenizer/tiktoken2hf.mjs" "$PKG/data/r50k_base.tiktoken" "$T/hf-$layout" "$layout" >/dev/null 2>"$T/node.err"; then
+      compare "unicode-hf-$layout" "$T/unicode.txt" hf "$T/hf-$layout/tokenizer.json" HuggingFaceTokenizer "$T/hf-$layout"
+    else
+      bad "tiktoken2hf $layout: $(cat "$T/node.err")"
+    fi
+  done
 else
   bad "tiktoken2hf: $(cat "$T/node.err")"
 fi

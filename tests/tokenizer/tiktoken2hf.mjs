@@ -6,6 +6,9 @@
 // parts, the merged pair.
 //   node tiktoken2hf.mjs RANKFILE OUTPUT_DIR             GPT-2: ByteLevel
 //            with its regex, <|endoftext|> added after the ranks
+//   node tiktoken2hf.mjs RANKFILE OUTPUT_DIR split-qwen2|split-o200k
+//            the same with a Split of Qwen2's or o200k's pattern, then
+//            ByteLevel without regex
 //   node tiktoken2hf.mjs RANKFILE OUTPUT_DIR llama3 PKG  Llama 3's layout:
 //            Split (Meta's pattern, Isolated) then ByteLevel without regex,
 //            ignore_merges, the 256 special tokens of llama3-tokenizer-js
@@ -67,6 +70,17 @@ let added = [{ id: eot, content: '<|endoftext|>', single_word: false, lstrip: fa
                rstrip: false, normalized: true, special: true }];
 let pre = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true };
 let ignoreMerges = false;
+// Other Split layouts over the same vocabulary: Qwen2's pattern (one digit
+// per piece) and o200k's.
+const splits = {
+  'split-qwen2': "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+  'split-o200k': "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+if (splits[layout]) {
+  pre = { type: 'Sequence', pretokenizers: [
+    { type: 'Split', pattern: { Regex: splits[layout] }, behavior: 'Isolated', invert: false },
+    { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] };
+}
 if (llama) {
   for (const e of [...llama.merges.entries()].sort((a, b) => a[1] - b[1])) merges.push(e[0]);
   const names = llama.vocabById.slice(eot);
