@@ -55,6 +55,7 @@ void prm__dp_close(prm__dp_t *dp) {
     prm_comm_waitall(dp->reqs, dp->nreq, &e);
   }
   free(dp->reqs);
+  prm_mem_free(PRM_MEM_OTHER, dp->stage, (size_t)dp->nstage * sizeof(float));
   free(dp->xlo);
   free(dp->xhi);
   prm__zero_close(dp);
@@ -160,6 +161,20 @@ int prm__dp_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err) {
     dp->rc = 0;
   } else if (dp->zero) {
     rc = prm__zero_reduce(dp, m, err);
+  } else if (!prm_llama_on_host(m)) {
+    /* A device's gradients: copied out, summed, copied back (the same
+     * sums as on the host; a device-aware MPI would skip the copies). */
+    if (!dp->stage) {
+      dp->nstage = m->nparams;
+      dp->stage = prm_mem_alloc(PRM_MEM_OTHER, (size_t)(dp->nstage ? dp->nstage : 1) * sizeof(float));
+      if (!dp->stage)
+        return prm_errf(err, PRM_ENOMEM, "cannot allocate the host copy of the gradients (%lld "
+                        "floats) that data parallel sums", (long long)m->nparams);
+    }
+    dp->grads = dp->stage;
+    rc = prm_llama_grads_get(m, dp->stage, err);
+    if (!rc) rc = prm__dp_pieces(dp, dp->rlo, dp->rhi, 0, err);
+    if (!rc) rc = prm_llama_grads_set(m, dp->stage, err);
   } else {
     /* The whole block, or a pipeline stage's range [rlo, rhi). */
     dp->grads = m->grads;

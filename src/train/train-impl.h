@@ -330,6 +330,10 @@ struct prm__dp {
   int64_t rlo, rhi;        /* the gradients summed without overlap: all, or a pipeline
                             * stage's range (the others stay zero there) */
   float *grads;            /* the model's, during a step */
+  /* A model on a device: its gradients summed through this host copy
+   * (nstage floats, owned; NULL until the first step). */
+  float *stage;
+  int64_t nstage;
   int64_t lo, hi;          /* the open bucket [lo, hi) of grads */
   prm_comm_req_t *reqs;    /* (cap) buckets in flight */
   int nreq, cap;

@@ -255,10 +255,15 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     goto done;
   }
   if (on_dev) {
-    if (dp.world) {
-      rc = prm_errf(err, PRM_ECONFIG, "device: %s with %d data-parallel ranks: not yet (one rank "
-                    "per GPU run for now; device: cpu runs data parallel)", s.dev->i->name, dp.size);
+    if (dp.zero) {
+      rc = prm_errf(err, PRM_ECONFIG, "use_distributed_optimizer: not on the %s device yet "
+                    "(device: cpu runs it)", s.dev->i->name);
       goto done;
+    }
+    if (dp.world && dp.overlap) {
+      PRM_WARN("overlap_grad_reduce: not on the %s device yet; gradients are summed after "
+               "backward", s.dev->i->name);
+      dp.overlap = 0;
     }
     dm = prm_dev_alloc(s.dev, PRM_MEM_OPTIM, obytes);
     dv = prm_dev_alloc(s.dev, PRM_MEM_OPTIM, obytes);

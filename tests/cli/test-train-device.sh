@@ -120,11 +120,23 @@ run config validate --config tpu.yaml
 expect_rc "device: tpu" 2
 expect_in "the error names the key" "device" "$ERR"
 
-# Not on a device yet: data parallel and mixtures of experts, by name.
-tiny_exp dp2 "train_iters: 1" "device: cpu"
-PRIMUS_DEVICE_TAGGED=1 run direct --nproc 2 -- train pretrain --config dp2.yaml
-expect_rc "data parallel on the tagged device" 2
-expect_in "data parallel is named" "data-parallel ranks" "$ERR"
+# Data parallel over 2 ranks, each on its device: the gradients summed
+# through host copies give the CPU ranks' steps; overlap falls back to one
+# sum after backward with a warning; ZeRO-1 is refused by name.
+tiny_exp dpc "${common[@]}" "train_iters: 3" "save_interval: 100" "device: cpu"
+tiny_exp dpt "${common[@]}" "train_iters: 3" "save_interval: 100" "device: cpu" "overlap_grad_reduce: true"
+run direct --nproc 2 -- train pretrain --config dpc.yaml
+expect_rc "data parallel on the cpu" 0
+PRIMUS_DEVICE_TAGGED=1 run direct --nproc 2 -- train pretrain --config dpt.yaml
+expect_rc "data parallel on the tagged device" 0
+expect_in "overlap is not on a device yet" "overlap_grad_reduce: not on the tagged device yet" "$ERR"
+same_curve "data parallel: the cpu ranks' steps" "$(curve "$(events dpt)")" "$(curve "$(events dpc)")"
+tiny_exp zero "train_iters: 1" "device: cpu" "use_distributed_optimizer: true"
+PRIMUS_DEVICE_TAGGED=1 run direct --nproc 2 -- train pretrain --config zero.yaml
+expect_rc "ZeRO-1 on the tagged device" 2
+expect_in "ZeRO-1 is named" "use_distributed_optimizer" "$ERR"
+
+# Not on a device yet: mixtures of experts, by name.
 tiny_exp moe "train_iters: 1" "device: cpu" "num_experts: 4" "moe_router_topk: 2"
 PRIMUS_DEVICE_TAGGED=1 run train pretrain --config moe.yaml
 expect_rc "MoE on the tagged device" 2
