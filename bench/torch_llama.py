@@ -16,6 +16,12 @@ token) and the peak RSS (ru_maxrss), and a final machine-readable line:
 
 Run it with Debian's PyTorch 1.13: /usr/bin/python3 bench/torch_llama.py ...
 Threads come from --threads (default: OMP_NUM_THREADS, else 1).
+
+On a GPU (bench/gpu_race.sh): --device cuda trains there (the step timed
+after torch.cuda.synchronize), --bf16 under torch.autocast(bfloat16) with
+fp32 master weights (what primus' bf16: true does), --compile through
+torch.compile; the RESULT line then adds peak_device_bytes
+(torch.cuda.max_memory_allocated).
 """
 import argparse, math, os, resource, sys, time
 
@@ -145,6 +151,9 @@ def main():
     ap.add_argument("--untied", dest="tied", action="store_false", default=True)
     ap.add_argument("--data", help="train on the bytes of this text file (vocab must be >= 256) instead of random tokens")
     ap.add_argument("--foreach", action="store_true", help="AdamW(foreach=True) (multi-tensor update)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--bf16", action="store_true", help="autocast to bfloat16 (fp32 master weights)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (torch >= 2)")
     a = ap.parse_args()
     assert a.hidden % a.heads == 0 and a.heads % a.kv_heads == 0 and (a.hidden // a.heads) % 2 == 0
     assert a.steps > a.warmup, "need at least one timed step"
@@ -152,8 +161,14 @@ def main():
     threads = a.threads or int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
     torch.set_num_threads(threads)
     torch.manual_seed(a.seed)
-    model = Llama(a)
+    dev = torch.device(a.device)
+    model = Llama(a).to(dev)
     nparams = sum(p.numel() for p in model.parameters())
+    fwd = torch.compile(model) if a.compile else model
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False  # primus' fp32 is fp32 (tf32: false)
+        torch.backends.cudnn.allow_tf32 = False
     params = list(model.parameters())
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": a.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -166,13 +181,13 @@ def main():
 
         def batch(step):  # consecutive sequences, in order, wrapping
             idx = ((step * B + torch.arange(B))[:, None] * S + torch.arange(S + 1)[None, :]) % raw.numel()
-            seq = raw[idx]
+            seq = raw[idx].to(dev)
             return seq[:, :-1], seq[:, 1:]
     else:
         g = torch.Generator().manual_seed(a.seed)
 
         def batch(step):
-            seq = torch.randint(0, a.vocab, (B, S + 1), generator=g)
+            seq = torch.randint(0, a.vocab, (B, S + 1), generator=g).to(dev)
             return seq[:, :-1], seq[:, 1:]
 
     fpt = flops_per_token(a)
@@ -185,16 +200,21 @@ def main():
     times = []
     for s in range(1, a.steps + 1):
         inp, tgt = batch(s - 1)
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        logits = model(inp)
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.reshape(-1))
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.bf16):
+            logits = fwd(inp)
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), tgt.reshape(-1))
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, a.clip)
         for grp in opt.param_groups:
             grp["lr"] = lr_at(s, a)
         opt.step()
         lv = loss.item()
+        if cuda:
+            torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3
         times.append(ms)
         print("step %d/%d loss %.4f grad_norm %.3f %.1f ms" % (s, a.steps, lv, norm.item(), ms), flush=True)
@@ -205,8 +225,9 @@ def main():
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     print("mean %.1f ms/step over steps %d-%d (min %.1f, max %.1f), %.0f tokens/s, %.4f TFLOP/s, peak RSS %.1f MiB"
           % (ms, a.warmup + 1, a.steps, min(timed), max(timed), tps, tflops, rss / 1024))
+    dev_peak = torch.cuda.max_memory_allocated() if cuda else 0
     print("RESULT ms_per_step=%.3f tokens_per_s=%.1f tflops=%.5f peak_rss_kib=%d params=%d flops_per_token=%.0f"
-          % (ms, tps, tflops, rss, nparams, fpt))
+          " peak_device_bytes=%d" % (ms, tps, tflops, rss, nparams, fpt, dev_peak))
 
 
 if __name__ == "__main__":

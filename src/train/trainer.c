@@ -655,9 +655,18 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   char stall[64] = "", hwm[32];
   if (o->save) snprintf(stall, sizeof stall, "; checkpoints stalled training %.2f s", ckpt_waited);
   prm_fmt_bytes(hwm, sizeof hwm, (double)prm_mem_peak_rss());
-  PRM_INFO("trained %lld steps in %.1f s%s; peak rss %s (%zu bytes)",
+  char dpeak[96] = "";
+  if (on_dev) { /* what the device held at most (its allocations, by category) */
+    uint64_t in_use, dp_peak;
+    char b[32];
+    prm_dev_usage(s.dev, &in_use, &dp_peak);
+    prm_fmt_bytes(b, sizeof b, (double)dp_peak);
+    snprintf(dpeak, sizeof dpeak, "; peak %s memory %s (%llu bytes)", s.dev->i->name, b,
+             (unsigned long long)dp_peak);
+  }
+  PRM_INFO("trained %lld steps in %.1f s%s; peak rss %s (%zu bytes)%s",
            (long long)(o->train_iters - first_step + 1), prm_time_now() - t_train, stall, hwm,
-           prm_mem_peak_rss());
+           prm_mem_peak_rss(), dpeak);
   prm__hb_beat(&hb, o->train_iters, "done");
 done:
   if (as.busy) { /* an error path: let the writer finish, keep the first error */

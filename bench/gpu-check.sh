@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# bench/gpu-check.sh - issue 23's checks on a GPU machine, in one run of
+# about 8 minutes, from a tree packed by bench/gpu-pack.sh:
+#
+#   bash .device/run-packed.sh .device/primus.tar.xz bash bench/gpu-check.sh
+#
+# Stages (STAGES="env kernels model parity bf16 race" by default; each
+# logs to $OUT/<stage>.log and prints one summary line):
+#   env      primus env, nvidia-smi, preflight's gpu.compute
+#   kernels  test-device --backend cuda: every operator against its CPU kernel
+#   model    test-model-device --backend cuda: the model against the CPU model
+#            (losses 1e-5, gradients and 10 AdamW steps 1e-4, KV cache)
+#   parity   `train pretrain` 10 fp32 steps on cuda and on cpu from the same
+#            seed: per-step loss within 1e-5, gradient norm 1e-4, every
+#            tensor of the saved weights within 1e-4 (relative)
+#   bf16     a 300-step llama_tiny curve in bf16 against fp32, both on the
+#            GPU: every step's loss within 2%
+#   race     bench/gpu_race.sh: primus against PyTorch eager (and compiled)
+#            at llama_124M, seq 1024, micro-batch 16, bf16
+# Exit status: the number of stages that failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/primus-gpu-check}
+mkdir -p "$OUT"
+P=${PRIMUS_PACKED:?run through run-packed.sh (PRIMUS_PACKED unset)}
+export LD_LIBRARY_PATH=$P/.device/extra:${LD_LIBRARY_PATH:-}
+export PRIMUS_CUDA_MODULE=${PRIMUS_CUDA_MODULE:-$P/build/libprimus-cuda.so}
+export PRIMUS_HOME=$P
+BIN=$P/build/primus
+STAGES=${STAGES:-env kernels model parity bf16 race}
+W=$(mktemp -d)
+failed=0
+say() { echo "$*" | tee -a "$OUT/summary.txt"; }
+stage() { # NAME SECONDS CMD...: runs CMD (a program or a function below) with a
+  # limit, its output in $OUT/NAME.log
+  local name=$1 secs=$2 t0=$SECONDS rc
+  shift 2
+  if declare -F "$1" >/dev/null; then set -- bash -c "$*"; fi
+  timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  if ((rc == 0)); then say "PASS $name ($((SECONDS - t0)) s)"; else
+    failed=$((failed + 1)); say "FAIL $name (exit $rc, $((SECONDS - t0)) s): $(tail -3 "$OUT/$name.log" | tr '\n' ' ')"; fi
+}
+
+# An experiment on the llama_tiny preset (hidden 128, 4 layers, seq 128) or
+# another model preset, with the given overrides, into $W/NAME.yaml.
+exp() { # NAME MODEL KEY:VALUE...
+  local name=$1 model=$2
+  shift 2
+  {
+    printf 'work_group: gpu\nuser_name: check\nexp_name: %s\nworkspace: %s/ws\n' "$name" "$W"
+    printf 'modules:\n  pre_trainer:\n    framework: native\n    config: pre_trainer.yaml\n'
+    printf '    model: %s\n    overrides:\n' "$model"
+    for kv in "$@"; do printf '      %s\n' "$kv"; done
+  } > "$W/$name.yaml"
+}
+events() { echo "$(ls -d "$W"/ws/gpu/check/"$1"/run-* | tail -1)/events.jsonl"; }
+
+# A structured text corpus (paragraphs over a small word list), for curves
+# that fall.
+awk 'BEGIN { srand(7); split("the a jury said grand county election was to of and in that for it on by city", w, " ");
+  for (p = 0; p < 3000; p++) { s = ""; n = 3 + int(rand() * 4);
+    for (i = 0; i < n; i++) { m = 4 + int(rand() * 8); line = "";
+      for (j = 0; j < m; j++) line = line (j ? " " : "") w[1 + int(rand() * 17)];
+      s = s line ". " }
+    print s; print "" } }' > "$W/corpus.txt"
+
+check_env() {
+  "$BIN" env && nvidia-smi && "$BIN" preflight check --gpu
+}
+
+check_parity() {
+  local common=("mock_data: true" "micro_batch_size: 4" "global_batch_size: 8" "train_iters: 10"
+                "lr: 1.0e-3" "lr_warmup_iters: 2" "save_interval: 10" "log_interval: 1")
+  exp par_gpu llama_tiny.yaml "${common[@]}" "device: ${GPU_DEVICE:-cuda}" "save: $W/ck-gpu"
+  exp par_cpu llama_tiny.yaml "${common[@]}" "device: cpu" "save: $W/ck-cpu"
+  "$BIN" train pretrain --config "$W/par_gpu.yaml" || return 1
+  "$BIN" train pretrain --config "$W/par_cpu.yaml" || return 1
+  python3 - "$(events par_gpu)" "$(events par_cpu)" "$W/ck-gpu/iter_0000010/model.safetensors" \
+    "$W/ck-cpu/iter_0000010/model.safetensors" <<'PY'
+import array, json, math, struct, sys
+def steps(p):
+    return [json.loads(l) for l in open(p) if l.startswith('{"step"')]
+def st(p):  # safetensors (F32, little-endian) without numpy
+    with open(p, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); d = f.read()
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        a = array.array("f"); a.frombytes(d[v["data_offsets"][0]:v["data_offsets"][1]]); out[k] = a
+    return out
+def rel(a, b):
+    num = math.fsum((x - y) ** 2 for x, y in zip(a, b)); den = math.fsum(y * y for y in b)
+    return math.sqrt(num / den) if den > 0 else math.sqrt(num)
+g, c = steps(sys.argv[1]), steps(sys.argv[2])
+assert len(g) == len(c) == 10, (len(g), len(c))
+bad = 0
+for a, b in zip(g, c):
+    rl = abs(a["loss"] - b["loss"]) / abs(b["loss"]); rn = abs(a["grad_norm"] - b["grad_norm"]) / abs(b["grad_norm"])
+    ok = rl <= 1e-5 and rn <= 1e-4
+    bad += not ok
+    print("step %2d loss %.8f vs %.8f (rel %.2e)  norm %.6f vs %.6f (rel %.2e) %s"
+          % (a["step"], a["loss"], b["loss"], rl, a["grad_norm"], b["grad_norm"], rn, "ok" if ok else "OFF"))
+A, B = st(sys.argv[3]), st(sys.argv[4])
+worst = max((rel(A[k], B[k]), k) for k in B)
+print("weights after 10 steps: worst tensor %s rel %.2e" % (worst[1], worst[0]))
+bad += worst[0] > 1e-4
+sys.exit(1 if bad else 0)
+PY
+}
+
+check_bf16() {
+  local common=("data_path: $W/corpus.txt" "tokenizer_type: ByteTokenizer" "micro_batch_size: 16"
+                "global_batch_size: 16" "train_iters: 300" "lr: 1.0e-3" "lr_warmup_iters: 30"
+                "log_interval: 50" "device: ${GPU_DEVICE:-cuda}")
+  exp b_fp32 llama_tiny.yaml "${common[@]}"
+  exp b_bf16 llama_tiny.yaml "${common[@]}" "bf16: true"
+  "$BIN" train pretrain --config "$W/b_fp32.yaml" || return 1
+  "$BIN" train pretrain --config "$W/b_bf16.yaml" || return 1
+  python3 - "$(events b_fp32)" "$(events b_bf16)" <<'PY'
+import json, sys
+f = [json.loads(l)["loss"] for l in open(sys.argv[1]) if l.startswith('{"step"')]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if l.startswith('{"step"')]
+assert len(f) == len(b) == 300
+worst = max(abs(x - y) / y for x, y in zip(b, f))
+print("fp32 %.4f -> %.4f, bf16 %.4f -> %.4f, worst step %.3e (bar 2e-2)" % (f[0], f[-1], b[0], b[-1], worst))
+sys.exit(0 if worst <= 0.02 and f[-1] < f[0] - 0.5 else 1)
+PY
+}
+
+export -f exp events check_env check_parity check_bf16
+export W BIN P OUT GPU_DEVICE=${GPU_DEVICE:-cuda}
+for s in $STAGES; do
+  case $s in
+    env) stage env 60 check_env ;;
+    kernels) stage kernels 150 "$P/build/tests/test-device" --backend cuda ;;
+    model) stage model 150 "$P/build/tests/test-model-device" --backend cuda ;;
+    parity) stage parity 150 check_parity ;;
+    bf16) stage bf16 200 check_bf16 ;;
+    race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" bash bench/gpu_race.sh ;;
+    *) say "unknown stage $s"; failed=$((failed + 1)) ;;
+  esac
+done
+rm -rf "$W"
+exit "$failed"

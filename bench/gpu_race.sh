@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# bench/gpu_race.sh - training speed and memory on one GPU: primus
+# (device: cuda) against PyTorch (bench/torch_llama.py --device cuda) on the
+# same GPU in the same run, at issue 23's reference shape: llama_124M
+# (hidden 768, 12 layers, 12 heads, ffn 2048, vocab 50304, tied head), seq
+# 1024, micro-batch 16, bf16, random tokens. A benchmark, not a test: it
+# never fails on a figure. Prints one table row per variant: ms/step,
+# tokens/s, MFU against the GPU's dense bf16 peak, peak device memory.
+#
+#   bash bench/gpu_race.sh                       # primus, torch eager, torch.compile
+#   VARIANTS="primus torch" STEPS=15 bash bench/gpu_race.sh
+#
+# Knobs: VARIANTS (primus primus-fp32 torch torch-compile), STEPS (20; the
+# first WARMUP=5 untimed), SEQ (1024), BATCH (16), PEAK_TFLOPS (the dense
+# bf16 peak MFU is against; default 989.4, an H100 SXM's), PRIMUS (the
+# binary, default: primus on PATH), PY (python3 with torch and CUDA), OUT,
+# DEVICE (cuda; cpu for a smoke run of the script here).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+VARIANTS=${VARIANTS:-primus torch torch-compile}
+STEPS=${STEPS:-20} WARMUP=${WARMUP:-5} SEQ=${SEQ:-1024} BATCH=${BATCH:-16}
+PEAK_TFLOPS=${PEAK_TFLOPS:-989.4} DEVICE=${DEVICE:-cuda}
+PRIMUS=${PRIMUS:-$(command -v primus)}
+PY=${PY:-python3}
+OUT=${OUT:-/tmp/primus-gpu-race-$$}
+mkdir -p "$OUT"
+# prm_llama_flops_per_token at this shape: 6 x matmul parameters + 12 L C T.
+FPT=$(awk -v C=768 -v L=12 -v F=2048 -v V=50304 -v T="$SEQ" \
+  'BEGIN { printf "%.0f", 6 * (L * (4 * C * C + 3 * C * F) + V * C) + 12 * L * C * T }')
+
+row() { # NAME MS PEAK_BYTES
+  awk -v n="$1" -v ms="$2" -v pk="$3" -v B="$BATCH" -v T="$SEQ" -v f="$FPT" -v P="$PEAK_TFLOPS" \
+    'BEGIN { tps = B * T / (ms / 1e3); printf "| %-14s | %9.1f | %10.0f | %5.1f%% | %9.2f GiB |\n",
+             n, ms, tps, 100 * tps * f / 1e12 / P, pk / 2^30 }' | tee -a "$OUT/race.md"
+}
+
+primus_run() { # NAME BF16
+  local name=$1 bf16=$2 d=$OUT/$1
+  mkdir -p "$d"
+  cat > "$d/exp.yaml" <<Y
+work_group: race
+user_name: gpu
+exp_name: $name
+workspace: $d/ws
+modules:
+  pre_trainer:
+    framework: native
+    config: pre_trainer.yaml
+    model: llama_124M.yaml
+    overrides:
+      device: $DEVICE
+      mock_data: true
+      seq_length: $SEQ
+      micro_batch_size: $BATCH
+      global_batch_size: $BATCH
+      train_iters: $STEPS
+      lr_warmup_iters: 10
+      log_interval: 5
+      eval_iters: 0
+      bf16: $bf16
+Y
+  "$PRIMUS" train pretrain --config "$d/exp.yaml" > "$d/log.txt" 2>&1 || { echo "$name failed: $(tail -2 "$d/log.txt")"; return; }
+  local ev ms peak
+  ev=$(ls -d "$d"/ws/race/gpu/"$name"/run-*/events.jsonl | tail -1)
+  ms=$(grep '^{"step"' "$ev" | tail -n +$((WARMUP + 1)) | sed 's/.*"step_ms":\([^,]*\),.*/\1/' |
+       awk '{ s += $1; n++ } END { if (n) printf "%.3f", s / n }')
+  peak=$(sed -n 's/.*peak cuda memory .* (\([0-9]*\) bytes).*/\1/p' "$d/log.txt" | tail -1)
+  row "$name" "$ms" "${peak:-0}"
+}
+
+torch_run() { # NAME EXTRA_ARGS...
+  local name=$1 d=$OUT/$1
+  shift
+  mkdir -p "$d"
+  "$PY" bench/torch_llama.py --device cuda --hidden 768 --layers 12 --heads 12 --kv-heads 12 \
+    --ffn 2048 --vocab 50304 --seq "$SEQ" --batch "$BATCH" --steps "$STEPS" --warmup "$WARMUP" \
+    --warmup-iters 10 "$@" > "$d/log.txt" 2>&1 || { echo "$name failed: $(tail -2 "$d/log.txt")"; return; }
+  local r
+  r=$(grep '^RESULT' "$d/log.txt")
+  row "$name" "$(sed 's/.*ms_per_step=\([^ ]*\).*/\1/' <<<"$r")" "$(sed 's/.*peak_device_bytes=\([^ ]*\).*/\1/' <<<"$r")"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee "$OUT/gpu.txt"
+echo "llama_124M, seq $SEQ, micro-batch $BATCH, $STEPS steps (mean of the last $((STEPS - WARMUP))), MFU against $PEAK_TFLOPS TFLOP/s" | tee "$OUT/race.md"
+echo "| variant        |  ms/step  |  tokens/s  |  MFU   | peak memory   |" | tee -a "$OUT/race.md"
+echo "|----------------|-----------|------------|--------|---------------|" | tee -a "$OUT/race.md"
+for v in $VARIANTS; do
+  case $v in
+    primus) primus_run primus-bf16 true ;;
+    primus-fp32) primus_run primus-fp32 false ;;
+    torch) torch_run torch-eager --bf16 ;;
+    torch-compile) torch_run torch-compile --bf16 --compile ;;
+    *) echo "unknown variant $v" ;;
+  esac
+done
