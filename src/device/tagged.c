@@ -28,8 +28,22 @@ static void *tag(void *p) {
 
 static const prm_dev_i *cpu(void) { return prm__dev_cpu_table(); }
 
-static void *t_alloc(void *ctx, int cat, size_t bytes) { return tag(cpu()->alloc(ctx, cat, bytes)); }
-static void t_free(void *ctx, int cat, void *p, size_t bytes) { cpu()->free(ctx, cat, U(p), bytes); }
+/* PRIMUS_DEVICE_TAGGED_LIMIT=BYTES: the device's memory, so that running
+ * out of it can be tested (0 or unset: the host's). */
+static size_t prm__tagged_limit, prm__tagged_used;
+
+static void *t_alloc(void *ctx, int cat, size_t bytes) {
+  size_t used = __atomic_load_n(&prm__tagged_used, __ATOMIC_RELAXED);
+  if (prm__tagged_limit && used + bytes > prm__tagged_limit) return NULL;
+  void *p = cpu()->alloc(ctx, cat, bytes);
+  if (p) __atomic_add_fetch(&prm__tagged_used, bytes, __ATOMIC_RELAXED);
+  return tag(p);
+}
+static void t_free(void *ctx, int cat, void *p, size_t bytes) {
+  if (!p) return;
+  __atomic_sub_fetch(&prm__tagged_used, bytes, __ATOMIC_RELAXED);
+  cpu()->free(ctx, cat, U(p), bytes);
+}
 static int t_upload(void *ctx, void *dst, const void *src, size_t n) { return cpu()->upload(ctx, U(dst), src, n); }
 static int t_download(void *ctx, void *dst, const void *src, size_t n) { return cpu()->download(ctx, dst, U(src), n); }
 static int t_copy(void *ctx, void *dst, const void *src, size_t n) { return cpu()->copy(ctx, U(dst), U(src), n); }
@@ -109,6 +123,8 @@ const prm_dev_i *prm__dev_tagged_table(void) {
   prm_dev_i *t = &prm__tagged_i;
   if (t->name) return t;
   *t = *cpu(); /* close, info, sync, usage: the CPU's, no pointers */
+  const char *lim = getenv("PRIMUS_DEVICE_TAGGED_LIMIT");
+  prm__tagged_limit = lim ? (size_t)strtoull(lim, NULL, 10) : 0;
   t->host_memory = 0;
   t->alloc = t_alloc, t->free = t_free, t->upload = t_upload, t->download = t_download;
   t->copy = t_copy, t->zero = t_zero, t->sgemm = t_sgemm, t->gemm_bf16 = t_gemm_bf16;

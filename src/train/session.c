@@ -62,6 +62,40 @@ static int prm__session_device(const prm_train_opts_t *o, const prm_gemm_t *gemm
   return 0;
 }
 
+/* After the model did not fit on a device: the largest micro-batch that
+ * does (with the AdamW moments beside it when training), found by building
+ * smaller ones, added to err. */
+static void prm__nomem_hint(const prm_train_opts_t *o, unsigned flags, prm__session_t *s,
+                            const prm_llama_tp_t *tp, prm_err_t *err) {
+  int64_t lo = 0, hi = o->micro_batch - 1; /* lo fits (0: not even one sequence) */
+  prm_err_t e = {0};
+  while (lo < hi) {
+    int64_t mid = (lo + hi + 1) / 2;
+    prm_llama_t *m = NULL;
+    int fits = !prm_llama_new_dev(&o->model, mid, o->seq_length, flags, &s->gemm, s->dev, tp, &m, &e);
+    size_t ob = m && (flags & PRM_LLAMA_TRAIN) ? 2 * (size_t)m->nparams * sizeof(float) : 0;
+    void *opt = ob ? prm_dev_alloc(s->dev, PRM_MEM_OPTIM, ob) : NULL;
+    fits = fits && (!ob || opt);
+    prm_dev_free(s->dev, PRM_MEM_OPTIM, opt, ob);
+    prm_llama_free(m);
+    if (fits) lo = mid;
+    else hi = mid - 1;
+  }
+  char mem[64] = "";
+  if (s->dev->info.total_bytes) {
+    char b[32];
+    prm_fmt_bytes(b, sizeof b, (double)s->dev->info.total_bytes);
+    snprintf(mem, sizeof mem, " (%s)", b);
+  }
+  if (lo > 0)
+    prm_err_prefix(err, "micro_batch_size %lld does not fit in the memory of %s%s: the largest "
+                   "that does is %lld (recompute_granularity: full needs less)",
+                   (long long)o->micro_batch, s->dev->info.name, mem, (long long)lo);
+  else
+    prm_err_prefix(err, "the model does not fit in the memory of %s%s even at micro_batch_size 1",
+                   s->dev->info.name, mem);
+}
+
 int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
                       prm_split_t need, const prm_llama_tp_t *tp, prm__session_t *s,
                       prm_err_t *err) {
@@ -121,8 +155,10 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
     PRM_INFO("bf16: on %s, attention and the LM head in fp32 (bf16 GEMMs elsewhere)",
              s->dev->i->name);
   if ((rc = prm_llama_new_dev(&o->model, o->micro_batch, o->seq_length, flags, &s->gemm, s->dev,
-                              tp, &s->model, err)))
+                              tp, &s->model, err))) {
+    if (rc == PRM_ENOMEM && !prm_dev_is_host(s->dev)) prm__nomem_hint(o, flags, s, tp, err);
     goto fail;
+  }
   if (load) {
     char *dir = NULL;
     if ((rc = prm_ckpt_resolve(load, &dir, &s->loaded_iter, err))) goto fail;

@@ -136,6 +136,21 @@ PRIMUS_DEVICE_TAGGED=1 run direct --nproc 2 -- train pretrain --config zero.yaml
 expect_rc "ZeRO-1 on the tagged device" 2
 expect_in "ZeRO-1 is named" "use_distributed_optimizer" "$ERR"
 
+# Out of device memory (the tagged device limited to 40 MB): a clear error
+# naming the largest micro-batch that fits, and that one trains.
+preset_exp big "mock_data: true" "micro_batch_size: 16" "global_batch_size: 16" "train_iters: 1" "device: cpu"
+PRIMUS_DEVICE_TAGGED=1 PRIMUS_DEVICE_TAGGED_LIMIT=40000000 run train pretrain --config big.yaml
+expect_rc "a micro-batch too large for the device" 3
+expect_in "the error names the largest that fits" "micro_batch_size 16 does not fit" "$ERR"
+fit=$(sed -n 's/.*the largest that does is \([0-9]*\).*/\1/p' <<<"$ERR")
+if [[ -n $fit && $fit -ge 1 && $fit -lt 16 ]]; then ok "largest micro-batch $fit"; else bad "no largest micro-batch in: $ERR"; fi
+preset_exp fits "mock_data: true" "micro_batch_size: ${fit:-1}" "global_batch_size: ${fit:-1}" "train_iters: 1" "device: cpu"
+PRIMUS_DEVICE_TAGGED=1 PRIMUS_DEVICE_TAGGED_LIMIT=40000000 run train pretrain --config fits.yaml
+expect_rc "the micro-batch it names trains" 0
+preset_exp over "mock_data: true" "micro_batch_size: $((${fit:-1} + 1))" "global_batch_size: $((${fit:-1} + 1))" "train_iters: 1" "device: cpu"
+PRIMUS_DEVICE_TAGGED=1 PRIMUS_DEVICE_TAGGED_LIMIT=40000000 run train pretrain --config over.yaml
+expect_rc "one more does not" 3
+
 # Not on a device yet: mixtures of experts, by name.
 tiny_exp moe "train_iters: 1" "device: cpu" "num_experts: 4" "moe_router_topk: 2"
 PRIMUS_DEVICE_TAGGED=1 run train pretrain --config moe.yaml
