@@ -194,6 +194,7 @@ typedef struct {
   int64_t max_new_tokens, top_k;
   double temperature, top_p;
   uint64_t seed;
+  const char *device; /* auto (NULL), cpu or cuda: where the model runs */
   FILE *out; /* the text is streamed here as it is generated */
 } prm_generate_opts_t;
 

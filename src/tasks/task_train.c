@@ -160,6 +160,7 @@ static const prm_opt_t prm__gen_opts[] = {
     {"top_k", 0, PRM_OPT_INT, "K", "0", "sample from the K most likely tokens; 0: all"},
     {"top_p", 0, PRM_OPT_FLOAT, "P", "1.0", "sample from the smallest set with probability >= P"},
     {"seed", 0, PRM_OPT_INT, "S", "1234", "random seed of the sampler"},
+    {"device", 0, PRM_OPT_STR, "auto|cpu|cuda", "auto", "where the model runs (auto: the GPU when the CUDA module sees one)"},
     {"tokenizer_type", 0, PRM_OPT_STR, "NAME", NULL, "tokenizer (default: the one config.json names)"},
     {"tokenizer_model", 0, PRM_OPT_STR, "PATH", NULL, "its file (default: the checkpoint's tokenizer.json for HuggingFaceTokenizer, GPT-2's ranks for GPT2BPETokenizer)"},
     {NULL},
@@ -176,6 +177,7 @@ static int prm__generate(prm_task_ctx_t *ctx, prm_err_t *err) {
       .temperature = prm_args_float(ctx->args, "temperature", 0.8),
       .top_p = prm_args_float(ctx->args, "top_p", 1.0),
       .seed = (uint64_t)prm_args_int(ctx->args, "seed", 1234),
+      .device = prm_args_str(ctx->args, "device"),
       .out = ctx->out,
   };
   if (!g.load) return prm_errf(err, PRM_EINVAL, "generate: --load DIR is required");

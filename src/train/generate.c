@@ -64,7 +64,8 @@ int prm_generate(const prm_generate_opts_t *g, prm_err_t *err) {
   int64_t iter = 0;
   prm_llama_config_t c;
   prm_gemm_t gemm;
-  prm_llama_t *m = NULL;
+  prm_llama_t *m = NULL, *host = NULL;
+  prm_dev_t *dev = NULL;
   prm_llama_kv_t *kv = NULL;
   prm_tokenizer_t *tok = NULL;
   int32_t *ids = NULL;
@@ -91,8 +92,19 @@ int prm_generate(const prm_generate_opts_t *g, prm_err_t *err) {
   }
   const char *gemm_name = getenv("PRIMUS_GEMM");
   if ((rc = prm_gemm_init(&gemm, gemm_name && *gemm_name ? gemm_name : NULL, err))) goto done;
-  if ((rc = prm_llama_new(&c, 1, 1, 0, &gemm, &m, err))) goto done;
-  if ((rc = prm_ckpt_load_hf(m, dir, err))) goto done;
+  /* The weights are read on the host, then copied to the device. */
+  if ((rc = prm_llama_new(&c, 1, 1, 0, &gemm, &host, err))) goto done;
+  if ((rc = prm_ckpt_load_hf(host, dir, err))) goto done;
+  prm_dev_opts_t d = {.want = g->device, .gemm = gemm};
+  if ((rc = prm_dev_open(&d, &dev, err))) goto done;
+  PRM_DEBUG("%s", dev->why);
+  if (prm_dev_is_host(dev)) {
+    m = host;
+    host = NULL;
+  } else if ((rc = prm_llama_new_dev(&c, 1, 1, 0, &gemm, dev, NULL, &m, err)) ||
+             (rc = prm_llama_params_set(m, host->params, err))) {
+    goto done;
+  }
   if ((rc = prm_llama_kv_new(m, &kv, err))) goto done;
   if ((rc = prm_tokenizer_encode(tok, g->prompt, strlen(g->prompt), &ids, &n, err))) goto done;
   if (n == 0) {
@@ -127,6 +139,8 @@ done:
   free(ids);
   prm_llama_kv_free(kv);
   prm_llama_free(m);
+  prm_llama_free(host);
+  prm_dev_close(dev);
   prm_tokenizer_free(tok);
   free(dir);
   return rc;

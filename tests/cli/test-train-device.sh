@@ -100,6 +100,16 @@ PRIMUS_DEVICE_TAGGED=1 run train grads --config tag.yaml --output "$T/g-tag.safe
 expect_rc "train grads on the tagged device" 0
 if cmp -s "$T/g-cpu.safetensors" "$T/g-tag.safetensors"; then ok "the same gradients"; else bad "gradient files differ"; fi
 
+# Generation with the KV cache on the device: the same greedy text.
+run generate --load "$T/ck-cpu" --prompt "the jury said" --temperature 0 --max_new_tokens 24 --device cpu
+expect_rc "generate on the cpu" 0
+gen_cpu=$OUT
+PRIMUS_DEVICE_TAGGED=1 run generate --load "$T/ck-cpu" --prompt "the jury said" --temperature 0 --max_new_tokens 24 --device cpu
+expect_rc "generate on the tagged device" 0
+expect_eq "the same greedy text" "$OUT" "$gen_cpu"
+PRIMUS_CUDA_MODULE=$T/none/libprimus-cuda.so run generate --load "$T/ck-cpu" --prompt "the" --device cuda
+expect_rc "generate --device cuda without the module" 2
+
 # The key: auto falls back to the CPU and says why; cuda where there is no
 # GPU or module is exit 2 naming what is missing; a bad value is exit 2.
 tiny_exp auto "train_iters: 1" "device: auto"
