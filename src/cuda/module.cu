@@ -70,8 +70,8 @@ void *prm_cu_scratch(prm_cu_ctx *c, const char *op, size_t bytes) {
   /* Kernels queued earlier may still read the old buffer. */
   gpuError_t e = gpuStreamSynchronize(c->stream);
   if (e != gpuSuccess) {
-    prm_cu_fail(c, "%s: %s (%s) (after %s)", op, gpuGetErrorString(e), gpuGetErrorName(e),
-                c->last_op ? c->last_op : "nothing");
+    prm_cu_fail(c, "%s: %s (%s) (raised by an operator queued before it)", op,
+                gpuGetErrorString(e), gpuGetErrorName(e));
     return NULL;
   }
   if (c->scratch) {
@@ -216,9 +216,15 @@ static void prm_cu_free(void *ctx, int cat, void *p, size_t bytes) {
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   if (!p) return;
   if (cat < 0 || cat >= PRM_DEV_MEM__COUNT) cat = PRM_DEV_MEM_OTHER;
+  const char *prev = c->last_op;
   prm_cu_enter(c, "free");
-  /* cudaFree waits for the device, so kernels still reading p finish first. */
-  gpuError_t e = gpuFree(p);
+  /* Kernels queued on the stream may still use p: let them finish (an
+   * error they raise is kept for sync, as any other). */
+  gpuError_t e = gpuStreamSynchronize(c->stream);
+  if (e != gpuSuccess)
+    prm_cu_fail(c, "%s (%s), raised by an operator queued before free (the last was %s)",
+                gpuGetErrorString(e), gpuGetErrorName(e), prev ? prev : "none");
+  e = gpuFree(p);
   if (e != gpuSuccess)
     prm_cu_fail(c, "free: %s (%s)", gpuGetErrorString(e), gpuGetErrorName(e));
   prm_cu_count(c, cat, -(int64_t)bytes);
@@ -235,13 +241,15 @@ static void prm_cu_usage(void *ctx, uint64_t *in_use, uint64_t *peak) {
 /* A copy queued on the stream; `wait` makes it synchronous for the host. */
 static int prm_cu_memcpy(prm_cu_ctx *c, const char *op, void *dst, const void *src, size_t bytes,
                          gpuMemcpyKind kind, int wait) {
+  const char *prev = c->last_op;
   prm_cu_enter(c, op);
   if (!bytes) return 0;
   gpuError_t e = gpuMemcpyAsync(dst, src, bytes, kind, c->stream);
   if (e == gpuSuccess && wait) e = gpuStreamSynchronize(c->stream);
   if (e != gpuSuccess) {
-    prm_cu_fail(c, "%s of %zu bytes: %s (%s)", op, bytes, gpuGetErrorString(e),
-                gpuGetErrorName(e));
+    prm_cu_fail(c, "%s of %zu bytes: %s (%s) (or raised by an operator queued before it; the "
+                "last was %s)",
+                op, bytes, gpuGetErrorString(e), gpuGetErrorName(e), prev ? prev : "none");
     return -1;
   }
   return 0;

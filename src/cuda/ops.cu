@@ -572,6 +572,7 @@ __global__ static void prm_cu_k_sum2(double *part) {
 
 static void prm_cu_sum_any(prm_cu_ctx *c, const char *op, double *out, const float *x, int64_t n,
                            int sq) {
+  const char *prev = c->last_op;
   prm_cu_enter(c, op);
   *out = 0;
   if (n <= 0) return;
@@ -584,8 +585,8 @@ static void prm_cu_sum_any(prm_cu_ctx *c, const char *op, double *out, const flo
                                   gpuMemcpyDeviceToHost, c->stream);
     if (e == gpuSuccess) e = gpuStreamSynchronize(c->stream);
     if (e != gpuSuccess) {
-      prm_cu_fail(c, "%s: %s (%s) (the last operator queued was %s)", op, gpuGetErrorString(e),
-                  gpuGetErrorName(e), c->last_op ? c->last_op : "none");
+      prm_cu_fail(c, "%s: %s (%s) (or raised by an operator queued before it; the last was %s)",
+                  op, gpuGetErrorString(e), gpuGetErrorName(e), prev ? prev : "none");
       goto fail;
     }
   }
