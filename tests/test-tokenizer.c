@@ -295,7 +295,7 @@ static void test_hf_tokenizer(void **state) {
   } bad[] = {
       {"[\"a q\"]", NULL, "model.merges[0]: \"a\", \"q\" or their merge is not in the vocabulary"},
       {"[\"ab\"]", NULL, "model.merges[0]: expected"},
-      {"[]", "\"normalizer\": {\"type\": \"NFC\"},", "normalizer: not implemented: NFC"},
+      {"[]", "\"normalizer\": {\"type\": \"Lowercase\"},", "normalizer: not implemented: Lowercase"},
       {"[]", "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Whitespace\"},",
        "pre_tokenizer: not implemented: Whitespace"},
       {"[]", "\"normalizer\": {\"type\": \"NFKC\"}, \"pre_tokenizer\": null,",
@@ -510,6 +510,77 @@ static void test_unicode_classes(void **state) {
   free(pl);
 }
 
+/* Columns of a NormalizationTest.txt line as UTF-8: "1E0A 0323" -> bytes. */
+static void hex_to_utf8(const char *f, prm_sb_t *out) {
+  for (char *e; *f && *f != ';';) {
+    unsigned long c = strtoul(f, &e, 16);
+    if (e == f) break;
+    f = e;
+    char b[4];
+    size_t l = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+    if (l == 1) b[0] = (char)c;
+    else if (l == 2) b[0] = (char)(0xC0 | c >> 6), b[1] = (char)(0x80 | (c & 0x3F));
+    else if (l == 3)
+      b[0] = (char)(0xE0 | c >> 12), b[1] = (char)(0x80 | (c >> 6 & 0x3F)),
+      b[2] = (char)(0x80 | (c & 0x3F));
+    else
+      b[0] = (char)(0xF0 | c >> 18), b[1] = (char)(0x80 | (c >> 12 & 0x3F)),
+      b[2] = (char)(0x80 | (c >> 6 & 0x3F)), b[3] = (char)(0x80 | (c & 0x3F));
+    prm_sb_appendn(out, b, l);
+    while (*f == ' ') f++;
+  }
+}
+
+/* NFC against Unicode's own conformance file: for every line c1;c2;c3;c4;c5
+ * NFC(c1) = NFC(c2) = NFC(c3) = c2 and NFC(c4) = NFC(c5) = c4. Skipped
+ * without the file or bzcat. */
+static void test_nfc(void **state) {
+  const char *dir = getenv("PRIMUS_UCD") ? getenv("PRIMUS_UCD") : "/usr/share/unicode";
+  char *path = prm_path_join(dir, "NormalizationTest.txt.bz2");
+  char *cmd = prm_xasprintf("bzcat '%s' 2>/dev/null", path);
+  FILE *f = prm_fs_exists(path) ? popen(cmd, "r") : NULL;
+  free(cmd);
+  free(path);
+  if (!f) {
+    print_message("skipped: NormalizationTest.txt.bz2 or bzcat missing\n");
+    skip();
+  }
+  char line[4096];
+  int lines = 0, bad = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == '#' || line[0] == '@' || line[0] == '\n') continue;
+    prm_sb_t col[5] = {{0}};
+    const char *p = line;
+    for (int k = 0; k < 5; k++) {
+      hex_to_utf8(p, &col[k]);
+      p = strchr(p, ';');
+      assert_non_null(p);
+      p++;
+    }
+    static const int want[5] = {1, 1, 1, 3, 3};
+    for (int k = 0; k < 5; k++) {
+      prm_sb_t got = {0};
+      prm__nfc((const uint8_t *)prm_sb_str(&col[k]), col[k].len, &got);
+      if (got.len != col[want[k]].len || memcmp(prm_sb_str(&got), prm_sb_str(&col[want[k]]), got.len)) {
+        if (bad < 5) print_error("NFC(c%d) differs on: %s", k + 1, line);
+        bad++;
+      }
+      prm_sb_free(&got);
+    }
+    for (int k = 0; k < 5; k++) prm_sb_free(&col[k]);
+    lines++;
+  }
+  pclose(f);
+  assert_true(lines > 15000);
+  assert_int_equal(bad, 0);
+  /* Invalid bytes pass through and block composition. */
+  prm_sb_t got = {0};
+  prm__nfc((const uint8_t *)"e\xff\xcc\x81" "a", 5, &got);
+  assert_int_equal(got.len, 5);
+  assert_memory_equal(prm_sb_str(&got), "e\xff\xcc\x81" "a", 5);
+  prm_sb_free(&got);
+}
+
 static void roundtrip_random(prm_tokenizer_t *t, uint64_t seed) {
   prm_rng_t r;
   prm_rng_seed(&r, seed);
@@ -649,6 +720,7 @@ int main(void) {
       cmocka_unit_test(test_merge_order),        cmocka_unit_test(test_special_tokens),
       cmocka_unit_test(test_rank_file_errors),   cmocka_unit_test(test_hf_tokenizer),
       cmocka_unit_test(test_pretok_fast_path),   cmocka_unit_test(test_unicode_classes),
+      cmocka_unit_test(test_nfc),
       cmocka_unit_test(test_roundtrip_any_bytes),
       cmocka_unit_test(test_encode_append),      cmocka_unit_test(test_threads),
       cmocka_unit_test(test_unknown_type),

@@ -123,14 +123,16 @@ static int check_sp_normalizer(const cJSON *n, const char *path, prm__hf_info_t 
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(one, "pattern"), "String");
     const cJSON *con = cJSON_GetObjectItemCaseSensitive(one, "content");
-    if (!strcmp(ty, "Prepend") && cJSON_IsString(pre) && !strcmp(pre->valuestring, META)) {
+    if (!strcmp(ty, "NFC")) {
+      info->nfc = 1;
+    } else if (!strcmp(ty, "Prepend") && cJSON_IsString(pre) && !strcmp(pre->valuestring, META)) {
       info->prepend = 1;
     } else if (!strcmp(ty, "Replace") && cJSON_IsString(pat) && cJSON_IsString(con) &&
                !strcmp(pat->valuestring, " ") && !strcmp(con->valuestring, META)) {
       info->space_to_meta = 1;
     } else {
       return prm_errf(err, PRM_EINVAL, "%s: normalizer%s: not implemented: %s (supported: "
-                      "Prepend(\"\u2581\"), Replace(\" \", \"\u2581\"), Sequence of those)",
+                      "NFC, Prepend(\"\u2581\"), Replace(\" \", \"\u2581\"), Sequence of those)",
                       path, seq ? "s[...]" : "", ty);
     }
     if (!seq) break;
@@ -263,10 +265,15 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
                     "ByteLevel pre-tokenizer", file);
       goto done;
     }
-    if (not_null(cJSON_GetObjectItemCaseSensitive(root, "normalizer"))) {
-      rc = prm_errf(err, PRM_EINVAL, "%s: normalizer: not implemented: %s (only null with a "
-                    "ByteLevel pre-tokenizer)", file,
-                    type_of(cJSON_GetObjectItemCaseSensitive(root, "normalizer")));
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(norm, "normalizers");
+    if (!strcmp(type_of(norm), "NFC") ||
+        (!strcmp(type_of(norm), "Sequence") && cJSON_GetArraySize(nl) == 1 &&
+         !strcmp(type_of(cJSON_GetArrayItem(nl, 0)), "NFC"))) {
+      info->nfc = 1;
+    } else if (not_null(norm)) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: normalizer: not implemented: %s (only NFC or null with "
+                    "a ByteLevel pre-tokenizer)", file, type_of(norm));
       goto done;
     }
     if ((rc = check_pretok(pre, file, &info->add_prefix_space, &info->pat, &info->ndig, err)))

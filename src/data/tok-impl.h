@@ -48,6 +48,22 @@ void prm__ucls_init(void);
  * prm__ucls_init itself. */
 unsigned prm__ucls(uint32_t cp);
 
+/* NFC tables (unicode_tab.c): combining classes as [first, last, class]
+ * ranges; full canonical decompositions as [code point, offset, length]
+ * into prm__ucd_dec_cps; primary composites as [first, second, composite];
+ * each sorted. */
+extern const uint32_t prm__ucd_ccc[][3], prm__ucd_dec[][3], prm__ucd_comp[][3];
+extern const uint32_t prm__ucd_dec_cps[];
+extern const size_t prm__ucd_ccc_n, prm__ucd_dec_n, prm__ucd_comp_n;
+
+/* Appends the NFC form of s[0, n) to out (Unicode 15.0's data; Hangul by
+ * its algorithm). Bytes that are not valid UTF-8 pass through unchanged and
+ * block composition across them. */
+void prm__nfc(const uint8_t *s, size_t n, prm_sb_t *out);
+/* The same as Hugging Face tokenizers' NFC normalizer computes it (Unicode
+ * 9.0's combining classes for the marks added since; see unicode.c). */
+void prm__nfc_hf(const uint8_t *s, size_t n, prm_sb_t *out);
+
 /* Decodes one UTF-8 character of s[i, n): its length (1-4) and *cp, or 0
  * when the byte at i does not start a valid character (overlong forms,
  * surrogates and values above U+10FFFF are invalid, as in Rust strings). */
@@ -228,6 +244,7 @@ typedef struct {
   int32_t eod;          /* the end-of-document id or -1 */
   int add_prefix_space; /* ByteLevel's: a space before text not starting with one */
   int pat, ndig;        /* the pre-tokenizer's pattern (PRM__PAT_*) */
+  int nfc;              /* normalizer NFC: segments are put in NFC first */
   int no_pretok;        /* no pre-tokenizer: a whole segment is one piece */
   int prepend;          /* "\u2581" before a segment: 0 never, 1 always (Prepend
                          * normalizer), 2 the first segment, 3 each segment

@@ -526,8 +526,29 @@ static int on_piece(void *ctx, const uint8_t *p, size_t n) {
 
 static const char META[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
 
+static int encode_segment(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uint8_t *p, size_t n,
+                          int first, prm__ids_t *out);
+
+/* One segment of text between added tokens: NFC first when the normalizer
+ * says so (only where the segment has non-ASCII bytes). */
 static int encode_plain(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uint8_t *p, size_t n,
                         int first, prm__ids_t *out) {
+  if (t->hf.nfc) {
+    size_t i = 0;
+    while (i < n && p[i] < 0x80) i++;
+    if (i < n) {
+      prm_sb_t norm = {0};
+      prm__nfc_hf(p, n, &norm);
+      int rc = encode_segment(t, s, (const uint8_t *)prm_sb_str(&norm), norm.len, first, out);
+      prm_sb_free(&norm);
+      return rc;
+    }
+  }
+  return encode_segment(t, s, p, n, first, out);
+}
+
+static int encode_segment(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uint8_t *p, size_t n,
+                          int first, prm__ids_t *out) {
   piece_ctx_t c = {&t->bpe, s, out};
   const prm__hf_info_t *h = &t->hf;
   if ((h->prepend || h->space_to_meta) && n) {

@@ -4,7 +4,7 @@
 # for r50k_base, p50k_base, cl100k_base, o200k_base and Llama 3, and Hugging
 # Face tokenizers (its Node bindings) for tokenizer.json files built from
 # those rank files (GPT-2's ByteLevel layout, Llama 3's Split + ByteLevel,
-# Split layouts of Qwen2's and o200k's patterns)
+# Split layouts of Qwen2's and o200k's patterns, Qwen2's NFC normalizer)
 # and for Llama 2's SentencePiece BPE (llama-tokenizer-js's vocabulary).
 # Inputs: the whole Brown text, and tests/tokenizer/unicode.mjs's text
 # (nlp-corpus sentences plus adversarial documents: every script, marks,
@@ -59,8 +59,8 @@ compare() {
     bad "$name: the reference ($rkind) failed: $(cat "$T/node.err")"
     return
   fi
-  if "$T/tokdump" "$type" "$model" "$file" "$T/$name.prm" >/dev/null 2>"$T/dump.err"; then
-    ok "$name ($type): decode(encode(x)) == x"
+  if "$T/tokdump" "$type" "$model" "$file" "$T/$name.prm" ${NFC:-} >/dev/null 2>"$T/dump.err"; then
+    ok "$name ($type): decode(encode(x)) == ${NFC:+NFC(}x${NFC:+)}"
   else
     bad "$name ($type): $(cat "$T/dump.err")"
     return
@@ -110,6 +110,19 @@ if "$NODE" "$PRIMUS_SRC/tests/tokenizer/tiktoken2hf.mjs" "$PKG/data/r50k_base.ti
       bad "tiktoken2hf $layout: $(cat "$T/node.err")"
     fi
   done
+  # Qwen2's NFC normalizer, on the text above and on every mark and every
+  # canonical decomposition of Unicode's data (decode gives back the text
+  # in NFC as Hugging Face computes it).
+  if [[ -e /usr/share/unicode/UnicodeData.txt ]] &&
+    "$NODE" "$PRIMUS_SRC/tests/tokenizer/nfc-text.mjs" /usr/share/unicode/UnicodeData.txt "$T/nfc.txt" >/dev/null &&
+    "$NODE" "$PRIMUS_SRC/tests/tokenizer/tiktoken2hf.mjs" "$PKG/data/r50k_base.tiktoken" "$T/hf-qwen2" qwen2 >/dev/null 2>"$T/node.err"; then
+    NFC=--nfc
+    compare unicode-hf-qwen2-nfc "$T/unicode.txt" hf "$T/hf-qwen2/tokenizer.json" HuggingFaceTokenizer "$T/hf-qwen2"
+    compare nfc-hf-qwen2-nfc "$T/nfc.txt" hf "$T/hf-qwen2/tokenizer.json" HuggingFaceTokenizer "$T/hf-qwen2"
+    NFC=
+  else
+    bad "the NFC layout: $(cat "$T/node.err")"
+  fi
 else
   bad "tiktoken2hf: $(cat "$T/node.err")"
 fi

@@ -5,7 +5,9 @@ Lo; marks M; numbers N; everything else), as sorted ranges.
 
   gen-unicode.py UCD_DIR [ADDED_DIR] > src/data/unicode_tab.c
 
-UCD_DIR holds UnicodeData.txt and PropList.txt (Debian's unicode-data:
+UCD_DIR holds UnicodeData.txt, PropList.txt and DerivedNormalizationProps.txt
+(the NFC tables: combining classes, canonical decompositions, composites;
+Debian's unicode-data:
 /usr/share/unicode, Unicode 15.0). The reference implementations (tiktoken
 1.0.22's Rust regex tables, tokenizers 0.23.2's Oniguruma) follow Unicode
 16.0; ADDED_DIR, when given, holds one file per class (Lu.txt Ll.txt Lt.txt
@@ -82,6 +84,98 @@ def emit(name, rs):
     print("};")
 
 
+def load_nfc(d):
+    """Canonical combining classes, full canonical decompositions and the
+    primary composites (pairs not in Full_Composition_Exclusion)."""
+    ccc, dec = {}, {}
+    for line in open(os.path.join(d, "UnicodeData.txt")):
+        f = line.split(";")
+        c = int(f[0], 16)
+        if int(f[3]):
+            ccc[c] = int(f[3])
+        if f[5] and not f[5].startswith("<"):
+            dec[c] = [int(x, 16) for x in f[5].split()]
+    excl = set()
+    for line in open(os.path.join(d, "DerivedNormalizationProps.txt")):
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        parts = [x.strip() for x in line.split(";")]
+        if parts[1] != "Full_Composition_Exclusion":
+            continue
+        a, _, b = parts[0].partition("..")
+        excl.update(range(int(a, 16), int(b or a, 16) + 1))
+
+    def full(c):
+        if c not in dec:
+            return [c]
+        return [y for x in dec[c] for y in full(x)]
+
+    comp = sorted((dec[c][0], dec[c][1], c) for c in dec if len(dec[c]) == 2 and c not in excl)
+    return ccc, {c: full(c) for c in dec}, comp
+
+
+def emit_nfc(d):
+    ccc, dec, comp = load_nfc(d)
+    rs = []
+    for c in sorted(ccc):
+        if rs and rs[-1][1] == c - 1 and rs[-1][2] == ccc[c]:
+            rs[-1][1] = c
+        else:
+            rs.append([c, c, ccc[c]])
+    print("/* Canonical combining classes other than 0: [first, last, class]. */")
+    print("const uint32_t prm__ucd_ccc[][3] = {")
+    line = "   "
+    for a, b, k in rs:
+        item = " {0x%X, 0x%X, %d}," % (a, b, k)
+        if len(line) + len(item) > 98:
+            print(line)
+            line = "   "
+        line += item
+    print(line)
+    print("};")
+    print("const size_t prm__ucd_ccc_n = %d;" % len(rs))
+    print()
+    print("/* Full canonical decompositions (Hangul syllables are computed):")
+    print(" * code point, offset and length in prm__ucd_dec_cps. */")
+    cps = []
+    print("const uint32_t prm__ucd_dec[][3] = {")
+    line = "   "
+    for c in sorted(dec):
+        item = " {0x%X, %d, %d}," % (c, len(cps), len(dec[c]))
+        cps.extend(dec[c])
+        if len(line) + len(item) > 98:
+            print(line)
+            line = "   "
+        line += item
+    print(line)
+    print("};")
+    print("const size_t prm__ucd_dec_n = %d;" % len(dec))
+    print("const uint32_t prm__ucd_dec_cps[] = {")
+    line = "   "
+    for c in cps:
+        item = " 0x%X," % c
+        if len(line) + len(item) > 98:
+            print(line)
+            line = "   "
+        line += item
+    print(line)
+    print("};")
+    print()
+    print("/* Primary composites: first, second, composite; sorted. */")
+    print("const uint32_t prm__ucd_comp[][3] = {")
+    line = "   "
+    for a, b, c in comp:
+        item = " {0x%X, 0x%X, 0x%X}," % (a, b, c)
+        if len(line) + len(item) > 98:
+            print(line)
+            line = "   "
+        line += item
+    print(line)
+    print("};")
+    print("const size_t prm__ucd_comp_n = %d;" % len(comp))
+
+
 def main():
     cat, ws = load_ucd(sys.argv[1])
     base = {c: cls_of(cat.get(c, "Cn"), c in ws) for c in range(0x110000)}
@@ -108,6 +202,9 @@ def main():
     print("const size_t prm__ucd_added_n = %d;" % len(ranges(added)))
     print()
     print("const prm__urange_t *const prm__ucd_tables[2] = {prm__ucd_base, prm__ucd_added};")
+    print()
+    print("/* NFC (Unicode 15.0: UnicodeData.txt, DerivedNormalizationProps.txt). */")
+    emit_nfc(sys.argv[1])
 
 
 main()

@@ -6,9 +6,9 @@
 // parts, the merged pair.
 //   node tiktoken2hf.mjs RANKFILE OUTPUT_DIR             GPT-2: ByteLevel
 //            with its regex, <|endoftext|> added after the ranks
-//   node tiktoken2hf.mjs RANKFILE OUTPUT_DIR split-qwen2|split-o200k
+//   node tiktoken2hf.mjs RANKFILE OUTPUT_DIR split-qwen2|split-o200k|qwen2
 //            the same with a Split of Qwen2's or o200k's pattern, then
-//            ByteLevel without regex
+//            ByteLevel without regex (qwen2: with Qwen2's NFC normalizer)
 //   node tiktoken2hf.mjs RANKFILE OUTPUT_DIR llama3 PKG  Llama 3's layout:
 //            Split (Meta's pattern, Isolated) then ByteLevel without regex,
 //            ignore_merges, the 256 special tokens of llama3-tokenizer-js
@@ -76,6 +76,9 @@ const splits = {
   'split-qwen2': "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
   'split-o200k': "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
 };
+splits.qwen2 = splits['split-qwen2'];
+let normalizer = null;
+if (layout === 'qwen2') normalizer = { type: 'NFC' };
 if (splits[layout]) {
   pre = { type: 'Sequence', pretokenizers: [
     { type: 'Split', pattern: { Regex: splits[layout] }, behavior: 'Isolated', invert: false },
@@ -98,7 +101,7 @@ const json = {
   truncation: null,
   padding: null,
   added_tokens: added,
-  normalizer: null,
+  normalizer,
   pre_tokenizer: pre,
   post_processor: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true },
   decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },

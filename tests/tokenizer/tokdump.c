@@ -5,6 +5,9 @@
  *   tokdump TYPE MODEL INPUT --bench [N [THREADS]]  MB/s (best of N), one
  *            encode per line as the npm reference is timed, on THREADS
  *            OpenMP threads sharing one tokenizer (default 1)
+ *   tokdump TYPE MODEL INPUT OUTPUT --nfc   the same for a tokenizer that
+ *            normalises to NFC: decode(encode(x)) must be NFC(x) as
+ *            Hugging Face computes it
  *   tokdump --classes OUTPUT  the pre-tokenizer's class of every code point,
  *            one byte each (PRM__U_* of src/data/tok-impl.h)
  * MODEL "-" means the type's default. Exit 0 on success, 1 on a mismatch or
@@ -20,6 +23,7 @@
 
 /* Internal to the library (src/data/unicode.c). */
 unsigned prm__ucls(uint32_t cp);
+void prm__nfc_hf(const uint8_t *s, size_t n, prm_sb_t *out);
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--classes")) {
@@ -107,8 +111,16 @@ int main(int argc, char **argv) {
       fprintf(stderr, "tokdump: cannot write %s\n", argv[4]);
       return 1;
     }
-    prm_sb_t back = {0};
+    prm_sb_t back = {0}, want = {0};
     prm_tokenizer_decode(t, ids, n, &back);
+    if (argc > 5 && !strcmp(argv[5], "--nfc")) {
+      prm__nfc_hf((const uint8_t *)text, len, &want);
+      free(text);
+      len = want.len;
+      text = prm_xmalloc(len + 1);
+      memcpy(text, prm_sb_str(&want), len + 1);
+      prm_sb_free(&want);
+    }
     if (back.len != len || memcmp(prm_sb_str(&back), text, len)) {
       fprintf(stderr, "tokdump: decode(encode(%s)) differs from the input\n", argv[3]);
       rc = 1;
