@@ -2,7 +2,9 @@
  * on the CPU: from the same weights and batches, the losses, every
  * gradient, ten AdamW steps with clipping, and KV-cache logits. fp32 with
  * grouped-query and multi-head attention, tied and untied heads, full
- * recomputation, packed sequences and bf16.
+ * recomputation, packed sequences and bf16; and a model with every
+ * attention variant on (q/k/v biases, q/k norms, heads of width 48 over
+ * hidden 128, Llama 3.1's RoPE scaling).
  *
  *   test-model-device                   # the tagged test backend (the CPU
  *                                       # kernels on memory the host cannot
@@ -36,12 +38,37 @@ static prm_llama_config_t cfg(int groups, int tied) {
   return c;
 }
 
-/* The CPU model and its device twin with the same weights. */
+/* Every attention variant on. */
+static prm_llama_config_t cfg_arch(int groups, int tied) {
+  prm_llama_config_t c = cfg(groups, tied);
+  c.head_dim = 48;
+  c.qkv_bias = 1;
+  c.qk_norm = 1;
+  c.rope_base = 500000;
+  c.rope_factor = 8;
+  c.rope_low = 1;
+  c.rope_high = 4;
+  c.rope_orig = 64;
+  return c;
+}
+
+/* The CPU model and its device twin with the same weights (biases and
+ * norm weights moved off 0 and 1). */
 static void build_pair(prm_llama_config_t c, int64_t B, int64_t T, unsigned flags,
                        prm_llama_t **cpu, prm_llama_t **dev) {
   prm_err_t err = {0};
   assert_int_equal(prm_llama_new(&c, B, T, flags, &g_gemm, cpu, &err), 0);
   prm_llama_init(*cpu, 7);
+  if (c.qkv_bias || c.qk_norm) {
+    prm_rng_t r;
+    prm_rng_seed(&r, 8);
+    for (int i = 0; i < (*cpu)->ntensors; i++) {
+      const prm_tensor_t *t = &(*cpu)->tensors[i];
+      float *p = (*cpu)->params + t->offset;
+      for (int64_t j = 0; t->ndim == 1 && j < t->numel; j++)
+        p[j] += (float)((double)(prm_rng_u64(&r) >> 40) / 16777216.0 - 0.5) * 0.4f;
+    }
+  }
   int rc = prm_llama_new_dev(&c, B, T, flags, &g_gemm, g_dev, NULL, dev, &err);
   if (rc) fprintf(stderr, "%s\n", err.msg);
   assert_int_equal(rc, 0);
@@ -158,9 +185,7 @@ static void test_bf16(void **s) {
 }
 
 /* Ten AdamW steps with clipping: the trainer's step, written out. */
-static void test_adamw_steps(void **state) {
-  (void)state;
-  prm_llama_config_t c = cfg(2, 0);
+static void adamw_case(prm_llama_config_t c) {
   int64_t B = 2, T = 24, N = B * T, n;
   prm_llama_t *cpu, *dev;
   build_pair(c, B, T, PRM_LLAMA_TRAIN, &cpu, &dev);
@@ -206,10 +231,13 @@ static void test_adamw_steps(void **state) {
   prm_llama_free(dev);
 }
 
-/* Generation: a prompt, then one token at a time, the same logits. */
-static void test_kv_cache(void **state) {
+static void test_adamw_steps(void **state) {
   (void)state;
-  prm_llama_config_t c = cfg(2, 1);
+  adamw_case(cfg(2, 0));
+}
+
+/* Generation: a prompt, then one token at a time, the same logits. */
+static void kv_case(prm_llama_config_t c) {
   prm_llama_t *cpu, *dev;
   build_pair(c, 1, 1, 0, &cpu, &dev);
   prm_llama_kv_t *kc, *kd;
@@ -232,6 +260,21 @@ static void test_kv_cache(void **state) {
   free(lc), free(ld);
   prm_llama_free(cpu);
   prm_llama_free(dev);
+}
+
+static void test_kv_cache(void **state) {
+  (void)state;
+  kv_case(cfg(2, 1));
+}
+
+/* Every attention variant: passes (GQA untied; MHA tied with
+ * recomputation and packed sequences), ten AdamW steps and the KV cache. */
+static void test_arch(void **state) {
+  (void)state;
+  pass_case(cfg_arch(2, 0), 0, 0);
+  pass_case(cfg_arch(4, 1), PRM_LLAMA_RECOMPUTE, 1);
+  adamw_case(cfg_arch(2, 0));
+  kv_case(cfg_arch(2, 1));
 }
 
 /* What a device with its own memory refuses, by key. */
@@ -279,7 +322,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_fp32_gqa_untied), cmocka_unit_test(test_fp32_mha_tied),
       cmocka_unit_test(test_recompute),       cmocka_unit_test(test_packed),
       cmocka_unit_test(test_bf16),            cmocka_unit_test(test_adamw_steps),
-      cmocka_unit_test(test_kv_cache),        cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_kv_cache),        cmocka_unit_test(test_arch),
+      cmocka_unit_test(test_refused),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   prm_dev_close(g_dev);

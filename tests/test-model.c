@@ -3,7 +3,9 @@
  * recomputation giving the same gradients, bf16 with fp32 attention and
  * with packed weights, micro-batches summing to the
  * batch, pipeline stages giving the whole model's passes, and KV-cache
- * inference agreeing with the training forward. */
+ * inference agreeing with the training forward; the attention variants
+ * (q/k/v biases, q/k norms, a head width of its own, Llama 3.1's RoPE
+ * scaling) in the layout, the gradient check and the KV cache. */
 #include "testlib.h"
 #include "primus/prm_model.h"
 
@@ -16,6 +18,37 @@ static prm_llama_config_t tiny_cfg(int tied) {
                           .ffn = 24, .max_pos = 16, .norm_eps = 1e-5, .rope_base = 10000,
                           .init_std = 0.3, .tied = tied};
   return c;
+}
+
+/* Every attention variant on: head width 6 (H D = 24 over hidden 16),
+ * q/k/v biases, q/k norms, and RoPE scaling whose three frequencies (base
+ * 100, D 6: wavelengths 6.3, 29 and 135 against 32 / 4 = 8 and 32 / 1 =
+ * 32) fall in the kept, blended and slowed bands. */
+static prm_llama_config_t arch_cfg(int tied) {
+  prm_llama_config_t c = tiny_cfg(tied);
+  c.head_dim = 6;
+  c.qkv_bias = 1;
+  c.qk_norm = 1;
+  c.rope_base = 100;
+  c.rope_factor = 8;
+  c.rope_low = 1;
+  c.rope_high = 4;
+  c.rope_orig = 32;
+  return c;
+}
+
+/* Biases and norm weights away from their initial 0 and 1, so that their
+ * gradients and effects are not special cases. */
+static void perturb_vectors(prm_llama_t *m, uint64_t seed) {
+  prm_rng_t r;
+  prm_rng_seed(&r, seed);
+  for (int i = 0; i < m->ntensors; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    if (t->ndim != 1) continue;
+    for (int64_t j = 0; j < t->numel; j++)
+      m->params[t->offset + j] += (float)(0.3 * ((double)(prm_rng_u64(&r) >> 11) / 9007199254740992.0 - 0.5));
+  }
+  prm_llama_params_changed(m);
 }
 
 static prm_gemm_t gemm_ref(void) {
@@ -57,6 +90,90 @@ static void test_config_check(void **state) {
   c.groups = 16;
   assert_int_equal(prm_llama_config_check(&c, &err), PRM_ECONFIG);
   assert_non_null(strstr(err.msg, "even"));
+  /* kv_channels sets the width: heads need not divide hidden then. */
+  c = arch_cfg(1);
+  c.heads = 5;
+  c.groups = 5;
+  assert_int_equal(prm_llama_config_check(&c, &err), 0);
+  assert_int_equal(prm_llama_head_dim(&c), 6);
+  c.head_dim = 5;
+  assert_int_equal(prm_llama_config_check(&c, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "kv_channels"));
+  c = arch_cfg(1);
+  c.rope_high = 1; /* not above low_freq_factor */
+  assert_int_equal(prm_llama_config_check(&c, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "high_freq_factor"));
+  /* q/k norms are refused under tensor parallelism (partial gradients);
+   * biases split with their matrices. */
+  c = arch_cfg(1);
+  assert_int_equal(prm_llama_tp_check_config(&c, 2, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "qk_layernorm"));
+  c.qk_norm = 0;
+  c.vocab = 24;
+  assert_int_equal(prm_llama_tp_check_config(&c, 2, &err), 0);
+}
+
+/* The variants' tensors: Hugging Face's names in Qwen's order, their
+ * shapes, biases initialised at 0 and q/k norms at 1, no weight decay on
+ * either, and the count prm_llama_param_count gives. */
+static void test_arch_layout(void **state) {
+  (void)state;
+  prm_llama_t *m = build(arch_cfg(0), 1, 4, PRM_LLAMA_TRAIN);
+  const char *want[] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.q_proj.bias",
+                        "self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight",
+                        "self_attn.v_proj.bias", "self_attn.o_proj.weight", "self_attn.q_norm.weight",
+                        "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+                        "mlp.gate_proj.weight"};
+  int64_t sum = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    assert_int_equal(m->tensors[i].offset, sum);
+    sum += m->tensors[i].numel;
+  }
+  assert_int_equal(sum, m->nparams);
+  assert_int_equal(m->nparams, prm_llama_param_count(&m->cfg));
+  for (int k = 0; k < 12; k++) {
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.1.%s", want[k]);
+    assert_string_equal(m->tensors[1 + 14 + k].name, name);
+  }
+  /* q (24,16) + bias 24, k/v (12,16) + 12 each, o (16,24), norms 6 each. */
+  int64_t attn = 24 * 16 + 24 + 2 * (12 * 16 + 12) + 16 * 24 + 2 * 6;
+  int64_t want_n = 23 * 16 * 2 + 2 * (32 + attn + 3 * 24 * 16) + 16;
+  assert_int_equal(m->nparams, want_n);
+  const prm_tensor_t *o = prm_llama_find(m, "model.layers.0.self_attn.o_proj.weight");
+  assert_int_equal(o->shape[0], 16);
+  assert_int_equal(o->shape[1], 24);
+  const prm_tensor_t *b = prm_llama_find(m, "model.layers.0.self_attn.k_proj.bias");
+  const prm_tensor_t *n = prm_llama_find(m, "model.layers.0.self_attn.q_norm.weight");
+  assert_int_equal(b->numel, 12);
+  assert_int_equal(n->numel, 6);
+  assert_false(b->decay || n->decay);
+  for (int64_t j = 0; j < b->numel; j++) assert_true(m->params[b->offset + j] == 0.0f);
+  for (int64_t j = 0; j < n->numel; j++) assert_true(m->params[n->offset + j] == 1.0f);
+  prm_llama_free(m);
+}
+
+/* Llama 3.1's RoPE tables: the short-wavelength frequency as without
+ * scaling, the long one slowed by the factor exactly, the one between
+ * blended (strictly between the two); every value computed in double. */
+static void test_rope_scaling_tables(void **state) {
+  (void)state;
+  prm_llama_config_t c = arch_cfg(0), p = c;
+  p.rope_factor = 0;
+  float cs[16 * 3], sn[16 * 3], cp[16 * 3], sp[16 * 3];
+  prm_llama_rope_tables(&c, cs, sn);
+  prm_llama_rope_tables(&p, cp, sp);
+  for (int64_t t = 0; t < 16; t++) {
+    assert_true(cs[t * 3] == cp[t * 3] && sn[t * 3] == sp[t * 3]);
+    double f2 = pow(100.0, -4.0 / 6.0) / 8.0;
+    assert_true(fabs(cs[t * 3 + 2] - cos(t * f2)) < 1e-7 && fabs(sn[t * 3 + 2] - sin(t * f2)) < 1e-7);
+  }
+  /* Band 1: wavelength 2 pi 100^(1/3) = 29.2, smooth = (32 / 29.2 - 1) / 3. */
+  double f1 = pow(100.0, -2.0 / 6.0), wl = 2 * M_PI / f1, s1 = (32 / wl - 1) / 3;
+  double g1 = (1 - s1) * f1 / 8 + s1 * f1;
+  assert_true(s1 > 0 && s1 < 1);
+  for (int64_t t = 0; t < 16; t++)
+    assert_true(fabs(sn[t * 3 + 1] - sin(t * g1)) < 1e-7);
 }
 
 /* The head's chunks: at most 16M logits each, as few chunks as that
@@ -164,6 +281,7 @@ static double mean_loss(prm_llama_t *m, const int32_t *tok, const int32_t *tgt, 
 static void check_model_grad(prm_llama_config_t c, unsigned flags) {
   int64_t B = 2, T = 7, N = B * T;
   prm_llama_t *m = build(c, B, T, PRM_LLAMA_TRAIN | flags);
+  if (c.qkv_bias || c.qk_norm) perturb_vectors(m, 77);
   int32_t tok[14], tgt[14];
   random_tokens(tok, N, c.vocab, 1);
   random_tokens(tgt, N, c.vocab, 2);
@@ -207,6 +325,23 @@ static void check_model_grad(prm_llama_config_t c, unsigned flags) {
 static void test_grad_fd_untied(void **state) {
   (void)state;
   check_model_grad(tiny_cfg(0), 0);
+}
+
+/* The attention variants' gradients (biases, q/k norms, the wider heads
+ * and scaled RoPE) against finite differences, untied GQA and tied MHA
+ * with full recomputation; the biases and norm weights perturbed first. */
+static void test_grad_fd_arch(void **state) {
+  (void)state;
+  check_model_grad(arch_cfg(0), 0);
+  prm_llama_config_t c = arch_cfg(1);
+  c.groups = 4;
+  check_model_grad(c, PRM_LLAMA_RECOMPUTE);
+  c = arch_cfg(0); /* each variant alone */
+  c.qk_norm = 0, c.rope_factor = 0, c.head_dim = 0;
+  check_model_grad(c, 0);
+  c = arch_cfg(0);
+  c.qkv_bias = 0, c.rope_factor = 0;
+  check_model_grad(c, 0);
 }
 
 static void test_grad_fd_tied_recompute(void **state) {
@@ -533,11 +668,10 @@ static double logprob(const float *logits, int64_t V, int32_t t) {
   return logits[t] - mx - log(s);
 }
 
-static void test_kv_cache_matches_forward(void **state) {
-  (void)state;
-  prm_llama_config_t c = tiny_cfg(0);
+static void kv_case(prm_llama_config_t c) {
   int64_t T = 11;
   prm_llama_t *m = build(c, 1, T, 0);
+  if (c.qkv_bias || c.qk_norm) perturb_vectors(m, 78);
   int32_t seq[12];
   random_tokens(seq, T + 1, c.vocab, 9);
   int64_t n;
@@ -574,6 +708,15 @@ static void test_kv_cache_matches_forward(void **state) {
   prm_llama_free(m);
 }
 
+static void test_kv_cache_matches_forward(void **state) {
+  (void)state;
+  kv_case(tiny_cfg(0));
+  kv_case(arch_cfg(0)); /* biases, q/k norms, wider heads, scaled RoPE */
+  prm_llama_config_t c = arch_cfg(1);
+  c.qk_norm = 0;
+  kv_case(c);
+}
+
 static void test_memory_accounting(void **state) {
   (void)state;
   size_t before = prm_mem_in_use(PRM_MEM_PARAMS) + prm_mem_in_use(PRM_MEM_GRADS) +
@@ -596,6 +739,9 @@ int main(void) {
       cmocka_unit_test(test_config_check),
       cmocka_unit_test(test_head_chunk),
       cmocka_unit_test(test_layout),
+      cmocka_unit_test(test_arch_layout),
+      cmocka_unit_test(test_rope_scaling_tables),
+      cmocka_unit_test(test_grad_fd_arch),
       cmocka_unit_test(test_init),
       cmocka_unit_test(test_grad_fd_untied),
       cmocka_unit_test(test_grad_fd_tied_recompute),

@@ -114,17 +114,32 @@ typedef struct {
    * absent. Written instead of primus_moe_layer_freq when n > 0. */
   int64_t moe_layers_n;
   uint8_t moe_layers[PRM_HF_MOE_LAYERS_MAX];
+  /* Attention variants. model_type "qwen2" (Qwen2ForCausalLM) has q/k/v
+   * biases, "qwen3" q/k norms; primus' keys primus_qkv_bias and
+   * primus_qk_norm say so where the model_type cannot (a Mixtral-named MoE,
+   * Qwen 3 with q/k/v biases but no o_proj bias). head_dim: 0 when absent
+   * (hidden_size / num_attention_heads). */
+  int64_t head_dim;
+  int qkv_bias, qk_norm;
+  /* rope_scaling with rope_type "llama3" (Llama 3.1); rope_factor 0: none. */
+  double rope_factor, rope_low, rope_high;
+  int64_t rope_orig;
 } prm_hf_config_t;
 
 /* Reads config.json. Required: hidden_size, intermediate_size,
  * num_attention_heads, num_hidden_layers, vocab_size. Defaults as in
  * transformers' LlamaConfig: num_key_value_heads = num_attention_heads,
  * rms_norm_eps 1e-6, rope_theta 10000, max_position_embeddings 2048,
- * tie_word_embeddings false. A model_type other than "llama" or a missing
- * or mistyped key is PRM_EPARSE naming the file and key. */
+ * tie_word_embeddings false. A model_type other than "llama", "mixtral",
+ * "qwen2" or "qwen3", what those models have and primus' lacks
+ * (attention_bias on an o_proj, Qwen 2's sliding window, a rope_scaling
+ * type other than llama3), or a missing or mistyped key is PRM_EPARSE
+ * naming the file and key. */
 int prm_hf_config_read(const char *path, prm_hf_config_t *c, prm_err_t *err);
-/* Writes it atomically with architectures ["LlamaForCausalLM"],
- * model_type "llama", hidden_act "silu", torch_dtype "float32". */
+/* Writes it atomically with architectures ["LlamaForCausalLM"] and
+ * model_type "llama" (Qwen3ForCausalLM/"qwen3" with q/k norms,
+ * Qwen2ForCausalLM/"qwen2" with q/k/v biases, MixtralForCausalLM/"mixtral"
+ * with experts), hidden_act "silu", torch_dtype "float32". */
 int prm_hf_config_write(const char *path, const prm_hf_config_t *c, prm_err_t *err);
 
 /* ------------------------------------------------------------------------ */

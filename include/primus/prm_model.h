@@ -1,6 +1,8 @@
 /* prm_model.h - the Llama-family model: the same function as Hugging Face's
  * LlamaForCausalLM (RMSNorm, rotate-half RoPE, grouped-query attention,
- * SwiGLU, optional tied head, no biases), its parameter layout, forward,
+ * SwiGLU, optional tied head, no biases), with the attention variants of
+ * Qwen 2.5 (q/k/v biases), Qwen 3 (q/k RMSNorm, a head width of its own)
+ * and Llama 3.1 (RoPE frequency scaling); its parameter layout, forward,
  * backward and KV-cache inference.
  *
  * Memory: parameters, gradients and activations each live in one
@@ -55,6 +57,17 @@ typedef struct {
   double aux_coeff;   /* moe_aux_loss_coeff (0 with load balancing "none") */
   double z_coeff;     /* moe_z_loss_coeff */
   double capacity;    /* moe_expert_capacity_factor; 0: no capacity, nothing dropped */
+  /* Attention variants; all 0: Llama's. */
+  int64_t head_dim;   /* kv_channels (HF head_dim): each head's width D; 0: hidden / heads */
+  int qkv_bias;       /* add_qkv_bias: biases on the q/k/v projections (Qwen 2.5) */
+  int qk_norm;        /* qk_layernorm: RMSNorm over each head's q and k, before RoPE (Qwen 3) */
+  /* Llama 3.1's RoPE frequency scaling (HF rope_type "llama3"), on when
+   * rope_factor > 0: inverse frequencies whose wavelength exceeds
+   * rope_orig / rope_low are divided by rope_factor, those below
+   * rope_orig / rope_high kept, those between blended (docs/train.md). */
+  double rope_factor;           /* rope_scaling_factor / factor */
+  double rope_low, rope_high;   /* low_freq_factor, high_freq_factor */
+  int64_t rope_orig;            /* original_max_position_embeddings */
 } prm_llama_config_t;
 
 /* Layer l's MLP is a mixture of experts. */
@@ -72,12 +85,19 @@ static inline void prm_llama_set_moe_list(prm_llama_config_t *c, const int *laye
     if (layers[l]) c->moe_list[l / 64] |= (uint64_t)1 << (l % 64);
 }
 
-/* Shape rules: every size >= 1, heads divisible into hidden, the head size
- * even, groups dividing heads. Errors name the keys (Megatron's names). */
+/* Shape rules: every size >= 1, heads divisible into hidden (unless
+ * head_dim sets the width), the head size even, groups dividing heads, RoPE
+ * scaling's factors positive with high > low. Errors name the keys
+ * (Megatron's names). */
 int prm_llama_config_check(const prm_llama_config_t *c, prm_err_t *err);
+/* The head width D: kv_channels, else hidden / heads. q_proj is (H D, C)
+ * and o_proj (C, H D), so H D may differ from the hidden size. */
 static inline int64_t prm_llama_head_dim(const prm_llama_config_t *c) {
-  return c->hidden / c->heads;
+  return c->head_dim > 0 ? c->head_dim : c->hidden / c->heads;
 }
+/* RoPE tables (max_pos, D/2) for c: prm_rope_tables, or Llama 3.1's
+ * scaled frequencies (computed in double) when c->rope_factor > 0. */
+void prm_llama_rope_tables(const prm_llama_config_t *c, float *cos_t, float *sin_t);
 /* Parameters of the model the configuration describes. */
 int64_t prm_llama_param_count(const prm_llama_config_t *c);
 /* Parameters of layer l (0 <= l < L). */
@@ -158,6 +178,9 @@ typedef struct {
    * w1 (gate, (Fe,C)), w2 (down, (C,Fe)), w3 (up, (Fe,C)) contiguous at
    * experts + 3 e Fe C; the shared expert's gate/up (Fs,C) and down (C,Fs). */
   float *router, *experts, *sgate, *sup, *sdown;
+  /* Attention variants (NULL when off): the q/k/v biases (H D), (G D),
+   * (G D) and the q/k norms' weights (D) each. */
+  float *bq, *bk, *bv, *qn, *kn;
 } prm_llama_layer_t;
 
 typedef struct prm_llama_acts prm_llama_acts_t;
@@ -218,6 +241,10 @@ typedef struct prm_llama {
   /* The pass in progress' segments and positions as the device reads them
    * (pack_seg/pack_pos on the host, dseg/dpos on a device; NULL: off). */
   const int32_t *pass_seg, *pass_pos;
+  /* qkv_bias: nones ones on the device (max(B T, max_pos)), the column
+   * a bias add y += 1 b^T and its gradient db += dy^T 1 multiply by. */
+  float *ones;
+  int64_t nones;
   size_t acts_bytes, scratch_bytes;
   /* Tensor parallelism: the group, this rank's slices (Hl heads, Gl key/
    * value groups, Fl ffn columns, vocab rows [v0, v0 + Vl)), and the first

@@ -293,6 +293,74 @@ static int prm__cfg_token(const char *path, const cJSON *root, const char *key, 
   return 0;
 }
 
+/* A boolean key: missing or null is 0. */
+static int prm__cfg_bool(const char *path, const cJSON *root, const char *key, int *out,
+                         prm_err_t *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  *out = 0;
+  if (!v || cJSON_IsNull(v)) return 0;
+  if (!cJSON_IsBool(v)) {
+    char got[64];
+    prm__io_json_describe(v, got, sizeof got);
+    return prm_errf(err, PRM_EPARSE, "%s: key \"%s\": expected true or false, got %s", path, key,
+                    got);
+  }
+  *out = cJSON_IsTrue(v);
+  return 0;
+}
+
+/* The attention variants: Qwen 2's q/k/v biases, Qwen 3's q/k norms,
+ * head_dim, and rope_scaling (Llama 3.1's "llama3" type only). */
+static int prm__cfg_variants(const char *path, const cJSON *root, int qwen2, int qwen3,
+                             prm_hf_config_t *r, prm_err_t *err) {
+  int rc, attn_bias = 0, flag = 0, window = 0;
+  if ((rc = prm__cfg_int(path, root, "head_dim", 0, 0, 1, &r->head_dim, err)) ||
+      (rc = prm__cfg_bool(path, root, "attention_bias", &attn_bias, err)) ||
+      (rc = prm__cfg_bool(path, root, "use_sliding_window", &window, err)))
+    return rc;
+  r->qkv_bias = qwen2;
+  r->qk_norm = qwen3;
+  /* Llama's and Qwen 3's attention_bias puts a bias on o_proj too; Qwen 2
+   * has q/k/v biases whatever it says. */
+  if (attn_bias && !qwen2)
+    return prm_errf(err, PRM_EPARSE, "%s: key \"attention_bias\": true gives o_proj a bias as "
+                    "well, which primus' model does not have (q/k/v biases alone: model_type "
+                    "\"qwen2\")", path);
+  if (window && qwen2)
+    return prm_errf(err, PRM_EPARSE, "%s: key \"use_sliding_window\": sliding-window attention is "
+                    "not supported by primus' model", path);
+  if ((rc = prm__cfg_bool(path, root, "primus_qkv_bias", &flag, err))) return rc;
+  r->qkv_bias |= flag;
+  if ((rc = prm__cfg_bool(path, root, "primus_qk_norm", &flag, err))) return rc;
+  r->qk_norm |= flag;
+
+  const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+  r->rope_factor = r->rope_low = r->rope_high = 0;
+  r->rope_orig = 0;
+  if (!rs || cJSON_IsNull(rs)) return 0;
+  if (!cJSON_IsObject(rs))
+    return prm_errf(err, PRM_EPARSE, "%s: key \"rope_scaling\": expected an object or null", path);
+  const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+  if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rs, "type"); /* older configs */
+  const char *tys = ty && cJSON_IsString(ty) ? ty->valuestring : NULL;
+  if (tys && !strcmp(tys, "default")) return 0;
+  if (!tys || strcmp(tys, "llama3"))
+    return prm_errf(err, PRM_EPARSE, "%s: key \"rope_scaling\": rope_type \"%.64s\" is not "
+                    "supported (primus has Llama 3.1's \"llama3\")", path, tys ? tys : "(none)");
+  if (!cJSON_GetObjectItemCaseSensitive(rs, "factor"))
+    return prm_errf(err, PRM_EPARSE, "%s: missing key \"rope_scaling.factor\"", path);
+  if ((rc = prm__cfg_pos(path, rs, "factor", 8.0, &r->rope_factor, err)) ||
+      (rc = prm__cfg_pos(path, rs, "low_freq_factor", 1.0, &r->rope_low, err)) ||
+      (rc = prm__cfg_pos(path, rs, "high_freq_factor", 4.0, &r->rope_high, err)) ||
+      (rc = prm__cfg_int(path, rs, "original_max_position_embeddings", 0, 8192, 1, &r->rope_orig,
+                         err)))
+    return rc; /* ("key \"factor\"" and the like: inside rope_scaling) */
+  if (!(r->rope_high > r->rope_low))
+    return prm_errf(err, PRM_EPARSE, "%s: key \"rope_scaling\": high_freq_factor (%g) must exceed "
+                    "low_freq_factor (%g)", path, r->rope_high, r->rope_low);
+  return 0;
+}
+
 int prm_hf_config_read(const char *path, prm_hf_config_t *c, prm_err_t *err) {
   char *text = NULL;
   size_t len = 0, pos;
@@ -314,20 +382,22 @@ int prm_hf_config_read(const char *path, prm_hf_config_t *c, prm_err_t *err) {
   }
 
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-  int mixtral = mt && cJSON_IsString(mt) && !strcmp(mt->valuestring, "mixtral");
-  if (mt && !mixtral && !(cJSON_IsString(mt) && !strcmp(mt->valuestring, "llama"))) {
+  const char *mts = mt && cJSON_IsString(mt) ? mt->valuestring : "";
+  int mixtral = !strcmp(mts, "mixtral"), qwen2 = !strcmp(mts, "qwen2"), qwen3 = !strcmp(mts, "qwen3");
+  if (mt && !mixtral && !qwen2 && !qwen3 && strcmp(mts, "llama")) {
     if (cJSON_IsString(mt))
       rc = prm_errf(err, PRM_EPARSE,
-                    "%s: key \"model_type\": expected \"llama\", got \"%.64s\" (or \"mixtral\")",
-                    path, mt->valuestring);
+                    "%s: key \"model_type\": expected \"llama\", got \"%.64s\" (or \"mixtral\", "
+                    "\"qwen2\", \"qwen3\")", path, mt->valuestring);
     else {
       prm__io_json_describe(mt, got, sizeof got);
       rc = prm_errf(err, PRM_EPARSE,
-                    "%s: key \"model_type\": expected \"llama\", got %s (or \"mixtral\")", path,
-                    got);
+                    "%s: key \"model_type\": expected \"llama\", got %s (or \"mixtral\", \"qwen2\", "
+                    "\"qwen3\")", path, got);
     }
     goto fail;
   }
+  if ((rc = prm__cfg_variants(path, root, qwen2, qwen3, &r, err))) goto fail;
 
   if ((rc = prm__cfg_int(path, root, "hidden_size", 1, 0, 1, &r.hidden_size, err)) ||
       (rc = prm__cfg_int(path, root, "intermediate_size", 1, 0, 1, &r.intermediate_size, err)) ||
@@ -419,11 +489,21 @@ int prm_hf_config_write(const char *path, const prm_hf_config_t *c, prm_err_t *e
   if (!memchr(c->tokenizer_type, 0, sizeof c->tokenizer_type))
     return prm_errf(err, PRM_EINVAL, "%s: tokenizer_type is not terminated", path);
 
+  if (c->head_dim < 0 || c->rope_factor < 0 ||
+      (c->rope_factor > 0 && !(c->rope_high > c->rope_low && c->rope_low > 0 && c->rope_orig > 0)))
+    return prm_errf(err, PRM_EINVAL, "%s: head_dim or rope_scaling out of range", path);
+
   cJSON *root = cJSON_CreateObject();
   cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
   int moe = c->num_local_experts > 0;
-  cJSON_AddItemToArray(arch, cJSON_CreateString(moe ? "MixtralForCausalLM" : "LlamaForCausalLM"));
-  cJSON_AddStringToObject(root, "model_type", moe ? "mixtral" : "llama");
+  /* The model type that has the variants: Qwen 3 for q/k norms (and its
+   * head_dim), Qwen 2 for q/k/v biases alone; primus' keys add what the
+   * type lacks. */
+  const char *type = moe ? "mixtral" : c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
+  const char *archs = moe ? "MixtralForCausalLM" : c->qk_norm ? "Qwen3ForCausalLM"
+                      : c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  cJSON_AddItemToArray(arch, cJSON_CreateString(archs));
+  cJSON_AddStringToObject(root, "model_type", type);
   for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
     prm__cfg_add_int(root, ints[i].key, ints[i].v);
   if (moe) {
@@ -442,8 +522,24 @@ int prm_hf_config_write(const char *path, const prm_hf_config_t *c, prm_err_t *e
       prm__cfg_add_int(root, "shared_expert_intermediate_size",
                        c->shared_expert_intermediate_size);
   }
+  if (c->head_dim > 0 || c->qk_norm) /* Qwen 3's default is 128, not hidden / heads */
+    prm__cfg_add_int(root, "head_dim",
+                     c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_attention_heads);
+  if (c->qkv_bias && strcmp(type, "qwen2")) { /* (attention_bias would bias o_proj too) */
+    cJSON_AddBoolToObject(root, "attention_bias", 0);
+    cJSON_AddBoolToObject(root, "primus_qkv_bias", 1);
+  }
+  if (c->qk_norm && moe) cJSON_AddBoolToObject(root, "primus_qk_norm", 1);
   cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
   cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
+  if (c->rope_factor > 0) {
+    cJSON *rs = cJSON_AddObjectToObject(root, "rope_scaling");
+    cJSON_AddStringToObject(rs, "rope_type", "llama3");
+    cJSON_AddNumberToObject(rs, "factor", c->rope_factor);
+    cJSON_AddNumberToObject(rs, "low_freq_factor", c->rope_low);
+    cJSON_AddNumberToObject(rs, "high_freq_factor", c->rope_high);
+    prm__cfg_add_int(rs, "original_max_position_embeddings", c->rope_orig);
+  }
   cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings != 0);
   if (c->bos_token_id >= 0) prm__cfg_add_int(root, "bos_token_id", c->bos_token_id);
   if (c->eos_token_id >= 0) prm__cfg_add_int(root, "eos_token_id", c->eos_token_id);

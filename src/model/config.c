@@ -25,14 +25,30 @@ int prm_llama_config_check(const prm_llama_config_t *c, prm_err_t *err) {
     if (sizes[i].v < 1)
       return prm_errf(err, PRM_ECONFIG, "%s: must be at least 1, got %lld", sizes[i].key,
                       (long long)sizes[i].v);
-  if (c->hidden % c->heads)
+  if (c->head_dim < 0)
+    return prm_errf(err, PRM_ECONFIG, "kv_channels: must be at least 1, got %lld",
+                    (long long)c->head_dim);
+  if (c->head_dim > 0 && c->head_dim % 2)
+    return prm_errf(err, PRM_ECONFIG, "kv_channels: the head size %lld must be even for RoPE",
+                    (long long)c->head_dim);
+  if (!c->head_dim && c->hidden % c->heads)
     return prm_errf(err, PRM_ECONFIG,
                     "num_attention_heads (%lld) must divide hidden_size (%lld)",
                     (long long)c->heads, (long long)c->hidden);
-  if ((c->hidden / c->heads) % 2)
+  if (!c->head_dim && (c->hidden / c->heads) % 2)
     return prm_errf(err, PRM_ECONFIG,
                     "head size hidden_size/num_attention_heads = %lld must be even for RoPE",
                     (long long)(c->hidden / c->heads));
+  if (c->rope_factor < 0 || isnan(c->rope_factor) || isinf(c->rope_factor))
+    return prm_errf(err, PRM_ECONFIG, "rope_scaling_factor: must be positive and finite, got %g",
+                    c->rope_factor);
+  if (c->rope_factor > 0 &&
+      (!(c->rope_low > 0) || !(c->rope_high > c->rope_low) || isinf(c->rope_high) ||
+       c->rope_orig < 1))
+    return prm_errf(err, PRM_ECONFIG,
+                    "rope_scaling: low_freq_factor (%g) must be positive and below "
+                    "high_freq_factor (%g), original_max_position_embeddings (%lld) at least 1",
+                    c->rope_low, c->rope_high, (long long)c->rope_orig);
   if (c->heads % c->groups)
     return prm_errf(err, PRM_ECONFIG,
                     "num_query_groups (%lld) must divide num_attention_heads (%lld)",
@@ -86,6 +102,11 @@ int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *
     return prm_errf(err, PRM_ECONFIG,
                     "tensor_model_parallel_size %d: mixture-of-experts models (num_experts %lld) "
                     "run on one tensor-parallel rank only for now", size, (long long)c->experts);
+  if (c->qk_norm)
+    return prm_errf(err, PRM_ECONFIG,
+                    "tensor_model_parallel_size %d: qk_layernorm's q/k norm weights are shared by "
+                    "every head, so each rank's gradient is partial; not supported with tensor "
+                    "parallelism yet", size);
   struct {
     const char *key;
     int64_t v;
@@ -120,6 +141,8 @@ static int64_t prm__layer_params(const prm_llama_config_t *c, int64_t l, int act
   int64_t C = c->hidden, D = prm_llama_head_dim(c);
   int64_t HD = c->heads * D, GD = c->groups * D, F = c->ffn;
   int64_t n = 2 * C + HD * C + 2 * GD * C + C * HD;
+  if (c->qkv_bias) n += HD + 2 * GD;
+  if (c->qk_norm) n += 2 * D;
   if (!prm_llama_is_moe(c, l)) return n + 3 * F * C;
   return n + c->experts * C + (active ? c->topk : c->experts) * 3 * c->moe_ffn * C +
          3 * c->shared_ffn * C;
@@ -143,8 +166,39 @@ double prm_llama_flops_per_token(const prm_llama_config_t *c, int64_t T) {
   double matmul = (double)c->vocab * (double)c->hidden;
   for (int64_t l = 0; l < c->layers; l++)
     matmul += (double)(prm__layer_params(c, l, 1) - 2 * c->hidden);
-  double attn = 12.0 * (double)c->layers * (double)c->hidden * (double)T;
+  /* The biases and q/k norms are no matmul: a rounding error next to it. */
+  double HD = (double)(c->heads * prm_llama_head_dim(c));
+  double attn = 12.0 * (double)c->layers * HD * (double)T;
   return 6.0 * matmul + attn;
+}
+
+void prm_llama_rope_tables(const prm_llama_config_t *c, float *cos_t, float *sin_t) {
+  int64_t D = prm_llama_head_dim(c), half = D / 2;
+  if (!(c->rope_factor > 0)) {
+    prm_rope_tables(cos_t, sin_t, c->max_pos, D, c->rope_base);
+    return;
+  }
+  /* Llama 3.1 (transformers' _compute_llama3_parameters, in double):
+   * wavelength 2 pi / f; long wavelengths (> orig / low) are slowed by
+   * the factor, short ones (< orig / high) kept, and those between blended
+   * linearly in orig / wavelength. */
+  double factor = c->rope_factor, lo = c->rope_low, hi = c->rope_high, orig = (double)c->rope_orig;
+  double low_wl = orig / lo, high_wl = orig / hi;
+  for (int64_t i = 0; i < half; i++) {
+    double f = pow(c->rope_base, -2.0 * (double)i / (double)D);
+    double wl = 2.0 * M_PI / f;
+    if (wl > low_wl) {
+      f /= factor;
+    } else if (wl >= high_wl) {
+      double s = (orig / wl - lo) / (hi - lo);
+      f = (1.0 - s) * f / factor + s * f;
+    }
+    for (int64_t t = 0; t < c->max_pos; t++) {
+      double angle = (double)t * f;
+      cos_t[t * half + i] = (float)cos(angle);
+      sin_t[t * half + i] = (float)sin(angle);
+    }
+  }
 }
 
 int64_t prm_llama_head_chunk(int64_t rows, int64_t vocab) {

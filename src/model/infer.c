@@ -11,6 +11,7 @@ struct prm_llama_kv {
   int64_t len, max;
   float *k, *v;                   /* (L, max, G*D) each */
   float *x, *ln, *rstd, *q, *kn, *vn, *att, *mid, *gate, *up, *h; /* for max rows */
+  float *hrstd;                   /* qk_norm: (max H) the heads' rstd; else empty */
   float *logits;                  /* (V) the last row's, on the device */
   int32_t *tok;                   /* (max) the new ids, on the device */
   float *block;
@@ -30,7 +31,8 @@ int prm_llama_kv_new(const prm_llama_t *m, prm_llama_kv_t **out, prm_err_t *err)
   int64_t S = c->max_pos, C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
   int64_t HD = c->heads * D, GD = c->groups * D;
   int64_t sizes[] = {c->layers * S * GD, c->layers * S * GD, S * C, S * C, S, S * HD, S * GD,
-                     S * GD, S * HD, S * C, S * F, S * F, S * F, c->vocab, S};
+                     S * GD, S * HD, S * C, S * F, S * F, S * F, c->vocab, S,
+                     c->qk_norm ? S * c->heads : 0};
   int64_t total = 0;
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) & ~15;
   prm_llama_kv_t *kv = prm_xcalloc(1, sizeof *kv);
@@ -44,7 +46,8 @@ int prm_llama_kv_new(const prm_llama_t *m, prm_llama_kv_t **out, prm_err_t *err)
   }
   float **slots[] = {&kv->k,   &kv->v,   &kv->x,    &kv->ln, &kv->rstd,
                      &kv->q,   &kv->kn,  &kv->vn,   &kv->att, &kv->mid,
-                     &kv->gate, &kv->up, &kv->h,    &kv->logits, (float **)&kv->tok};
+                     &kv->gate, &kv->up, &kv->h,    &kv->logits, (float **)&kv->tok,
+                     &kv->hrstd};
   _Static_assert(sizeof slots / sizeof slots[0] == sizeof sizes / sizeof sizes[0],
                  "KV slots and sizes disagree");
   int64_t off = 0;
@@ -87,9 +90,20 @@ int prm_llama_kv_step(const prm_llama_t *m, prm_llama_kv_t *kv, const int32_t *t
     const prm_llama_layer_t *w = &m->layer[l];
     float *kc = kv->k + l * kv->max * GD, *vc = kv->v + l * kv->max * GD;
     prm_dev_rmsnorm_forward(d, kv->ln, kv->rstd, kv->x, w->ln1, n, C, eps);
-    prm_dev_linear_forward(d, kv->q, kv->ln, w->wq, n, C, HD);
-    prm_dev_linear_forward(d, kc + pos0 * GD, kv->ln, w->wk, n, C, GD);
+    /* With q/k norms the projections go to att and kn first (free here). */
+    float *q = w->qn ? kv->att : kv->q, *k = w->qn ? kv->kn : kc + pos0 * GD;
+    prm_dev_linear_forward(d, q, kv->ln, w->wq, n, C, HD);
+    prm_dev_linear_forward(d, k, kv->ln, w->wk, n, C, GD);
     prm_dev_linear_forward(d, vc + pos0 * GD, kv->ln, w->wv, n, C, GD);
+    if (w->bq) { /* y += 1 b^T, as in training (pass.c) */
+      prm_dev_sgemm(d, 0, 0, n, HD, 1, 1.0f, m->ones, 1, w->bq, HD, 1.0f, q, HD);
+      prm_dev_sgemm(d, 0, 0, n, GD, 1, 1.0f, m->ones, 1, w->bk, GD, 1.0f, k, GD);
+      prm_dev_sgemm(d, 0, 0, n, GD, 1, 1.0f, m->ones, 1, w->bv, GD, 1.0f, vc + pos0 * GD, GD);
+    }
+    if (w->qn) {
+      prm_dev_rmsnorm_forward(d, kv->q, kv->hrstd, q, w->qn, n * H, D, eps);
+      prm_dev_rmsnorm_forward(d, kc + pos0 * GD, kv->hrstd, k, w->kn, n * G, D, eps);
+    }
     prm_dev_rope(d, kv->q, m->rope_cos, m->rope_sin, 1, n, H, D, pos0, NULL, 1.0f);
     prm_dev_rope(d, kc + pos0 * GD, m->rope_cos, m->rope_sin, 1, n, G, D, pos0, NULL, 1.0f);
     prm_dev_attention_decode(d, kv->att, kv->q, kc, vc, n, Tk, H, G, D);

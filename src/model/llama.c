@@ -64,11 +64,26 @@ static void prm__layout(prm_llama_t *m) {
 #define PRM__T(suffix, r, k, how)                                              \
   snprintf(name, sizeof name, "model.layers.%d.%s", (int)l, suffix);           \
   prm__add_tensor(m, &off, &full, name, r, k, how)
+    /* Qwen 2's biases follow their matrices (split the same way); Qwen
+     * 3's q/k norms follow o_proj (whole on every rank). */
     PRM__T("input_layernorm.weight", C, 0, PRM_TP_WHOLE);
     PRM__T("self_attn.q_proj.weight", HD, C, PRM_TP_ROWS);
+    if (c->qkv_bias) {
+      PRM__T("self_attn.q_proj.bias", HD, 0, PRM_TP_ROWS);
+    }
     PRM__T("self_attn.k_proj.weight", GD, C, PRM_TP_ROWS);
+    if (c->qkv_bias) {
+      PRM__T("self_attn.k_proj.bias", GD, 0, PRM_TP_ROWS);
+    }
     PRM__T("self_attn.v_proj.weight", GD, C, PRM_TP_ROWS);
+    if (c->qkv_bias) {
+      PRM__T("self_attn.v_proj.bias", GD, 0, PRM_TP_ROWS);
+    }
     PRM__T("self_attn.o_proj.weight", C, HD, PRM_TP_COLS);
+    if (c->qk_norm) {
+      PRM__T("self_attn.q_norm.weight", D, 0, PRM_TP_WHOLE);
+      PRM__T("self_attn.k_norm.weight", D, 0, PRM_TP_WHOLE);
+    }
     PRM__T("post_attention_layernorm.weight", C, 0, PRM_TP_WHOLE);
     if (prm_llama_is_moe(c, l)) {
       /* Mixtral's names and order; then primus' shared expert. */
@@ -130,8 +145,12 @@ static void prm__point(const prm_llama_t *m, float *base, float **embed, prm_lla
     prm_llama_layer_t *y = &layer[l];
     memset(y, 0, sizeof *y);
     m->layer_t0[l] = i;
-    float **slots[] = {&y->ln1, &y->wq, &y->wk, &y->wv, &y->wo, &y->ln2};
-    for (size_t s = 0; s < sizeof slots / sizeof slots[0]; s++) *slots[s] = base + t[i++].offset;
+    /* In prm__layout's order; the variants' slots only when on. */
+    int b = c->qkv_bias != 0, n = c->qk_norm != 0;
+    float **slots[] = {&y->ln1, &y->wq, b ? &y->bq : NULL, &y->wk, b ? &y->bk : NULL, &y->wv,
+                       b ? &y->bv : NULL, &y->wo, n ? &y->qn : NULL, n ? &y->kn : NULL, &y->ln2};
+    for (size_t s = 0; s < sizeof slots / sizeof slots[0]; s++)
+      if (slots[s]) *slots[s] = base + t[i++].offset;
     if (prm_llama_is_moe(c, l)) {
       y->router = base + t[i++].offset;
       y->experts = base + t[i].offset; /* the held experts' tensors are contiguous */
@@ -178,6 +197,12 @@ static size_t prm__layout_acts(prm_llama_t *m, prm_llama_acts_t *a, float *base)
     x->rstd1 = prm__carve(base, &cur, N);
     x->q = prm__carve(base, &cur, N * HD);
     x->k = prm__carve(base, &cur, N * GD);
+    if (c->qk_norm) { /* the q/k norms' inputs and statistics */
+      x->qraw = prm__carve(base, &cur, N * HD);
+      x->kraw = prm__carve(base, &cur, N * GD);
+      x->qrstd = prm__carve(base, &cur, N * m->Hl);
+      x->krstd = prm__carve(base, &cur, N * m->Gl);
+    }
     x->v = prm__carve(base, &cur, N * GD);
     x->att = prm__carve(base, &cur, N * HD);
     x->lse = prm__carve(base, &cur, N * m->Hl);
@@ -213,6 +238,10 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
     a->dh = prm__carve(base, &cur, N * F);
     a->dgate = prm__carve(base, &cur, N * F);
     a->dup = prm__carve(base, &cur, N * F);
+    if (c->qk_norm) {
+      a->dqn = prm__carve(base, &cur, N * HD);
+      a->dkn = prm__carve(base, &cur, N * GD);
+    }
     if (c->experts) prm__moe_carve_scratch(m, a, base, &cur);
   }
   a->logits = prm__carve(base, &cur, a->chunk * m->Vl);
@@ -223,6 +252,7 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
   if (bf16) { /* operand slots: layer inputs / head rows, output gradients / logits;
                * in bf16 attention q and k / dO and v (lin.c) */
     int64_t wide = C > F ? C : F;
+    wide = wide > HD ? wide : HD; /* attention's output and dq (kv_channels: H D > C) */
     if (!(m->flags & PRM_LLAMA_ATTN_FP32)) wide = wide > HD + GD ? wide : HD + GD;
     a->n16[0] = N * wide > a->chunk * C ? N * wide : a->chunk * C;
     a->n16[1] = N * wide > a->chunk * m->Vl ? N * wide : a->chunk * m->Vl;
@@ -390,6 +420,8 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
   {
     int64_t C = c->hidden, D = prm_llama_head_dim(c);
     int64_t layer = 2 * C + (m->Hl * D) * C * 2 + 2 * (m->Gl * D) * C + 3 * m->Fl * C;
+    if (c->qkv_bias) layer += m->Hl * D + 2 * m->Gl * D;
+    if (c->qk_norm) layer += 2 * D;
     m->nparams = m->Vl * C * (c->tied ? 1 : 2) + c->layers * layer + C;
     if (c->experts) { /* no tensor parallelism: the whole model but the experts held elsewhere */
       m->nparams = m->full_nparams;
@@ -397,7 +429,7 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
         if (prm_llama_is_moe(c, l)) m->nparams -= (c->experts - m->El) * 3 * c->moe_ffn * C;
     }
   }
-  m->tensors = prm_xcalloc((size_t)(c->layers * (9 + (c->experts ? 4 + 3 * c->experts : 0)) + 3),
+  m->tensors = prm_xcalloc((size_t)(c->layers * (14 + (c->experts ? 4 + 3 * c->experts : 0)) + 3),
                            sizeof *m->tensors);
   m->layer = prm_xcalloc((size_t)c->layers, sizeof *m->layer);
   m->layer_t0 = prm_xcalloc((size_t)c->layers + 1, sizeof *m->layer_t0);
@@ -439,13 +471,27 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
     snprintf(what, sizeof what, "RoPE tables");
     goto fail_nomem;
   }
+  if (c->qkv_bias) { /* the ones column of the bias adds (pass.c, infer.c) */
+    m->nones = B * T > c->max_pos ? B * T : c->max_pos;
+    if (!(m->ones = prm_dev_alloc(m->dev, PRM_MEM_SCRATCH, (size_t)m->nones * sizeof(float)))) {
+      snprintf(what, sizeof what, "bias ones");
+      goto fail_nomem;
+    }
+  }
   if (prm_dev_is_host(m->dev)) {
-    prm_rope_tables(m->rope_cos, m->rope_sin, c->max_pos, D, c->rope_base);
+    prm_llama_rope_tables(c, m->rope_cos, m->rope_sin);
+    for (int64_t i = 0; i < m->nones; i++) m->ones[i] = 1.0f;
   } else { /* made on the host, then copied */
     float *cs = prm_xmalloc(rope_bytes), *sn = prm_xmalloc(rope_bytes);
-    prm_rope_tables(cs, sn, c->max_pos, D, c->rope_base);
+    prm_llama_rope_tables(c, cs, sn);
     int up = prm_dev_upload(m->dev, m->rope_cos, cs, rope_bytes, err) ||
              prm_dev_upload(m->dev, m->rope_sin, sn, rope_bytes, err);
+    if (!up && m->ones) {
+      float *one = prm_xmalloc((size_t)m->nones * sizeof(float));
+      for (int64_t i = 0; i < m->nones; i++) one[i] = 1.0f;
+      up = prm_dev_upload(m->dev, m->ones, one, (size_t)m->nones * sizeof(float), err);
+      free(one);
+    }
     free(cs);
     free(sn);
     if (up) {
@@ -501,6 +547,7 @@ void prm_llama_free(prm_llama_t *m) {
   size_t rope_bytes = (size_t)(m->cfg.max_pos * (D / 2)) * sizeof(float);
   prm_dev_free(m->dev, PRM_MEM_SCRATCH, m->rope_cos, rope_bytes);
   prm_dev_free(m->dev, PRM_MEM_SCRATCH, m->rope_sin, rope_bytes);
+  prm_dev_free(m->dev, PRM_MEM_SCRATCH, m->ones, (size_t)m->nones * sizeof(float));
   for (int k = 0; k < m->nslots; k++) prm__acts_free(m, m->slots[k]);
   free(m->slots);
   free(m->tensors);
@@ -578,8 +625,9 @@ void prm_llama_init(prm_llama_t *m, uint64_t seed) {
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
     float *p = params + t->offset;
-    if (t->ndim == 1) {
-      for (int64_t j = 0; j < t->numel; j++) p[j] = 1.0f;
+    if (t->ndim == 1) { /* norms at 1, biases at 0 (Megatron's) */
+      float v = prm_endswith(t->name, ".bias") ? 0.0f : 1.0f;
+      for (int64_t j = 0; j < t->numel; j++) p[j] = v;
       continue;
     }
     int out_proj = prm_endswith(t->name, "o_proj.weight") ||

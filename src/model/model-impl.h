@@ -8,6 +8,8 @@
 typedef struct {
   float *ln1, *rstd1;  /* (N,C), (N) */
   float *q, *k, *v;    /* (N,H*D), (N,G*D), (N,G*D), after RoPE */
+  float *qraw, *kraw;  /* qk_norm: q and k before their norms (N,H*D), (N,G*D); else NULL */
+  float *qrstd, *krstd;/* qk_norm: their rows' rstd (N*H), (N*G) */
   float *att, *lse;    /* (N,H*D), (B,H,T) */
   float *mid;          /* (N,C) residual after attention */
   float *ln2, *rstd2;  /* (N,C), (N) */
@@ -47,6 +49,7 @@ struct prm_llama_acts {
   float *dres, *dln, *dlnf;  /* (N,C) x 3 */
   float *dq, *datt;          /* (N,H*D) x 2 */
   float *dk, *dv;            /* (N,G*D) x 2 */
+  float *dqn, *dkn;          /* qk_norm: gradients of q, k before their norms; else NULL */
   float *dh, *dgate, *dup;   /* (N,F) x 3 */
   float *mdout, *mdxs;       /* MoE: (R,C) x 2 */
   float *mdor, *mdxr;        /* MoE, experts' side: (Rr,C) x 2 (mdout, mdxs without EP) */

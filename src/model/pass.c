@@ -13,6 +13,23 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------------ */
+/* Attention variants                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* y (N,n) += 1 b^T: a bias on every row, as a rank-1 product with the
+ * model's ones column. */
+static void prm__bias_fwd(const prm_llama_t *m, float *y, const float *b, int64_t N, int64_t n) {
+  PRM_ASSERT(N <= m->nones);
+  prm_dev_sgemm(m->dev, 0, 0, N, n, 1, 1.0f, m->ones, 1, b, n, 1.0f, y, n);
+}
+
+/* db (n) += dy^T 1 (dy (N,n)): the bias' gradient, the column sums. */
+static void prm__bias_bwd(const prm_llama_t *m, float *db, const float *dy, int64_t N, int64_t n) {
+  PRM_ASSERT(N <= m->nones);
+  prm_dev_sgemm(m->dev, 1, 0, n, 1, N, 1.0f, dy, n, m->ones, 1, 1.0f, db, 1);
+}
+
+/* ------------------------------------------------------------------------ */
 /* One layer forward                                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -27,9 +44,20 @@ static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
   const prm_dev_t *d = m->dev;
   prm_dev_rmsnorm_forward(d, a->ln1, a->rstd1, x, w->ln1, N, C, (float)c->norm_eps);
   x16 = prm__to16(m, 0, a->ln1, N * C);
-  prm__lin_fwd(m, a->q, a->ln1, x16, w->wq, N, C, HD);
-  prm__lin_fwd(m, a->k, a->ln1, x16, w->wk, N, C, GD);
+  /* With q/k norms the projections land in qraw/kraw, normalised into q/k. */
+  float *q = w->qn ? a->qraw : a->q, *k = w->qn ? a->kraw : a->k;
+  prm__lin_fwd(m, q, a->ln1, x16, w->wq, N, C, HD);
+  prm__lin_fwd(m, k, a->ln1, x16, w->wk, N, C, GD);
   prm__lin_fwd(m, a->v, a->ln1, x16, w->wv, N, C, GD);
+  if (w->bq) {
+    prm__bias_fwd(m, q, w->bq, N, HD);
+    prm__bias_fwd(m, k, w->bk, N, GD);
+    prm__bias_fwd(m, a->v, w->bv, N, GD);
+  }
+  if (w->qn) { /* RMSNorm over each head's D values: N H rows, N G rows */
+    prm_dev_rmsnorm_forward(d, a->q, a->qrstd, q, w->qn, N * H, D, (float)c->norm_eps);
+    prm_dev_rmsnorm_forward(d, a->k, a->krstd, k, w->kn, N * G, D, (float)c->norm_eps);
+  }
   prm_dev_rope(d, a->q, m->rope_cos, m->rope_sin, B, T, H, D, 0, m->pass_pos, 1.0f);
   prm_dev_rope(d, a->k, m->rope_cos, m->rope_sin, B, T, G, D, 0, m->pass_pos, 1.0f);
   prm__attn_fwd(m, a, B);
@@ -93,10 +121,24 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
   prm__attn_bwd(m, a, B);
   prm_dev_rope(d, s->dq, m->rope_cos, m->rope_sin, B, T, H, D, 0, m->pass_pos, -1.0f);
   prm_dev_rope(d, s->dk, m->rope_cos, m->rope_sin, B, T, G, D, 0, m->pass_pos, -1.0f);
+  float *dq = s->dq, *dk = s->dk;
+  if (w->qn) { /* through the q/k norms (their backward adds to dx) */
+    prm_dev_zero(d, s->dqn, (size_t)(N * HD) * sizeof(float), NULL);
+    prm_dev_zero(d, s->dkn, (size_t)(N * GD) * sizeof(float), NULL);
+    prm_dev_rmsnorm_backward(d, s->dqn, dw->qn, s->dq, a->qraw, w->qn, a->qrstd, N * H, D);
+    prm_dev_rmsnorm_backward(d, s->dkn, dw->kn, s->dk, a->kraw, w->kn, a->krstd, N * G, D);
+    dq = s->dqn;
+    dk = s->dkn;
+  }
+  if (w->bq) {
+    prm__bias_bwd(m, dw->bq, dq, N, HD);
+    prm__bias_bwd(m, dw->bk, dk, N, GD);
+    prm__bias_bwd(m, dw->bv, s->dv, N, GD);
+  }
   x16 = prm__to16(m, 0, a->ln1, N * C);
-  prm__lin_bwd(m, s->dln, dw->wq, s->dq, prm__to16(m, 1, s->dq, N * HD), a->ln1, x16, w->wq, N, C,
+  prm__lin_bwd(m, s->dln, dw->wq, dq, prm__to16(m, 1, dq, N * HD), a->ln1, x16, w->wq, N, C,
                HD, 0);
-  prm__lin_bwd(m, s->dln, dw->wk, s->dk, prm__to16(m, 1, s->dk, N * GD), a->ln1, x16, w->wk, N, C,
+  prm__lin_bwd(m, s->dln, dw->wk, dk, prm__to16(m, 1, dk, N * GD), a->ln1, x16, w->wk, N, C,
                GD, 1);
   prm__lin_bwd(m, s->dln, dw->wv, s->dv, prm__to16(m, 1, s->dv, N * GD), a->ln1, x16, w->wv, N, C,
                GD, 1);

@@ -47,6 +47,18 @@ int prm__shape_check(prm__shape_t *s, const char *file, prm_err_t *err) {
     return prm_errf(err, PRM_EINVAL, "%s: a mixture-of-experts (Mixtral) model with %lld experts: "
                     "GGUF export of MoE models is not supported yet", file,
                     (long long)h->num_local_experts);
+  /* The attention variants: llama.cpp has them under other architectures
+   * (qwen2's biases, qwen3's q/k norms and key_length, llama's rope_freqs
+   * tensor), which this export does not write yet. */
+  const char *feature = h->qkv_bias ? "q/k/v biases (add_qkv_bias, Qwen 2.5)"
+                        : h->qk_norm ? "q/k norms (qk_layernorm, Qwen 3)"
+                        : h->head_dim > 0 && h->head_dim * h->num_attention_heads != h->hidden_size
+                            ? "a head size other than hidden_size / num_attention_heads (kv_channels)"
+                        : h->rope_factor > 0 ? "Llama 3.1's RoPE scaling (rope_scaling)"
+                                             : NULL;
+  if (feature)
+    return prm_errf(err, PRM_EINVAL, "%s: the model has %s: GGUF export of this architecture is "
+                    "not supported yet", file, feature);
   if (h->hidden_size < 1 || h->intermediate_size < 1 || h->num_attention_heads < 1 ||
       h->num_key_value_heads < 1 || h->num_hidden_layers < 1 || h->vocab_size < 1)
     return prm_errf(err, PRM_EPARSE, "%s: every model size must be >= 1", file);

@@ -31,6 +31,15 @@ static void prm__to_hf(const prm_llama_config_t *c, const char *tokenizer_type,
   h->rms_norm_eps = c->norm_eps;
   h->rope_theta = c->rope_base;
   h->tie_word_embeddings = c->tied;
+  h->head_dim = c->head_dim;
+  h->qkv_bias = c->qkv_bias;
+  h->qk_norm = c->qk_norm;
+  if (c->rope_factor > 0) {
+    h->rope_factor = c->rope_factor;
+    h->rope_low = c->rope_low;
+    h->rope_high = c->rope_high;
+    h->rope_orig = c->rope_orig;
+  }
   if (c->experts) { /* Mixtral: intermediate_size is an expert's */
     h->intermediate_size = c->moe_ffn;
     h->num_local_experts = c->experts;
@@ -63,6 +72,15 @@ int prm_ckpt_read_config(const char *dir, prm_llama_config_t *c, char *tokenizer
   c->norm_eps = h.rms_norm_eps;
   c->rope_base = h.rope_theta;
   c->tied = h.tie_word_embeddings;
+  c->head_dim = h.head_dim;
+  if (c->head_dim && c->heads && c->hidden % c->heads == 0 && c->head_dim == c->hidden / c->heads)
+    c->head_dim = 0; /* the default width, spelt out */
+  c->qkv_bias = h.qkv_bias;
+  c->qk_norm = h.qk_norm;
+  c->rope_factor = h.rope_factor;
+  c->rope_low = h.rope_low;
+  c->rope_high = h.rope_high;
+  c->rope_orig = h.rope_orig;
   if (h.num_local_experts > 0) {
     c->experts = h.num_local_experts;
     c->topk = h.num_experts_per_tok;
@@ -390,6 +408,9 @@ int prm_ckpt_load_hf(prm_llama_t *m, const char *dir, prm_err_t *err) {
               {"num_hidden_layers (num_layers)", c.layers, m->cfg.layers},
               {"vocab_size", c.vocab, m->cfg.vocab},
               {"tie_word_embeddings (!untie_embeddings_and_output_weights)", c.tied, m->cfg.tied},
+              {"head_dim (kv_channels)", prm_llama_head_dim(&c), prm_llama_head_dim(&m->cfg)},
+              {"q/k/v biases (add_qkv_bias; model_type qwen2)", c.qkv_bias, m->cfg.qkv_bias},
+              {"q/k norms (qk_layernorm; model_type qwen3)", c.qk_norm, m->cfg.qk_norm},
               {"num_local_experts (num_experts)", c.experts, m->cfg.experts},
               {"num_experts_per_tok (moe_router_topk)", c.topk, m->cfg.experts ? m->cfg.topk : 0},
               {"intermediate_size (moe_ffn_hidden_size)", c.moe_ffn,
@@ -413,6 +434,11 @@ int prm_ckpt_load_hf(prm_llama_t *m, const char *dir, prm_err_t *err) {
   if (c.rope_base != m->cfg.rope_base)
     PRM_WARN("%s/config.json: rope_theta %g differs from the experiment's rotary_base %g; using %g",
              dir, c.rope_base, m->cfg.rope_base, m->cfg.rope_base);
+  if (c.rope_factor != m->cfg.rope_factor || (c.rope_factor > 0 &&
+      (c.rope_low != m->cfg.rope_low || c.rope_high != m->cfg.rope_high ||
+       c.rope_orig != m->cfg.rope_orig)))
+    PRM_WARN("%s/config.json: rope_scaling (factor %g) differs from the experiment's (factor %g, "
+             "use_rope_scaling); using the experiment's", dir, c.rope_factor, m->cfg.rope_factor);
   if (c.norm_eps != m->cfg.norm_eps)
     PRM_WARN("%s/config.json: rms_norm_eps %g differs from the experiment's norm_epsilon %g; using %g",
              dir, c.norm_eps, m->cfg.norm_eps, m->cfg.norm_eps);

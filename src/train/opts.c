@@ -146,25 +146,8 @@ static int prm__key_err(const prm_exp_t *e, const char *key, prm_err_t *err, con
  * engine does not carry out (yet): each is refused when it would change
  * what the run computes or writes, naming the key. */
 static int prm__engine_keys(const prm_exp_t *e, const prm_train_opts_t *o, prm_err_t *err) {
-  static const struct {
-    const char *key, *what;
-  } arch[] = {
-      {"add_qkv_bias", "biases on the q/k/v projections (Qwen 2.5)"},
-      {"qk_layernorm", "RMSNorm on queries and keys (Qwen 3)"},
-      {"use_rope_scaling", "Llama 3.1's RoPE frequency scaling"},
-  };
+  (void)o;
   int on = 0;
-  for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++)
-    if (!prm__bool(e, arch[i].key, 0, &on) && on)
-      return prm__key_err(e, arch[i].key, err,
-                          "true: %s is not implemented in primus' engine yet (the model size and "
-                          "`config validate` account for it; training cannot)", arch[i].what);
-  int64_t kv = 0;
-  if (!prm_exp_get_int(e, "kv_channels", &kv) && kv != o->model.hidden / o->model.heads)
-    return prm__key_err(e, "kv_channels", err,
-                        "%lld: heads of another width than hidden_size / num_attention_heads "
-                        "(%lld) are not implemented in primus' engine yet", (long long)kv,
-                        (long long)(o->model.hidden / o->model.heads));
   static const char *const sets[] = {"valid_data_path", "test_data_path"};
   for (int i = 0; i < 2; i++) {
     const prm_node_t *n = prm_exp_get(e, sets[i]);
@@ -296,7 +279,28 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
     if (divisible > 1) vocab = (vocab + divisible - 1) / divisible * divisible;
   }
   c->vocab = vocab;
-  const char *shape_key = c->hidden % c->heads ? "num_attention_heads" : "num_query_groups";
+  /* Attention variants (src/model): Qwen 2.5's q/k/v biases, Qwen 3's q/k
+   * norms and head width, Llama 3.1's RoPE scaling (Megatron's fixed
+   * low/high frequency factors 1 and 4 over 8192 original positions). */
+  prm__bool(e, "add_qkv_bias", 0, &c->qkv_bias);
+  prm__bool(e, "qk_layernorm", 0, &c->qk_norm);
+  PRM__I("kv_channels", 0, &c->head_dim);
+  if (c->head_dim > 0 && c->heads > 0 && c->hidden % c->heads == 0 &&
+      c->head_dim == c->hidden / c->heads)
+    c->head_dim = 0; /* the default width, spelt out */
+  int rope_scaling = 0;
+  prm__bool(e, "use_rope_scaling", 0, &rope_scaling);
+  if (rope_scaling) {
+    PRM__F("rope_scaling_factor", 8.0, &c->rope_factor);
+    if (!(c->rope_factor > 0))
+      return prm__key_err(e, "rope_scaling_factor", err, "must be positive with "
+                          "use_rope_scaling: true, got %g", c->rope_factor);
+    c->rope_low = 1.0;
+    c->rope_high = 4.0;
+    c->rope_orig = 8192;
+  }
+  const char *shape_key = c->head_dim ? "kv_channels"
+                          : c->hidden % c->heads ? "num_attention_heads" : "num_query_groups";
   if ((rc = prm_llama_config_check(c, err))) return prm__prefix_origin(e, shape_key, err);
   if (o->seq_length > c->max_pos)
     return prm__prefix_origin(e, "seq_length",

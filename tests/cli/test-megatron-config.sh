@@ -2,7 +2,8 @@
 # Primus' own experiment files, as Primus ships them (framework: megatron,
 # Primus' preset names, Megatron-LM's keys): the BF16 ones of the families
 # primus trains validate unchanged and train two steps with the shape made
-# small on the command line; the FP8 ones, architectures primus does not
+# small on the command line (Llama 2/3/3.1, Qwen 2.5/3, Mixtral, Qwen 3 MoE);
+# the FP8 ones, architectures primus does not
 # train, and keys its engine lacks fail with exit 2 naming the key or
 # feature; a file with several problems lists them all; the checkpoint keys
 # (disable_last_saving, no_save_optim), train_data_path and tokenizers
@@ -165,7 +166,9 @@ expect_in "names moe_router_force_load_balancing" \
   "force.yaml:$(line_of force.yaml moe_router_force_load_balancing): moe_router_force_load_balancing: got \"true\"" "$ERR"
 expect_not_in "the rest accepted" "problems" "$ERR"
 
-# ---- presets whose architecture keys the engine does not have yet ----
+# ---- the attention variants: Llama 3.1's RoPE scaling, Qwen 2.5's q/k/v
+# biases, Qwen 3's q/k norms and head width (kv_channels 128, kept from the
+# preset): validate unchanged and train two small steps ----
 for c in "llama3.1_8B use_rope_scaling 8.030B" "qwen2.5_7B add_qkv_bias 7.616B" \
   "qwen3_8B qk_layernorm 8.191B" "qwen3_30B_A3B qk_layernorm 30.532B"; do
   set -- $c
@@ -173,11 +176,26 @@ for c in "llama3.1_8B use_rope_scaling 8.030B" "qwen2.5_7B add_qkv_bias 7.616B" 
   run config validate --config "$1-BF16.yaml"
   expect_rc "$1 validates" 0
   expect_in "$1: size counts the new tensors" "$3 parameters" "$OUT"
-  run train pretrain --config "$1-BF16.yaml" "${SMALL[@]}"
-  expect_rc "$1 refused at start" 2
-  expect_in "$1: names $2" "$2: true:" "$ERR"
-  expect_in "$1: not in the engine yet" "not implemented in primus' engine yet" "$ERR"
+  extra=()
+  [[ $1 == *A3B ]] && extra=("${MOE[@]}")
+  run train pretrain --config "$1-BF16.yaml" "${SMALL[@]}" "${extra[@]}" save_interval=2 disable_last_saving=false \
+    "save=$T/ws/$1-ckpt"
+  expect_rc "$1 ($2) trains two small steps" 0
+  expect_eq "$1: two steps" "$(grep -c '] step [0-9]/2 ' <<<"$ERR")" 2
+  expect_not_in "$1: nothing refused" "not implemented" "$ERR"
 done
+# The checkpoints carry the variants under Hugging Face's names and keys.
+CK=$(ls -d "$T"/ws/qwen2.5_7B-ckpt/iter_* | head -1)
+expect_in "Qwen 2.5 checkpoint: model_type qwen2" '"model_type":"qwen2"' "$(tr -d ' \t\n' <"$CK/config.json")"
+expect_in "Qwen 2.5 checkpoint: q_proj.bias" "model.layers.0.self_attn.q_proj.bias" \
+  "$(head -c 20000 "$CK/model.safetensors" | tr -c '[:print:]' ' ')"
+CK=$(ls -d "$T"/ws/qwen3_8B-ckpt/iter_* | head -1)
+expect_in "Qwen 3 checkpoint: model_type qwen3" '"model_type":"qwen3"' "$(tr -d ' \t\n' <"$CK/config.json")"
+expect_in "Qwen 3 checkpoint: head_dim" '"head_dim":128' "$(tr -d ' \t\n' <"$CK/config.json")"
+expect_in "Qwen 3 checkpoint: k_norm" "model.layers.1.self_attn.k_norm.weight" \
+  "$(head -c 20000 "$CK/model.safetensors" | tr -c '[:print:]' ' ')"
+CK=$(ls -d "$T"/ws/llama3.1_8B-ckpt/iter_* | head -1)
+expect_in "Llama 3.1 checkpoint: rope_scaling llama3" '"rope_type":"llama3"' "$(tr -d ' \t\n' <"$CK/config.json")"
 
 # ---- FP8 variants: no FP8 arithmetic here ----
 for m in llama3_8B llama2_70B mixtral_8x22B_v0.1; do
