@@ -199,6 +199,7 @@ static void test_rank_file_errors(void **state) {
       {"YQ== 0\nYg== 0\n", ":2: token id 0 is given twice"},
       {"YQ== 0\n", "no token for the single byte 0x00"},
       {"", "no ranks"},
+      {"[{\"rank\": 0, \"token_bytes\": \"AA==\"}]\n", "not implemented: a JSON vocabulary"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char name[32];

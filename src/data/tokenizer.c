@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include "data/tok-impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -345,6 +346,15 @@ static int open_tiktoken_as(struct prm_tokenizer *t, const char *model, int only
   if (only >= 0 && e >= 0 && e != only) {
     rc = prm_errf(err, PRM_EINVAL, "%s: %s is not %s", t->kind->name, name,
                   encodings[only].name);
+    goto done;
+  }
+  FILE *f = fopen(path, "rb");
+  int first = f ? fgetc(f) : EOF;
+  if (f) fclose(f);
+  if (first == '[' || first == '{') {
+    rc = prm_errf(err, PRM_EINVAL, "%s: %s: not implemented: a JSON vocabulary (as Megatron's and "
+                  "NeMo's TikTokenizer read, with reserved special ids); give a tiktoken rank "
+                  "file (\"base64 rank\" lines)", t->kind->name, path);
     goto done;
   }
   if (e < 0 && only >= 0) e = only;
