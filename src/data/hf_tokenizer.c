@@ -1,10 +1,16 @@
-/* hf_tokenizer.c - loads a Hugging Face tokenizer.json whose model is a
- * byte-level BPE (GPT-2, RoBERTa, GPT-NeoX, Qwen2 style...). Vocabulary
- * keys are byte strings spelt with GPT-2's bytes-to-unicode table (a space
- * is "Ġ"); merges are "a b" strings or [a, b] pairs, in priority order;
- * added_tokens are split off the text before pre-tokenising, as HF does.
- * What this reader does not implement (normalizers, byte fallback, subword
- * prefixes, non-ByteLevel pre-tokenizers) is refused with PRM_EINVAL. */
+/* hf_tokenizer.c - loads a Hugging Face tokenizer.json with a BPE model, in
+ * one of two families:
+ *   byte-level (GPT-2, RoBERTa, GPT-NeoX, Llama 3, Qwen2, DeepSeek style):
+ *     vocabulary keys are byte strings spelt with GPT-2's bytes-to-unicode
+ *     table (a space is "Ġ"); pre-tokenizer ByteLevel, or a Split of a known
+ *     pattern then ByteLevel without regex; normalizer NFC or none;
+ *   SentencePiece-style (Llama 2, Mistral): keys are UTF-8 with "▁" for a
+ *     space, character-level merges, byte_fallback (<0xXX>), unk_token;
+ *     normalizer Prepend/Replace (and NFC) or a Metaspace pre-tokenizer;
+ *     decoders Replace/ByteFallback/Fuse/Strip or Metaspace.
+ * Merges are "a b" strings or [a, b] pairs, in priority order; added_tokens
+ * are split off the text before pre-tokenising, as HF does. Every other
+ * construct is refused with PRM_EINVAL naming it and the file. */
 #define _GNU_SOURCE
 #include "data/tok-impl.h"
 
