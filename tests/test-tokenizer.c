@@ -1,9 +1,12 @@
 /* test-tokenizer.c - the BPE tokenizers: merge order on hand-made tiktoken
- * rank files, GPT-2's special token, a hand-made Hugging Face
- * tokenizer.json, the ASCII fast path of the pre-tokenizer against PCRE2
- * alone, round trips of arbitrary bytes, encoding from two threads, and the
- * errors for missing and corrupt model files. The id-for-id comparison with
- * the npm gpt-tokenizer is tests/cli/test-tokenizer-ref.sh. */
+ * rank files, GPT-2's special token, hand-made Hugging Face tokenizer.json
+ * files and the constructs they refuse, every pre-tokenizer pattern's
+ * matcher against PCRE2 running the pattern text, every code point's class
+ * against Unicode's data files, NFC against Unicode's NormalizationTest,
+ * round trips of arbitrary bytes, encoding from two threads, and the errors
+ * for missing and corrupt model files. The id-for-id comparison with the
+ * Rust implementations (tiktoken, Hugging Face tokenizers) is
+ * tests/cli/test-tokenizer-ref.sh. */
 #define _GNU_SOURCE
 #include "testlib.h"
 
