@@ -48,6 +48,8 @@ typedef struct {
   const char *save, *load;
   int64_t save_interval, eval_interval, eval_iters, log_interval, ckpt_keep;
   int disable_last_saving;      /* Primus: no checkpoint after the last step (off-interval) */
+  int overwrite_ckpt;           /* overwrite_checkpoints: a fresh start may write into a save
+                                 * folder that holds another run's checkpoints */
   char tokenizer_path[4096];    /* tokenizer_model resolved from the Hugging Face cache, when
                                  * it names a model id there (tokenizer_model points here) */
   int world;                    /* ranks: tensor x data parallel (1: no MPI) */
@@ -90,7 +92,10 @@ double prm_lr_at(const prm_train_opts_t *o, int64_t s);
  * receives events.jsonl. Progress and results are logged. Under a
  * supervisor (docs/safe.md) it writes a heartbeat, honours
  * PRIMUS_FAULT_INJECT, and on PRIMUS_RESTART > 0 resumes from the newest
- * complete checkpoint in `save`. Preemption (SIGTERM, SIGUSR1) saves and
+ * complete checkpoint of its own run in `save` (PRIMUS_RUN_ID names the
+ * run), else starts as the first attempt did. A start from scratch into a
+ * `save` that holds another run's checkpoints is PRM_ECONFIG unless
+ * overwrite_checkpoints. Preemption (SIGTERM, SIGUSR1) saves and
  * returns PRM_EPREEMPTED; a bad step under nan_policy stop returns
  * PRM_ERUNTIME. */
 int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err);
@@ -111,6 +116,8 @@ int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *
  * consumed samples = the data position, seed, scheduler step) and DONE,
  * written last. A run with a full optimizer writes rank 0 of a world of 1
  * with [0, nparams). */
+#define PRM_RUN_ID_MAX 64 /* a run id's bytes, NUL included */
+
 typedef struct {
   int64_t iteration;        /* optimizer steps done */
   int64_t consumed_samples; /* global samples read so far */
@@ -119,6 +126,13 @@ typedef struct {
   int rank, world;              /* whose file this is (world 0 means 1) */
   int64_t lo, hi;               /* the shard of the moments; hi 0: [0, nparams) */
   const char *tokenizer_config; /* text of tokenizer_config.json, NULL: none written */
+  /* Whose checkpoint it is, in state-rank-*.json: the run that wrote it
+   * and its lineage (the run that started the chain from scratch; a run
+   * that resumes a checkpoint takes over its lineage). Written when set,
+   * read back by prm_ckpt_load_state ("" for checkpoints without them). */
+  char run_id[PRM_RUN_ID_MAX], lineage[PRM_RUN_ID_MAX];
+  /* Resuming: only checkpoints written by this run (NULL: any run). */
+  const char *only_run;
 } prm_ckpt_state_t;
 
 /* Writes DIR/model.safetensors and DIR/config.json (f32, HF names), and
@@ -135,8 +149,16 @@ int prm_ckpt_save(const prm_llama_t *m, const char *save, int64_t iter,
                   const prm_ckpt_state_t *st, prm_err_t *err);
 /* ckpt_keep: keeps the `keep` newest complete checkpoints (with DONE) under
  * SAVE and removes older complete ones; folders without DONE are left for a
- * person to look at. Call it only after a new checkpoint is complete. */
-int prm_ckpt_prune(const char *save, int64_t keep, prm_err_t *err);
+ * person to look at. With `lineage` set, only checkpoints of that lineage
+ * count and go: another run's are never removed in favour of this one's
+ * (nor this one's in favour of theirs). Call it only after a new
+ * checkpoint is complete. */
+int prm_ckpt_prune(const char *save, int64_t keep, const char *lineage, prm_err_t *err);
+/* The newest complete checkpoint under SAVE not written by run `except`
+ * (NULL: any): 1 with *dir (caller frees) and *iter when there is one, 0
+ * when there is none. Reads only the folders' names, DONE markers and
+ * state-rank-00000.json. */
+int prm_ckpt_newest_other(const char *save, const char *except, char **dir, int64_t *iter);
 /* Reads the optimizer files and state of DIR into adam_m/adam_v (nparams
  * each) and *st (its pointers untouched). Every size is checked against
  * the model and the payload against its CRC: PRM_EPARSE naming the file.
@@ -151,11 +173,14 @@ int prm_ckpt_load_state(const char *dir, const prm_llama_t *m, float *adam_m, fl
 int prm_ckpt_load_state_range(const char *dir, const prm_llama_t *m, int64_t lo, int64_t hi,
                               float *adam_m, float *adam_v, prm_ckpt_state_t *st,
                               prm_err_t *err);
-/* Resumes from the newest complete checkpoint under SAVE: folders without
- * DONE, or whose files fail to load (checksum, sizes), are skipped with a
- * warning naming the file, and the one before is tried. Fills the model's
- * weights, the moments and *st; st->iteration = 0 when there is nothing to
- * resume from (a fresh start). */
+/* Resumes from the checkpoint SAVE/latest_checkpointed_iteration.txt names
+ * (the authority, as in Megatron; without it, the newest): folders without
+ * DONE, whose files fail to load (checksum, sizes), or (st->only_run set)
+ * written by another run, are skipped with a line naming them, and the
+ * one before is tried; folders newer than the tracker are never taken.
+ * Fills the model's weights, the moments and *st (with its run_id and
+ * lineage); st->iteration = 0 when there is nothing to resume from (a
+ * fresh start). */
 int prm_ckpt_resume(prm_llama_t *m, const char *save, float *adam_m, float *adam_v,
                     prm_ckpt_state_t *st, prm_err_t *err);
 /* The same with the moments [lo, hi) only (see prm_ckpt_load_state_range). */

@@ -415,6 +415,7 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
     if ((rc = prm__rundir_for_task(l, exp, &run_dir, err))) goto done;
     setenv("PRIMUS_RUN_DIR", run_dir, 1);
     prm_env_set(&E, "PRIMUS_RUN_DIR", run_dir);
+    prm_env_set(&E, "PRIMUS_RUN_ID", getenv("PRIMUS_RUN_ID"));
     /* Supervised ranks are child processes with rank logs of their own. */
     prm__ft_t ft0;
     int own = nproc > 1 || (supervisable && prm__supervise_enabled(exp, &ft0));

@@ -3,6 +3,7 @@
  * this platform can reproduce it. */
 #define _GNU_SOURCE
 #include "launch-impl.h"
+#include "primus/prm_train.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -59,6 +60,34 @@ static int prm__load_env_dump(const char *run_dir, prm_env_t *env, prm_err_t *er
   return 0;
 }
 
+/* The `save` folder of the recorded run (config/resolved.yaml; relative to
+ * its cwd), when it holds checkpoints; NULL otherwise. Caller frees. */
+static char *prm__recorded_save(const char *run_dir, const char *cwd) {
+  char *p = prm_path_join(run_dir, "config/resolved.yaml");
+  prm_node_t *root = NULL;
+  int rc = prm_yaml_load(p, &root, NULL);
+  free(p);
+  if (rc) return NULL;
+  const prm_node_t *mods = prm_node_get(root, "modules");
+  char *save = NULL;
+  for (int i = 0; mods && mods->kind == PRM_NODE_MAP && i < mods->n && !save; i++) {
+    const prm_node_t *sv = prm_node_get(prm_node_get(mods->items[i], "overrides"), "save");
+    if (sv && sv->kind == PRM_NODE_SCALAR && sv->str[0])
+      save = sv->str[0] == '/' ? prm_xstrdup(sv->str) : prm_path_join(cwd, sv->str);
+  }
+  prm_node_free(root);
+  char *tracker = save ? prm_path_join(save, "latest_checkpointed_iteration.txt") : NULL, *dir = NULL;
+  int64_t it;
+  int has = save && (prm_fs_exists(tracker) || prm_ckpt_newest_other(save, NULL, &dir, &it));
+  free(dir);
+  free(tracker);
+  if (!has) {
+    free(save);
+    save = NULL;
+  }
+  return save;
+}
+
 static int prm__replay(prm_task_ctx_t *ctx, prm_err_t *err) {
   if (prm_args_npos(ctx->args) != 1)
     return prm_errf(err, PRM_EINVAL, "replay: expected one RUN_DIR");
@@ -97,7 +126,8 @@ static int prm__replay(prm_task_ctx_t *ctx, prm_err_t *err) {
     PRM_WARN("replaying on a different platform (--force):\n%s", prm_sb_str(&diff));
   }
   if ((rc = prm__load_env_dump(run_dir, &env, err))) goto done;
-  static const char *const drop[] = {"PRIMUS_RUN_DIR", "PRIMUS_LAUNCHED", "PRIMUS_REPLAY_OF"};
+  static const char *const drop[] = {"PRIMUS_RUN_DIR", "PRIMUS_RUN_ID", "PRIMUS_LAUNCHED",
+                                     "PRIMUS_REPLAY_OF"};
   for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) prm_env_unset(&env, drop[i]);
   prm_env_set(&env, "PRIMUS_REPLAY_OF", run_dir);
   prm_argv_push(&argv, prm_fs_is_executable("/proc/self/exe") ? "/proc/self/exe" : "primus");
@@ -109,6 +139,19 @@ static int prm__replay(prm_task_ctx_t *ctx, prm_err_t *err) {
       goto done;
     }
     prm_argv_push(&argv, w->valuestring);
+  }
+  /* A replay never writes over the recorded run's checkpoints (it would
+   * save the same iterations): it saves into a fresh folder beside them. */
+  char *save = prm__recorded_save(run_dir, cwd->valuestring);
+  if (save) {
+    char stamp[32];
+    prm_time_format(stamp, sizeof stamp, "%Y%m%d-%H%M%S", prm_time_wall());
+    char *fresh = prm_xasprintf("%s-replay-%s", save, stamp);
+    PRM_INFO("replay: the recorded run saved checkpoints in %s; this replay saves into %s and "
+             "leaves those as they are", save, fresh);
+    prm_argv_pushf(&argv, "save=%s", fresh);
+    free(fresh);
+    free(save);
   }
   char *line = prm_argv_join_shell(argv.n - 1, argv.v + 1);
   PRM_INFO("replaying %s: primus %s", run_dir, line);
@@ -134,7 +177,9 @@ static const prm_subtask_t prm__replay_subs[] = {
      "Reads RUN_DIR/metadata.json, config/resolved.yaml, env/env_dump.txt and\n"
      "env/platform.json. A platform that differs (accelerator model or count, or a\n"
      "CPU without an ISA the run had) is refused with the differences unless --force.\n"
-     "Masked secrets are taken from the current environment.",
+     "Masked secrets are taken from the current environment. A run that saved\n"
+     "checkpoints is replayed into a fresh `save` folder beside its own\n"
+     "(SAVE-replay-YYYYmmdd-HHMMSS): the recorded run's checkpoints stay as they are.",
      prm__replay_opts, PRM_SUB_POSITIONAL, prm__replay},
     {NULL},
 };

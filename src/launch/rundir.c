@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+static int prm__rundir_make(const prm_launch_t *l, const prm_exp_t *exp, char **out,
+                            prm_err_t *err);
 
 static int prm__safe_part(const char *what, const char *s, prm_err_t *err) {
   if (!s || !*s || strchr(s, '/') || !strcmp(s, ".") || !strcmp(s, ".."))
@@ -63,7 +67,29 @@ int prm_rundir_create(const char *workspace, const char *work_group, const char 
   return 0;
 }
 
+/* A new run's id in PRIMUS_RUN_ID: the run directory's name and 32 random
+ * bits. Every rank and every supervised restart inherits it, so that the
+ * trainer resumes only checkpoints of its own run (docs/safe.md). */
+static void prm__run_id_new(const char *run_dir) {
+  uint32_t r = 0;
+  FILE *f = fopen("/dev/urandom", "rb");
+  if (!f || fread(&r, sizeof r, 1, f) != 1) r = (uint32_t)getpid() ^ (uint32_t)(prm_time_wall() * 1e6);
+  if (f) fclose(f);
+  char id[80];
+  snprintf(id, sizeof id, "%.40s-%08x", prm_path_basename(run_dir), r);
+  setenv("PRIMUS_RUN_ID", id, 1);
+}
+
 int prm__rundir_for_task(const prm_launch_t *l, const prm_exp_t *exp, char **out, prm_err_t *err) {
+  int rc = prm__rundir_make(l, exp, out, err);
+  /* An outer launcher (or a scheduler that retries the same run) gives
+   * the id; else a new one. */
+  const char *id = getenv("PRIMUS_RUN_ID");
+  if (!rc && (!id || !*id)) prm__run_id_new(*out);
+  return rc;
+}
+
+static int prm__rundir_make(const prm_launch_t *l, const prm_exp_t *exp, char **out, prm_err_t *err) {
   const char *given = getenv("PRIMUS_RUN_DIR");
   if (given && *given) {
     /* Set by an outer launcher (slurm, container): share its folder. */

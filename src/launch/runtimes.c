@@ -143,6 +143,7 @@ static int prm__container_run(prm_launch_t *l, prm_err_t *err) {
   if (run_dir) {
     o.run_dir = run_dir;
     prm_env_set(&o.env, "PRIMUS_RUN_DIR", run_dir);
+    prm_env_set(&o.env, "PRIMUS_RUN_ID", getenv("PRIMUS_RUN_ID"));
   }
   if (l->dry_run) {
     engine = prm_xstrdup(o.engine ? o.engine : "podman");
@@ -350,7 +351,10 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
   }
   if ((rc = prm__outer_rundir(l, mode == PRM_SLURM_SBATCH || topo_file, &run_dir, err))) goto done;
   prm__inner_argv(l, l->self, &inner);
-  if (run_dir) prm_env_set(&env, "PRIMUS_RUN_DIR", run_dir);
+  if (run_dir) {
+    prm_env_set(&env, "PRIMUS_RUN_DIR", run_dir);
+    prm_env_set(&env, "PRIMUS_RUN_ID", getenv("PRIMUS_RUN_ID"));
+  }
   if (topo_file) {
     char *tmpdir = NULL;
     if (!run_dir) { /* a dry run: the hostfile goes to a temporary folder */

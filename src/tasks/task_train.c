@@ -18,6 +18,8 @@ static int prm__opts(prm_task_ctx_t *ctx, int multi, prm_train_opts_t *o, prm_er
   if (ctx->rank == 0) prm_exp_announce(ctx->exp);
   int rc = prm_train_opts_from_exp(ctx->exp, o, err);
   o->world = ctx->world > 1 ? ctx->world : 1;
+  int on = 0;
+  o->overwrite_ckpt = !rc && !prm_exp_get_bool(ctx->exp, "overwrite_checkpoints", &on) && on;
   return rc;
 }
 

@@ -39,6 +39,8 @@ static void *prm__asave_main(void *arg) {
   prm_ckpt_state_t st = {.iteration = a->iter, .consumed_samples = a->consumed, .seed = a->seed,
                          .adam_m = a->adam_m, .adam_v = a->adam_v,
                          .tokenizer_config = a->tokenizer_config};
+  snprintf(st.run_id, sizeof st.run_id, "%s", a->run_id ? a->run_id : "");
+  snprintf(st.lineage, sizeof st.lineage, "%s", a->lineage ? a->lineage : "");
   a->rc = prm_ckpt_save(&a->view, a->save, a->iter, a->tokenizer_type, a->tokenizer_model, &st,
                         &a->err);
   a->seconds = prm_time_now() - t0;

@@ -27,6 +27,33 @@ int prm__this_rank(void) {
 
 int prm__this_attempt(void) { return prm__env_int("PRIMUS_RESTART", 0); }
 
+/* Keeps the characters a run id may hold (it goes into JSON and logs). */
+static void prm__id_clean(char *s) {
+  for (; *s; s++)
+    if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
+          *s == '.' || *s == '_' || *s == '-'))
+      *s = '_';
+}
+
+void prm__run_id(const char *run_dir, char out[PRM_RUN_ID_MAX]) {
+  const char *env = getenv("PRIMUS_RUN_ID");
+  if (env && *env) {
+    snprintf(out, PRM_RUN_ID_MAX, "%s", env);
+  } else if (run_dir && *run_dir) {
+    /* The same folder on every rank and attempt; another run, another
+     * folder (rundir.c creates each with mkdir). FNV-1a of the path. */
+    char *abs = prm_path_abs(run_dir);
+    uint32_t h = 2166136261u;
+    for (const char *p = abs; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+    snprintf(out, PRM_RUN_ID_MAX, "%.40s-%08x", prm_path_basename(abs), h);
+    free(abs);
+  } else {
+    snprintf(out, PRM_RUN_ID_MAX, "pid%d-%llx", (int)getpid(),
+             (unsigned long long)(prm_time_wall() * 1e3));
+  }
+  prm__id_clean(out);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Fault plan                                                                */
 /* ------------------------------------------------------------------------ */

@@ -92,14 +92,19 @@ int prm__state_write(const char *dir, const prm_llama_t *m, const prm_ckpt_state
   if (rc) return rc;
   prm__fault_act(PRM__FAULT_CKPT_CRASH, st->iteration); /* fault injection: a torn save */
 
+  /* Whose checkpoint this is (run ids hold [A-Za-z0-9._-] only). */
+  char owner[3 * PRM_RUN_ID_MAX] = "";
+  if (st->run_id[0])
+    snprintf(owner, sizeof owner, ",\n  \"run_id\": \"%s\",\n  \"lineage\": \"%s\"", st->run_id,
+             st->lineage[0] ? st->lineage : st->run_id);
   char *json = prm_xasprintf("{\n  \"iteration\": %lld,\n  \"consumed_samples\": %lld,\n"
                              "  \"data_position\": %lld,\n  \"seed\": %lld,\n"
                              "  \"lr_scheduler\": {\"step\": %lld},\n  \"rank\": %d,\n"
-                             "  \"world_size\": %d,\n  \"optimizer_shard\": [%lld, %lld]\n}\n",
+                             "  \"world_size\": %d,\n  \"optimizer_shard\": [%lld, %lld]%s\n}\n",
                              (long long)st->iteration, (long long)st->consumed_samples,
                              (long long)st->consumed_samples, (long long)st->seed,
                              (long long)st->iteration, st->rank, world, (long long)lo,
-                             (long long)hi);
+                             (long long)hi, owner);
   path = prm__rank_file(dir, "state", st->rank, "json");
   rc = prm_fs_write_atomic(path, json, strlen(json), err);
   free(path);
@@ -198,6 +203,30 @@ done:
   return rc;
 }
 
+/* run_id and lineage of a parsed state json ("" when absent: a checkpoint
+ * of a primus that did not record them). */
+static void prm__owner_from(const cJSON *root, char *run_id, char *lineage) {
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "run_id");
+  const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "lineage");
+  snprintf(run_id, PRM_RUN_ID_MAX, "%s", cJSON_IsString(r) ? r->valuestring : "");
+  snprintf(lineage, PRM_RUN_ID_MAX, "%s", cJSON_IsString(l) ? l->valuestring : "");
+}
+
+/* The owner of checkpoint DIR from its state-rank-00000.json; 0, or -1
+ * when the file cannot be read or parsed (run_id and lineage ""). */
+static int prm__owner(const char *dir, char *run_id, char *lineage) {
+  char *path = prm__rank_file(dir, "state", 0, "json"), *json = NULL;
+  run_id[0] = lineage[0] = 0;
+  int rc = prm_fs_read_all(path, &json, NULL, NULL) ? -1 : 0;
+  free(path);
+  cJSON *root = rc ? NULL : cJSON_Parse(json);
+  free(json);
+  if (!root) return -1;
+  prm__owner_from(root, run_id, lineage);
+  cJSON_Delete(root);
+  return 0;
+}
+
 int prm_ckpt_load_state_range(const char *dir, const prm_llama_t *m, int64_t lo, int64_t hi,
                               float *adam_m, float *adam_v, prm_ckpt_state_t *st,
                               prm_err_t *err) {
@@ -254,6 +283,7 @@ int prm_ckpt_load_state_range(const char *dir, const prm_llama_t *m, int64_t lo,
   st->iteration = (int64_t)it->valuedouble;
   st->consumed_samples = (int64_t)cs->valuedouble;
   st->seed = (int64_t)seed->valuedouble;
+  prm__owner_from(root, st->run_id, st->lineage);
 done:
   cJSON_Delete(root);
   free(json);
@@ -266,8 +296,65 @@ int prm_ckpt_load_state(const char *dir, const prm_llama_t *m, float *adam_m, fl
   return prm_ckpt_load_state_range(dir, m, 0, m->nparams, adam_m, adam_v, st, err);
 }
 
-static int prm__by_name_desc(const void *a, const void *b) {
-  return -strcmp(*(char *const *)a, *(char *const *)b);
+/* The complete-looking checkpoint folders of SAVE: "iter_" and digits
+ * only (not the .tmp./.old. of a save in progress), newest first. */
+typedef struct {
+  char *name;
+  int64_t iter;
+} prm__ck_t;
+
+static int prm__by_iter_desc(const void *a, const void *b) {
+  int64_t x = ((const prm__ck_t *)a)->iter, y = ((const prm__ck_t *)b)->iter;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static int prm__ck_list(const char *save, prm__ck_t **out, int *n, prm_err_t *err) {
+  prm_argv_t names = {0};
+  *out = NULL;
+  *n = 0;
+  int rc = prm_fs_list_dir(save, &names, err);
+  if (rc) return rc;
+  prm__ck_t *v = prm_xcalloc((size_t)names.n + 1, sizeof *v);
+  for (int i = 0; i < names.n; i++) {
+    /* Decimal with leading zeros (prm_parse_i64 would read them as octal). */
+    const char *digits = names.v[i] + 5;
+    char *end = NULL;
+    long long it = prm_startswith(names.v[i], "iter_") ? strtoll(digits, &end, 10) : -1;
+    if (it < 0 || *digits < '0' || *digits > '9' || !end || *end) continue;
+    v[*n].name = prm_xstrdup(names.v[i]);
+    v[(*n)++].iter = it;
+  }
+  prm_argv_free(&names);
+  qsort(v, (size_t)*n, sizeof *v, prm__by_iter_desc);
+  *out = v;
+  return 0;
+}
+
+static void prm__ck_free(prm__ck_t *v, int n) {
+  for (int i = 0; i < n; i++) free(v[i].name);
+  free(v);
+}
+
+/* The iteration SAVE/latest_checkpointed_iteration.txt names; -1 when
+ * there is no such file or it does not hold a number (said once). */
+static int64_t prm__tracker(const char *save) {
+  char *path = prm_path_join(save, "latest_checkpointed_iteration.txt"), *text = NULL;
+  int64_t it = -1;
+  if (prm_fs_exists(path) && prm_fs_read_all(path, &text, NULL, NULL) == 0 &&
+      (prm_parse_i64(prm_strtrim(text), &it) || it < 0)) {
+    PRM_WARN("%s: expected an iteration number; looking at every checkpoint instead", path);
+    it = -1;
+  }
+  free(text);
+  free(path);
+  return it;
+}
+
+static int prm__done(const char *dir) {
+  char *done = prm_path_join(dir, "DONE");
+  int yes = prm_fs_exists(done);
+  free(done);
+  return yes;
 }
 
 int prm_ckpt_resume(prm_llama_t *m, const char *save, float *adam_m, float *adam_v,
@@ -278,55 +365,95 @@ int prm_ckpt_resume(prm_llama_t *m, const char *save, float *adam_m, float *adam
 int prm_ckpt_resume_range(prm_llama_t *m, const char *save, int64_t lo, int64_t hi,
                           float *adam_m, float *adam_v, prm_ckpt_state_t *st, prm_err_t *err) {
   st->iteration = st->consumed_samples = 0;
-  prm_argv_t names = {0};
+  st->run_id[0] = st->lineage[0] = 0;
   if (!prm_fs_is_dir(save)) return 0; /* nothing saved yet: a fresh start */
-  int rc = prm_fs_list_dir(save, &names, err);
+  prm__ck_t *v;
+  int n;
+  int rc = prm__ck_list(save, &v, &n, err);
   if (rc) return rc;
-  qsort(names.v, (size_t)names.n, sizeof *names.v, prm__by_name_desc); /* newest first */
-  for (int i = 0; i < names.n; i++) {
-    if (!prm_startswith(names.v[i], "iter_") || strchr(names.v[i], '.')) continue;
-    char *dir = prm_path_join(save, names.v[i]), *done = prm_path_join(dir, "DONE");
+  /* The tracker is the authority: a folder above it was never this
+   * chain's newest (another run's, or a save whose tracker update was cut
+   * short), so it is not resumed. */
+  int64_t tracker = prm__tracker(save);
+  int found = tracker < 0;
+  for (int i = 0; i < n; i++) found |= v[i].iter == tracker;
+  if (!found)
+    PRM_WARN("%s/latest_checkpointed_iteration.txt names iteration %lld, which is not there; "
+             "looking at the checkpoints before it", save, (long long)tracker);
+  for (int i = 0; i < n; i++) {
+    char *dir = prm_path_join(save, v[i].name);
+    char run_id[PRM_RUN_ID_MAX], lineage[PRM_RUN_ID_MAX];
     prm_err_t e = {0};
-    if (!prm_fs_exists(done)) {
+    if (tracker >= 0 && v[i].iter > tracker) {
+      PRM_INFO("%s: not resumed: newer than latest_checkpointed_iteration.txt (%lld), so not "
+               "this chain's", dir, (long long)tracker);
+    } else if (!prm__done(dir)) {
       PRM_WARN("%s: no DONE marker (an interrupted save); skipped", dir);
+    } else if (st->only_run && (prm__owner(dir, run_id, lineage) || strcmp(run_id, st->only_run))) {
+      PRM_INFO("%s: not resumed: written by %s, not by this run (%s)", dir,
+               run_id[0] ? run_id : "another run", st->only_run);
     } else if (prm_ckpt_load_hf(m, dir, &e) || prm_ckpt_load_state_range(dir, m, lo, hi, adam_m, adam_v, st, &e)) {
       PRM_WARN("%s: skipped: %s", dir, e.msg);
     } else {
       PRM_INFO("resuming from %s (iteration %lld, %lld samples consumed)", dir,
                (long long)st->iteration, (long long)st->consumed_samples);
-      free(done);
       free(dir);
-      prm_argv_free(&names);
+      prm__ck_free(v, n);
       return 0;
     }
-    free(done);
     free(dir);
   }
-  prm_argv_free(&names);
+  prm__ck_free(v, n);
   st->iteration = st->consumed_samples = 0;
+  st->run_id[0] = st->lineage[0] = 0;
   return 0;
 }
 
-int prm_ckpt_prune(const char *save, int64_t keep, prm_err_t *err) {
+int prm_ckpt_newest_other(const char *save, const char *except, char **dir, int64_t *iter) {
+  prm__ck_t *v;
+  int n, found = 0;
+  *dir = NULL;
+  *iter = 0;
+  if (!prm_fs_is_dir(save) || prm__ck_list(save, &v, &n, NULL)) return 0;
+  for (int i = 0; i < n && !found; i++) {
+    char *d = prm_path_join(save, v[i].name);
+    char run_id[PRM_RUN_ID_MAX], lineage[PRM_RUN_ID_MAX];
+    if (prm__done(d) && (!except || prm__owner(d, run_id, lineage) || strcmp(run_id, except))) {
+      *dir = d;
+      *iter = v[i].iter;
+      found = 1;
+    } else {
+      free(d);
+    }
+  }
+  prm__ck_free(v, n);
+  return found;
+}
+
+int prm_ckpt_prune(const char *save, int64_t keep, const char *lineage, prm_err_t *err) {
   if (keep <= 0) return 0;
-  prm_argv_t names = {0};
-  int rc = prm_fs_list_dir(save, &names, err);
+  prm__ck_t *v;
+  int n;
+  int rc = prm__ck_list(save, &v, &n, err);
   if (rc) return rc;
-  qsort(names.v, (size_t)names.n, sizeof *names.v, prm__by_name_desc); /* newest first */
   int64_t complete = 0;
-  for (int i = 0; i < names.n; i++) {
-    if (!prm_startswith(names.v[i], "iter_") || strchr(names.v[i], '.')) continue;
-    char *dir = prm_path_join(save, names.v[i]), *done = prm_path_join(dir, "DONE");
-    if (prm_fs_exists(done) && ++complete > keep) {
+  for (int i = 0; i < n; i++) {
+    char *dir = prm_path_join(save, v[i].name);
+    char run_id[PRM_RUN_ID_MAX], line[PRM_RUN_ID_MAX];
+    /* Another lineage's checkpoints are neither counted nor removed. */
+    int mine = !lineage || (!prm__owner(dir, run_id, line) &&
+                            !strcmp(line[0] ? line : run_id, lineage));
+    if (mine && prm__done(dir) && ++complete > keep) {
       /* DONE goes first: a removal cut short leaves a folder that resume
        * skips, never one that looks complete. */
+      char *done = prm_path_join(dir, "DONE");
       unlink(done);
+      free(done);
       prm_fs_rm_rf(dir);
       PRM_INFO("ckpt_keep %lld: removed %s", (long long)keep, dir);
     }
-    free(done);
     free(dir);
   }
-  prm_argv_free(&names);
+  prm__ck_free(v, n);
   return prm_fs_fsync_dir(save, err);
 }

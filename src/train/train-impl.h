@@ -237,6 +237,11 @@ int prm__ckpt_failed(const char *save, int64_t iter, int rc, prm_err_t *err);
 
 int prm__this_rank(void);    /* from the MPI/Slurm environment, 0 alone */
 int prm__this_attempt(void); /* $PRIMUS_RESTART, 0 on the first attempt */
+/* This run's id, which its checkpoints carry: $PRIMUS_RUN_ID (the launcher
+ * sets it once per run, so every rank and every supervised restart shares
+ * it), else the run directory's name and a hash of its path, else one made
+ * from the pid and the time; only [A-Za-z0-9._-] are kept. */
+void prm__run_id(const char *run_dir, char out[PRM_RUN_ID_MAX]);
 
 typedef enum {
   PRM__FAULT_CRASH,
@@ -290,6 +295,7 @@ typedef struct {
   char *save;                      /* owned */
   const char *tokenizer_type, *tokenizer_model;
   const char *tokenizer_config;    /* borrowed from the trainer, NULL: none */
+  const char *run_id, *lineage;    /* borrowed from the trainer: whose checkpoints */
   int64_t iter, consumed, seed;
   pthread_t thread;
   int busy;                        /* a save is in flight (thread to join) */

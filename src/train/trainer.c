@@ -105,48 +105,86 @@ static int prm__dev_nomem(const prm_dev_t *d, const char *what, size_t bytes, pr
   return rc;
 }
 
-/* The state a run starts from: the newest complete checkpoint in
- * resume_dir when there is one, else the weights of `load` (when it is not
- * resume_dir itself) or of the seed, with zeroed moments. The moments are
- * those of the parameters [lo, hi) (this rank's shard under ZeRO-1). */
+/* The state a run starts from. A supervised restart (own_dir: `save`)
+ * first takes the newest complete checkpoint this run wrote there (run_id),
+ * never another run's. Else, as on the first attempt: the newest complete
+ * checkpoint in resume_dir (auto_continue_train: `load`) when there is one,
+ * else the weights of `load` (when it is not resume_dir itself) or of the
+ * seed, with zeroed moments. Such a start from scratch into a `save` that
+ * holds another run's checkpoints is an error unless overwrite_checkpoints.
+ * The moments are those of the parameters [lo, hi) (this rank's shard
+ * under ZeRO-1); st->run_id/lineage get the resumed checkpoint's owner. */
 static int prm__start_state(prm__session_t *s, const prm_train_opts_t *o, const char *resume_dir,
-                            int64_t lo, int64_t hi, float *adam_m, float *adam_v,
-                            prm_ckpt_state_t *st, prm_err_t *err) {
+                            const char *own_dir, const char *run_id, int64_t lo, int64_t hi,
+                            float *adam_m, float *adam_v, prm_ckpt_state_t *st, prm_err_t *err) {
   prm_llama_t *m = s->model;
   size_t obytes = (size_t)(hi - lo) * sizeof(float);
   st->iteration = st->consumed_samples = 0;
-  if (resume_dir) {
-    int rc = prm__resume(s, resume_dir, lo, hi, adam_m, adam_v, st, err);
+  for (int pass = 0; pass < 2; pass++) {
+    const char *dir = pass ? resume_dir : own_dir;
+    if (!dir) continue;
+    st->only_run = pass ? NULL : run_id;
+    int rc = prm__resume(s, dir, lo, hi, adam_m, adam_v, st, err);
+    st->only_run = NULL;
     if (rc) return rc;
     if (st->iteration > 0) {
       if (st->consumed_samples != st->iteration * o->global_batch)
         return prm_errf(err, PRM_ECONFIG,
                         "%s: %lld samples consumed in %lld steps, but global_batch_size is %lld now",
-                        resume_dir, (long long)st->consumed_samples, (long long)st->iteration,
+                        dir, (long long)st->consumed_samples, (long long)st->iteration,
                         (long long)o->global_batch);
       return 0;
     }
+    if (!pass) PRM_INFO("no complete checkpoint of this run (%s) in %s", run_id, dir);
   }
   memset(adam_m, 0, obytes);
   memset(adam_v, 0, obytes);
-  if (!resume_dir) return 0; /* the session loaded `load` or the seed already */
+  char *other = NULL;
+  int64_t other_it = 0;
+  if (o->save && prm_ckpt_newest_other(o->save, run_id, &other, &other_it)) {
+    int rc = 0;
+    if (!o->overwrite_ckpt)
+      rc = prm_errf(err, PRM_ECONFIG,
+                    "save: %s already holds checkpoints of another run (the newest: %s, iteration "
+                    "%lld) and this run starts from scratch. To resume them set "
+                    "auto_continue_train: true (with load: %s); to start over use a new or empty "
+                    "save folder, or set overwrite_checkpoints: true", o->save, other,
+                    (long long)other_it, o->save);
+    else
+      PRM_WARN("overwrite_checkpoints: %s holds checkpoints of another run (the newest: %s); this "
+               "run starts from scratch and replaces them as it saves the same iterations; a "
+               "restart never resumes them", o->save, other);
+    free(other);
+    if (rc) return rc;
+  }
+  if (!resume_dir && !own_dir) return 0; /* the session loaded `load` or the seed already */
   if (o->load && !prm_streq(o->load, resume_dir)) {
     char *dir = NULL;
     int64_t it;
     int rc = prm_ckpt_resolve(o->load, &dir, &it, err);
     if (!rc) rc = prm__load_weights(s, dir, err);
-    if (!rc) PRM_INFO("no complete checkpoint in %s; starting at step 1 from %s", resume_dir, dir);
+    if (!rc) PRM_INFO("starting at step 1 from %s", dir);
     free(dir);
     return rc;
   }
-  PRM_INFO("no complete checkpoint in %s; starting at step 1", resume_dir);
+  PRM_INFO("no complete checkpoint in %s; starting at step 1", resume_dir ? resume_dir : own_dir);
   prm_llama_init(m, (uint64_t)o->seed);
   return 0;
 }
 
+/* The lineage this run's checkpoints carry: the resumed checkpoint's (its
+ * writer's for one that has none), or this run's id on a fresh start. */
+static void prm__lineage(const prm_ckpt_state_t *st, const char *run_id, char *out) {
+  const char *l = st->iteration > 0 && st->lineage[0]  ? st->lineage
+                  : st->iteration > 0 && st->run_id[0] ? st->run_id
+                                                       : run_id;
+  snprintf(out, PRM_RUN_ID_MAX, "%s", l);
+}
+
 /* Logs and records a checkpoint that is complete, then applies ckpt_keep. */
 static int prm__saved(const prm_train_opts_t *o, FILE *events, prm__tm_t *tm, int64_t step,
-                      double seconds, int async, double stall, prm_err_t *err) {
+                      double seconds, int async, double stall, const char *lineage,
+                      prm_err_t *err) {
   prm__tm_ckpt(tm, o->save, step, seconds, async, stall);
   if (async) {
     PRM_INFO("saved checkpoint %s/iter_%07lld in %.2f s (in the background; training waited %.3f s)",
@@ -158,7 +196,7 @@ static int prm__saved(const prm_train_opts_t *o, FILE *events, prm__tm_t *tm, in
     prm__emit(events, "\"event\":\"checkpoint\",\"step\":%lld,\"seconds\":%.3f", (long long)step,
               seconds);
   }
-  return prm_ckpt_prune(o->save, o->ckpt_keep, err);
+  return prm_ckpt_prune(o->save, o->ckpt_keep, lineage, err);
 }
 
 /* Collects the async save in flight (waiting for it when `block`). */
@@ -170,7 +208,7 @@ static int prm__collect(prm__asave_t *as, const prm_train_opts_t *o, FILE *event
   if (rc) return rc;
   if (!d.reported) return 0;
   *waited += d.stall;
-  return prm__saved(o, events, tm, d.iter, d.seconds, 1, d.stall, err);
+  return prm__saved(o, events, tm, d.iter, d.seconds, 1, d.stall, as->lineage, err);
 }
 
 int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err) {
@@ -198,12 +236,13 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   /* Where the state comes from: auto_continue_train resumes from `load`;
    * a supervised restart (PRIMUS_RESTART > 0) from `save`. */
   int attempt = prm__this_attempt();
-  const char *resume_dir = o->auto_continue && o->load && !o->finetune ? o->load
-                           : attempt > 0 && o->save                   ? o->save
-                                                                      : NULL;
+  char run_id[PRM_RUN_ID_MAX], lineage[PRM_RUN_ID_MAX];
+  prm__run_id(run_dir, run_id);
+  const char *resume_dir = o->auto_continue && o->load && !o->finetune ? o->load : NULL;
+  const char *own_dir = attempt > 0 && o->save ? o->save : NULL;
   if (attempt > 0)
-    PRM_INFO("restart %d: resuming from the newest complete checkpoint in %s", attempt,
-             resume_dir ? resume_dir : "(none: save is not set)");
+    PRM_INFO("restart %d: resuming from the newest complete checkpoint of this run (%s) in %s",
+             attempt, run_id, own_dir ? own_dir : "(none: save is not set)");
   prm__hb_open(&hb);
   prm__hb_beat(&hb, 0, "start");
   prm_llama_tp_t tp;
@@ -211,7 +250,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   if (!(rc = prm__par_open(&par, o, err)) && !(rc = prm__pipe_stages(o, &par, &stages, err))) {
     prm__par_model_tp(&par, &tp);
     tp.pp_stage = stages;
-    rc = prm__session_open(o, flags, resume_dir ? NULL : o->load, PRM_SPLIT_TRAIN, &tp, &s, err);
+    rc = prm__session_open(o, flags, resume_dir || own_dir ? NULL : o->load, PRM_SPLIT_TRAIN, &tp,
+                           &s, err);
   }
   free(stages);
   if (rc) {
@@ -297,6 +337,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
            (rc = prm__asave_init(&as, s.full ? s.full : m, err)))
     goto done;
   as.tokenizer_config = tok_config;
+  as.run_id = run_id;
+  as.lineage = lineage;
   if (run_dir && writer) {
     char *path = prm_path_join(run_dir, "events.jsonl");
     events = fopen(path, "a");
@@ -305,10 +347,12 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (rc) goto done;
   }
   prm_ckpt_state_t st = {.seed = o->seed};
-  if ((rc = prm__start_state(&s, o, resume_dir, lo, hi, adam_m, adam_v, &st, err)) ||
-      (rc = prm__same_start(&dp, resume_dir, st.iteration, err)) ||
+  if ((rc = prm__start_state(&s, o, resume_dir, own_dir, run_id, lo, hi, adam_m, adam_v, &st,
+                             err)) ||
+      (rc = prm__same_start(&dp, resume_dir ? resume_dir : own_dir, st.iteration, err)) ||
       (on_dev && (rc = prm__moments_move(s.dev, dm, dv, adam_m, adam_v, obytes, 1, err))))
     goto done;
+  prm__lineage(&st, run_id, lineage);
   prm__tm_resumed(tm, run_dir, st.iteration);
   if (s.loaded_iter > 0 && !resume_dir)
     PRM_INFO("starting at step 1 from the weights of iteration %lld with a fresh optimizer "
@@ -456,10 +500,13 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         if ((rc = prm__dp_barrier(&dp, err))) goto done; /* rank 0's save is complete */
         bad_steps = prm_xrealloc(bad_steps, (size_t)(nbad + 1) * sizeof *bad_steps);
         bad_steps[nbad++] = step;
-        if ((rc = prm__start_state(&s, o, o->save, lo, hi, adam_m, adam_v, &st, err)) ||
+        /* This run's newest checkpoint, else where the run started. */
+        if ((rc = prm__start_state(&s, o, resume_dir, o->save, run_id, lo, hi, adam_m, adam_v,
+                                   &st, err)) ||
             (rc = prm__same_start(&dp, o->save, st.iteration, err)) ||
             (on_dev && (rc = prm__moments_move(s.dev, dm, dv, adam_m, adam_v, obytes, 1, err))))
           goto done;
+        prm__lineage(&st, run_id, lineage);
         PRM_WARN("step %lld: loss %g, gradient norm %g (%s): rolled back to step %lld",
                  (long long)step, loss, norm, cause, (long long)st.iteration);
         prm__emit(events, "\"event\":\"rollback\",\"from_step\":%lld,\"to_step\":%lld,\"cause\":\"%s\"",
@@ -594,10 +641,12 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
                               .seed = o->seed, .adam_m = adam_m, .adam_v = adam_v,
                               .tokenizer_config = tok_config};
+      snprintf(now.run_id, sizeof now.run_id, "%s", run_id);
+      snprintf(now.lineage, sizeof now.lineage, "%s", lineage);
       if ((rc = prm__zero_save(&dp, m, o, &now, err))) goto done;
       double secs = prm_time_now() - ts;
       ckpt_waited += secs;
-      if (writer && (rc = prm__saved(o, events, tm, step, secs, 0, secs, err))) goto done;
+      if (writer && (rc = prm__saved(o, events, tm, step, secs, 0, secs, lineage, err))) goto done;
       prm__hb_beat(&hb, step, "step");
     } else if (save_now && (writer || tp_gathers)) {
       prm__hb_beat(&hb, step, "save");
@@ -628,12 +677,14 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
           prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
                                   .seed = o->seed, .adam_m = sam, .adam_v = sav,
                                   .tokenizer_config = tok_config};
+          snprintf(now.run_id, sizeof now.run_id, "%s", run_id);
+          snprintf(now.lineage, sizeof now.lineage, "%s", lineage);
           if ((rc = prm_ckpt_save(sm, o->save, step, o->tokenizer_type, o->tokenizer_model, &now,
                                   err)))
             goto done;
           double secs = prm_time_now() - ts + gathered;
           ckpt_waited += secs;
-          if ((rc = prm__saved(o, events, tm, step, secs, 0, secs, err))) goto done;
+          if ((rc = prm__saved(o, events, tm, step, secs, 0, secs, lineage, err))) goto done;
         }
       }
       prm__hb_beat(&hb, step, "step");

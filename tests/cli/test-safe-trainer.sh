@@ -21,10 +21,13 @@ exp() { # NAME [KEY: VALUE...]: 12 steps, a checkpoint every 4, in $T/NAME
 }
 events() { run_events "$1"; }
 losses() { grep '^{"step"' | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
+owner_less() { if [[ $1 == *.json ]]; then grep -v '"run_id"\|"lineage"' "$1"; else cat "$1"; fi; }
 same_state() { # NAME ITER: model and optimizer of NAME at ITER equal the base run's
   local f
   for f in model.safetensors optim-rank-00000.bin state-rank-00000.json; do
-    if cmp -s "$T/base/iter_$(printf %07d "$2")/$f" "$T/$1/iter_$(printf %07d "$2")/$f"; then
+    # (state-rank-*.json names the run that wrote it: those lines differ)
+    if [[ -s $T/$1/iter_$(printf %07d "$2")/$f ]] && cmp -s <(owner_less "$T/base/iter_$(printf %07d "$2")/$f") \
+              <(owner_less "$T/$1/iter_$(printf %07d "$2")/$f"); then
       ok "$1: $f at step $2 byte-identical to the fault-free run"
     else bad "$1: $f at step $2 differs from the fault-free run"; fi
   done
@@ -144,11 +147,17 @@ if [[ $hpid =~ ^[0-9]+$ && $hms =~ ^[0-9]{13}$ ]]; then ok "heartbeat has a pid 
 else bad "heartbeat record: $(cat hb/rank-0)"; fi
 exp restart
 sed -i '/auto_continue_train/d; /load:/d' restart.yaml
-run train pretrain --config restart.yaml train_iters=8
-PRIMUS_RESTART=1 run train pretrain --config restart.yaml
+# One run (PRIMUS_RUN_ID, as a supervisor passes it on) restarted by hand.
+PRIMUS_RUN_ID=run-one run train pretrain --config restart.yaml train_iters=8
+PRIMUS_RESTART=1 PRIMUS_RUN_ID=run-one run train pretrain --config restart.yaml
 expect_rc "PRIMUS_RESTART=1 without auto_continue_train" 0
-expect_in "restart resumes from save" "restart 1: resuming from the newest complete checkpoint in $T/restart" "$ERR"
+expect_in "restart resumes from save" "restart 1: resuming from the newest complete checkpoint of this run (run-one) in $T/restart" "$ERR"
 expect_in "from step 8" "resuming from $T/restart/iter_0000008" "$ERR"
+# Another run's restart never takes them: it would start from scratch
+# into a folder with another run's checkpoints, which is refused.
+PRIMUS_RESTART=1 PRIMUS_RUN_ID=run-two run train pretrain --config restart.yaml
+expect_rc "PRIMUS_RESTART=1 of another run" 2
+expect_in "skips the other run's checkpoint" "$T/restart/iter_0000012: not resumed: written by run-one, not by this run (run-two)" "$ERR"
 
 # ---- a preemption signal inside oneDNN's GEMMs ----
 # llama_tiny's own shapes (hidden 128) make oneDNN allocate inside sgemm; a
