@@ -18,6 +18,15 @@ order), and the Switch aux loss coeff*E*sum f_e P_e and z loss
 coeff*mean(logsumexp^2) added to the objective once per micro-batch
 (averaged over micro-batches, as primus does); the logged loss is the
 cross-entropy alone.
+
+Attention variants (make-case --qkv-bias / --qk-norm / --head-dim D /
+--rope-factor F): Qwen2's q/k/v biases (model_type qwen2), Qwen3's RMSNorm
+of each head's q and k before RoPE with weights q_norm/k_norm of size D
+(model_type qwen3) and a head width D of its own (head_dim: q_proj (H*D, C),
+o_proj (C, H*D)), and Llama 3.1's RoPE frequency scaling (rope_scaling with
+rope_type llama3: factor, low_freq_factor 1, high_freq_factor 4,
+original_max_position_embeddings 8192, Megatron's use_rope_scaling values),
+written as transformers' _compute_llama3_parameters computes it.
 """
 import argparse, json, math, os, struct, sys
 import numpy as np
@@ -89,6 +98,14 @@ def load_config(hf_dir, e=None):
                G=c.get("num_key_value_heads") or c["num_attention_heads"], L=c["num_hidden_layers"],
                V=c["vocab_size"], eps=c["rms_norm_eps"], theta=c.get("rope_theta", 10000.0),
                tied=c.get("tie_word_embeddings", True), E=0)
+    mt = c.get("model_type", "llama")
+    cfg.update(D=c.get("head_dim") or cfg["C"] // cfg["H"],
+               bias=mt == "qwen2" or bool(c.get("primus_qkv_bias")),
+               qkn=mt == "qwen3" or bool(c.get("primus_qk_norm")), rope=None)
+    rs = c.get("rope_scaling")
+    if rs and rs.get("rope_type", rs.get("type")) == "llama3":
+        cfg["rope"] = (rs["factor"], rs.get("low_freq_factor", 1.0), rs.get("high_freq_factor", 4.0),
+                       rs.get("original_max_position_embeddings", 8192))
     if c.get("model_type") == "mixtral":  # intermediate_size is an expert's
         cfg.update(E=c["num_local_experts"], K=c.get("num_experts_per_tok", 2), Fe=c["intermediate_size"],
                    F=c.get("primus_dense_intermediate_size", c["intermediate_size"]),
@@ -110,9 +127,23 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def rope(x, theta):  # x: (B, heads, T, D), HF rotate-half: pairs (i, i + D/2)
+def inv_freq(cfg, D):
+    """RoPE's inverse frequencies; Llama 3.1's scaling as transformers writes it."""
+    inv = cfg["theta"] ** (-torch.arange(0, D, 2, dtype=DT) / D)
+    if not cfg.get("rope"):
+        return inv
+    factor, lo, hi, orig = cfg["rope"]
+    wavelen = 2 * math.pi / inv
+    out = torch.where(wavelen > orig / lo, inv / factor, inv)
+    smooth = (orig / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * out / factor + smooth * out
+    medium = ~(wavelen < orig / hi) & ~(wavelen > orig / lo)
+    return torch.where(medium, smoothed, out)
+
+
+def rope(x, cfg):  # x: (B, heads, T, D), HF rotate-half: pairs (i, i + D/2)
     T, D = x.shape[-2], x.shape[-1]
-    inv = theta ** (-torch.arange(0, D, 2, dtype=DT) / D)
+    inv = inv_freq(cfg, D)
     ang = torch.arange(T, dtype=DT)[:, None] * inv[None, :]
     cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
     rot = torch.cat([-x[..., D // 2:], x[..., :D // 2]], -1)
@@ -155,20 +186,24 @@ def moe_mlp(P, p, h, cfg, aux):
 
 def forward(P, cfg, tok, aux=None):  # tok: (B, T) -> logits (B, T, V); MoE losses appended to aux
     C, H, G, eps = cfg["C"], cfg["H"], cfg["G"], cfg["eps"]
-    D, (B, T) = C // H, tok.shape
+    D, (B, T) = cfg.get("D") or C // H, tok.shape
     x = P["model.embed_tokens.weight"][tok]
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     for i in range(cfg["L"]):
         p = "model.layers.%d." % i
         h = rmsnorm(x, P[p + "input_layernorm.weight"], eps)
-        q = (h @ P[p + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
-        k = (h @ P[p + "self_attn.k_proj.weight"].T).view(B, T, G, D).transpose(1, 2)
-        v = (h @ P[p + "self_attn.v_proj.weight"].T).view(B, T, G, D).transpose(1, 2)
-        q, k = rope(q, cfg["theta"]), rope(k, cfg["theta"])
+        q, k, v = (h @ P[p + "self_attn.%s_proj.weight" % t].T for t in "qkv")
+        if cfg.get("bias"):
+            q, k, v = (y + P[p + "self_attn.%s_proj.bias" % t] for y, t in zip((q, k, v), "qkv"))
+        q, k, v = q.view(B, T, H, D), k.view(B, T, G, D), v.view(B, T, G, D)
+        if cfg.get("qkn"):  # each head's D values
+            q, k = rmsnorm(q, P[p + "self_attn.q_norm.weight"], eps), rmsnorm(k, P[p + "self_attn.k_norm.weight"], eps)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, k = rope(q, cfg), rope(k, cfg)
         k, v = k.repeat_interleave(H // G, 1), v.repeat_interleave(H // G, 1)  # head h -> group h // (H/G)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(D)
         a = torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v
-        x = x + a.transpose(1, 2).reshape(B, T, C) @ P[p + "self_attn.o_proj.weight"].T
+        x = x + a.transpose(1, 2).reshape(B, T, H * D) @ P[p + "self_attn.o_proj.weight"].T
         h = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
         if is_moe(cfg, i):
             x = x + moe_mlp(P, p, h, cfg, aux if aux is not None else [])
@@ -267,6 +302,10 @@ def hf_names(cfg):
     for i in range(L):
         p = "model.layers.%d." % i
         n += [p + "self_attn.%s_proj.weight" % t for t in "qkvo"]
+        if cfg.get("bias"):
+            n += [p + "self_attn.%s_proj.bias" % t for t in "qkv"]
+        if cfg.get("qkn"):
+            n += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
         if is_moe(cfg, i):
             n += [p + "block_sparse_moe.gate.weight"]
             n += [p + "block_sparse_moe.experts.%d.%s.weight" % (e, w) for e in range(cfg["E"]) for w in ("w1", "w2", "w3")]
@@ -280,7 +319,7 @@ def hf_names(cfg):
 
 def random_model(cfg, gen):
     C, F, H, G, V = cfg["C"], cfg["F"], cfg["H"], cfg["G"], cfg["V"]
-    D = C // H
+    D = cfg.get("D") or C // H
     shapes = {"q": (H * D, C), "k": (G * D, C), "v": (G * D, C), "o": (C, H * D), "gate": (F, C), "up": (F, C), "down": (C, F)}
     # q/k large enough that attention is far from uniform (RoPE and the mask matter); norms ~1 +- noise
     std = {"q": C ** -0.5, "k": C ** -0.5, "v": 0.05, "o": 0.05, "gate": 0.05, "up": 0.05, "down": 0.05}
@@ -295,8 +334,12 @@ def random_model(cfg, gen):
             t = "router"
         elif "shared_expert" in n:
             t = "s" + t
-        if n.endswith("norm.weight") or "layernorm" in n:
+        if n.endswith("q_norm.weight") or n.endswith("k_norm.weight"):
+            P[n] = 1 + 0.2 * torch.randn(D, generator=gen, dtype=DT)
+        elif n.endswith("norm.weight") or "layernorm" in n:
             P[n] = 1 + 0.2 * torch.randn(C, generator=gen, dtype=DT)
+        elif n.endswith(".bias"):  # q/k/v biases that move the scores
+            P[n] = 0.3 * torch.randn(shapes[t][0], generator=gen, dtype=DT)
         elif n in ("model.embed_tokens.weight", "lm_head.weight"):
             P[n] = 0.1 * torch.randn(V, C, generator=gen, dtype=DT)
         else:
@@ -347,14 +390,24 @@ modules:
       save_interval: {steps}
       eval_iters: 0
       log_interval: 1
-{moe}"""
+{moe}{arch}"""
 
 
 def cmd_make_case(a):
     d = os.path.abspath(a.out)
     os.makedirs(os.path.join(d, "hf"), exist_ok=True)
     cfg = dict(C=a.hidden, F=a.ffn, H=a.heads, G=a.groups or a.heads, L=a.layers, V=a.vocab, eps=1e-5,
-               theta=10000.0, tied=a.tied, E=a.experts)
+               theta=10000.0, tied=a.tied, E=a.experts, D=a.head_dim or a.hidden // a.heads, bias=a.qkv_bias,
+               qkn=a.qk_norm, rope=(a.rope_factor, 1.0, 4.0, 8192) if a.rope_factor else None)
+    arch = ""  # the experiment's keys (Megatron's names) for the variants
+    if a.head_dim:
+        arch += "      kv_channels: %d\n" % a.head_dim
+    if a.qkv_bias:
+        arch += "      add_qkv_bias: true\n"
+    if a.qk_norm:
+        arch += "      qk_layernorm: true\n"
+    if a.rope_factor:
+        arch += "      use_rope_scaling: true\n      rope_scaling_factor: %s\n" % a.rope_factor
     moe = ""
     if a.experts:
         cfg.update(K=a.topk, Fe=a.moe_ffn or a.ffn, freq=a.moe_freq, Fs=a.shared, aux=a.aux, zc=a.zloss, cap=a.capacity)
@@ -365,7 +418,7 @@ def cmd_make_case(a):
             ("moe_router_load_balancing_type", "aux_loss"), ("moe_token_dispatcher_type", "alltoall")))
         if a.capacity:
             moe += "      moe_expert_capacity_factor: %s\n" % a.capacity
-    assert cfg["C"] % cfg["H"] == 0 and cfg["H"] % cfg["G"] == 0 and (cfg["C"] // cfg["H"]) % 2 == 0
+    assert (a.head_dim or cfg["C"] % cfg["H"] == 0) and cfg["H"] % cfg["G"] == 0 and cfg["D"] % 2 == 0
     gen = torch.Generator().manual_seed(a.seed)
     P = random_model(cfg, gen)
     hf = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": cfg["C"],
@@ -373,6 +426,18 @@ def cmd_make_case(a):
           "num_hidden_layers": cfg["L"], "vocab_size": cfg["V"], "rms_norm_eps": cfg["eps"],
           "rope_theta": cfg["theta"], "max_position_embeddings": a.seq, "tie_word_embeddings": cfg["tied"],
           "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32"}
+    if a.qk_norm:
+        hf.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
+    elif a.qkv_bias:
+        hf.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2")
+        del hf["attention_bias"], hf["mlp_bias"]
+    if a.qk_norm and a.qkv_bias:
+        hf["primus_qkv_bias"] = True
+    if a.head_dim or a.qk_norm:
+        hf["head_dim"] = cfg["D"]
+    if a.rope_factor:
+        hf["rope_scaling"] = {"rope_type": "llama3", "factor": a.rope_factor, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
     if a.experts:
         hf.update(architectures=["MixtralForCausalLM"], model_type="mixtral", intermediate_size=cfg["Fe"],
                   num_local_experts=a.experts, num_experts_per_tok=a.topk, primus_dense_intermediate_size=cfg["F"],
@@ -385,7 +450,7 @@ def cmd_make_case(a):
     e = dict(name=a.name or os.path.basename(d), d=d, C=cfg["C"], L=cfg["L"], H=cfg["H"], G=cfg["G"], F=cfg["F"],
              V=cfg["V"], S=a.seq, untied=str(not a.tied).lower(), eps="1.0e-5", theta=10000, tok=a.tokenizer,
              mbs=a.micro_batch, gbs=a.global_batch, steps=a.steps, lr=a.lr, min_lr=a.min_lr, warmup=a.warmup, clip=0,
-             moe=moe)
+             moe=moe, arch=arch)
     ev = dict(lr=a.lr, min_lr=a.min_lr, lr_warmup_iters=a.warmup, train_iters=a.steps, weight_decay=0.1,
               adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, seq_length=a.seq, global_batch_size=a.global_batch,
               micro_batch_size=a.micro_batch)
@@ -527,11 +592,21 @@ def naive_loss(P, cfg, inp, tgt):
     """The same model written differently: numpy, loops over heads and positions,
     RoPE as complex multiplication of (x_i + i x_{i+D/2}), GQA by index arithmetic."""
     C, H, G, L, eps, th = cfg["C"], cfg["H"], cfg["G"], cfg["L"], cfg["eps"], cfg["theta"]
-    D, W = C // H, {k: v.detach().numpy() for k, v in P.items()}
+    D, W = cfg.get("D") or C // H, {k: v.detach().numpy() for k, v in P.items()}
     B, T = inp.shape
-    norm = lambda v, w: v / np.sqrt((v * v).sum(-1, keepdims=True) / C + eps) * w
+    norm = lambda v, w: v / np.sqrt((v * v).sum(-1, keepdims=True) / v.shape[-1] + eps) * w
+    freqs = []  # Llama 3.1's bands by the ratio r = orig / wavelength, one frequency at a time
+    for i in range(D // 2):
+        f = th ** (-2.0 * i / D)
+        if cfg.get("rope"):
+            factor, lo, hi, orig = cfg["rope"]
+            r = orig * f / (2 * math.pi)
+            f = f / factor if r < lo else f if r > hi else f * ((1 - (r - lo) / (hi - lo)) / factor + (r - lo) / (hi - lo))
+        freqs.append(f)
     rot = lambda v, t: (lambda z: np.concatenate([z.real, z.imag]))(
-        (v[:D // 2] + 1j * v[D // 2:]) * np.exp(1j * t * th ** (-2.0 * np.arange(D // 2) / D)))
+        (v[:D // 2] + 1j * v[D // 2:]) * np.exp(1j * t * np.array(freqs)))
+    bias = lambda i, n, rows: W["model.layers.%d.self_attn.%s_proj.bias" % (i, n)][rows] if cfg.get("bias") else 0
+    qkn = lambda i, n, v: norm(v, W["model.layers.%d.self_attn.%s_norm.weight" % (i, n)]) if cfg.get("qkn") else v
     total = 0.0
     for b in range(B):
         x = np.stack([W["model.embed_tokens.weight"][t] for t in inp[b].tolist()])
@@ -540,9 +615,10 @@ def naive_loss(P, cfg, inp, tgt):
             h, out = norm(x, w("input_layernorm")), np.zeros((T, C))
             for hd in range(H):
                 g = hd * G // H
-                qs = [rot(w("self_attn.q_proj")[hd * D:(hd + 1) * D] @ h[t], t) for t in range(T)]
-                ks = [rot(w("self_attn.k_proj")[g * D:(g + 1) * D] @ h[t], t) for t in range(T)]
-                vs = [w("self_attn.v_proj")[g * D:(g + 1) * D] @ h[t] for t in range(T)]
+                qr, kr = slice(hd * D, (hd + 1) * D), slice(g * D, (g + 1) * D)
+                qs = [rot(qkn(i, "q", w("self_attn.q_proj")[qr] @ h[t] + bias(i, "q", qr)), t) for t in range(T)]
+                ks = [rot(qkn(i, "k", w("self_attn.k_proj")[kr] @ h[t] + bias(i, "k", kr)), t) for t in range(T)]
+                vs = [w("self_attn.v_proj")[kr] @ h[t] + bias(i, "v", kr) for t in range(T)]
                 for t in range(T):
                     sc = np.array([qs[t] @ ks[u] for u in range(t + 1)]) / math.sqrt(D)
                     p = np.exp(sc - sc.max())
@@ -597,7 +673,14 @@ def cmd_selftest(a):
                                                 **{**moe, "freq": 1, "Fs": 0, "cap": 0.75})),
                      ("gqa untied", dict(C=16, F=24, H=4, G=2, L=2, V=11, eps=1e-5, theta=10000.0, tied=False)),
                      ("mha tied", dict(C=12, F=20, H=3, G=3, L=1, V=9, eps=1e-5, theta=500.0, tied=True)),
-                     ("mqa tied", dict(C=16, F=8, H=4, G=1, L=1, V=7, eps=1e-3, theta=10000.0, tied=True))):
+                     ("mqa tied", dict(C=16, F=8, H=4, G=1, L=1, V=7, eps=1e-3, theta=10000.0, tied=True)),
+                     ("qwen2 biases", dict(C=16, F=24, H=4, G=2, L=2, V=11, eps=1e-5, theta=10000.0, tied=False, bias=True)),
+                     ("qwen3 norms, head 6", dict(C=16, F=24, H=4, G=2, L=2, V=11, eps=1e-6, theta=10000.0, tied=True,
+                                                  D=6, qkn=True)),
+                     ("llama3.1 rope scaling", dict(C=24, F=24, H=2, G=1, L=1, V=11, eps=1e-5, theta=10000.0, tied=False,
+                                                    rope=(8.0, 1.0, 4.0, 8192))),
+                     ("all variants", dict(C=16, F=24, H=4, G=2, L=1, V=11, eps=1e-5, theta=100.0, tied=False, D=6,
+                                           bias=True, qkn=True, rope=(8.0, 1.0, 4.0, 32)))):
         P = random_model(cfg, gen)
         tok = torch.randint(0, cfg["V"], (2, 9), generator=gen)
         inp, tgt = tok[:, :8], tok[:, 1:]
@@ -641,11 +724,15 @@ def main():
     m.add_argument("--name", help="exp_name (default: the folder name)")
     for k, v in (("hidden", 96), ("heads", 6), ("groups", 0), ("ffn", 260), ("layers", 2), ("vocab", 301),
                  ("seq", 37), ("seed", 1), ("docs", 20), ("micro-batch", 2), ("global-batch", 2), ("steps", 10),
-                 ("warmup", 3), ("experts", 0), ("topk", 2), ("moe-ffn", 0), ("moe-freq", 1), ("shared", 0)):
+                 ("warmup", 3), ("experts", 0), ("topk", 2), ("moe-ffn", 0), ("moe-freq", 1), ("shared", 0),
+                 ("head-dim", 0)):
         m.add_argument("--" + k, type=int, default=v)
     for k, v in (("aux", 0.0), ("zloss", 0.0), ("capacity", 0.0)):
         m.add_argument("--" + k, type=float, default=v, help="MoE: moe_aux_loss_coeff, moe_z_loss_coeff, "
                        "moe_expert_capacity_factor")
+    m.add_argument("--qkv-bias", action="store_true", help="Qwen2's q/k/v biases (add_qkv_bias)")
+    m.add_argument("--qk-norm", action="store_true", help="Qwen3's q/k RMSNorm (qk_layernorm)")
+    m.add_argument("--rope-factor", type=float, default=0.0, help="Llama 3.1's RoPE scaling factor (use_rope_scaling)")
     m.add_argument("--tied", dest="tied", action="store_true", default=False)
     m.add_argument("--untied", dest="tied", action="store_false")
     m.add_argument("--lr", type=float, default=1e-2)
