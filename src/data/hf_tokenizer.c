@@ -146,8 +146,7 @@ static int check_sp_normalizer(const cJSON *n, const char *path, prm__hf_info_t 
   return 0;
 }
 
-/* SentencePiece-style pre-tokenizer: none, or Metaspace("\u2581") without
- * splitting. */
+/* SentencePiece-style pre-tokenizer: none, or Metaspace("\u2581"). */
 static int check_sp_pretok(const cJSON *pre, const char *path, prm__hf_info_t *info,
                            prm_err_t *err) {
   info->no_pretok = 1;
@@ -159,9 +158,8 @@ static int check_sp_pretok(const cJSON *pre, const char *path, prm__hf_info_t *i
       strcmp(rep->valuestring, META))
     return prm_errf(err, PRM_EINVAL, "%s: pre_tokenizer: not implemented: %s", path,
                     type_of(pre));
-  if (!cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "split")))
-    return prm_errf(err, PRM_EINVAL, "%s: pre_tokenizer.split: not implemented: only a "
-                    "Metaspace with \"split\": false", path);
+  /* split (the default): a piece starts at every "\u2581" (MergedWithNext). */
+  info->meta_split = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "split"));
   info->space_to_meta = 1;
   if (cJSON_IsString(scheme))
     info->prepend = !strcmp(scheme->valuestring, "always") ? 3

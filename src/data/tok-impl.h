@@ -257,6 +257,7 @@ typedef struct {
    * (no merge can cross there, so the ids are the same), which lets the
    * piece cache work. */
   int word_split;
+  int meta_split;       /* Metaspace with split: a piece starts at every "\u2581" */
 } prm__hf_info_t;
 
 /* Reads a Hugging Face tokenizer.json (or a folder holding one) with a BPE

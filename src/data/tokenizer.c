@@ -581,12 +581,14 @@ static int encode_segment(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uin
       }
     }
     int rc = 0;
-    if (h->no_pretok && h->word_split) {
-      /* Cut before each U+2581 that follows another character: no merge
+    if (h->no_pretok && (h->word_split || h->meta_split)) {
+      /* Metaspace's split: a piece starts at every U+2581. Otherwise cut
+       * before each U+2581 that follows another character: no merge
        * crosses there (checked at load), and words hit the piece cache. */
       size_t a = 0;
       for (size_t i = 3; i + 3 <= k && !rc; i++)
-        if (q[i] == 0xE2 && !memcmp(q + i, META, 3) && memcmp(q + i - 3, META, 3)) {
+        if (q[i] == 0xE2 && !memcmp(q + i, META, 3) &&
+            (h->meta_split || memcmp(q + i - 3, META, 3))) {
           rc = prm__bpe_encode_piece(&t->bpe, s, q + a, i - a, out);
           a = i;
           i += 2;

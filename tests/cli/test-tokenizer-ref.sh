@@ -131,9 +131,10 @@ if "$NODE" "$PRIMUS_SRC/tests/tokenizer/tiktoken2hf.mjs" "$PKG/data/r50k_base.ti
 else
   bad "tiktoken2hf: $(cat "$T/node.err")"
 fi
-# Llama 2's SentencePiece BPE with byte fallback, in both layouts Hugging
-# Face writes (Prepend/Replace normalizer; Metaspace pre-tokenizer).
-for layout in legacy metaspace; do
+# Llama 2's SentencePiece BPE with byte fallback, in the layouts Hugging
+# Face writes (Prepend/Replace normalizer; Metaspace pre-tokenizer, without
+# and with split).
+for layout in legacy metaspace metaspace-split; do
   if "$NODE" "$PRIMUS_SRC/tests/tokenizer/llama2-json.mjs" "$NM/llama-tokenizer-js" "$T/l2$layout" "$layout" >/dev/null 2>"$T/node.err"; then
     compare "unicode-hf-llama2-$layout" "$T/unicode.txt" hf "$T/l2$layout/tokenizer.json" HuggingFaceTokenizer "$T/l2$layout"
   else
