@@ -410,6 +410,37 @@ static void test_bf16_attention_fp32(void **state) {
   for (int i = 0; i < 3; i++) prm_llama_free(m[i]);
 }
 
+/* bf16 with the attention variants (wider heads than hidden: the operand
+ * slots hold H D values): close to fp32, both attention kernels. */
+static void test_bf16_arch(void **state) {
+  (void)state;
+  prm_llama_config_t c = arch_cfg(0);
+  c.hidden = 32, c.ffn = 48, c.head_dim = 16, c.init_std = 0.1; /* H D = 64 > C */
+  int64_t B = 2, T = 9;
+  prm_llama_t *m[3] = {build(c, B, T, PRM_LLAMA_TRAIN),
+                       build(c, B, T, PRM_LLAMA_TRAIN | PRM_LLAMA_BF16),
+                       build(c, B, T, PRM_LLAMA_TRAIN | PRM_LLAMA_BF16 | PRM_LLAMA_ATTN_FP32)};
+  int32_t tok[18], tgt[18];
+  random_tokens(tok, B * T, c.vocab, 31);
+  random_tokens(tgt, B * T, c.vocab, 32);
+  double l[3];
+  for (int i = 0; i < 3; i++) {
+    perturb_vectors(m[i], 5);
+    int64_t n;
+    l[i] = prm_llama_forward_backward(m[i], tok, tgt, B, 0.1f, &n);
+  }
+  for (int k = 1; k < 3; k++) {
+    assert_true(l[0] > 0 && fabs(l[k] - l[0]) < 0.01 * l[0]);
+    double d2 = 0, n2 = 0;
+    for (int64_t i = 0; i < m[0]->nparams; i++) {
+      double d = (double)m[0]->grads[i] - m[k]->grads[i];
+      d2 += d * d, n2 += (double)m[0]->grads[i] * m[0]->grads[i];
+    }
+    if (!(n2 > 0 && sqrt(d2 / n2) < 0.05)) fail_msg("bf16 (%d) gradients off by %g", k, sqrt(d2 / n2));
+  }
+  for (int i = 0; i < 3; i++) prm_llama_free(m[i]);
+}
+
 /* bf16 with the layers' weights packed (PRM_LLAMA_PACK16) against the
  * same model without: on oneDNN (when built in) the layers' products run
  * on the packed copies, which the second pass re-packs after an update;
@@ -564,8 +595,8 @@ static void test_packed_equals_alone(void **state) {
  * backwards), give the whole-model passes' losses and gradients: bit for
  * bit with an untied head; the tied embedding adds its head and embedding
  * parts in another order, so it agrees to rounding. */
-static void check_stages(int tied, unsigned flags) {
-  prm_llama_config_t c = tiny_cfg(tied);
+static void check_stages(int tied, unsigned flags, int arch) {
+  prm_llama_config_t c = arch ? arch_cfg(tied) : tiny_cfg(tied);
   c.layers = 3;
   int64_t B = 1, T = 8, N = B * T, C = c.hidden;
   size_t xb = (size_t)(N * C) * sizeof(float);
@@ -608,10 +639,12 @@ static void check_stages(int tied, unsigned flags) {
 
 static void test_stages_match_whole(void **state) {
   (void)state;
-  check_stages(0, PRM_LLAMA_TRAIN);
-  check_stages(1, PRM_LLAMA_TRAIN);
-  check_stages(0, PRM_LLAMA_TRAIN | PRM_LLAMA_RECOMPUTE);
-  check_stages(1, PRM_LLAMA_TRAIN | PRM_LLAMA_RECOMPUTE);
+  check_stages(0, PRM_LLAMA_TRAIN, 0);
+  check_stages(1, PRM_LLAMA_TRAIN, 0);
+  check_stages(0, PRM_LLAMA_TRAIN | PRM_LLAMA_RECOMPUTE, 0);
+  check_stages(1, PRM_LLAMA_TRAIN | PRM_LLAMA_RECOMPUTE, 0);
+  check_stages(0, PRM_LLAMA_TRAIN, 1); /* the attention variants */
+  check_stages(1, PRM_LLAMA_TRAIN | PRM_LLAMA_RECOMPUTE, 1);
 }
 
 /* The gradient-readiness hook: contiguous ranges in descending order that
@@ -748,6 +781,7 @@ int main(void) {
       cmocka_unit_test(test_recompute_identical),
       cmocka_unit_test(test_bf16_attention_fp32),
       cmocka_unit_test(test_bf16_pack_weights),
+      cmocka_unit_test(test_bf16_arch),
       cmocka_unit_test(test_microbatches_sum),
       cmocka_unit_test(test_packed_equals_alone),
       cmocka_unit_test(test_grads_hook),
