@@ -6,6 +6,7 @@
 #include "launch-impl.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <hwloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,144 @@ static int prm__numa_bind(int local_rank, prm_err_t *err) {
   }
   hwloc_topology_destroy(topo);
   return rc;
+}
+
+/* ---- each rank its own cores ----------------------------------------------- */
+
+/* How many ranks of this job share this node: --nproc under direct; under
+ * an srun step (one `primus direct` a task) the step's tasks on this node
+ * (SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE, "2(x3),1", at this
+ * node's index); 1 otherwise. */
+static int prm__ranks_per_node(int64_t nproc) {
+  if (nproc > 1) return (int)nproc;
+  const char *t = getenv("SLURM_STEP_TASKS_PER_NODE");
+  if (!t || !*t) t = getenv("SLURM_TASKS_PER_NODE");
+  if (!t || !*t || !getenv("SLURM_LOCALID") || !getenv("SLURM_STEP_ID")) return 1;
+  int node = prm__env_int("SLURM_NODEID", 0), seen = 0;
+  while (*t) {
+    char *end;
+    long n = strtol(t, &end, 10), times = 1;
+    if (end == t || n < 1) return 1;
+    if (!strncmp(end, "(x", 2)) {
+      times = strtol(end + 2, &end, 10);
+      if (*end++ != ')' || times < 1) return 1;
+    }
+    if (node < seen + times) return (int)n;
+    seen += (int)times;
+    if (*end != ',') return (int)n; /* fewer entries than nodes: the last one */
+    t = end + 1;
+  }
+  return 1;
+}
+
+/* This rank's disjoint share of the cores this process may use: the cores
+ * of its CPU mask (with --numa: of its NUMA node, round robin) cut into
+ * `nlocal` contiguous parts, one a rank (the ranks of a NUMA node share
+ * it). *ncores gets the share's cores; more ranks than cores share them
+ * round robin. 0, or -1 when hwloc cannot say. */
+static int prm__cpu_share(int local, int nlocal, int numa, hwloc_bitmap_t out, int *ncores) {
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) || hwloc_topology_load(topo)) return -1;
+  /* The launcher's mask (PRIMUS_CPUS_AVAILABLE): by now an OpenMP runtime
+   * told to bind (OMP_PROC_BIND) has pinned this thread to one CPU. */
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  const char *avail = getenv("PRIMUS_CPUS_AVAILABLE");
+  int rc = avail && *avail ? (hwloc_bitmap_list_sscanf(set, avail) ? -1 : 0)
+                           : (hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) ? -1 : 0);
+  if (!rc) hwloc_bitmap_and(set, set, hwloc_topology_get_allowed_cpuset(topo));
+  int index = local, count = nlocal;
+  int nn = numa ? hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE) : 0;
+  if (!rc && nn > 0) {
+    hwloc_obj_t node = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, local % nn);
+    if (node) hwloc_bitmap_and(set, set, node->cpuset);
+    index = local / nn;
+    count = nlocal / nn + (local % nn < nlocal % nn);
+  }
+  int cores = rc ? 0 : hwloc_get_nbobjs_inside_cpuset_by_type(topo, set, HWLOC_OBJ_CORE);
+  hwloc_obj_type_t type = HWLOC_OBJ_CORE;
+  if (cores <= 0 && !rc) { /* a mask of single hyperthreads: count PUs */
+    type = HWLOC_OBJ_PU;
+    cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, set, type);
+  }
+  if (cores <= 0) rc = -1;
+  if (!rc) {
+    int lo = cores >= count ? index * cores / count : index % cores;
+    int hi = cores >= count ? (index + 1) * cores / count : lo + 1;
+    hwloc_bitmap_zero(out);
+    for (int i = lo; i < hi; i++) {
+      hwloc_obj_t c = hwloc_get_obj_inside_cpuset_by_type(topo, set, type, (unsigned)i);
+      if (c) hwloc_bitmap_or(out, out, c->cpuset);
+    }
+    hwloc_bitmap_and(out, out, set);
+    *ncores = hi - lo;
+    if (hwloc_set_cpubind(topo, out, HWLOC_CPUBIND_PROCESS)) rc = -1;
+  }
+  hwloc_bitmap_free(set);
+  hwloc_topology_destroy(topo);
+  return rc;
+}
+
+/* The CPUs this launcher may use, for its ranks to share out
+ * (PRIMUS_CPUS_AVAILABLE, unless an outer launcher set it). */
+static void prm__cpus_available(prm_env_t *E) {
+  const char *given = getenv("PRIMUS_CPUS_AVAILABLE");
+  if (given && *given) return;
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) || hwloc_topology_load(topo)) return;
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  char *list = NULL;
+  if (!hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) &&
+      hwloc_bitmap_list_asprintf(&list, set) > 0) {
+    setenv("PRIMUS_CPUS_AVAILABLE", list, 1);
+    prm_env_set(E, "PRIMUS_CPUS_AVAILABLE", list);
+  }
+  free(list);
+  hwloc_bitmap_free(set);
+  hwloc_topology_destroy(topo);
+}
+
+/* A rank that shares its node (or --numa) takes its own cores before any
+ * library starts a thread: it binds itself to its share and runs itself
+ * again (exec, same pid, before MPI starts), because the OpenMP runtime and
+ * OpenBLAS read the CPU mask and their thread counts when they load. The
+ * thread count is the share's cores, lowered to the ranks' part of a cgroup
+ * quota (PRIMUS_CPU_CORES / ranks); an OMP_NUM_THREADS the user or the
+ * env profile set wins. PRIMUS_CPU_SHARE marks the second start. */
+static void prm__rank_cores(const prm_launch_t *l, int local, int nlocal, int numa) {
+  const char *done = getenv("PRIMUS_CPU_SHARE");
+  if (done && *done) return; /* the second start: logged once the rank's log is open */
+  /* Slurm bound each task already (task/affinity): its mask is its share. */
+  const char *sb = getenv("SLURM_CPU_BIND_TYPE");
+  if (sb && *sb && !prm_startswith(sb, "none") && getenv("SLURM_LOCALID")) nlocal = 1;
+  if (nlocal <= 1 && !numa) return;
+  hwloc_bitmap_t share = hwloc_bitmap_alloc();
+  int ncores = 0;
+  if (prm__cpu_share(local, nlocal, numa, share, &ncores)) {
+    PRM_WARN("cores: hwloc cannot bind local rank %d of %d; its threads may share cores with "
+             "other ranks", local, nlocal);
+    hwloc_bitmap_free(share);
+    return;
+  }
+  char *list = NULL;
+  hwloc_bitmap_list_asprintf(&list, share);
+  hwloc_bitmap_free(share);
+  int threads = ncores, quota = prm__env_int("PRIMUS_CPU_CORES", 0) / (nlocal > 0 ? nlocal : 1);
+  if (quota >= 1 && quota < threads) threads = quota;
+  char tb[16];
+  snprintf(tb, sizeof tb, "%d", threads > 0 ? threads : 1);
+  setenv("OMP_NUM_THREADS", tb, 0);
+  setenv("PRIMUS_CPU_SHARE", list ? list : "?", 1);
+  free(list);
+  prm_argv_t argv = {0};
+  prm_argv_push(&argv, l->self);
+  prm_argv_pushv(&argv, l->argc - 1, l->argv + 1);
+  setenv("PRIMUS_LAUNCHED", "1", 1); /* the second start is this rank again */
+  execv(l->self, argv.v);
+  unsetenv("PRIMUS_LAUNCHED");
+  PRM_WARN("cores: cannot run %s again bound to its cores (%s); going on unbound", l->self,
+           strerror(errno));
+  unsetenv("PRIMUS_CPU_SHARE");
+  prm_argv_free(&argv);
 }
 
 /* NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT: defaults, then checked. */
@@ -238,6 +377,12 @@ static int prm__run_rank(prm_launch_t *l, prm_err_t *err) {
   int rank, world, local;
   prm__rank_from_env(&rank, &world, &local);
   prm_log_set_rank(rank, world);
+  int nlocal = prm__env_int("PRIMUS_RANKS_PER_NODE", 1);
+  char lb[16];
+  snprintf(lb, sizeof lb, "%d", local);
+  setenv("PRIMUS_LOCAL_RANK", lb, 1);
+  /* (may run this binary again, bound: before anything else happens) */
+  prm__rank_cores(l, local, nlocal, prm_args_flag(l->rt_args, "numa"));
   const char *run_dir = getenv("PRIMUS_RUN_DIR");
   if (run_dir && *run_dir) {
     /* The launcher made logs/ on its own node; a rank on another node
@@ -251,15 +396,17 @@ static int prm__run_rank(prm_launch_t *l, prm_err_t *err) {
     free(lf);
     if (rc) return rc;
   }
+  const char *share = getenv("PRIMUS_CPU_SHARE");
+  if (share && *share) {
+    int t = prm__env_int("OMP_NUM_THREADS", 0);
+    PRM_INFO("cores: local rank %d of %d on this node: CPUs %s, %d thread%s", local, nlocal, share,
+             t, t == 1 ? "" : "s");
+  }
   /* The only rank (started by prm__rank_child) goes on with the launcher's
    * --log-file; mpirun's ranks keep to their own files. */
   const char *log_file = prm_args_str(l->rt_args, "log_file");
   if (world == 1 && log_file) {
     int rc = prm_log_tee_file(log_file, err);
-    if (rc) return rc;
-  }
-  if (prm_args_flag(l->rt_args, "numa")) {
-    int rc = prm__numa_bind(local, err);
     if (rc) return rc;
   }
   prm_args_t *args;
@@ -353,6 +500,18 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
       prm_env_set(&E, facts.keys[i], facts.vals[i]);
     }
   prm_env_free(&facts);
+  /* How many ranks share this node: the env profile divides the cores by
+   * it (platforms/cpu.sh), and each rank takes its own share of them
+   * (prm__rank_cores). A value the user set wins. */
+  int rpn = prm__ranks_per_node(nproc);
+  if (!getenv("PRIMUS_RANKS_PER_NODE")) {
+    char rb[16];
+    snprintf(rb, sizeof rb, "%d", rpn);
+    setenv("PRIMUS_RANKS_PER_NODE", rb, 1);
+    prm_env_set(&E, "PRIMUS_RANKS_PER_NODE", rb);
+  }
+  rpn = prm__env_int("PRIMUS_RANKS_PER_NODE", rpn);
+  if (rpn > 1 || prm_args_flag(l->rt_args, "numa")) prm__cpus_available(&E);
   if (run) {
     prm_profile_chain(&plat, &chain);
     if ((rc = prm_profile_load(&chain, &E, err))) goto done;
@@ -538,6 +697,10 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
   } else {
     prm_sb_t why = {0};
     int fresh = prm__load_time_changes(&l->env0, &all, &why) > 0;
+    if (rpn > 1 && !fresh) { /* an srun task sharing its node: it binds itself first */
+      prm_sb_appendf(&why, "PRIMUS_RANKS_PER_NODE=%d: the rank takes its own cores", rpn);
+      fresh = 1;
+    }
     if (fresh) {
       PRM_DEBUG("starting the task in a new process (%s direct -- ...): these variables are read "
                 "when the libraries load, so setting them here would not take effect: %s",
