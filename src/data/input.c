@@ -271,6 +271,20 @@ int prm_input_expand(char *const *patterns, int n, prm_argv_t *out, prm_err_t *e
     glob_t g;
     memset(&g, 0, sizeof g);
     int gr = glob(patterns[i], GLOB_ERR | GLOB_MARK, NULL, &g);
+    if (gr == GLOB_ABORTED) { /* a folder of the pattern is missing or unreadable */
+      globfree(&g);
+      memset(&g, 0, sizeof g);
+      if ((gr = glob(patterns[i], GLOB_MARK, NULL, &g)) == GLOB_NOMATCH) {
+        char *dir = prm_path_dirname(patterns[i]);
+        int missing = !strpbrk(dir, "*?[") && !prm_fs_is_dir(dir);
+        int rc = prm_errf(err, PRM_ENOENT, "--input %s: no such file (the pattern matched "
+                          "nothing%s%s%s)", patterns[i], missing ? "; " : "",
+                          missing ? dir : "", missing ? " is not a folder" : "");
+        free(dir);
+        globfree(&g);
+        return rc;
+      }
+    }
     struct stat st;
     if (gr == GLOB_NOMATCH && stat(patterns[i], &st) == 0 && !S_ISDIR(st.st_mode)) {
       globfree(&g); /* a file whose name looks like a pattern ("a[1].txt") */

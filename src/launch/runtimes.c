@@ -87,6 +87,26 @@ static int prm__run_and_report(const prm_argv_t *cmd, const char *what, prm_err_
 
 /* ---- container ----------------------------------------------------------- */
 
+/* The engine's exit code as one of primus' (0-4): primus inside the
+ * container exits 0-4 itself; 125 is the engine failing before the
+ * container ran (an unknown image or option, no access to the engine),
+ * 126/127 a primus that cannot run or is missing in the image; anything
+ * else (128+N: killed by signal N) a runtime failure. The engine printed
+ * its own message above; this adds what it means. */
+static int prm__engine_code(const char *engine, int st, prm_err_t *err) {
+  if (st >= 0 && st <= 4) return st;
+  if (st == 125)
+    return prm_errf(err, PRM_ERUNTIME, "%s failed before the container ran (exit 125; its "
+                    "message is above: an unknown image or option, or no access to the engine)",
+                    engine);
+  if (st == 126 || st == 127)
+    return prm_errf(err, PRM_EDEP, "%s: primus %s inside the container (exit %d); mount the "
+                    "project (it is, by default) or use an image that has it", engine,
+                    st == 126 ? "cannot be run" : "was not found", st);
+  return prm_errf(err, PRM_ERUNTIME, "%s: the container ended with exit %d%s", engine, st,
+                  st > 128 && st < 160 ? " (killed by a signal)" : "");
+}
+
 static const prm_opt_t prm__container_opts[] = {
     {"engine", 0, PRM_OPT_STR, "NAME", NULL, "podman or docker (default: whichever is installed, podman first)"},
     {"image", 'i', PRM_OPT_STR, "IMAGE", NULL, "container image (required)"},
@@ -164,6 +184,7 @@ static int prm__container_run(prm_launch_t *l, prm_err_t *err) {
   } else {
     PRM_INFO("container: %s", line);
     rc = prm__run_and_report(&cmd, "primus container", err);
+    if (rc > 0) rc = prm__engine_code(engine, rc, err);
   }
   free(line);
 done:

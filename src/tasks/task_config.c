@@ -3,6 +3,7 @@
  * shipped presets with their model sizes. */
 #define _GNU_SOURCE
 #include "tasks-impl.h"
+#include "primus/prm_train.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +24,67 @@ static int prm__config_show(prm_task_ctx_t *ctx, prm_err_t *err) {
   return 0;
 }
 
+/* What a run would meet first that the schema cannot see: the tokenizer
+ * (the trainer's options are read as training reads them), the data
+ * (a file, or an indexed prefix's .bin and .idx) and `load`. Each problem
+ * is one line of *out, naming the key and where it was set; returns how
+ * many. */
+static int prm__config_files(const prm_exp_t *e, prm_sb_t *out) {
+  int n = 0;
+  prm_train_opts_t o;
+  prm_err_t oerr = {0};
+  if (prm_train_opts_from_exp(e, &o, &oerr)) {
+    prm_sb_appendf(out, "\n  %s", oerr.msg);
+    return 1;
+  }
+  if (!o.mock_data && o.tokenizer_type) { /* the tokenizer loads (a file, folder or cached id) */
+    prm_tokenizer_t *t = NULL;
+    prm_err_t terr = {0};
+    if (prm_tokenizer_open(o.tokenizer_type, o.tokenizer_model, &t, &terr)) {
+      char *origin = prm_exp_origin(e, o.tokenizer_model ? "tokenizer_model" : "tokenizer_type");
+      prm_sb_appendf(out, "\n  %s%s%s", origin ? origin : "", origin ? ": " : "", terr.msg);
+      free(origin);
+      n++;
+    }
+    prm_tokenizer_free(t);
+  }
+  const char *keys[] = {"data_path", "load"};
+  for (int i = 0; i < 2; i++) {
+    const char *v = i ? o.load : (o.mock_data || o.data_blend ? NULL : o.data_path);
+    if (!v) continue;
+    char *bin = prm_xasprintf("%s.bin", v), *idx = prm_xasprintf("%s.idx", v);
+    int there = i ? prm_fs_is_dir(v)
+                  : (prm_fs_exists(v) && !prm_fs_is_dir(v)) || (prm_fs_exists(bin) && prm_fs_exists(idx));
+    if (!there) {
+      char *origin = prm_exp_origin(e, keys[i]);
+      prm_sb_appendf(out, "\n  %s%s%s: %s: %s", origin ? origin : "", origin ? ": " : "", keys[i],
+                     v, i ? "no such folder (a checkpoint folder or a Hugging Face model folder)"
+                          : "no such file, nor an indexed dataset PREFIX.bin + PREFIX.idx");
+      free(origin);
+      n++;
+    }
+    free(bin);
+    free(idx);
+  }
+  return n;
+}
+
 static int prm__config_validate(prm_task_ctx_t *ctx, prm_err_t *err) {
   PRM_ASSERT(ctx->exp);
   prm_exp_announce(ctx->exp);
+  const char *mod = prm_exp_module(ctx->exp);
+  if (prm_streq(mod, "pre_trainer") || prm_streq(mod, "post_trainer")) {
+    prm_sb_t probs = {0};
+    int n = prm__config_files(ctx->exp, &probs);
+    if (n) {
+      int rc = prm_errf(err, PRM_ECONFIG, "%s: the keys are valid, but a run would stop at %d "
+                        "problem%s:%s", prm_args_str(ctx->args, "config"), n, n == 1 ? "" : "s",
+                        prm_sb_str(&probs));
+      prm_sb_free(&probs);
+      return rc;
+    }
+    prm_sb_free(&probs);
+  }
   int64_t params = 0;
   prm_err_t perr = {0};
   if (prm_exp_model_params(ctx->exp, &params, &perr) == 0)

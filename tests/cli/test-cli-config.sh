@@ -92,5 +92,16 @@ expect_in "missing var named" "MY_SEED" "$ERR"
 run config validate --config "$PRIMUS_SRC/configs/examples/llama3_8B-pretrain.yaml"
 expect_rc "validate a real shape" 0
 expect_in "validate reports size" "8.030B" "$OUT"
+# What a run would meet that the schema cannot see: tokenizer, data, load.
+run config validate --config "$PRIMUS_SRC/configs/examples/llama_tiny-pretrain.yaml" \
+  data_path="$T/no-data" load="$T/no-ckpt" tokenizer_type=HuggingFaceTokenizer tokenizer_model="$T/no-tok.json"
+expect_rc "validate: missing files are errors" 2
+expect_in "validate: counts them" "the keys are valid, but a run would stop at 3 problems" "$ERR"
+expect_in "validate: the tokenizer" "no-tok.json" "$ERR"
+expect_in "validate: the data" "<cli>: data_path: $T/no-data: no such file, nor an indexed dataset" "$ERR"
+expect_in "validate: load" "<cli>: load: $T/no-ckpt: no such folder" "$ERR"
+echo "some text" > "$T/data.txt"
+run config validate --config "$PRIMUS_SRC/configs/examples/llama_tiny-pretrain.yaml" data_path="$T/data.txt"
+expect_rc "validate: a plain text file is data" 0
 
 finish

@@ -31,6 +31,18 @@ expect_rc "container without --image" 2
 run container --engine no-such-engine --image i -- config presets
 expect_rc "missing container engine is a missing dependency" 1
 expect_in "engine named" "no-such-engine" "$ERR"
+# The engine's own failures map onto primus' exit codes (0-4), its message kept.
+mkdir -p "$T/fake-engine"
+printf '#!/bin/sh\necho "Error: docker.io/nope: image not known" >&2\nexit ${FAKE_RC:-125}\n' > "$T/fake-engine/podman"
+chmod +x "$T/fake-engine/podman"
+PATH="$T/fake-engine:$PATH" run container --engine podman --image nope -- config presets
+expect_rc "engine failure (125) is a runtime failure" 3
+expect_in "the engine's message" "Error: docker.io/nope: image not known" "$ERR"
+expect_in "says what 125 means" "podman failed before the container ran (exit 125" "$ERR"
+FAKE_RC=127 PATH="$T/fake-engine:$PATH" run container --engine podman --image nope -- config presets
+expect_rc "primus missing in the image (127) is a missing dependency" 1
+FAKE_RC=4 PATH="$T/fake-engine:$PATH" run container --engine podman --image nope -- config presets
+expect_rc "primus' own exit code inside passes through" 4
 (cd "$PRIMUS_SRC" && "$PRIMUS_BIN" --dry-run container --image i -- config presets >/dev/null 2>&1)
 RC=$?; ERR=""; expect_rc "container from inside the project folder" 0
 run --dry-run container --image i --volume "$T" -- config presets

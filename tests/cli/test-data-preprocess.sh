@@ -32,6 +32,9 @@ per_line() { cat "$@" | grep -v '^$'; }
 run data preprocess --input in/a.txt --input in/b.txt.gz --output_prefix out/files
 expect_rc "missing output folder" 2
 mkdir out
+run data preprocess --input 'no-such-folder/*.jsonl' --output_prefix out/none
+expect_rc "a glob in a missing folder matches nothing" 2
+expect_in "names the missing folder" "the pattern matched nothing; no-such-folder is not a folder" "$ERR"
 run data preprocess --input in/a.txt --input in/b.txt.gz --output_prefix out/files
 expect_rc "preprocess per file (plain + gzip)" 0
 expect_in "summary line" "2 documents, " "$ERR"
