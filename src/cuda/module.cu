@@ -141,6 +141,7 @@ static int prm_cu_info(void *ctx, prm_dev_info_t *out) {
   out->cc_major = p.major;
   out->cc_minor = p.minor;
   out->ordinal = c->ordinal;
+  if (gpuGetDeviceCount(&out->device_count) != gpuSuccess) gpuGetLastError();
   gpuRuntimeGetVersion(&out->runtime_version);
   gpuDriverGetVersion(&out->driver_version);
   int bv = 0;
@@ -199,6 +200,11 @@ static void *prm_cu_alloc(void *ctx, int cat, size_t bytes) {
   gpuError_t e = gpuMalloc(&p, bytes ? bytes : 1); /* 256-byte aligned */
   if (e != gpuSuccess) {
     gpuGetLastError(); /* out of memory is not sticky: clear it for the next call */
+    /* Anything else (a sticky error left by a faulted kernel ...) is not
+     * "does not fit": keep it for sync, so the core does not blame memory. */
+    if (e != gpuErrorMemoryAllocation)
+      prm_cu_fail(c, "alloc of %zu bytes: %s (%s)", bytes, gpuGetErrorString(e),
+                  gpuGetErrorName(e));
     return NULL;
   }
   e = gpuMemsetAsync(p, 0, bytes, c->stream);
@@ -244,6 +250,9 @@ static int prm_cu_memcpy(prm_cu_ctx *c, const char *op, void *dst, const void *s
   const char *prev = c->last_op;
   prm_cu_enter(c, op);
   if (!bytes) return 0;
+  /* Host buffers are pageable (the core's own memory): the async copy may
+   * still read or write them after it returns, so upload and download wait
+   * on the stream before returning (the ABI's "safe on return"). */
   gpuError_t e = gpuMemcpyAsync(dst, src, bytes, kind, c->stream);
   if (e == gpuSuccess && wait) e = gpuStreamSynchronize(c->stream);
   if (e != gpuSuccess) {
@@ -307,6 +316,10 @@ static void prm_cu_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb,
                 op, (long long)M, (long long)N, (long long)K);
     return;
   }
+  /* COMPUTE_32F with the handle's default math mode (never changed here)
+   * is plain fp32: cuBLAS uses TF32 only under COMPUTE_32F_FAST_TF32 or
+   * CUBLAS_TF32_TENSOR_OP_MATH. alpha and beta are host floats (the default
+   * pointer mode), read before GemmEx returns. */
   gpublasComputeType_t ct = GPUBLAS_COMPUTE_32F;
   if (!bf16 && c->tf32) ct = GPUBLAS_COMPUTE_32F_FAST_TF32;
   auto ab = bf16 ? GPUBLAS_R_16BF : GPUBLAS_R_32F;
@@ -384,6 +397,9 @@ static const prm_dev_i prm_cu_table = {
     .scale = prm_cu_scale,
 };
 
+/* An empty kernel whose attributes the entry point asks for (see there). */
+__global__ static void prm_cu_k_probe(void) {}
+
 /* "13.0" from CUDA's encoding 13000. */
 static void prm_cu_ver(char *buf, size_t len, int v) {
   snprintf(buf, len, "%d.%d", v / 1000, (v % 1000) / 10);
@@ -444,11 +460,14 @@ extern "C" __attribute__((visibility("default"))) int prm_device_module_open(
                vis ? vis : "(unset)");
     return PRM_DEV_OPEN_NO_DEVICE;
   }
-  if (ordinal < 0 || ordinal >= count) {
+  if (ordinal < 0) {
     prm_cu_say(msg, msg_len, "GPU ordinal %d asked for, but %d GPU%s visible (0..%d)", ordinal,
                count, count == 1 ? " is" : "s are", count - 1);
     return PRM_DEV_OPEN_NO_DEVICE;
   }
+  /* The ABI: an ordinal at or above the count wraps around (more ranks on a
+   * node than GPUs share them). */
+  ordinal %= count;
 
   prm_cu_ctx *c = (prm_cu_ctx *)calloc(1, sizeof *c);
   if (!c) {
@@ -462,6 +481,15 @@ extern "C" __attribute__((visibility("default"))) int prm_device_module_open(
   const char *step = "cudaSetDevice";
   e = gpuSetDevice(ordinal);
   if (e != gpuSuccess) goto fail_cuda;
+  /* Kernels load lazily (CUDA_MODULE_LOADING=LAZY): ask for one now, so a
+   * GPU the module has no code for (built for sm_90 only, CMAKE_CUDA_
+   * ARCHITECTURES) fails here with its name rather than at the first kernel. */
+  step = "loading the module's kernels (is it built for this GPU's architecture?)";
+  {
+    gpuFuncAttributes fa;
+    e = gpuFuncGetAttributes(&fa, reinterpret_cast<const void *>(prm_cu_k_probe));
+    if (e != gpuSuccess) goto fail_cuda;
+  }
   step = "cudaStreamCreateWithFlags";
   e = gpuStreamCreateWithFlags(&c->stream, gpuStreamNonBlocking);
   if (e != gpuSuccess) goto fail_cuda;
@@ -491,8 +519,14 @@ extern "C" __attribute__((visibility("default"))) int prm_device_module_open(
   step = "cublasSetStream";
   bs = gpublasSetStream(c->blas, c->stream);
   if (bs != GPUBLAS_STATUS_SUCCESS) goto fail_blas;
+  /* After SetStream: cublasSetStream resets the workspace to cuBLAS's
+   * default pool, so this order keeps ours. */
   step = "cublasSetWorkspace";
   bs = gpublasSetWorkspace(c->blas, c->blas_ws, c->blas_ws_bytes);
+  if (bs != GPUBLAS_STATUS_SUCCESS) goto fail_blas;
+  /* No atomics in GEMM reductions (determinism); the default, made explicit. */
+  step = "cublasSetAtomicsMode";
+  bs = gpublasSetAtomicsMode(c->blas, GPUBLAS_ATOMICS_NOT_ALLOWED);
   if (bs != GPUBLAS_STATUS_SUCCESS) goto fail_blas;
   *table = &prm_cu_table;
   *ctx = c;

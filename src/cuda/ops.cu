@@ -131,6 +131,7 @@ __global__ static void prm_cu_k_emb_fwd(float *out, const int32_t *tok, const fl
   int64_t n = blockIdx.x;
   int32_t t = tok[n];
   if (t < 0) {
+    /* A plain |= racing with other blocks is fine: they all set this same bit. */
     if (threadIdx.x == 0) *flags |= PRM_CU_FLAG_EMB_TOKEN;
     return;
   }
@@ -496,7 +497,9 @@ typedef struct {
 
 /* Grid-stride, one parameter per thread per step. Explicitly rounded
  * operations (__fmul_rn ...): never contracted into FMAs, so the bits are
- * those of the CPU's (which keeps products and sums separate). */
+ * those of the CPU's (which keeps products and sums separate). This needs
+ * the build's defaults: no --use_fast_math, -ftz=false (denormals kept, as
+ * on the CPU), IEEE division and square root. */
 __global__ static void prm_cu_k_adamw(float *p, const float *g, float *m, float *v, int64_t n,
                                       prm_cu_adamw_k k) {
   PRM_CU_FOR(i, n) {

@@ -29,6 +29,7 @@ typedef hipError_t gpuError_t;
 typedef hipStream_t gpuStream_t;
 typedef hipDeviceProp_t gpuDeviceProp;
 typedef hipMemcpyKind gpuMemcpyKind;
+typedef hipFuncAttributes gpuFuncAttributes;
 typedef hip_bfloat16 gpu_bf16;
 #define gpuSuccess hipSuccess
 #define gpuErrorInsufficientDriver hipErrorInsufficientDriver
@@ -42,6 +43,7 @@ typedef hip_bfloat16 gpu_bf16;
 #define gpuGetDeviceCount hipGetDeviceCount
 #define gpuSetDevice hipSetDevice
 #define gpuGetDeviceProperties hipGetDeviceProperties
+#define gpuFuncGetAttributes hipFuncGetAttributes
 #define gpuMemGetInfo hipMemGetInfo
 #define gpuMalloc hipMalloc
 #define gpuFree hipFree
@@ -72,6 +74,8 @@ typedef hipblasComputeType_t gpublasComputeType_t;
 #define gpublasDestroy hipblasDestroy
 #define gpublasSetStream hipblasSetStream
 #define gpublasSetWorkspace hipblasSetWorkspace
+#define gpublasSetAtomicsMode hipblasSetAtomicsMode
+#define GPUBLAS_ATOMICS_NOT_ALLOWED HIPBLAS_ATOMICS_NOT_ALLOWED
 #define gpublasGemmEx hipblasGemmEx
 #define gpublasGetStatusString hipblasStatusToString
 /* hipBLAS has no per-handle version query: report the header's. */
@@ -94,6 +98,7 @@ typedef cudaError_t gpuError_t;
 typedef cudaStream_t gpuStream_t;
 typedef cudaDeviceProp gpuDeviceProp;
 typedef cudaMemcpyKind gpuMemcpyKind;
+typedef cudaFuncAttributes gpuFuncAttributes;
 typedef __nv_bfloat16 gpu_bf16;
 #define gpuSuccess cudaSuccess
 #define gpuErrorInsufficientDriver cudaErrorInsufficientDriver
@@ -107,6 +112,7 @@ typedef __nv_bfloat16 gpu_bf16;
 #define gpuGetDeviceCount cudaGetDeviceCount
 #define gpuSetDevice cudaSetDevice
 #define gpuGetDeviceProperties cudaGetDeviceProperties
+#define gpuFuncGetAttributes cudaFuncGetAttributes
 #define gpuMemGetInfo cudaMemGetInfo
 #define gpuMalloc cudaMalloc
 #define gpuFree cudaFree
@@ -137,6 +143,8 @@ typedef cublasComputeType_t gpublasComputeType_t;
 #define gpublasDestroy cublasDestroy
 #define gpublasSetStream cublasSetStream
 #define gpublasSetWorkspace cublasSetWorkspace
+#define gpublasSetAtomicsMode cublasSetAtomicsMode
+#define GPUBLAS_ATOMICS_NOT_ALLOWED CUBLAS_ATOMICS_NOT_ALLOWED
 #define gpublasGemmEx cublasGemmEx
 #define gpublasGetStatusString cublasGetStatusString
 #define gpublasGetVersion cublasGetVersion
