@@ -111,6 +111,33 @@ int prm_args_parse(const prm_opt_t *opts, int argc, char **argv, unsigned flags,
       int oi = prm__opt_index(opts, n, nm);
       if (oi < 0) {
         if (flags & PRM_ARGS_OVERRIDES) {
+          /* --key value is a config override (Megatron's spelling); a name
+           * that is no key but a global option or close to one of this
+           * command's options is a mistake, said as such. */
+          char *key = prm_xstrdup(nm);
+          for (char *p = key; *p; p++)
+            if (*p == '-') *p = '_';
+          if (!prm_schema_find(key)) {
+            static const char *const globals[] = {"dry_run", "debug", "version"};
+            for (size_t g = 0; g < sizeof globals / sizeof globals[0] && !rc; g++)
+              if (!strcmp(key, globals[g]))
+                rc = prm_errf(err, PRM_EINVAL, "%s: --%s is a global option: put it before the "
+                              "runtime or the task (primus --%s <task> ...)", ctx, nm, nm);
+            if (!rc) {
+              const char **cands = prm_xmalloc(sizeof(char *) * (size_t)(n ? n : 1));
+              for (int c = 0; c < n; c++) cands[c] = opts[c].name;
+              const char *sug = n ? prm_suggest(key, cands, n) : NULL;
+              if (sug)
+                rc = prm_errf(err, PRM_EINVAL, "%s: unknown option --%s (did you mean --%s?)",
+                              ctx, nm, sug);
+              free(cands);
+            }
+          }
+          free(key);
+          if (rc) {
+            free(nm);
+            goto fail;
+          }
           const char *v = eq ? eq + 1 : NULL;
           if (!v) {
             if (i + 1 >= argc) {

@@ -61,6 +61,14 @@ expect_rc "unknown task option" 2
 expect_in "task option named" "unknown option --bogus" "$ERR"
 run replay /nowhere --forse
 expect_in "task option suggestion" "did you mean --force" "$ERR"
+# Tasks that take --key value config overrides still catch typos and
+# global options given after the task.
+run train pretrain --confg x.yaml
+expect_rc "a misspelt option of a task with overrides" 2
+expect_in "did you mean --config" "unknown option --confg (did you mean --config?)" "$ERR"
+run train pretrain --config x.yaml --dry-run
+expect_rc "--dry-run after the task" 2
+expect_in "says where global options go" "--dry-run is a global option: put it before the runtime or the task" "$ERR"
 
 # primus-cli is the same program.
 CLI=$(dirname "$PRIMUS_BIN")/primus-cli
