@@ -38,8 +38,11 @@ void prm_cu_fail(prm_cu_ctx *c, const char *fmt, ...) {
 int prm_cu_check(prm_cu_ctx *c, const char *op) {
   gpuError_t e = gpuGetLastError();
   if (e != gpuSuccess) {
-    prm_cu_fail(c, "%s: kernel launch failed: %s (%s)", op, gpuGetErrorString(e),
-                gpuGetErrorName(e));
+    /* A sticky error (an earlier kernel's fault) also shows up here. */
+    prm_cu_fail(c,
+                "%s: kernel launch failed: %s (%s) (or raised by an operator queued before "
+                "it; PRIMUS_CUDA_SYNC=1 waits after each one to name it)",
+                op, gpuGetErrorString(e), gpuGetErrorName(e));
     return -1;
   }
   if (c->sync_each) {
