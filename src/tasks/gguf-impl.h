@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-enum { PRM__DIM_C, PRM__DIM_F, PRM__DIM_V, PRM__DIM_HD, PRM__DIM_GD, PRM__DIM_NONE };
+enum { PRM__DIM_C, PRM__DIM_F, PRM__DIM_V, PRM__DIM_HD, PRM__DIM_GD, PRM__DIM_D, PRM__DIM_NONE };
 enum { PRM__PERM_NONE, PRM__PERM_Q, PRM__PERM_K };
 
 /* One tensor: its Hugging Face and GGUF names (layer tensors have "%d"),
@@ -25,6 +25,10 @@ typedef struct {
 typedef struct {
   prm_hf_config_t h;
   int64_t head_dim;
+  /* llama.cpp's architecture: "llama", or "qwen2" (q/k/v biases) and
+   * "qwen3" (q/k norms), which rotate halves as Hugging Face does (no
+   * Q/K permutation). */
+  const char *arch;
 } prm__shape_t;
 
 /* A tensor of the map, named for layer l, with its HF shape. */
@@ -35,8 +39,9 @@ typedef struct {
   int64_t numel;
 } prm__tname_t;
 
-/* Checks the sizes of s->h (naming file in errors) and sets s->head_dim.
- * MoE models are refused. */
+/* Checks the sizes of s->h (naming file in errors) and sets s->head_dim
+ * and s->arch. MoE models are refused, and what llama.cpp's architectures
+ * lack (q/k/v biases with q/k norms, RoPE scaling on Qwen). */
 int prm__shape_check(prm__shape_t *s, const char *file, prm_err_t *err);
 /* Every tensor of the model in Hugging Face order (the order primus'
  * checkpoints write); *n gets the count. Caller frees. */

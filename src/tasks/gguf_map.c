@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ------------------------------------------------------------------------ */
 /* The tensor map                                                            */
@@ -29,6 +30,17 @@ static const prm__map_t prm__map_norm = {"model.norm.weight", "output_norm.weigh
 static const prm__map_t prm__map_head = {"lm_head.weight", "output.weight", PRM__DIM_V, PRM__DIM_C,
                                          PRM__PERM_NONE};
 #define PRM__NLAYER_T ((int)(sizeof prm__map_layer / sizeof prm__map_layer[0]))
+/* Qwen 2's biases (after their matrices) and Qwen 3's q/k norms (after
+ * o_proj), as llama.cpp's qwen2/qwen3 name them. */
+static const prm__map_t prm__map_bias[] = {
+    {"model.layers.%d.self_attn.q_proj.bias", "blk.%d.attn_q.bias", PRM__DIM_HD, PRM__DIM_NONE, PRM__PERM_NONE},
+    {"model.layers.%d.self_attn.k_proj.bias", "blk.%d.attn_k.bias", PRM__DIM_GD, PRM__DIM_NONE, PRM__PERM_NONE},
+    {"model.layers.%d.self_attn.v_proj.bias", "blk.%d.attn_v.bias", PRM__DIM_GD, PRM__DIM_NONE, PRM__PERM_NONE},
+};
+static const prm__map_t prm__map_qknorm[] = {
+    {"model.layers.%d.self_attn.q_norm.weight", "blk.%d.attn_q_norm.weight", PRM__DIM_D, PRM__DIM_NONE, PRM__PERM_NONE},
+    {"model.layers.%d.self_attn.k_norm.weight", "blk.%d.attn_k_norm.weight", PRM__DIM_D, PRM__DIM_NONE, PRM__PERM_NONE},
+};
 
 static int64_t prm__dim(const prm__shape_t *s, int d) {
   switch (d) {
@@ -37,6 +49,7 @@ static int64_t prm__dim(const prm__shape_t *s, int d) {
   case PRM__DIM_V: return s->h.vocab_size;
   case PRM__DIM_HD: return s->h.num_attention_heads * s->head_dim;
   case PRM__DIM_GD: return s->h.num_key_value_heads * s->head_dim;
+  case PRM__DIM_D: return s->head_dim;
   default: return 0;
   }
 }
@@ -47,28 +60,28 @@ int prm__shape_check(prm__shape_t *s, const char *file, prm_err_t *err) {
     return prm_errf(err, PRM_EINVAL, "%s: a mixture-of-experts (Mixtral) model with %lld experts: "
                     "GGUF export of MoE models is not supported yet", file,
                     (long long)h->num_local_experts);
-  /* The attention variants: llama.cpp has them under other architectures
-   * (qwen2's biases, qwen3's q/k norms and key_length, llama's rope_freqs
-   * tensor), which this export does not write yet. */
-  const char *feature = h->qkv_bias ? "q/k/v biases (add_qkv_bias, Qwen 2.5)"
-                        : h->qk_norm ? "q/k norms (qk_layernorm, Qwen 3)"
-                        : h->head_dim > 0 && h->head_dim * h->num_attention_heads != h->hidden_size
-                            ? "a head size other than hidden_size / num_attention_heads (kv_channels)"
-                        : h->rope_factor > 0 ? "Llama 3.1's RoPE scaling (rope_scaling)"
-                                             : NULL;
-  if (feature)
-    return prm_errf(err, PRM_EINVAL, "%s: the model has %s: GGUF export of this architecture is "
-                    "not supported yet", file, feature);
+  /* The attention variants live in llama.cpp's qwen2 (biases) and qwen3
+   * (q/k norms) architectures; Llama 3.1's scaling is llama's rope_freqs. */
+  s->arch = h->qk_norm ? "qwen3" : h->qkv_bias ? "qwen2" : "llama";
+  if (h->qk_norm && h->qkv_bias)
+    return prm_errf(err, PRM_EINVAL, "%s: q/k/v biases (add_qkv_bias) together with q/k norms "
+                    "(qk_layernorm): llama.cpp's qwen3 has no biases; GGUF export of this "
+                    "combination is not supported", file);
+  if (h->rope_factor > 0 && strcmp(s->arch, "llama"))
+    return prm_errf(err, PRM_EINVAL, "%s: Llama 3.1's RoPE scaling (rope_scaling) on a %s model: "
+                    "llama.cpp reads its rope_freqs for llama only; GGUF export of this "
+                    "combination is not supported", file, s->arch);
   if (h->hidden_size < 1 || h->intermediate_size < 1 || h->num_attention_heads < 1 ||
       h->num_key_value_heads < 1 || h->num_hidden_layers < 1 || h->vocab_size < 1)
     return prm_errf(err, PRM_EPARSE, "%s: every model size must be >= 1", file);
-  if (h->hidden_size % h->num_attention_heads || h->num_attention_heads % h->num_key_value_heads)
+  if ((!h->head_dim && h->hidden_size % h->num_attention_heads) ||
+      h->num_attention_heads % h->num_key_value_heads)
     return prm_errf(err, PRM_EPARSE,
                     "%s: hidden size %lld, %lld heads, %lld key/value heads: heads must divide "
                     "the hidden size and key/value heads the heads",
                     file, (long long)h->hidden_size, (long long)h->num_attention_heads,
                     (long long)h->num_key_value_heads);
-  s->head_dim = h->hidden_size / h->num_attention_heads;
+  s->head_dim = h->head_dim > 0 ? h->head_dim : h->hidden_size / h->num_attention_heads;
   if (s->head_dim % 2)
     return prm_errf(err, PRM_EPARSE, "%s: head size %lld is odd; rotary embeddings need it even",
                     file, (long long)s->head_dim);
@@ -80,7 +93,8 @@ static void prm__tname(const prm__map_t *m, int l, const prm__shape_t *s, prm__t
   snprintf(t->gguf, sizeof t->gguf, m->gguf, l);
   t->rows = prm__dim(s, m->rows);
   t->cols = prm__dim(s, m->cols);
-  t->perm = m->perm;
+  /* qwen2/qwen3 rotate halves (NEOX) as Hugging Face does: no permutation. */
+  t->perm = s->arch && strcmp(s->arch, "llama") ? PRM__PERM_NONE : m->perm;
   t->numel = t->rows * (t->cols ? t->cols : 1);
 }
 
@@ -88,10 +102,15 @@ static void prm__tname(const prm__map_t *m, int l, const prm__shape_t *s, prm__t
  * checkpoints write); *n gets the count. Caller frees. */
 prm__tname_t *prm__tensor_list(const prm__shape_t *s, int *n) {
   int L = (int)s->h.num_hidden_layers, k = 0;
-  prm__tname_t *t = prm_xcalloc((size_t)(L * PRM__NLAYER_T + 3), sizeof *t);
+  prm__tname_t *t = prm_xcalloc((size_t)(L * (PRM__NLAYER_T + 5) + 3), sizeof *t);
   prm__tname(&prm__map_embed, 0, s, &t[k++]);
   for (int l = 0; l < L; l++)
-    for (int j = 0; j < PRM__NLAYER_T; j++) prm__tname(&prm__map_layer[j], l, s, &t[k++]);
+    for (int j = 0; j < PRM__NLAYER_T; j++) {
+      prm__tname(&prm__map_layer[j], l, s, &t[k++]);
+      if (s->h.qkv_bias && j >= 1 && j <= 3) prm__tname(&prm__map_bias[j - 1], l, s, &t[k++]);
+      if (s->h.qk_norm && j == 4)
+        for (int q = 0; q < 2; q++) prm__tname(&prm__map_qknorm[q], l, s, &t[k++]);
+    }
   prm__tname(&prm__map_norm, 0, s, &t[k++]);
   if (!s->h.tie_word_embeddings) prm__tname(&prm__map_head, 0, s, &t[k++]);
   *n = k;

@@ -51,6 +51,7 @@ static int prm__export_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   float **bufs = NULL;
   int nt = 0;
   prm_gguf_writer_t *w = NULL;
+  float *rope_freqs = NULL;
   int rc;
   if ((rc = prm_ckpt_resolve(load, &dir, &iter, err))) return rc;
   cj = prm_path_join(dir, "config.json");
@@ -102,20 +103,30 @@ static int prm__export_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
                                                      : prm_path_basename(ld));
   free(ld);
   w = prm_gguf_writer_new();
-  prm_gguf_set_str(w, "general.architecture", "llama");
+  /* The architecture's keys: llama.*, or qwen2.* / qwen3.* for the
+   * attention variants (a head width of its own adds key/value_length). */
+  const char *A = s.arch;
+  char key[96];
+#define PRM__AKEY(suffix) (snprintf(key, sizeof key, "%s.%s", A, suffix), key)
+  prm_gguf_set_str(w, "general.architecture", A);
   prm_gguf_set_str(w, "general.name", name);
   prm_gguf_set_u32(w, "general.alignment", PRM_GGUF_DEFAULT_ALIGNMENT);
   prm_gguf_set_u32(w, "general.file_type", mtype == PRM_GGML_F16 ? 1 : 0);
-  prm_gguf_set_u32(w, "llama.context_length", (uint32_t)h->max_position_embeddings);
-  prm_gguf_set_u32(w, "llama.embedding_length", (uint32_t)h->hidden_size);
-  prm_gguf_set_u32(w, "llama.block_count", (uint32_t)h->num_hidden_layers);
-  prm_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)h->intermediate_size);
-  prm_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)h->num_attention_heads);
-  prm_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)h->num_key_value_heads);
-  prm_gguf_set_f32(w, "llama.rope.freq_base", (float)h->rope_theta);
-  prm_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", (float)h->rms_norm_eps);
-  prm_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)s.head_dim);
-  prm_gguf_set_u32(w, "llama.vocab_size", (uint32_t)h->vocab_size);
+  prm_gguf_set_u32(w, PRM__AKEY("context_length"), (uint32_t)h->max_position_embeddings);
+  prm_gguf_set_u32(w, PRM__AKEY("embedding_length"), (uint32_t)h->hidden_size);
+  prm_gguf_set_u32(w, PRM__AKEY("block_count"), (uint32_t)h->num_hidden_layers);
+  prm_gguf_set_u32(w, PRM__AKEY("feed_forward_length"), (uint32_t)h->intermediate_size);
+  prm_gguf_set_u32(w, PRM__AKEY("attention.head_count"), (uint32_t)h->num_attention_heads);
+  prm_gguf_set_u32(w, PRM__AKEY("attention.head_count_kv"), (uint32_t)h->num_key_value_heads);
+  prm_gguf_set_f32(w, PRM__AKEY("rope.freq_base"), (float)h->rope_theta);
+  prm_gguf_set_f32(w, PRM__AKEY("attention.layer_norm_rms_epsilon"), (float)h->rms_norm_eps);
+  prm_gguf_set_u32(w, PRM__AKEY("rope.dimension_count"), (uint32_t)s.head_dim);
+  if (s.head_dim * h->num_attention_heads != h->hidden_size || strcmp(A, "llama")) {
+    prm_gguf_set_u32(w, PRM__AKEY("attention.key_length"), (uint32_t)s.head_dim);
+    prm_gguf_set_u32(w, PRM__AKEY("attention.value_length"), (uint32_t)s.head_dim);
+  }
+  prm_gguf_set_u32(w, PRM__AKEY("vocab_size"), (uint32_t)h->vocab_size);
+#undef PRM__AKEY
   prm_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
   prm_gguf_set_str(w, "tokenizer.ggml.pre", "gpt-2");
   prm_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)voc.tokens, h->vocab_size);
@@ -130,12 +141,29 @@ static int prm__export_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
     int64_t ne[2] = {t->cols ? t->cols : t->rows, t->rows};
     prm_gguf_add_tensor(w, t->gguf, t->cols ? mtype : PRM_GGML_F32, t->cols ? 2 : 1, ne, bufs[i]);
   }
+  if (h->rope_factor > 0) {
+    /* Llama 3.1's scaling as llama.cpp reads it: rope_freqs (D/2, f32), the
+     * factor each inverse frequency is divided by (1 for short wavelengths,
+     * the factor for long ones, the blend's reciprocal between), as
+     * convert_hf_to_gguf.py computes it, in double. */
+    int64_t half = s.head_dim / 2;
+    rope_freqs = prm_xmalloc((size_t)half * sizeof(float));
+    double f = h->rope_factor, lo = h->rope_low, hi = h->rope_high, orig = (double)h->rope_orig;
+    for (int64_t i = 0; i < half; i++) {
+      double inv = pow(h->rope_theta, -2.0 * (double)i / (double)s.head_dim);
+      double wl = 2.0 * M_PI / inv, sm = (orig / wl - lo) / (hi - lo);
+      rope_freqs[i] = wl < orig / hi ? 1.0f : wl > orig / lo ? (float)f : (float)(1.0 / ((1.0 - sm) / f + sm));
+    }
+    int64_t ne[1] = {half};
+    prm_gguf_add_tensor(w, "rope_freqs.weight", PRM_GGML_F32, 1, ne, rope_freqs);
+  }
   if ((rc = prm_gguf_writer_write(w, output, err))) goto done;
   PRM_INFO("wrote %s: %d tensors (%s, norms f32), %s vocabulary of %lld tokens%s, from %s", output,
            nt, dtype, voc.byte_vocab ? "byte" : "BPE", (long long)h->vocab_size,
            h->tie_word_embeddings ? ", head tied to token_embd" : "", dir);
 done:
   prm_gguf_writer_free(w);
+  free(rope_freqs);
   if (bufs)
     for (int i = 0; i < nt; i++) free(bufs[i]);
   free(bufs);
@@ -225,7 +253,9 @@ static const prm_subtask_t prm__export_subs[] = {
      "... output_norm, output; output is left out when the head is tied). Q and K\n"
      "rows are permuted from Hugging Face's rotate-half layout to llama.cpp's\n"
      "adjacent pairs. With --dtype f16 the matrices are rounded to f16; norm\n"
-     "weights stay f32. The file appears only when complete. See docs/interop.md.\n\n"
+     "weights stay f32. Models with q/k/v biases or q/k norms are written as\n"
+     "llama.cpp's qwen2 or qwen3 (no Q/K permutation), Llama 3.1's RoPE scaling as\n"
+     "a rope_freqs tensor. The file appears only when complete. See docs/interop.md.\n\n"
      "Examples:\n"
      "  primus export gguf --load output/ckpt --output tiny.gguf\n"
      "  primus export gguf --load output/ckpt/iter_0000200 --output tiny-f16.gguf --dtype f16",

@@ -10,7 +10,9 @@
 # model.safetensors byte for byte, and exporting the import again the same
 # GGUF file. node-llama-cpp comes from scripts/deps.sh (run here when the
 # package is missing); only when that install fails is the test skipped,
-# with the reason.
+# with the reason. The attention variants (Qwen 2's biases, Qwen 3's q/k
+# norms and head width, Llama 3.1's RoPE scaling) go through llama.cpp's
+# qwen2, qwen3 and llama architectures the same way.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PY=/usr/bin/python3
 NM=$PRIMUS_CACHE/npm/node_modules
@@ -136,6 +138,68 @@ tokens() {
 }
 head -c 600 corpus.txt > sample.txt
 printf 'Café 1984 -- naïve!\n\ttabs  and   spaces\n' >> sample.txt
+# The attention variants (byte vocabulary, f32 and f16): Qwen 2's q/k/v
+# biases (llama.cpp's qwen2), Qwen 3's q/k norms with heads of 16 over
+# hidden 32 (qwen3, key_length), Llama 3.1's RoPE scaling on a context
+# long enough to reach its blended and slowed bands (llama with
+# rope_freqs). Import reads llama files only: these are refused by name.
+case_variant() { # NAME TOKENS SEQ [KEY: VALUE]...
+  local name=$1 toks=$2 seq=$3
+  shift 3
+  tiny_exp "$name" "save: $T/$name" "save_interval: 20" "train_iters: 20" "lr: 1.0e-2" "$@"
+  sed -i "s/^      seq_length: .*/      seq_length: $seq/; s/^      max_position_embeddings: .*/      max_position_embeddings: $((2 * seq))/" "$name.yaml"
+  run train pretrain --config "$name.yaml"
+  expect_rc "$name: train" 0
+  [[ $RC == 0 ]] || return
+  run export gguf --load "$T/$name" --output "$name.gguf" --name "$name"
+  expect_rc "$name: export gguf" 0
+  check_llama "$name-f32" "$name.gguf" "$T/$name" "$toks" 256 1e-4
+  run export gguf --load "$T/$name" --output "$name-f16.gguf" --dtype f16 --name "$name"
+  expect_rc "$name: export gguf --dtype f16" 0
+  check_llama "$name-f16" "$name-f16.gguf" "$T/$name" "$toks" 256 1e-2
+}
+case_variant qwen2-bias "$BYTES" 32 "add_qkv_bias: true" "untie_embeddings_and_output_weights: true"
+expect_in "qwen2-bias: architecture qwen2" "qwen2" "$(head -c 200 qwen2-bias.gguf | tr -c '[:print:]' ' ')"
+run import gguf --input qwen2-bias.gguf --output "$T/qwen2-imp"
+expect_rc "import of a qwen2 file refused" 2
+expect_in "import names the architecture" 'general.architecture is "qwen2"' "$ERR"
+case_variant qwen3-norm "$BYTES" 32 "qk_layernorm: true" "kv_channels: 16"
+expect_in "qwen3-norm: architecture qwen3" "qwen3" "$(head -c 200 qwen3-norm.gguf | tr -c '[:print:]' ' ')"
+LONG=$(printf 'the jury said the grand county election produced no evidence that any irregularities took place the jury further said' | od -An -tu1 -v | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
+case_variant llama31-rope "$LONG" 128 "use_rope_scaling: true" "rope_scaling_factor: 8.0" \
+  "micro_batch_size: 1" "global_batch_size: 1" "rotary_base: 500000"
+# Over 8192 original positions the scaling barely moves these logits (a
+# few 1e-6), so the same weights with original_max_position_embeddings 32
+# (every band within the context) check it where it shows; without the
+# scaling primus' logits then differ from llama.cpp's.
+for v in short plain; do
+  mkdir -p "$T/llama31-$v" && cp "$T"/llama31-rope/iter_0000020/* "$T/llama31-$v/"
+  $PY - "$T/llama31-$v/config.json" $v <<'P'
+import json, sys
+c = json.load(open(sys.argv[1]))
+if sys.argv[2] == "short":
+    c["rope_scaling"]["original_max_position_embeddings"] = 32
+else:
+    del c["rope_scaling"]
+json.dump(c, open(sys.argv[1], "w"))
+P
+done
+run export gguf --load "$T/llama31-short" --output llama31-short.gguf --name llama31-short
+expect_rc "llama31-short: export gguf" 0
+check_llama "llama31-short" llama31-short.gguf "$T/llama31-short" "$LONG" 256 1e-4
+run export logits --load "$T/llama31-plain" --tokens "$LONG" --output "$T/llama31-plain.prm"
+d=$(maxdiff "$T/llama31-plain.prm" "$T/llama31-short.ll")
+awk -v x="$d" 'BEGIN { exit !(x + 0 > 1e-4) }' && ok "unscaled RoPE is off by more than the check's 1e-4 ($d)" ||
+  bad "the RoPE scaling does not show in the logits ($d)"
+# Qwen 3 with q/k/v biases has no llama.cpp architecture: refused, naming it.
+tiny_exp qwen3-bias "save: $T/qwen3-bias" "save_interval: 2" "train_iters: 2" "qk_layernorm: true" \
+  "add_qkv_bias: true"
+run train pretrain --config qwen3-bias.yaml
+run export gguf --load "$T/qwen3-bias" --output qwen3-bias.gguf
+expect_rc "q/k/v biases with q/k norms: export refused" 2
+expect_in "names both" "add_qkv_bias" "$ERR"
+[[ ! -e qwen3-bias.gguf ]] && ok "nothing written" || bad "a refused export left a file"
+
 tokens "byte vocabulary" byte-tied-gqa.gguf "$(od -An -tu1 -v sample.txt | xargs)"
 run generate --load "$T/byte-tied-gqa-imp" --prompt "the jury" --max_new_tokens 4 --temperature 0
 expect_rc "generate from an imported byte-vocabulary checkpoint" 0
