@@ -217,6 +217,7 @@ typedef struct {
   const char *load, *prompt, *tokenizer_type;
   const char *tokenizer_model; /* NULL: the checkpoint folder's tokenizer.json for HF */
   int64_t max_new_tokens, top_k;
+  int max_new_default; /* max_new_tokens was not given: stop at the model's context quietly */
   double temperature, top_p;
   uint64_t seed;
   const char *device; /* auto (NULL), cpu or cuda: where the model runs */

@@ -157,7 +157,7 @@ const prm_task_t prm__task_eval = {"eval", "evaluate a checkpoint on the validat
 static const prm_opt_t prm__gen_opts[] = {
     {"load", 0, PRM_OPT_STR, "DIR", NULL, "a Hugging Face folder or a save folder (required)"},
     {"prompt", 'p', PRM_OPT_STR, "TEXT", NULL, "text to continue (required)"},
-    {"max_new_tokens", 'n', PRM_OPT_INT, "N", "128", "tokens to generate"},
+    {"max_new_tokens", 'n', PRM_OPT_INT, "N", "128", "tokens to generate (the default stops quietly where the model's context ends)"},
     {"temperature", 't', PRM_OPT_FLOAT, "T", "0.8", "sampling temperature; 0 is greedy"},
     {"top_k", 0, PRM_OPT_INT, "K", "0", "sample from the K most likely tokens; 0: all"},
     {"top_p", 0, PRM_OPT_FLOAT, "P", "1.0", "sample from the smallest set with probability >= P"},
@@ -181,6 +181,7 @@ static int prm__generate(prm_task_ctx_t *ctx, prm_err_t *err) {
       .seed = (uint64_t)prm_args_int(ctx->args, "seed", 1234),
       .device = prm_args_str(ctx->args, "device"),
       .out = ctx->out,
+      .max_new_default = !prm_args_has(ctx->args, "max_new_tokens"),
   };
   if (!g.load) return prm_errf(err, PRM_EINVAL, "generate: --load DIR is required");
   if (!g.prompt) return prm_errf(err, PRM_EINVAL, "generate: --prompt TEXT is required");

@@ -126,12 +126,19 @@ int prm_generate(const prm_generate_opts_t *g, prm_err_t *err) {
     fwrite(piece.buf ? piece.buf : "", 1, piece.len, g->out);
     fflush(g->out);
     if (prm_llama_kv_len(kv) >= c.max_pos) {
-      PRM_WARN("stopped at max_position_embeddings (%lld tokens)", (long long)c.max_pos);
-      break;
+      /* The text's line ends before the warning, which goes to stderr. */
+      fputc('\n', g->out);
+      fflush(g->out);
+      if (!g->max_new_default)
+        PRM_WARN("stopped after %lld of --max_new_tokens %lld: the model's context "
+                 "(max_position_embeddings %lld tokens) is full", (long long)i + 1,
+                 (long long)g->max_new_tokens, (long long)c.max_pos);
+      goto out;
     }
     if ((rc = prm_llama_kv_step(m, kv, &next, 1, logits, err))) break;
   }
   fputc('\n', g->out);
+out:
   prm_sb_free(&piece);
 done:
   free(cand);

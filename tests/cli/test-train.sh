@@ -78,6 +78,14 @@ expect_in "generation starts with the prompt" "the jury" "${G1:0:8}"
 if ((${#G1} >= 40)); then ok "generated 40 tokens"; else bad "generated too little: '$G1'"; fi
 run generate --load "$T/ckpt" --prompt "the jury" --max_new_tokens 30 --temperature 0.9 --top_k 5 --top_p 0.9 --seed 3
 expect_rc "sampled generation" 0
+# The model's context (64 positions) ends the text with its newline; the
+# default length stops there quietly, a longer --max_new_tokens says so.
+"$PRIMUS_BIN" generate --load "$T/ckpt" --prompt "the jury" --temperature 0 > "$T/gen.txt" 2> "$T/gen.err"
+expect_eq "default length: exit 0, no warning" "$?:$(grep -c WARN "$T/gen.err")" "0:0"
+expect_eq "the text ends with a newline" "$(tail -c1 "$T/gen.txt" | od -An -c | tr -d ' ')" '\n'
+"$PRIMUS_BIN" generate --load "$T/ckpt" --prompt "the jury" --temperature 0 --max_new_tokens 500 > "$T/gen.txt" 2> "$T/gen.err"
+expect_in "a longer request says where it stopped" "of --max_new_tokens 500: the model's context (max_position_embeddings 64 tokens) is full" "$(cat "$T/gen.err")"
+expect_eq "and the text still ends with a newline" "$(tail -c1 "$T/gen.txt" | od -An -c | tr -d ' ')" '\n'
 
 # Replay reruns the same training: the same losses, bit for bit.
 sleep 1
