@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data/data-impl.h"
 #include "primus/prm_data.h"
 
 /* ------------------------------------------------------------------------ */
@@ -241,6 +242,46 @@ static void test_cache_lifecycle(void **state) {
   prm_sampler_close(e);
   stat_of(cache, &st2);
   assert_true(st2.st_size > 64);
+
+  /* A cache whose header matches but whose arrays are damaged (one byte
+   * flipped, as a disk error or a partial copy leaves it) is caught by its
+   * checksum and rebuilt (issue 26: it was read out of bounds). */
+  size_t good_len = 0;
+  char *good = NULL;
+  assert_int_equal(prm_fs_read_all(cache, &good, &good_len, &err), 0);
+  char *bad = prm_xmalloc(good_len);
+  memcpy(bad, good, good_len);
+  bad[good_len - 3] ^= 0x40; /* the high bytes of the last shuffle entry */
+  assert_int_equal(prm_fs_write_atomic(cache, bad, good_len, &err), 0);
+  prm_sampler_t *f = open_sm(d, S, N, 5, NULL);
+  int32_t *sf = read_samples(f, 0, N, S);
+  assert_memory_equal(sc, sf, (size_t)(N * (S + 1)) * sizeof(int32_t));
+  prm_sampler_close(f);
+  free(sf);
+  char *again = NULL;
+  size_t again_len = 0;
+  assert_int_equal(prm_fs_read_all(cache, &again, &again_len, &err), 0);
+  assert_int_equal(again_len, good_len);
+  assert_memory_equal(again, good, good_len);
+  free(again);
+  /* The same damage with its checksum forged: the bounds on every index
+   * refuse it. */
+  memcpy(bad, good, good_len);
+  int64_t huge = (int64_t)1 << 40;
+  memcpy(bad + good_len - 8, &huge, 8);
+  uint64_t sum = prm__sidx_checksum((const int64_t *)(const void *)(bad + 72), (good_len - 72) / 8);
+  memcpy(bad + 64, &sum, 8);
+  assert_int_equal(prm_fs_write_atomic(cache, bad, good_len, &err), 0);
+  f = open_sm(d, S, N, 5, NULL);
+  sf = read_samples(f, 0, N, S);
+  assert_memory_equal(sc, sf, (size_t)(N * (S + 1)) * sizeof(int32_t));
+  prm_sampler_close(f);
+  free(sf);
+  assert_int_equal(prm_fs_read_all(cache, &again, &again_len, &err), 0);
+  assert_memory_equal(again, good, good_len);
+  free(again);
+  free(bad);
+  free(good);
 
   free(sa);
   free(sc);

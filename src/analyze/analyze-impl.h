@@ -5,6 +5,16 @@
 
 #include "primus/prm_analyze.h"
 
+/* Range-checked float-to-integer conversions for numbers read from run
+ * files: a value the integer type cannot hold (NaN, infinities, 1e60 from
+ * a damaged events.jsonl) gives dflt instead of undefined behaviour. */
+static inline int64_t prm__an_i64(double v, int64_t dflt) {
+  return v >= -9.2e18 && v <= 9.2e18 ? (int64_t)v : dflt;
+}
+static inline int prm__an_int(double v, int dflt) {
+  return v > -2147483649.0 && v < 2147483648.0 ? (int)v : dflt;
+}
+
 /* "SIGABRT" for 6; "SIG<n>" for numbers without a name. */
 void prm__an_signame(int sig, char *buf, size_t n);
 

@@ -187,7 +187,7 @@ static void prm__an_meta(prm__an_scan_t *s, prm_an_diag_t *d) {
   char *text = prm__an_read(d->run_dir, "metadata.json");
   if (!text) return;
   cJSON *o = cJSON_Parse(text);
-  d->exit_code = (int)prm__an_num(o, "exit_code", -1);
+  d->exit_code = prm__an_int(prm__an_num(o, "exit_code", -1), -1);
   cJSON_Delete(o);
   int lineno = 0;
   for (char *p = text; *p;) {
@@ -213,10 +213,11 @@ static void prm__an_events(prm__an_scan_t *s, prm_an_diag_t *d) {
       const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
       const char *name = cJSON_IsString(ev) ? ev->valuestring : NULL;
       double step = prm__an_num(o, "step", -1);
-      if (!name && step > d->last_step) d->last_step = (int64_t)step;
+      if (!name && step > d->last_step) d->last_step = prm__an_i64(step, d->last_step);
       if (prm_streq(name, "fault")) d->faults++;
       if (prm_streq(name, "restart")) d->restarts++;
-      prm__an_where_t w = {"events.jsonl", lineno, (int)prm__an_num(o, "rank", -1), (int64_t)step,
+      prm__an_where_t w = {"events.jsonl", lineno, prm__an_int(prm__an_num(o, "rank", -1), -1),
+                           prm__an_i64(step, -1),
                            prm__an_num(o, "time", 0)};
       if (name) prm__an_line(s, d, PRM_AN_IN_EVENTS, p, len, &w);
     }

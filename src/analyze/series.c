@@ -62,7 +62,7 @@ static const char *prm__an_str(const cJSON *o, const char *key) {
 
 static void prm__an_event(prm_an_runseries_t *rs, const cJSON *o, const char *name, int64_t last) {
   double step = prm__an_num(o, "step");
-  int64_t at = isfinite(step) && step >= 0 ? (int64_t)step : last;
+  int64_t at = step >= 0 ? prm__an_i64(step, last) : last;
   double t = prm__an_num(o, "time");
   if (!isfinite(t)) t = 0;
   prm_an_marker_t *m = NULL;
@@ -77,14 +77,14 @@ static void prm__an_event(prm_an_runseries_t *rs, const cJSON *o, const char *na
   } else if (!strcmp(name, "restart")) {
     double a = prm__an_num(o, "attempt");
     m = prm__an_marker(rs, PRM_AN_MK_RESTART, at, t);
-    snprintf(m->label, sizeof m->label, "restart %d", isfinite(a) ? (int)a : 0);
-    snprintf(m->detail, sizeof m->detail, "restart: attempt %d after step %lld", isfinite(a) ? (int)a : 0,
+    snprintf(m->label, sizeof m->label, "restart %d", prm__an_int(a, 0));
+    snprintf(m->detail, sizeof m->detail, "restart: attempt %d after step %lld", prm__an_int(a, 0),
              (long long)at);
   } else if (!strcmp(name, "fault")) {
     double r = prm__an_num(o, "rank");
     m = prm__an_marker(rs, PRM_AN_MK_FAULT, at, t);
-    snprintf(m->label, sizeof m->label, "fault r%d", isfinite(r) ? (int)r : -1);
-    snprintf(m->detail, sizeof m->detail, "fault on rank %d: %s - %s", isfinite(r) ? (int)r : -1,
+    snprintf(m->label, sizeof m->label, "fault r%d", prm__an_int(r, -1));
+    snprintf(m->detail, sizeof m->detail, "fault on rank %d: %s - %s", prm__an_int(r, -1),
              prm__an_str(o, "cause"), prm__an_str(o, "detail"));
   } else if (!strcmp(name, "alert")) {
     m = prm__an_marker(rs, PRM_AN_MK_ALERT, at, t);
@@ -97,10 +97,10 @@ static void prm__an_event(prm_an_runseries_t *rs, const cJSON *o, const char *na
     snprintf(m->detail, sizeof m->detail, "bad step %lld: %s", (long long)at, prm__an_str(o, "cause"));
   } else if (!strcmp(name, "rollback")) {
     double from = prm__an_num(o, "from_step"), to = prm__an_num(o, "to_step");
-    m = prm__an_marker(rs, PRM_AN_MK_ROLLBACK, isfinite(from) ? (int64_t)from : at, t);
+    m = prm__an_marker(rs, PRM_AN_MK_ROLLBACK, prm__an_i64(from, at), t);
     snprintf(m->label, sizeof m->label, "rollback");
     snprintf(m->detail, sizeof m->detail, "rollback from step %lld to %lld: %s",
-             isfinite(from) ? (long long)from : -1LL, isfinite(to) ? (long long)to : -1LL,
+             (long long)prm__an_i64(from, -1), (long long)prm__an_i64(to, -1),
              prm__an_str(o, "cause"));
   } else if (!strcmp(name, "preempted")) {
     m = prm__an_marker(rs, PRM_AN_MK_PREEMPTED, at, t);
@@ -111,7 +111,7 @@ static void prm__an_event(prm_an_runseries_t *rs, const cJSON *o, const char *na
     m = prm__an_marker(rs, PRM_AN_MK_GIVE_UP, at, t);
     snprintf(m->label, sizeof m->label, "give up");
     snprintf(m->detail, sizeof m->detail, "the supervisor gave up after %d restarts",
-             isfinite(prm__an_num(o, "restarts")) ? (int)prm__an_num(o, "restarts") : 0);
+             prm__an_int(prm__an_num(o, "restarts"), 0));
   }
 }
 
@@ -132,7 +132,7 @@ void prm_an_series_parse_events(prm_an_runseries_t *rs, const char *text) {
     double step = prm__an_num(o, "step");
     if (cJSON_IsString(ev)) {
       prm__an_event(rs, o, ev->valuestring, last);
-    } else if (isfinite(step) && step >= 0) {
+    } else if (step >= 0 && step <= 9e15) { /* an integer step a double holds exactly */
       /* A step line; a null loss or norm (NaN, Inf) is a gap in its line. */
       double ms = prm__an_num(o, "step_ms"), tokens = prm__an_num(o, "tokens");
       prm__an_push(&rs->s[PRM_AN_SER_LOSS], step, prm__an_num(o, "loss"));
@@ -142,7 +142,7 @@ void prm_an_series_parse_events(prm_an_runseries_t *rs, const char *text) {
       prm__an_push(&rs->s[PRM_AN_SER_TOKENS_S], step, ms > 0 ? tokens / (ms / 1e3) : NAN);
       rs->n_steps++;
       if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "skipped"))) rs->skipped++;
-      last = (int64_t)step;
+      last = prm__an_i64(step, last);
       if (last > rs->last_step) rs->last_step = last;
     } else {
       rs->bad_lines++;

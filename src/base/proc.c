@@ -298,10 +298,15 @@ double prm_time_wall(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A wall time outside years 0..9999 (or NaN) formats as "?": it comes from
+ * a damaged file, and (time_t) of it would be undefined. */
 void prm_time_format(char *buf, size_t n, const char *fmt, double wall) {
-  time_t t = (time_t)wall;
   struct tm tm;
-  localtime_r(&t, &tm);
+  time_t t = (time_t)(wall >= -62.2e9 && wall <= 253.4e9 ? wall : 0);
+  if (!(wall >= -62.2e9 && wall <= 253.4e9) || !localtime_r(&t, &tm)) {
+    if (n) snprintf(buf, n, "?");
+    return;
+  }
   if (!strftime(buf, n, fmt, &tm) && n) buf[0] = 0;
 }
 

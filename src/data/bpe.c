@@ -49,14 +49,28 @@ static uint64_t mix64(uint64_t x) {
 /* Vocabulary                                                                */
 /* ------------------------------------------------------------------------ */
 
+int prm__bpe_id_space(int64_t max_id, int64_t count, const char *path, const char *what,
+                      int32_t *n_ids, prm_err_t *err) {
+  int64_t limit = 2 * count + 65536;
+  if (limit > PRM__BPE_MAX_IDS) limit = PRM__BPE_MAX_IDS;
+  if (max_id < 0 || count < 0 || max_id >= limit)
+    return prm_errf(err, PRM_EINVAL,
+                    "%s: %s %lld is out of range: %lld entries allow %s up to %lld (a damaged "
+                    "file?)", path, what, (long long)max_id, (long long)count, what,
+                    (long long)limit - 1);
+  *n_ids = (int32_t)(max_id + 1);
+  return 0;
+}
+
 void prm__bpe_init(prm__bpe_t *b, int mode, int32_t n_ids) {
+  PRM_ASSERT(n_ids >= 0 && n_ids <= PRM__BPE_MAX_IDS + 65536);
   memset(b, 0, sizeof *b);
   b->mode = mode;
   b->n_ids = n_ids;
   b->off = prm_xcalloc((size_t)n_ids + 1, sizeof *b->off);
   b->len = prm_xcalloc((size_t)n_ids + 1, sizeof *b->len);
   b->special = prm_xcalloc((size_t)n_ids + 1, 1);
-  uint32_t cap = 16;
+  uint32_t cap = 16; /* n_ids <= 2^28 + 2^16: cap stops at 2^30 at most */
   while (cap < 2u * (uint32_t)n_ids + 16) cap <<= 1;
   b->slots = prm_xcalloc(cap, sizeof *b->slots);
   b->mask = cap - 1;

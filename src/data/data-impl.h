@@ -72,4 +72,9 @@ int prm__data_split_bounds(const char *split, int64_t ndocs, int64_t bounds[4], 
 const char *prm__idx_bin_path(const prm_idx_t *d);
 const char *prm__idx_idx_path(const prm_idx_t *d);
 
+/* The checksum of a sample index cache's arrays (n 8-byte words after its
+ * header), stored at byte 64 of the file (sampler.c; the fuzz harness of
+ * the cache forges it to reach the index checks). */
+uint64_t prm__sidx_checksum(const int64_t *a, size_t n);
+
 #endif /* PRM_DATA_IMPL_H */

@@ -291,7 +291,8 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
   }
 
   /* The id space: the largest id of the vocabulary and the added tokens. */
-  int64_t max_id = -1, id;
+  int64_t max_id = -1, id, nids = 0;
+  int32_t n_ids;
   size_t longest = 1;
   for (const cJSON *v = vocab->child; v; v = v->next) {
     if (!json_int(v, &id)) {
@@ -299,6 +300,7 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
       goto done;
     }
     if (id > max_id) max_id = id;
+    nids++;
     if (strlen(v->string) > longest) longest = strlen(v->string);
   }
   if (added && !cJSON_IsArray(added)) {
@@ -315,6 +317,7 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
       goto done;
     }
     if (id > max_id) max_id = id;
+    nids++;
     static const char *const flags[] = {"single_word", "lstrip", "rstrip"};
     for (int k = 0; k < 3; k++)
       if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, flags[k]))) {
@@ -327,7 +330,8 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
     rc = prm_errf(err, PRM_EPARSE, "%s: model.vocab is empty", file);
     goto done;
   }
-  prm__bpe_init(b, PRM__BPE_PAIRS, (int32_t)max_id + 1);
+  if ((rc = prm__bpe_id_space(max_id, nids, file, "token id", &n_ids, err))) goto done;
+  prm__bpe_init(b, PRM__BPE_PAIRS, n_ids);
   b->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
   b->charlevel = charlevel;
   b->byte_fallback = charlevel && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model,

@@ -2,7 +2,10 @@
  * dataset's sequence contract) or shuffled as Megatron's GPTDataset does
  * (document order, sample starts, sample shuffle), made per block of
  * epochs from the seed, cached next to the data in a file with a magic
- * number, a version and a key, and memory-mapped when read back.
+ * number, a version, a key and a checksum of its arrays, and
+ * memory-mapped when read back. A cache whose header matches but whose
+ * arrays are damaged (checksum, or an index out of range) is rebuilt with a
+ * warning: every index it holds is checked once, when it is opened.
  *
  * A block depends only on (seed, split, block number), so the cache holds
  * the first blocks and later ones are built on demand: asking for more
@@ -18,9 +21,9 @@
 #include <unistd.h>
 
 #define PRM__SIDX_MAGIC "PRMSIDX\0"
-#define PRM__SIDX_VERSION 1u
+#define PRM__SIDX_VERSION 2u /* 2: the arrays' checksum at byte 64 */
 #define PRM__SIDX_BOM 0x01020304u
-#define PRM__SIDX_HEADER 64 /* bytes; the arrays after it are 8-aligned */
+#define PRM__SIDX_HEADER 72 /* bytes; the arrays after it are 8-aligned */
 
 /* One block's arrays (pointers into the cache or into `spare`). */
 typedef struct {
@@ -130,6 +133,36 @@ static uint64_t prm__key(const prm_sampler_t *sm) {
   return prm__fnv(0xcbf29ce484222325ull, v, sizeof v);
 }
 
+/* The arrays' checksum: a multiply-xorshift over their 8-byte words (a few
+ * GB/s, so checking a cache costs little next to building it). */
+uint64_t prm__sidx_checksum(const int64_t *a, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+  for (size_t i = 0; i < n; i++) {
+    h = (h ^ (uint64_t)a[i]) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+/* 1 when every index of block p is in range: documents of the split,
+ * sample starts inside the block's documents at an offset inside that
+ * document, shuffle entries naming a sample of the block. */
+static int prm__block_ok(const prm_sampler_t *sm, const int64_t *p) {
+  prm__block_t blk = prm__block_at(p, sm);
+  int64_t ndocs = sm->epochs * sm->D;
+  for (int64_t i = 0; i < ndocs; i++)
+    if (blk.docs[i] < sm->first || blk.docs[i] >= sm->first + sm->D) return 0;
+  for (int64_t j = 0; j <= sm->n; j++) {
+    int64_t pos = blk.starts[2 * j], off = blk.starts[2 * j + 1];
+    if (pos < 0 || pos >= ndocs || off < 0 ||
+        off >= prm_dataset_doc_len(sm->data, blk.docs[pos]))
+      return 0;
+  }
+  for (int64_t i = 0; i < sm->n; i++)
+    if (blk.shuffle[i] < 0 || blk.shuffle[i] >= sm->n) return 0;
+  return 1;
+}
+
 static void prm__header(const prm_sampler_t *sm, uint8_t h[PRM__SIDX_HEADER]) {
   memset(h, 0, PRM__SIDX_HEADER);
   memcpy(h, PRM__SIDX_MAGIC, 8);
@@ -142,6 +175,7 @@ static void prm__header(const prm_sampler_t *sm, uint8_t h[PRM__SIDX_HEADER]) {
 }
 
 static size_t prm__cache_bytes(const prm_sampler_t *sm) {
+  PRM_ASSERT(PRM__SIDX_HEADER % 8 == 0);
   return PRM__SIDX_HEADER + (size_t)sm->blocks * (size_t)sm->block_i64 * sizeof(int64_t);
 }
 
@@ -158,7 +192,19 @@ static int prm__cache_map(prm_sampler_t *sm) {
   if (p == MAP_FAILED) return -1;
   uint8_t h[PRM__SIDX_HEADER];
   prm__header(sm, h);
-  if (memcmp(p, h, PRM__SIDX_HEADER)) {
+  if (memcmp(p, h, 64)) { /* another sampler's cache, or an older version */
+    munmap(p, want);
+    return -1;
+  }
+  const int64_t *arr = (const int64_t *)(const void *)((const uint8_t *)p + PRM__SIDX_HEADER);
+  size_t n64 = (want - PRM__SIDX_HEADER) / sizeof(int64_t);
+  uint64_t sum;
+  memcpy(&sum, (const uint8_t *)p + 64, 8);
+  int ok = sum == prm__sidx_checksum(arr, n64);
+  for (int64_t b = 0; ok && b < sm->blocks; b++) ok = prm__block_ok(sm, arr + b * sm->block_i64);
+  if (!ok) {
+    PRM_WARN("%s: the sample index cache is damaged (%s); rebuilding it", sm->cache_path,
+             sum != prm__sidx_checksum(arr, n64) ? "checksum mismatch" : "an index out of range");
     munmap(p, want);
     return -1;
   }
@@ -181,6 +227,8 @@ static int prm__cache_build(prm_sampler_t *sm, int *warned, prm_err_t *err) {
   prm__header(sm, sm->map);
   int64_t *arr = (int64_t *)(void *)(sm->map + PRM__SIDX_HEADER);
   for (int64_t b = 0; b < sm->blocks; b++) prm__build_block(sm, b, arr + b * sm->block_i64);
+  uint64_t sum = prm__sidx_checksum(arr, (len - PRM__SIDX_HEADER) / sizeof(int64_t));
+  memcpy(sm->map + 64, &sum, 8);
   prm_afile_t f;
   prm_err_t werr = {0};
   int rc = prm_afile_open(&f, sm->cache_path, &werr);

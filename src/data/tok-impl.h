@@ -196,8 +196,19 @@ typedef struct {
 } prm__bpe_t;
 
 uint64_t prm__tok_hash(const void *p, size_t n);
-/* Sets the size of the id space (all ids unused); call once before adding. */
+/* Sets the size of the id space (all ids unused); call once before adding.
+ * n_ids is at most PRM__BPE_MAX_IDS (see prm__bpe_id_space). */
 void prm__bpe_init(prm__bpe_t *b, int mode, int32_t n_ids);
+/* The largest id space any file may ask for: 2^28 ids (the largest real
+ * vocabularies hold under 2^18), so every table size below fits 32 bits. */
+#define PRM__BPE_MAX_IDS (1 << 28)
+/* The id space of a file that gives count ids, the largest max_id: a file
+ * never pays for more ids than it holds, give or take unused gaps, so the
+ * space is refused (PRM_EINVAL naming path and what) when max_id + 1
+ * exceeds 2 * count + 65536 or PRM__BPE_MAX_IDS. A damaged or hostile file
+ * with one huge id would otherwise allocate gigabytes of empty tables. */
+int prm__bpe_id_space(int64_t max_id, int64_t count, const char *path, const char *what,
+                      int32_t *n_ids, prm_err_t *err);
 void prm__bpe_free(prm__bpe_t *b);
 /* Records the bytes of id. PRM_EINVAL when id is out of range, already set,
  * or (for ordinary tokens) the bytes already belong to another id. */

@@ -153,7 +153,8 @@ int prm__tiktoken_load(prm__bpe_t *b, const char *path, int32_t min_ids, prm_err
   memset(b, 0, sizeof *b);
   if ((rc = prm_fs_read_all(path, &text, &len, err))) return rc;
   /* Pass 1: syntax and the largest rank. */
-  int64_t max_rank = -1, rank;
+  int64_t max_rank = -1, rank, nlines = 0;
+  int32_t n_ids;
   int lineno = 0;
   size_t sp, max_sp = 0;
   unsigned char *tok = NULL;
@@ -163,13 +164,15 @@ int prm__tiktoken_load(prm__bpe_t *b, const char *path, int32_t min_ids, prm_err
     if ((rc = parse_rank_line(line, n, path, lineno, &sp, &rank, err))) goto done;
     if (rank > max_rank) max_rank = rank;
     if (sp > max_sp) max_sp = sp;
+    nlines++;
   }
   if (max_rank < 0) {
     rc = prm_errf(err, PRM_EPARSE, "%s: no ranks (empty file?)", path);
     goto done;
   }
+  if ((rc = prm__bpe_id_space(max_rank, nlines, path, "rank", &n_ids, err))) goto done;
   /* Pass 2: the tokens. */
-  prm__bpe_init(b, PRM__BPE_RANKS, (int32_t)max_rank + 1 > min_ids ? (int32_t)max_rank + 1 : min_ids);
+  prm__bpe_init(b, PRM__BPE_RANKS, n_ids > min_ids ? n_ids : min_ids);
   tok = prm_xmalloc(max_sp / 4 * 3 + 3);
   lineno = 0;
   for (size_t pos = 0; prm__next_line(text, len, &pos, &lineno, &line, &n);) {
