@@ -1,9 +1,11 @@
 # Thin wrapper over CMake. The README's two commands: `make demo` and `make test`.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_CC    ?= clang-14
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build build-asan test test-fast test-asan test-gpu demo clean docs
+.PHONY: all deps build build-asan test test-fast test-asan test-gpu demo clean docs fuzz
 
 all: build
 
@@ -33,6 +35,17 @@ test-gpu: build
 
 test-fast: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The libFuzzer harnesses of tests/fuzz (docs/fuzzing.md), a clang build of
+# their own; `make fuzz FUZZ_SECONDS=N` also runs each for N seconds.
+# (`make test` replays their corpus in the ASan build: fuzz-smoke-*.)
+fuzz: deps
+	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DPRM_FUZZ=ON -DPRM_CUDA=OFF -DPRM_WERROR=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz-harnesses
+ifneq ($(FUZZ_SECONDS),)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) cmake --build $(FUZZ_BUILD) --target fuzz-run
+endif
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)

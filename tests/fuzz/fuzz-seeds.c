@@ -1,0 +1,490 @@
+/* fuzz-seeds.c - writes the seed corpus of every harness under OUT/<name>/
+ * (`fuzz-seeds OUT`), made by primus' own writers where primus writes the
+ * format (safetensors, GGUF, config.json, tokenizer.json, .bin/.idx, the
+ * sample index cache, checkpoints, baselines, experiment dumps) and from
+ * the test fixtures where it reads another tool's output (smi tools,
+ * sysfs, kernel logs, run folders). Inputs of harnesses that take a
+ * selector byte start with it. Deterministic: the same files every run. */
+#include "fuzz.h"
+
+#include "data/bpe-train.h"
+#include "data/data-impl.h"
+#include "primus/prm_config.h"
+#include "primus/prm_data.h"
+#include "primus/prm_io.h"
+#include "primus/prm_kernels.h"
+#include "primus/prm_metrics.h"
+#include "primus/prm_model.h"
+#include "primus/prm_preflight.h"
+#include "primus/prm_train.h"
+
+#include <zlib.h>
+#include <zstd.h>
+
+#define FIX PRM_SOURCE_DIR "/tests/fixtures"
+
+static const char *out_dir;
+static int nseeds;
+
+static void die(const char *what, const prm_err_t *err) {
+  fprintf(stderr, "fuzz-seeds: %s: %s\n", what, err ? err->msg : "failed");
+  exit(1);
+}
+
+/* OUT/<h>/<name> = [selector byte when sel >= 0] + data. */
+static void seed(const char *h, const char *name, int sel, const void *data, size_t n) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", out_dir, h);
+  mkdir(path, 0755);
+  snprintf(path, sizeof path, "%s/%s/%s", out_dir, h, name);
+  FILE *f = fopen(path, "wb");
+  if (!f) die(path, NULL);
+  if (sel >= 0) fputc(sel, f);
+  if (n && fwrite(data, 1, n, f) != n) die(path, NULL);
+  if (fclose(f)) die(path, NULL);
+  nseeds++;
+}
+
+static void seed_str(const char *h, const char *name, int sel, const char *s) {
+  seed(h, name, sel, s, strlen(s));
+}
+
+static char *slurp(const char *path, size_t *n) {
+  char *text = NULL;
+  prm_err_t err = {0};
+  if (prm_fs_read_all(path, &text, n, &err)) die(path, &err);
+  return text;
+}
+
+static void seed_file(const char *h, const char *name, int sel, const char *path) {
+  size_t n;
+  char *t = slurp(path, &n);
+  seed(h, name, sel, t, n);
+  free(t);
+}
+
+static char *scratch(const char *rel) {
+  return prm_xasprintf("%s/%s", fz_dir(), rel);
+}
+
+/* ---- formats primus writes ----------------------------------------------- */
+
+static void seeds_safetensors(void) {
+  static const float a[6] = {1, -2, 3.5f, 0, 1e-3f, 7}, b[4] = {0.25f, 0.5f, 1, 2};
+  prm_st_entry_t e[2] = {{"model.embed_tokens.weight", a, 2, {2, 3}},
+                         {"model.norm.weight", b, 1, {4}}};
+  static const char *const meta[] = {"format", "pt", NULL};
+  char *p = scratch("s.safetensors");
+  prm_err_t err = {0};
+  if (prm_st_write_f32(p, e, 2, meta, &err)) die("safetensors", &err);
+  seed_file("safetensors", "two-tensors", -1, p);
+  if (prm_st_write_f32(p, e + 1, 1, NULL, &err)) die("safetensors", &err);
+  seed_file("safetensors", "one-tensor", -1, p);
+  /* The shards of hf-index: its index JSON as primus' readers expect. */
+  seed_str("hf-index", "two-shards", -1,
+           "{\"metadata\": {\"total_size\": 48}, \"weight_map\": {"
+           "\"a.weight\": \"model-00001-of-00002.safetensors\", "
+           "\"b.weight\": \"model-00002-of-00002.safetensors\"}}\n");
+  seed_str("hf-index", "one-shard", -1,
+           "{\"weight_map\": {\"a.weight\": \"model-00001-of-00002.safetensors\"}}");
+  free(p);
+}
+
+static void seeds_gguf(void) {
+  static const float t1[8] = {1, 2, 3, 4, 5, 6, 7, 8}, t2[3] = {0.5f, -1, 2};
+  static const char *const toks[] = {"<s>", "a", "b", "\xe2\x96\x81x"};
+  static const int32_t types[] = {3, 1, 1, 1};
+  static const float scores[] = {0, -1, -2, -3};
+  prm_gguf_writer_t *w = prm_gguf_writer_new();
+  prm_gguf_set_str(w, "general.architecture", "llama");
+  prm_gguf_set_u32(w, "llama.block_count", 1);
+  prm_gguf_set_u64(w, "llama.context_length", 8);
+  prm_gguf_set_i32(w, "llama.rope.dimension_count", 4);
+  prm_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  prm_gguf_set_bool(w, "general.fuzz", 1);
+  prm_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
+  prm_gguf_set_arr_i32(w, "tokenizer.ggml.token_type", types, 4);
+  prm_gguf_set_arr_f32(w, "tokenizer.ggml.scores", scores, 4);
+  int64_t ne1[2] = {4, 2}, ne2[1] = {3};
+  prm_gguf_add_tensor(w, "token_embd.weight", PRM_GGML_F32, 2, ne1, t1);
+  prm_gguf_add_tensor(w, "output_norm.weight", PRM_GGML_F16, 1, ne2, t2);
+  char *p = scratch("m.gguf");
+  prm_err_t err = {0};
+  if (prm_gguf_writer_write(w, p, &err)) die("gguf", &err);
+  prm_gguf_writer_free(w);
+  seed_file("gguf", "llama-tiny", -1, p);
+  free(p);
+}
+
+static void seeds_hf_config(void) {
+  prm_hf_config_t c;
+  memset(&c, 0, sizeof c);
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.num_hidden_layers = 2;
+  c.vocab_size = 256;
+  c.max_position_embeddings = 128;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000;
+  char *p = scratch("config.json");
+  prm_err_t err = {0};
+  if (prm_hf_config_write(p, &c, &err)) die("config.json", &err);
+  seed_file("hf-config", "llama", -1, p);
+  c.qk_norm = 1;
+  c.head_dim = 24;
+  if (prm_hf_config_write(p, &c, &err)) die("config.json", &err);
+  seed_file("hf-config", "qwen3", -1, p);
+  c.qk_norm = 0;
+  c.qkv_bias = 1;
+  c.rope_factor = 8;
+  c.rope_low = 1;
+  c.rope_high = 4;
+  c.rope_orig = 64;
+  if (prm_hf_config_write(p, &c, &err)) die("config.json", &err);
+  seed_file("hf-config", "qwen2-rope", -1, p);
+  free(p);
+}
+
+static void seeds_tokenizers(void) {
+  /* tokenizer.json: trained by primus on a small text. */
+  char *txt = scratch("corpus.txt");
+  static const char corpus[] = "the quick brown fox jumps over the lazy dog; the end.\n"
+                               "Hello world, hello primus! 12345 caf\xc3\xa9 na\xc3\xafve\n";
+  fz_write("corpus.txt", corpus, sizeof corpus - 1);
+  char *json = scratch("tokenizer.json");
+  char *inputs[1] = {txt};
+  static const char *const specials[] = {"<|endoftext|>"};
+  prm_tokenizer_train_opts_t o = {.inputs = inputs, .ninputs = 1, .vocab_size = 300,
+                                  .specials = specials, .nspecials = 1, .output = json};
+  int64_t merges;
+  prm_err_t err = {0};
+  if (prm_tokenizer_train(&o, &merges, &err)) die("tokenizer train", &err);
+  seed_file("tokenizer-json", "trained-300", -1, json);
+  /* tiktoken rank file: the 256 bytes then the trained merges' tokens, in
+   * the "base64 rank" layout (what TikTokenizer reads). */
+  prm_tokenizer_t *t = NULL;
+  if (prm_tokenizer_open("HuggingFaceTokenizer", json, &t, &err)) die("tokenizer open", &err);
+  static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  prm_sb_t ranks = {0};
+  for (int32_t id = 0, rank = 0; id < prm_tokenizer_vocab(t); id++) {
+    prm_sb_t tok = {0};
+    prm_tokenizer_decode(t, &id, 1, &tok);
+    if (tok.len && !(tok.len > 2 && tok.buf[0] == '<' && tok.buf[tok.len - 1] == '>')) {
+      const unsigned char *s = (const unsigned char *)tok.buf;
+      for (size_t i = 0; i < tok.len; i += 3) {
+        uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < tok.len ? (uint32_t)s[i + 1] << 8 : 0) |
+                     (i + 2 < tok.len ? s[i + 2] : 0);
+        char q[5] = {b64[v >> 18], b64[(v >> 12) & 63], i + 1 < tok.len ? b64[(v >> 6) & 63] : '=',
+                     i + 2 < tok.len ? b64[v & 63] : '=', 0};
+        prm_sb_append(&ranks, q);
+      }
+      prm_sb_appendf(&ranks, " %d\n", rank++);
+    }
+    prm_sb_free(&tok);
+  }
+  prm_tokenizer_free(t);
+  for (int sel = 0; sel < 3; sel++) {
+    char name[32];
+    snprintf(name, sizeof name, "trained-type%d", sel);
+    seed("tiktoken", name, sel, ranks.buf, ranks.len);
+  }
+  prm_sb_free(&ranks);
+  free(txt);
+  free(json);
+}
+
+static void seeds_idx(void) {
+  char *prefix = scratch("ds");
+  for (int dt = 0; dt < 2; dt++) {
+    prm_idx_writer_t *w = NULL;
+    prm_err_t err = {0};
+    int32_t tok[20];
+    if (prm_idx_writer_open(prefix, dt ? PRM_IDX_I32 : PRM_IDX_U16, &w, &err)) die("idx", &err);
+    for (int d = 0; d < 5; d++) {
+      for (int i = 0; i < 20; i++) tok[i] = (d * 7 + i) % 250;
+      if (prm_idx_writer_add(w, tok, 2 + d * 3, &err)) die("idx", &err);
+    }
+    if (prm_idx_writer_finish(w, &err)) die("idx", &err);
+    char *pb = prm_xasprintf("%s.bin", prefix), *pi = prm_xasprintf("%s.idx", prefix);
+    size_t nb, ni;
+    char *b = slurp(pb, &nb), *ix = slurp(pi, &ni);
+    size_t k = (nb + 15) / 16;
+    if (k > 255) die("idx: .bin too big for a seed", NULL);
+    size_t n = 1 + k * 16 + ni;
+    uint8_t *s = calloc(1, n);
+    s[0] = (uint8_t)k;
+    memcpy(s + 1, b, nb); /* the .bin padded with zero tokens to k * 16 bytes */
+    memcpy(s + 1 + k * 16, ix, ni);
+    seed("idx", dt ? "int32" : "uint16", -1, s, n);
+    free(s);
+    free(b);
+    free(ix);
+    free(pb);
+    free(pi);
+  }
+  free(prefix);
+}
+
+/* The body (from byte 64) of the cache fuzz-sidx makes: same dataset,
+ * same options, so the same arrays and checksum. */
+static void seeds_sidx(void) {
+  char *prefix = scratch("sidx-ds");
+  prm_idx_writer_t *w = NULL;
+  prm_err_t err = {0};
+  int32_t tok[40];
+  if (prm_idx_writer_open(prefix, PRM_IDX_U16, &w, &err)) die("sidx", &err);
+  for (int d = 0; d < 9; d++) {
+    for (int i = 0; i < 40; i++) tok[i] = (d * 31 + i) % 200;
+    if (prm_idx_writer_add(w, tok, 3 + d * 4, &err)) die("sidx", &err);
+  }
+  if (prm_idx_writer_finish(w, &err)) die("sidx", &err);
+  prm_dataset_opts_t o = {.path = prefix, .vocab_size = 256};
+  prm_dataset_t *ds = NULL;
+  if (prm_dataset_open(&o, &ds, &err)) die("sidx", &err);
+  prm_sampler_opts_t so = {.data = ds, .seq_length = 7, .samples = 40, .seed = 5, .shuffle = 1,
+                           .cache_dir = fz_dir()};
+  prm_sampler_t *sm = NULL;
+  if (prm_sampler_open(&so, &sm, &err) || !prm_sampler_cache_path(sm)) die("sidx", &err);
+  size_t n;
+  char *c = slurp(prm_sampler_cache_path(sm), &n);
+  seed("sidx", "valid", -1, c + 64, n - 64);
+  /* The same arrays with a forged checksum (first byte odd) and one
+   * shuffle entry out of range: the index checks must refuse it. */
+  c[64] |= 1;
+  int64_t bad = 1 << 20;
+  memcpy(c + n - 8, &bad, 8);
+  seed("sidx", "forged-out-of-range", -1, c + 64, n - 64);
+  free(c);
+  prm_sampler_close(sm);
+  prm_dataset_close(ds);
+  free(prefix);
+}
+
+static void seeds_ckpt(void) {
+  prm_llama_config_t c = {.vocab = 11, .hidden = 8, .layers = 1, .heads = 2, .groups = 1,
+                          .ffn = 12, .max_pos = 4, .norm_eps = 1e-5, .rope_base = 10000,
+                          .init_std = 0.02};
+  prm_gemm_t g;
+  prm_llama_t *m = NULL;
+  prm_err_t err = {0};
+  if (prm_gemm_init(&g, NULL, &err) || prm_llama_new(&c, 1, 4, 0, &g, &m, &err)) die("ckpt", &err);
+  prm_llama_init(m, 1);
+  float *am = calloc((size_t)m->nparams, sizeof *am), *av = calloc((size_t)m->nparams, sizeof *av);
+  for (int64_t i = 0; i < m->nparams; i++) am[i] = (float)i, av[i] = (float)i * 0.5f;
+  prm_ckpt_state_t st = {.iteration = 20, .consumed_samples = 40, .seed = 3, .adam_m = am,
+                         .adam_v = av};
+  char *save = scratch("save");
+  if (prm_ckpt_save(m, save, 20, "ByteTokenizer", NULL, &st, &err)) die("ckpt", &err);
+  static const char *const files[] = {"iter_0000020/optim-rank-00000.bin",
+                                      "iter_0000020/state-rank-00000.json",
+                                      "latest_checkpointed_iteration.txt",
+                                      "iter_0000020/config.json"};
+  for (int i = 0; i < 4; i++) {
+    char *p = prm_xasprintf("%s/%s", save, files[i]), name[32];
+    snprintf(name, sizeof name, "file%d", i);
+    seed_file("ckpt-state", name, i, p);
+    free(p);
+  }
+  free(save);
+  free(am);
+  free(av);
+  prm_llama_free(m);
+}
+
+static void seeds_baseline(void) {
+  prm_pf_perf_t p;
+  memset(&p, 0, sizeof p);
+  for (int m = 0; m < PRM_PF__METRICS; m++) p.v[m] = 10.0 * (m + 1);
+  snprintf(p.platform, sizeof p.platform, "cpu");
+  char *path = scratch("baseline.yaml");
+  prm_err_t err = {0};
+  if (prm_pf_baseline_write(path, &p, "fuzz seed", &err)) die("baseline", &err);
+  seed_file("baseline", "written", 0, path);
+  seed_file("baseline", "shipped-cpu", 0, PRM_SOURCE_DIR "/configs/baselines/cpu.yaml");
+  free(path);
+}
+
+static void seeds_yaml(void) {
+  static const char *const ex[] = {"tiny.yaml", "bad-lr.yaml", "malformed.yaml"};
+  for (int i = 0; i < 3; i++) {
+    char *p = prm_xasprintf("%s/config/%s", FIX, ex[i]);
+    seed_file("yaml", ex[i], -1, p);
+    seed_file("exp", ex[i], -1, p);
+    free(p);
+  }
+  seed_file("yaml", "pre_trainer", -1, PRM_SOURCE_DIR "/configs/modules/native/pre_trainer.yaml");
+  seed_str("exp", "extends-base", -1,
+           "extends: base.yaml\nexp_name: child\nmodules:\n  pre_trainer:\n    overrides:\n"
+           "      train_iters: ${FUZZ_ITERS:3}\n      lr: 2.0e-4\n");
+  seed_str("exp", "extends-self", -1, "extends: fuzz.yaml\n");
+  /* An experiment as primus dumps it (config show). */
+  prm_exp_t *e = NULL;
+  prm_err_t err = {0};
+  if (prm_exp_load(FIX "/config/tiny.yaml", NULL, 0, NULL, &e, &err) == 0) {
+    prm_sb_t sb = {0};
+    prm_exp_dump(e, &sb, 0);
+    seed("yaml", "tiny-dumped", -1, sb.buf, sb.len);
+    seed("exp", "tiny-dumped", -1, sb.buf, sb.len);
+    prm_sb_free(&sb);
+    prm_exp_free(e);
+  }
+}
+
+/* ---- text inputs --------------------------------------------------------- */
+
+static void seeds_jsonl(void) {
+  static const char jl[] = "{\"text\": \"hello world\"}\n{\"text\": \"caf\\u00e9 \\n second\"}\n"
+                           "\n{\"text\": \"\", \"id\": 3}\n";
+  seed("jsonl", "plain", 0, jl, sizeof jl - 1);
+  seed("jsonl", "text", 3, "one line\ntwo\n", 13);
+  uLongf gzn = compressBound(sizeof jl) + 64;
+  uint8_t *gz = malloc(gzn);
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY); /* gzip wrapper */
+  z.next_in = (Bytef *)jl;
+  z.avail_in = sizeof jl - 1;
+  z.next_out = gz;
+  z.avail_out = (uInt)gzn;
+  deflate(&z, Z_FINISH);
+  seed("jsonl", "gzip", 1, gz, z.total_out);
+  deflateEnd(&z);
+  free(gz);
+  size_t zn = ZSTD_compressBound(sizeof jl);
+  void *zs = malloc(zn);
+  zn = ZSTD_compress(zs, zn, jl, sizeof jl - 1, 3);
+  seed("jsonl", "zstd", 2, zs, zn);
+  free(zs);
+  seed_str("sft", "prompt-response", 0,
+           "{\"prompt\": \"2+2?\", \"response\": \"4\"}\n{\"prompt\": \"hi\", \"response\": \"hello\"}\n");
+  seed_str("sft", "messages-llama3-packed", 5,
+           "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", "
+           "\"content\": \"name?\"}, {\"role\": \"assistant\", \"content\": \"primus\"}]}\n");
+  seed_str("sft", "split-shuffle", 10,
+           "{\"prompt\": \"a\", \"response\": \"b\"}\n{\"prompt\": \"c\", \"response\": \"d\"}\n"
+           "{\"prompt\": \"e\", \"response\": \"f\"}\n{\"prompt\": \"g\", \"response\": \"h\"}\n");
+}
+
+static void seeds_runs(void) {
+  static const char *const runs[] = {"success", "nan", "oom", "hang-recovered", "preempted",
+                                     "signal"};
+  for (int i = 0; i < 6; i++) {
+    static const char *const f[] = {"events.jsonl", "logs/rank-0.log", "metadata.json"};
+    for (int k = 0; k < 3; k++) {
+      char *p = prm_xasprintf("%s/runs/%s/%s", FIX, runs[i], f[k]), name[64];
+      if (access(p, R_OK) == 0) {
+        snprintf(name, sizeof name, "%s-%d", runs[i], k);
+        seed_file("analyze", name, k, p);
+      }
+      free(p);
+    }
+  }
+  seed_str("analyze", "absurd-numbers", 0,
+           "{\"step\": 1e60, \"loss\": 2.5, \"time\": 1e300}\n"
+           "{\"event\": \"restart\", \"attempt\": 1e30, \"step\": -1e60, \"time\": -1e300}\n"
+           "{\"event\": \"rollback\", \"from_step\": 1e99, \"to_step\": -1e99}\n");
+  seed_file("kernlog", "kernel", 0, FIX "/preflight/kernel.log");
+  seed_file("kernlog", "kernel-clean", 0, FIX "/preflight/kernel-clean.log");
+  seed_file("kernlog", "patterns", 1, PRM_SOURCE_DIR "/configs/preflight/kernel-log-patterns.tsv");
+}
+
+/* The fixture smi scripts run with the arguments primus passes. */
+static void seed_cmd(const char *h, const char *name, int sel, const char *cmd) {
+  FILE *p = popen(cmd, "r");
+  if (!p) die(cmd, NULL);
+  prm_sb_t sb = {0};
+  char buf[4096];
+  for (size_t r; (r = fread(buf, 1, sizeof buf, p)) > 0;) prm_sb_appendn(&sb, buf, r);
+  pclose(p);
+  seed(h, name, sel, sb.buf ? sb.buf : "", sb.len);
+  prm_sb_free(&sb);
+}
+
+static void seeds_smi(void) {
+  static const struct {
+    const char *dir;
+    int tool;
+  } fx[] = {{"nvidia-h100/nvidia-smi", PRM_SMI_NVIDIA},
+            {"amd-mi300x/amd-smi", PRM_SMI_AMD},
+            {"rocm-mi300x/rocm-smi", PRM_SMI_ROCM}};
+  for (int i = 0; i < 3; i++) {
+    prm_sb_t cmd = {0};
+    prm_sb_appendf(&cmd, "sh %s/smi/%s", FIX, fx[i].dir);
+    for (const char *const *a = prm_smi_query_argv((prm_smi_tool_t)fx[i].tool) + 1; *a; a++)
+      prm_sb_appendf(&cmd, " '%s'", *a);
+    prm_sb_append(&cmd, " 2>/dev/null");
+    char name[32];
+    snprintf(name, sizeof name, "metrics-%d", fx[i].tool);
+    seed_cmd("smi", name, fx[i].tool, cmd.buf);
+    prm_sb_free(&cmd);
+  }
+  char *c = prm_xasprintf("sh %s/smi/nvidia-h100/nvidia-smi "
+                          "--query-gpu=name,pci.device_id,pci.bus_id,memory.total,driver_version "
+                          "--format=csv,noheader,nounits 2>/dev/null", FIX);
+  seed_cmd("smi", "detect-nvidia", PRM_SMI_NVIDIA, c);
+  free(c);
+  c = prm_xasprintf("sh %s/smi/amd-mi300x/amd-smi static --asic --bus --vram --driver --json "
+                    "2>/dev/null", FIX);
+  seed_cmd("smi", "detect-amd", PRM_SMI_AMD, c);
+  free(c);
+  c = prm_xasprintf("sh %s/smi/rocm-mi300x/rocm-smi --showproductname --showbus "
+                    "--showdriverversion --json 2>/dev/null", FIX);
+  seed_cmd("smi", "detect-rocm", PRM_SMI_ROCM, c);
+  free(c);
+  seed_file("sysfs", "kfd-mi300x", 0, FIX "/sysfs/mi300x-8/class/kfd/kfd/topology/nodes/1/properties");
+  seed_file("sysfs", "kfd-cpu", 0, FIX "/sysfs/mi300x-8/class/kfd/kfd/topology/nodes/0/properties");
+  seed_file("sysfs", "drm-uevent", 1, FIX "/sysfs/h100-8/class/drm/card0/device/uevent");
+}
+
+static void seeds_misc(void) {
+  static const char *const lists[] = {"gpu[01-03,07],cpu5,x[1-2]-ib", "node1", "a[0-0],b[9-11]",
+                                      "rack[1-2]n[001-002]", "h[1,3,5-6]"};
+  for (int i = 0; i < 5; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "list%d", i);
+    seed_str("nodelist", name, -1, lists[i]);
+  }
+  seed_str("slurm-text", "topology", 0,
+           "# node rack ip\nn1 r1 10.0.0.1\nn2 r1 10.0.0.2\nn3 r2 10.0.1.1\nn4 r2 fd00::4\n");
+  seed_str("slurm-text", "scontrol", 1,
+           "JobId=42 JobName=primus UserId=root(0) JobState=RUNNING Reason=None Restarts=1 "
+           "Partition=low ExitCode=0:0 Command=/runs/x/sbatch.sh StdOut=/runs/x/slurm.out\n");
+  seed_str("http", "get", -1, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  seed_str("http", "head", -1, "HEAD /metrics HTTP/1.0\r\n\r\n");
+  seed_str("http", "post-body", -1,
+           "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+  seed_str("http", "not-found", -1, "GET /other?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  seed_str("http", "chunked", -1,
+           "PUT /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
+  /* A preflight node file as preflight writes it: taken from a run of
+   * prm_pf_write_node is heavy, so the fixture's shape is written here. */
+  seed_str("baseline", "node-json", 1,
+           "{\"host\": \"n1\", \"platform\": \"cpu\", \"level\": \"PASS\", \"results\": ["
+           "{\"id\": \"host.mem\", \"category\": \"host\", \"level\": \"PASS\", \"message\": \"ok\"}]}\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: fuzz-seeds OUT\n");
+    return 2;
+  }
+  out_dir = argv[1];
+  mkdir(out_dir, 0755);
+  seeds_safetensors();
+  seeds_gguf();
+  seeds_hf_config();
+  seeds_tokenizers();
+  seeds_idx();
+  seeds_sidx();
+  seeds_ckpt();
+  seeds_baseline();
+  seeds_yaml();
+  seeds_jsonl();
+  seeds_runs();
+  seeds_smi();
+  seeds_misc();
+  printf("fuzz-seeds: %d seeds under %s\n", nseeds, out_dir);
+  return 0;
+}
