@@ -80,6 +80,13 @@ static void test_nodelist(void **state) {
   assert_int_equal(prm_slurm_expand_nodelist("n[0-999999999]", &h, &err), PRM_ERANGE);
   assert_int_equal(prm_slurm_expand_nodelist("a[0-999]b[0-9999]", &h, &err),
                    PRM_ERANGE);
+  /* The fuzzer's slow input: 777,777 hosts behind a long prefix. */
+  assert_int_equal(prm_slurm_expand_nodelist("huuuuuuuuuuuuuuu[1-777777]", &h, &err),
+                   PRM_ERANGE);
+  assert_non_null(strstr(err.msg, "more than 65536 hosts"));
+  assert_int_equal(prm_slurm_expand_nodelist("n[1-65536]", &h, &err), 0);
+  assert_int_equal(h.n, 65536);
+  prm_argv_free(&h);
   assert_int_equal(h.n, 0);
 }
 

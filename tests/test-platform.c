@@ -512,6 +512,11 @@ static void test_smi_parsers(void **state) {
   assert_string_equal(p.name, "mixed");
   assert_int_equal(prm__smi_parse_nvidia("Failed to initialize NVML\n", &p), 0);
   assert_int_equal(p.n_accel, 3);
+  /* A memory size no uint64_t holds (issue 26's fuzzer) is unknown, not
+   * undefined behaviour. */
+  assert_int_equal(prm__smi_parse_nvidia("NVIDIA H200, 0x233510DE, 00000000:1B:00.0, 8.5e115, "
+                                         "560.35.03\n", &p), 1);
+  assert_true(p.accel[p.n_accel - 1].vram_bytes == 0);
 }
 
 /* ------------------------------------------------------------------------ */

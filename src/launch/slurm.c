@@ -21,8 +21,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* A guard against "n[0-999999999]" eating memory: far above any cluster. */
-#define PRM__MAX_HOSTS 1000000L
+/* A guard against "n[0-999999999]" eating memory: far above any cluster
+ * (Slurm's largest ones hold tens of thousands of nodes). A million hosts
+ * with long names took gigabytes and minutes (issue 26's fuzzer), so the
+ * guard is 2^16 hosts. */
+#define PRM__MAX_HOSTS 65536L
 
 /* ---- node list expansion ----------------------------------------------- */
 

@@ -386,12 +386,19 @@ static int prm__csv_split(char *line, char **f, int max) {
   return n;
 }
 
+/* A byte count from a tool's double; 0 (unknown) for what no uint64_t
+ * holds (NaN, negatives, 1e115 from garbled output: issue 26's fuzzer), so
+ * the conversion is never undefined. */
+static uint64_t prm__bytes(double v) {
+  return v > 0 && v < 1.8e19 ? (uint64_t)v : 0;
+}
+
 /* A megabyte count from "81559", "81559 MiB" or "[N/A]"; 0 when unknown. */
 static uint64_t prm__mib_bytes(const char *s) {
   char *end = NULL;
   double v = strtod(s, &end);
   if (end == s || v <= 0) return 0;
-  return (uint64_t)(v * 1024.0 * 1024.0);
+  return prm__bytes(v * 1024.0 * 1024.0);
 }
 
 int prm__smi_parse_nvidia(const char *out, prm_platform_t *p) {
@@ -523,14 +530,14 @@ static uint64_t prm__json_vram(const cJSON *gpu) {
   const cJSON *vram = prm__json_find(gpu, "vram");
   const cJSON *size = vram ? prm__json_find(vram, "size") : NULL;
   if (!size) return 0;
-  if (cJSON_IsNumber(size)) return (uint64_t)(size->valuedouble * 1048576.0);
+  if (cJSON_IsNumber(size)) return prm__bytes(size->valuedouble * 1048576.0);
   if (cJSON_IsString(size)) return prm__mib_bytes(size->valuestring);
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(size, "value");
   const cJSON *u = cJSON_GetObjectItemCaseSensitive(size, "unit");
   double mul = 1048576.0;
   if (cJSON_IsString(u) && !strcasecmp(u->valuestring, "GB")) mul *= 1024.0;
-  if (cJSON_IsNumber(v)) return (uint64_t)(v->valuedouble * mul);
-  if (cJSON_IsString(v)) return (uint64_t)(strtod(v->valuestring, NULL) * mul);
+  if (cJSON_IsNumber(v)) return prm__bytes(v->valuedouble * mul);
+  if (cJSON_IsString(v)) return prm__bytes(strtod(v->valuestring, NULL) * mul);
   return 0;
 }
 
