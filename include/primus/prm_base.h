@@ -116,6 +116,9 @@ void prm_log_set_level(prm_log_level_t level);
 prm_log_level_t prm_log_get_level(void);
 int prm_log_parse_level(const char *s, prm_log_level_t *out);
 void prm_log_set_rank(int rank, int world);
+/* Lines of a launcher that starts several ranks (or supervises them) are
+ * tagged "launcher HOST" instead of a rank. */
+void prm_log_set_launcher(void);
 int prm_log_set_file(const char *path, prm_err_t *err); /* appends */
 /* A second file that also gets every line (the user's --log-file). */
 int prm_log_tee_file(const char *path, prm_err_t *err);

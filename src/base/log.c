@@ -49,6 +49,15 @@ void prm_log_set_rank(int rank, int world) {
   prm__log.world = world > 0 ? world : 1;
 }
 
+void prm_log_set_launcher(void) { prm__log.rank = -1; }
+
+/* "rank R/N host", or "launcher host" for a launcher of several ranks. */
+static const char *prm__log_tag(char *buf, size_t n) {
+  if (prm__log.rank < 0) snprintf(buf, n, "launcher %s", prm_hostname());
+  else snprintf(buf, n, "rank %d/%d %s", prm__log.rank, prm__log.world, prm_hostname());
+  return buf;
+}
+
 int prm_log_set_file(const char *path, prm_err_t *err) {
   FILE *f = fopen(path, "a");
   if (!f) return prm_errf(err, PRM_EIO, "%s: cannot open log file: %m", path);
@@ -85,16 +94,17 @@ void prm_vlog(prm_log_level_t level, const char *fmt, va_list ap) {
   prm_time_format(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", prm_time_wall());
   vsnprintf(msg, sizeof msg, fmt, ap);
   const char *name = prm__level_names[level];
+  char tag[320];
+  prm__log_tag(tag, sizeof tag);
   pthread_mutex_lock(&prm__log_mu);
   FILE *files[2] = {prm__log.file, prm__log.tee};
   for (int i = 0; i < 2; i++)
     if (files[i])
-      fprintf(files[i], "[%s] [rank %d/%d %s] [%s] %s\n", ts, prm__log.rank, prm__log.world,
-              prm_hostname(), name, msg);
+      fprintf(files[i], "[%s] [%s] [%s] %s\n", ts, tag, name, msg);
   if (level < prm__log.level) goto out;
   /* Console: rank 0 and the last rank only, like Primus' rank filter;
    * errors always pass. */
-  int show = prm__log.rank == 0 || prm__log.rank == prm__log.world - 1 ||
+  int show = prm__log.rank <= 0 || prm__log.rank == prm__log.world - 1 ||
              level >= PRM_LOG_ERROR;
   if (!show) goto out;
   if (prm__log.bar) { /* the line replaces the bar; the next draw brings it back */
@@ -102,12 +112,9 @@ void prm_vlog(prm_log_level_t level, const char *fmt, va_list ap) {
     prm__log.bar = 0;
   }
   if (prm__log_color())
-    fprintf(stderr, "%s[%s] [rank %d/%d %s] [%s] %s\033[0m\n",
-            prm__level_colors[level], ts, prm__log.rank, prm__log.world,
-            prm_hostname(), name, msg);
+    fprintf(stderr, "%s[%s] [%s] [%s] %s\033[0m\n", prm__level_colors[level], ts, tag, name, msg);
   else
-    fprintf(stderr, "[%s] [rank %d/%d %s] [%s] %s\n", ts, prm__log.rank,
-            prm__log.world, prm_hostname(), name, msg);
+    fprintf(stderr, "[%s] [%s] [%s] %s\n", ts, tag, name, msg);
 out:
   pthread_mutex_unlock(&prm__log_mu);
 }
@@ -120,12 +127,13 @@ void prm_log_files(prm_log_level_t level, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   prm_time_format(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", prm_time_wall());
+  char tag[320];
+  prm__log_tag(tag, sizeof tag);
   pthread_mutex_lock(&prm__log_mu);
   FILE *files[2] = {prm__log.file, prm__log.tee};
   for (int i = 0; i < 2; i++)
     if (files[i])
-      fprintf(files[i], "[%s] [rank %d/%d %s] [%s] %s\n", ts, prm__log.rank, prm__log.world,
-              prm_hostname(), prm__level_names[level], msg);
+      fprintf(files[i], "[%s] [%s] [%s] %s\n", ts, tag, prm__level_names[level], msg);
   pthread_mutex_unlock(&prm__log_mu);
 }
 

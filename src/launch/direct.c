@@ -479,6 +479,7 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
   int rank, world, local;
   prm__rank_from_env(&rank, &world, &local);
   prm_log_set_rank(rank, world);
+  if (nproc > 1) prm_log_set_launcher();
 
   prm_env_t E = {0}, all = {0};
   prm_platform_t plat;
@@ -578,6 +579,7 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
     /* Supervised ranks are child processes with rank logs of their own. */
     prm__ft_t ft0;
     int own = nproc > 1 || (supervisable && prm__supervise_enabled(exp, &ft0));
+    if (own) prm_log_set_launcher();
     char *lf = prm_xasprintf("%s/logs/%s.log", run_dir, own ? "launcher" : "rank-0");
     rc = prm_log_set_file(lf, err);
     free(lf);

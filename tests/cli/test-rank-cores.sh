@@ -24,6 +24,9 @@ fi
 
 run direct --nproc 2 -- train pretrain --config dp.yaml
 expect_rc "two ranks" 0
+# The launcher's own lines are tagged as the launcher's, not as a rank's.
+expect_in "launcher lines tagged" "[launcher $(hostname)] [INFO] launching 2 ranks" "$ERR"
+expect_not_in "no [rank 0/1] among the ranks' [rank R/2]" "[rank 0/1 " "$ERR"
 RD=$(newest_run dp)
 L0=$(cat "$RD/logs/rank-0.log" 2>/dev/null)
 L1=$(cat "$RD/logs/rank-1.log" 2>/dev/null)
