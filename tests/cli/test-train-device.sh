@@ -100,6 +100,31 @@ PRIMUS_DEVICE_TAGGED=1 run train grads --config tag.yaml --output "$T/g-tag.safe
 expect_rc "train grads on the tagged device" 0
 if cmp -s "$T/g-cpu.safetensors" "$T/g-tag.safetensors"; then ok "the same gradients"; else bad "gradient files differ"; fi
 
+# SaFE on the device: a NaN at step 6 rolls back to the step-4 checkpoint
+# (weights and moments copied back in) and ends on the fault-free run's
+# state; a crash under the supervisor restarts and resumes to it too.
+tiny_exp nanr "${common[@]}" "train_iters: 8" "save: $T/ck-nan" "load: $T/ck-nan" \
+  "auto_continue_train: true" "fault_tolerance: {nan_policy: rollback}"
+PRIMUS_DEVICE_TAGGED=1 PRIMUS_FAULT_INJECT=nan:step=6 run train pretrain --config nanr.yaml
+expect_rc "NaN rollback on the tagged device" 0
+expect_in "rolled back to the checkpoint" "rolled back to step 4" "$ERR"
+if cmp -s "$T/ck-cpu/iter_0000008/model.safetensors" "$T/ck-nan/iter_0000008/model.safetensors" &&
+   cmp -s "$T/ck-cpu/iter_0000008/optim-rank-00000.bin" "$T/ck-nan/iter_0000008/optim-rank-00000.bin"; then
+  ok "after the rollback: the fault-free run's weights and moments"
+else
+  bad "the rolled-back run ends elsewhere"
+fi
+tiny_exp crash "${common[@]}" "train_iters: 8" "save: $T/ck-crash" "load: $T/ck-crash" \
+  "auto_continue_train: true" "fault_tolerance: {max_restarts: 2, restart_backoff_s: 0}"
+PRIMUS_DEVICE_TAGGED=1 PRIMUS_FAULT_INJECT=crash:step=6 run train pretrain --config crash.yaml
+expect_rc "a crash at step 6, restarted, on the tagged device" 0
+expect_in "the supervisor restarted it" "supervisor: restart 1 of 2" "$ERR"
+if cmp -s "$T/ck-cpu/iter_0000008/model.safetensors" "$T/ck-crash/iter_0000008/model.safetensors"; then
+  ok "after the restart: the fault-free run's weights"
+else
+  bad "the restarted run ends elsewhere"
+fi
+
 # Generation with the KV cache on the device: the same greedy text.
 run generate --load "$T/ck-cpu" --prompt "the jury said" --temperature 0 --max_new_tokens 24 --device cpu
 expect_rc "generate on the cpu" 0
