@@ -6,7 +6,7 @@
 #
 # Stages (STAGES="env kernels model parity bf16 race" by default; each
 # logs to $OUT/<stage>.log and prints one summary line):
-#   env      primus env, nvidia-smi, preflight's gpu.compute
+#   env      primus env, nvidia-smi, preflight's gpu.cuda
 #   kernels  test-device --backend cuda: every operator against its CPU kernel
 #   model    test-model-device --backend cuda: the model against the CPU model
 #            (losses 1e-5, gradients and 10 AdamW steps 1e-4, KV cache)

@@ -31,7 +31,7 @@ static const prm_pf_check_t prm__pf_table[] = {
     {"gpu.models", PRM_PF_GPU, "accelerator models", prm__pf_gpu_models},
     {"gpu.driver", PRM_PF_GPU, "accelerator driver", prm__pf_gpu_driver},
     {"gpu.busy", PRM_PF_GPU, "devices in use", prm__pf_gpu_busy},
-    {"gpu.compute", PRM_PF_GPU, "training device (the CUDA module)", prm__pf_gpu_compute},
+    {"gpu.cuda", PRM_PF_GPU, "training device (the CUDA module)", prm__pf_gpu_compute},
     {"net.interfaces", PRM_PF_NETWORK, "interfaces up", prm__pf_net_interfaces},
     {"net.socket_ifname", PRM_PF_NETWORK, "NCCL/GLOO socket interface", prm__pf_net_socket_ifname},
     {"net.rdma", PRM_PF_NETWORK, "RDMA ports", prm__pf_net_rdma},
