@@ -14,6 +14,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -147,7 +148,8 @@ static void test_bad_definitions(void **state) {
 typedef struct {
   prm_metrics_t *r;
   volatile int stop;
-  int renders, torn;
+  volatile int renders; /* read by the main thread while the renderer runs */
+  int torn;
 } race_t;
 
 static void *renderer(void *p) {
@@ -175,6 +177,9 @@ static void test_concurrent(void **state) {
     prm_metric_add(c, NULL, 1);
     prm_metric_observe(h, NULL, (i % 2) ? 0.25 : 0.75);
   }
+  /* On a loaded machine the renderer may not have been scheduled yet: let
+   * it render at least once (during updates or after them) before stopping. */
+  for (int spins = 0; x.renders == 0 && spins < 100000; spins++) sched_yield();
   x.stop = 1;
   pthread_join(th, NULL);
   assert_true(prm_metric_get(c, NULL) == 200000);

@@ -46,11 +46,11 @@ if cmp -s "$T/ck-cpu/iter_0000008/model.safetensors" "$T/ck-tag/iter_0000008/mod
 else
   bad "checkpoints differ"
 fi
-if cmp -s "$T/ck-cpu/iter_0000008/optimizer.bin" "$T/ck-tag/iter_0000008/optimizer.bin" 2>/dev/null ||
-   diff -rq "$T/ck-cpu/iter_0000008" "$T/ck-tag/iter_0000008" >/dev/null; then
+# (state-rank-*.json differs by the run's id and lineage, issue 30.)
+if cmp -s "$T/ck-cpu/iter_0000008/optim-rank-00000.bin" "$T/ck-tag/iter_0000008/optim-rank-00000.bin"; then
   ok "the same optimizer state"
 else
-  bad "optimizer state differs: $(diff -rq "$T/ck-cpu/iter_0000008" "$T/ck-tag/iter_0000008")"
+  bad "optimizer state differs"
 fi
 
 # A checkpoint saved on one device resumes on the other: steps 5-8 from
