@@ -176,26 +176,36 @@ int prm_pf_perf_measure(const prm_pf_opts_t *o, const prm_platform_t *plat, prm_
   memset(out, 0, sizeof *out);
   snprintf(out->platform, sizeof out->platform, "%s", plat->name);
   double s = PRM__PF_SECONDS(o->quick);
+  /* A bar on a terminal while the measurements run (seconds each). */
+  prm_progress(0.0, "perf: fp32 GEMM");
   out->v[PRM_PF_M_GEMM_FP32] = prm__pf_gemm(0, s, err);
   if (out->v[PRM_PF_M_GEMM_FP32] < 0) return err && err->code ? err->code : PRM_ERUNTIME;
   if (plat->has_avx512_bf16) {
     prm_err_t e = {0};
+    prm_progress(1.0 / 7, "perf: bf16 GEMM");
     out->v[PRM_PF_M_GEMM_BF16] = prm__pf_gemm(1, s, &e);
     if (out->v[PRM_PF_M_GEMM_BF16] < 0) {
       PRM_WARN("bf16 GEMM not measured: %s", e.msg);
       out->v[PRM_PF_M_GEMM_BF16] = 0;
     }
   }
+  prm_progress(2.0 / 7, "perf: memory bandwidth (triad)");
   out->v[PRM_PF_M_TRIAD] = prm_bench_triad(PRM__PF_TRIAD_BYTES, s);
+  prm_progress(3.0 / 7, "perf: disk write and read");
   int rc = prm_bench_disk(o->workspace ? o->workspace : ".", PRM__PF_DISK_BYTES,
                           &out->v[PRM_PF_M_DISK_WRITE], &out->v[PRM_PF_M_DISK_READ], err);
   if (rc) return rc;
+  prm_progress(4.0 / 7, "perf: dispatch latency");
   prm_bench_dispatch(s, &out->v[PRM_PF_M_DISPATCH_OMP], &out->v[PRM_PF_M_DISPATCH_POOL]);
   char why[1200];
   int no_mpirun;
+  prm_progress(5.0 / 7, "perf: all-reduce bandwidth (2 ranks)");
   out->v[PRM_PF_M_ALLREDUCE_BUSBW] = prm_pf_allreduce_busbw(o->quick, &no_mpirun, why, sizeof why);
   if (!(out->v[PRM_PF_M_ALLREDUCE_BUSBW] > 0)) PRM_WARN("all-reduce bandwidth not measured: %s", why);
+  prm_progress(6.0 / 7, "perf: communication overlap (2 ranks)");
   out->v[PRM_PF_M_OVERLAP] = prm_pf_overlap_hidden(o->quick, &no_mpirun, why, sizeof why);
+  prm_progress(1.0, "perf: done");
+  prm_progress_end();
   if (out->v[PRM_PF_M_OVERLAP] < 0) {
     PRM_WARN("overlap not measured: %s", why);
     out->v[PRM_PF_M_OVERLAP] = 0;

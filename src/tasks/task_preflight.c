@@ -163,9 +163,12 @@ static int prm__pf_check(prm_task_ctx_t *ctx, prm_err_t *err) {
     /* A single process (no launcher) adds its node to whatever node files
      * the run directory holds and rebuilds the report from them. */
     if ((rc = prm_pf_report(ctx->run_dir, &sum, err))) goto done;
+    /* "so far" only where other nodes' files are there too (a shared run
+     * directory that several single processes fill). */
+    char nodes[48] = "";
+    if (sum.nodes > 1) snprintf(nodes, sizeof nodes, " (%d nodes so far)", sum.nodes);
     fprintf(ctx->out, "\nresults: %s/nodes/%s.json; reports: %s/{bench_report.txt,preflight.json,preflight.md,"
-            "healthy_nodes.txt,failed_nodes.txt} (%d node%s so far)\n",
-            ctx->run_dir, node, ctx->run_dir, sum.nodes, sum.nodes == 1 ? "" : "s");
+            "healthy_nodes.txt,failed_nodes.txt}%s\n", ctx->run_dir, node, ctx->run_dir, nodes);
   }
   rc = prm_pf_worst(&res) == PRM_PF_FAIL ? 2 : 0;
 done:
@@ -244,8 +247,13 @@ static int prm__pf_calibrate(prm_task_ctx_t *ctx, prm_err_t *err) {
   free(comment);
   if (!rc) {
     fprintf(ctx->out, "baseline for platform %s written to %s\n", plat.name, path);
+    int w = 0; /* the longest key: the numbers line up */
+    for (int m = 0; m < PRM_PF__METRICS; m++) {
+      int len = (int)strlen(prm_pf_metric_key((prm_pf_metric_t)m));
+      if (len > w) w = len;
+    }
     for (int m = 0; m < PRM_PF__METRICS; m++)
-      fprintf(ctx->out, "  %-18s %10.4g %s\n", prm_pf_metric_key((prm_pf_metric_t)m), perf.v[m],
+      fprintf(ctx->out, "  %-*s %10.4g %s\n", w, prm_pf_metric_key((prm_pf_metric_t)m), perf.v[m],
               perf.v[m] > 0 ? prm_pf_metric_unit((prm_pf_metric_t)m) : "(not measured)");
   }
   free(path);

@@ -22,6 +22,8 @@ PRIMUS_SYSFS_ROOT=$FX/sysfs/mi300x-8 run preflight check --gpu --network --expec
 expect_rc "8 x MI300X with --expect_gpus 8 passes" 0
 expect_in "count line" "8 accelerators found, 8 expected" "$OUT"
 expect_not_in "no FAIL" " FAIL " "$OUT"
+expect_in "says where the reports are" "reports: $T/run-ok/{bench_report.txt," "$OUT"
+expect_not_in "one node: no '(1 node so far)'" "so far" "$OUT"
 for f in preflight.json preflight.md bench_report.txt healthy_nodes.txt failed_nodes.txt "nodes/$HOST.json"; do
   expect_file "report $f" "$T/run-ok/$f"
 done
@@ -321,6 +323,9 @@ run preflight calibrate --quick --workspace "$T"
 expect_rc "calibrate" 0
 BL=$HOME/.config/primus/baselines/cpu.yaml
 expect_in "calibrate says where" "written to $BL" "$OUT"
+# Its table lines up: every value ends in the same column.
+cols=$(grep '^  [a-z_0-9]* *[0-9.e+-]* ' <<<"$OUT" | awk '{ print index($0, $2) + length($2) }' | sort -u | wc -l)
+expect_eq "calibrate's table is aligned" "$cols" 1
 expect_file "baseline written" "$BL"
 expect_in "baseline has gemm" "gemm_fp32_gflops:" "$(cat "$BL")"
 expect_in "baseline header" "# Measured by \`primus preflight calibrate --quick\`" "$(cat "$BL")"
