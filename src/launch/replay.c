@@ -126,8 +126,11 @@ static int prm__replay(prm_task_ctx_t *ctx, prm_err_t *err) {
     PRM_WARN("replaying on a different platform (--force):\n%s", prm_sb_str(&diff));
   }
   if ((rc = prm__load_env_dump(run_dir, &env, err))) goto done;
+  /* This run's identity and the launcher's view of this machine's CPUs
+   * are the replay's own, not the recorded run's. */
   static const char *const drop[] = {"PRIMUS_RUN_DIR", "PRIMUS_RUN_ID", "PRIMUS_LAUNCHED",
-                                     "PRIMUS_REPLAY_OF"};
+                                     "PRIMUS_REPLAY_OF", "PRIMUS_CPUS_AVAILABLE",
+                                     "PRIMUS_RANKS_PER_NODE", "PRIMUS_CPU_SHARE"};
   for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) prm_env_unset(&env, drop[i]);
   prm_env_set(&env, "PRIMUS_REPLAY_OF", run_dir);
   prm_argv_push(&argv, prm_fs_is_executable("/proc/self/exe") ? "/proc/self/exe" : "primus");
