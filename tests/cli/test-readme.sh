@@ -24,6 +24,7 @@ SMALL="hidden_size=32 num_layers=2 num_attention_heads=4 num_query_groups=2 ffn_
   seq_length=32 max_position_embeddings=64 global_batch_size=8 eval_interval=2 eval_iters=1
   log_interval=2 lr_warmup_iters=1 fault_tolerance.restart_backoff_s=0"
 PORT=$((20000 + RANDOM % 10000))
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
 # README.md's commands: ```sh blocks, continuation lines joined, comments dropped.
 mapfile -t CMDS < <(awk '/^```sh$/{f=1;next} /^```/{f=0} f' "$PRIMUS_SRC/README.md" |
@@ -75,6 +76,11 @@ for cmd in "${CMDS[@]}"; do
     "primus export gguf --load output/llama_tiny-pretrain/checkpoints --output tiny.gguf") ;;
     "PRIMUS_FAULT_INJECT=crash:step=150 primus train pretrain --config $EX train_iters=200 save_interval=50 fault_tolerance.max_restarts=2 save=output/fire-drill overwrite_checkpoints=true")
       line="${cmd/step=150/step=3}$(train_args "$cmd")" ;;
+    "primus train pretrain --config $EX device=cuda bf16=true")
+      # Without a GPU the run stops at once, saying why (exit 2).
+      line+="$(train_args "$cmd") save=output/gpu-$RANDOM"; ((GPUS)) || want=2 ;;
+    "primus generate --load output/llama_tiny-pretrain/checkpoints --prompt \"The jury said\" --device cuda")
+      line+=" --max_new_tokens 8"; ((GPUS)) || want=2 ;;
     "primus env" | "primus config presets" | "primus plugins" | \
     "primus config show --config $EX lr=1e-3" | \
     "primus config validate --config configs/examples/llama3_8B-pretrain.yaml") ;;
