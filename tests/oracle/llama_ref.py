@@ -738,7 +738,7 @@ def main():
     m.add_argument("--lr", type=float, default=1e-2)
     m.add_argument("--min-lr", type=float, default=1e-3)
     m.add_argument("--clip", type=float, default=None, help="clip_grad (default: the median unclipped grad norm)")
-    m.add_argument("--tokenizer", default="NullTokenizer")
+    m.add_argument("--tokenizer", default="ByteTokenizer", help="tokenizer_type (the ids are given: any type config validate knows)")
     r = sub.add_parser("reference", help="float64 reference run of a case")
     r.add_argument("--case", required=True)
     r.add_argument("--steps", type=int, default=0, help="default: train_iters of exp.yaml")
