@@ -107,10 +107,12 @@ static int prm__rundir_make(const prm_launch_t *l, const prm_exp_t *exp, char **
   if (exp)
     return prm_rundir_create(prm_exp_top(exp, "workspace"), prm_exp_top(exp, "work_group"),
                              prm_exp_top(exp, "user_name"), prm_exp_top(exp, "exp_name"), out, err);
-  const char *user = getenv("USER");
+  /* The same defaults as an experiment's (configs/examples): work_group
+   * $PRIMUS_TEAM else "default", user_name $USER else "user". */
+  const char *user = getenv("USER"), *team = getenv("PRIMUS_TEAM");
   char *name = prm_xasprintf("%s-%s", l->task->name, l->sub->name);
-  int rc = prm_rundir_create("./output", "default", user && *user && !strchr(user, '/') ? user : "user",
-                             name, out, err);
+  int rc = prm_rundir_create("./output", team && *team && !strchr(team, '/') ? team : "default",
+                             user && *user && !strchr(user, '/') ? user : "user", name, out, err);
   free(name);
   return rc;
 }

@@ -121,4 +121,8 @@ for cmd in "${CMDS[@]}"; do
 done
 expect_file "the fire drill saved its own last checkpoint" "$T/output/fire-drill/iter_0000004/DONE"
 expect_file "export wrote tiny.gguf" "$T/tiny.gguf"
+# Training and the other tasks file their runs under the same
+# work_group/user_name ($PRIMUS_TEAM, $USER).
+expect_file "preflight's run directory beside training's" "$(ls -d "$T"/output/team/tester/preflight-check/run-* 2>/dev/null | head -1)"
+expect_file "training's run directory" "$(ls -d "$T"/output/team/tester/llama_tiny-pretrain/run-* 2>/dev/null | head -1)"
 finish
