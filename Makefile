@@ -40,6 +40,7 @@ test-fast: build
 # their own; `make fuzz FUZZ_SECONDS=N` also runs each for N seconds.
 # (`make test` replays their corpus in the ASan build: fuzz-smoke-*.)
 fuzz: deps
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz: $(FUZZ_CC) not found (apt-get install clang-14, or FUZZ_CC=clang)" >&2; exit 1; }
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 		-DPRM_FUZZ=ON -DPRM_CUDA=OFF -DPRM_WERROR=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz-harnesses
