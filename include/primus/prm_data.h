@@ -118,14 +118,18 @@ void prm_dataset_doc_copy(const prm_dataset_t *d, int64_t doc, int64_t off, int6
  * The blocks that `samples` needs are built once and cached next to the
  * data (or in cache_dir) in PATH.<split>-s<S>-seed<seed>.sidx, written
  * atomically and memory-mapped when read back. Header: "PRMSIDX\0", u32
- * version (1), u32 byte-order mark 0x01020304, u64 key, then i64 documents,
- * epochs per block, samples per block, blocks and tokens; then, as native
+ * version (2), u32 byte-order mark 0x01020304, u64 key, then i64 documents,
+ * epochs per block, samples per block, blocks and tokens, u64 checksum of
+ * the arrays (72 bytes in all); then, as native
  * i64 arrays: document order [blocks * epochs * documents] (dataset
  * document ids), sample starts [blocks * (n + 1)] of (position in the
  * block's document order, token offset), shuffle [blocks * n]. The key is
  * a hash over the format version, seed, S, split, the split's document
  * range and tokens, the block count and the data files' sizes and mtimes:
- * a file whose key differs is rebuilt. A folder that cannot be written
+ * a file whose key differs is rebuilt. A file whose key matches but whose
+ * arrays fail the checksum, or hold an index out of range (every one is
+ * checked at open), is rebuilt with a warning: it is damaged. A folder that
+ * cannot be written
  * gets the index built in memory (one warning). Blocks past the cached
  * ones are built on demand in memory.
  *
@@ -237,7 +241,9 @@ typedef struct prm_tokenizer prm_tokenizer_t;
  * Pre-tokenisation follows Unicode 16.0 (\s = White_Space), id for id with
  * tiktoken's and Hugging Face's Rust implementations.
  * Unknown types are PRM_EINVAL listing the known ones; a missing or corrupt
- * model file is an error naming the file (and line). */
+ * model file is an error naming the file (and line). A file whose largest
+ * id or rank is 2 x its entries + 65536 or more (or 2^28) is PRM_EINVAL
+ * naming it: the tables are sized by the largest id. */
 int prm_tokenizer_open(const char *type, const char *model, prm_tokenizer_t **out,
                        prm_err_t *err);
 /* Frees the tokenizer and every thread's scratch state; no thread may be
