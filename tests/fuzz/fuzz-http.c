@@ -8,6 +8,7 @@
 #include "primus/prm_metrics.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -32,10 +33,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     atexit(stop);
   }
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)prm_metrics_server_port(srv))};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) abort();
+  /* Closed with a reset (linger 0), so 10^5 connections do not leave the
+   * ephemeral ports in TIME_WAIT. A refused connection means the endpoint
+   * is gone: a finding. Running out of local ports is the harness' own
+   * problem: wait and retry. */
+  int fd = -1;
+  for (int tries = 0; fd < 0; tries++) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) abort();
+    struct linger lg = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) break;
+    int e = errno;
+    close(fd);
+    fd = -1;
+    if (e == ECONNREFUSED || tries > 200) {
+      fprintf(stderr, "fuzz-http: connect: %s\n", strerror(e));
+      abort();
+    }
+    usleep(10000);
+  }
   for (size_t off = 0; off < size;) {
     ssize_t w = send(fd, data + off, size - off, MSG_NOSIGNAL);
     if (w <= 0) break;
