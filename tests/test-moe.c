@@ -131,13 +131,14 @@ static void test_layout(void **state) {
   prm_llama_free(m);
 }
 
-/* The training objective per token: cross-entropy / count + aux + z (the
- * aux losses enter with weight grad_scale x N = N / count, see pass.c). */
+/* The training objective per token: cross-entropy / count + aux + z, the
+ * router's losses taken over the n tokens that count (target >= 0) and
+ * entering with weight grad_scale x n = n / count (see pass.c). */
 static double objective(prm_llama_t *m, const int32_t *tok, const int32_t *tgt, int64_t B,
                         int64_t count) {
   int64_t n = 0;
   double s = prm_llama_forward(m, tok, tgt, B, &n);
-  return s / (double)count + (double)(B * m->T) / (double)count * prm_llama_moe_aux_loss(m);
+  return s / (double)count + (double)n / (double)count * prm_llama_moe_aux_loss(m);
 }
 
 /* The top-k choices of every MoE layer's set (training model: one set per
@@ -437,6 +438,130 @@ static void test_layer_list(void **state) {
   prm_llama_free(b);
 }
 
+static double logprob(const float *logits, int64_t V, int32_t t) {
+  double mx = logits[0], s = 0;
+  for (int64_t i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+  for (int64_t i = 0; i < V; i++) s += exp(logits[i] - mx);
+  return logits[t] - mx - log(s);
+}
+
+/* KV-cache inference of a MoE model: the prompt at once then one token at
+ * a time gives, at every position, the logits of the whole prefix in one
+ * call (1e-5), and their cross-entropy is the training forward's loss over
+ * the same sequence (full recomputation, 1e-5 relative). */
+static void kv_case(prm_llama_config_t c) {
+  int64_t T = 11, V = c.vocab;
+  prm_llama_t *m = build(c, 1, T, 0);
+  for (int64_t l = 0; l < c.layers; l++) /* routers 3x the init: decided choices */
+    if (m->layer[l].router)
+      for (int64_t j = 0; j < c.experts * c.hidden; j++) m->layer[l].router[j] *= 3.0f;
+  int32_t seq[12];
+  random_tokens(seq, T + 1, V, 9);
+  int64_t n;
+  double want = prm_llama_forward(m, seq, seq + 1, 1, &n);
+  assert_int_equal(n, T);
+  prm_err_t err = {0};
+  prm_llama_kv_t *kv = NULL;
+  float *logits = malloc((size_t)V * sizeof(float)), *whole = malloc((size_t)V * sizeof(float));
+  assert_int_equal(prm_llama_kv_new(m, &kv, &err), 0);
+  double got = 0, worst = 0;
+  for (int64_t i = 0; i < T; i++) {
+    if (i < 4 && i != 3) continue;
+    if (i == 3) assert_int_equal(prm_llama_kv_step(m, kv, seq, 4, logits, &err), 0);
+    else assert_int_equal(prm_llama_kv_step(m, kv, &seq[i], 1, logits, &err), 0);
+    prm_llama_kv_t *kv1 = NULL;
+    assert_int_equal(prm_llama_kv_new(m, &kv1, &err), 0);
+    assert_int_equal(prm_llama_kv_step(m, kv1, seq, i + 1, whole, &err), 0);
+    prm_llama_kv_free(kv1);
+    for (int64_t v = 0; v < V; v++) {
+      double d = fabs((double)logits[v] - whole[v]);
+      worst = d > worst ? d : worst;
+    }
+  }
+  assert_true(worst < 1e-5);
+  /* The loss over every position, each from a fresh prefix. */
+  for (int64_t i = 0; i < T; i++) {
+    prm_llama_kv_t *kv1 = NULL;
+    assert_int_equal(prm_llama_kv_new(m, &kv1, &err), 0);
+    assert_int_equal(prm_llama_kv_step(m, kv1, seq, i + 1, whole, &err), 0);
+    got -= logprob(whole, V, seq[i + 1]);
+    prm_llama_kv_free(kv1);
+  }
+  printf("    KV cache: incremental vs whole logits %.2e; loss %.9g vs forward %.9g\n", worst, got,
+         want);
+  assert_true(fabs(got - want) < 1e-5 * fabs(want));
+  assert_int_equal(prm_llama_kv_len(kv), T);
+  /* Inference records no routing statistics. */
+  prm_llama_moe_stats_t st;
+  assert_int_equal(prm_llama_moe_stats(m, &st), 0);
+  assert_int_equal(st.passes, 0);
+  assert_int_equal(st.counts[0][0] + st.counts[0][1] + st.counts[0][2] + st.counts[0][3], 0);
+  prm_llama_kv_free(kv);
+  free(logits);
+  free(whole);
+  prm_llama_free(m);
+}
+
+static void test_kv_cache(void **state) {
+  (void)state;
+  kv_case(moe_cfg()); /* a MoE layer with a shared expert, then a dense one */
+  prm_llama_config_t c = moe_cfg();
+  c.moe_freq = 1; /* every layer MoE, tied head, no shared expert, top 1 */
+  c.tied = 1;
+  c.shared_ffn = 0;
+  c.topk = 1;
+  kv_case(c);
+}
+
+/* Fine-tuning's loss masks: the router's aux and z losses are taken over
+ * the tokens whose target counts. A batch of two sequences, the second
+ * wholly masked (prompt or padding), gives the first sequence's loss,
+ * aux + z and every gradient alone, as a batch of one; unmasked, the
+ * second sequence changes the router's losses. */
+static void test_router_loss_mask(void **state) {
+  (void)state;
+  prm_llama_config_t c = moe_cfg();
+  c.moe_freq = 1;
+  int64_t T = 7;
+  prm_llama_t *a = build(c, 2, T, PRM_LLAMA_TRAIN), *b = build(c, 1, T, PRM_LLAMA_TRAIN);
+  assert_memory_equal(a->params, b->params, (size_t)a->nparams * sizeof(float));
+  int32_t tok[14], tgt[14];
+  random_tokens(tok, 14, c.vocab, 11);
+  random_tokens(tgt, 14, c.vocab, 12);
+  int64_t ca, cb;
+  prm_llama_forward_backward(a, tok, tgt, 2, 1.0f / 14.0f, &ca);
+  double aux_all = prm_llama_moe_aux_loss(a);
+  for (int i = 7; i < 14; i++) tgt[i] = -1;
+  prm_llama_zero_grad(a);
+  double la = prm_llama_forward_backward(a, tok, tgt, 2, 1.0f / 7.0f, &ca);
+  double lb = prm_llama_forward_backward(b, tok, tgt, 1, 1.0f / 7.0f, &cb);
+  assert_int_equal(ca, 7);
+  assert_int_equal(cb, 7);
+  double xa = prm_llama_moe_aux_loss(a), xb = prm_llama_moe_aux_loss(b);
+  printf("    masked pass: loss %.9g vs %.9g, aux+z %.9g vs %.9g (unmasked %.9g)\n", la, lb, xa, xb,
+         aux_all);
+  assert_true(fabs(la - lb) <= 1e-6 * fabs(lb));
+  assert_true(xb > 0 && fabs(xa - xb) <= 1e-6 * xb);
+  assert_true(fabs(aux_all - xb) > 1e-4 * xb);
+  double gmax = 0, dmax = 0;
+  for (int64_t i = 0; i < a->nparams; i++) {
+    double d = fabs((double)a->grads[i] - b->grads[i]);
+    dmax = d > dmax ? d : dmax;
+    gmax = fabs(b->grads[i]) > gmax ? fabs(b->grads[i]) : gmax;
+  }
+  printf("    gradients: worst difference %.2e of a largest %.2e\n", dmax, gmax);
+  assert_true(gmax > 0 && dmax <= 1e-5 * gmax);
+  /* Every target masked: no router loss, no gradient from it. */
+  for (int i = 0; i < 14; i++) tgt[i] = -1;
+  prm_llama_zero_grad(a);
+  prm_llama_forward_backward(a, tok, tgt, 2, 1.0f, &ca);
+  assert_int_equal(ca, 0);
+  assert_true(prm_llama_moe_aux_loss(a) == 0.0);
+  assert_true(prm_sumsq(a->grads, a->nparams) == 0.0);
+  prm_llama_free(a);
+  prm_llama_free(b);
+}
+
 /* A dense model has no MoE statistics. */
 static void test_dense_no_stats(void **state) {
   (void)state;
@@ -460,6 +585,8 @@ int main(void) {
       cmocka_unit_test(test_ckpt_round_trip),
       cmocka_unit_test(test_layer_list),
       cmocka_unit_test(test_dense_no_stats),
+      cmocka_unit_test(test_kv_cache),
+      cmocka_unit_test(test_router_loss_mask),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

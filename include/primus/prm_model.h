@@ -252,6 +252,8 @@ typedef struct prm_llama {
   prm_llama_tp_t tp;
   int64_t Hl, Gl, Fl, Vl, v0;
   int64_t El, e0;        /* expert parallelism: this rank's experts [e0, e0 + El) */
+  int64_t Fel, Fsl;      /* tensor parallelism: each expert's and the shared expert's
+                          * SwiGLU columns on this rank (moe_ffn, shared_ffn over T) */
   int64_t full_nparams;  /* prm_llama_param_count: the whole model */
   int tp_rc;
   prm_err_t tp_err;
@@ -262,7 +264,12 @@ typedef struct prm_llama {
   /* Mixture of experts: the state of the pass in progress (moe.c) and the
    * statistics of the training passes since prm_llama_moe_stats. */
   int moe_record;        /* a training forward: count the routing */
-  float moe_gscale;      /* weight of the aux/z losses' gradient (grad_scale x B x T) */
+  float moe_gscale;      /* weight of the aux/z losses' gradient (grad_scale x the tokens
+                          * that count) */
+  /* The pass' targets on the host (NULL: every token counts): the router's
+   * aux and z losses are taken over the tokens whose target is not
+   * ignored (>= 0), as the cross-entropy is. */
+  const int32_t *moe_tgt;
   double moe_aux_last;   /* aux + z losses of the last forward, summed over MoE layers */
   int64_t *moe_counts;   /* (L,E) tokens routed to each expert (before capacity) */
   int64_t *moe_dropped;  /* (L) assignments dropped over capacity */

@@ -1,7 +1,12 @@
 /* infer.c - inference with a key/value cache: a prompt is processed in one
  * call, then each new token in its own call, attending to the cached keys
  * and values of every earlier position. The cache lives on the model's
- * device; only the new ids go in and the last row's logits come out. */
+ * device; only the new ids go in and the last row's logits come out.
+ * Mixture-of-experts layers (host memory only, as in training) run
+ * moe.c's inference MLP on the cache's own routing buffers for max rows;
+ * no expert capacity applies, so a token's output never depends on the
+ * other tokens of its call and one token at a time equals the whole
+ * sequence at once. */
 #include "model-impl.h"
 
 #include <stdlib.h>
@@ -16,6 +21,9 @@ struct prm_llama_kv {
   int32_t *tok;                   /* (max) the new ids, on the device */
   float *block;
   size_t bytes;
+  prm__layer_acts_t moe;          /* MoE: the router's and experts' buffers for max rows */
+  float *mblock;
+  size_t mbytes;
   const prm_dev_t *dev;           /* the model's */
 };
 
@@ -25,9 +33,10 @@ int prm_llama_kv_new(const prm_llama_t *m, prm_llama_kv_t **out, prm_err_t *err)
   if (m->tp.size > 1)
     return prm_errf(err, PRM_EINVAL, "KV-cache inference runs on a whole model, not a "
                     "tensor-parallel shard (gather it first: prm_llama_tp_gather)");
-  if (c->experts)
-    return prm_errf(err, PRM_EINVAL, "KV-cache inference of mixture-of-experts models "
-                    "(num_experts %lld) is not supported yet", (long long)c->experts);
+  if (m->tp.ep_size > 1)
+    return prm_errf(err, PRM_EINVAL, "KV-cache inference runs on a whole model, not an "
+                    "expert-parallel shard (%lld of %lld experts)", (long long)m->El,
+                    (long long)c->experts);
   int64_t S = c->max_pos, C = c->hidden, D = prm_llama_head_dim(c), F = c->ffn;
   int64_t HD = c->heads * D, GD = c->groups * D;
   int64_t sizes[] = {c->layers * S * GD, c->layers * S * GD, S * C, S * C, S, S * HD, S * GD,
@@ -55,6 +64,19 @@ int prm_llama_kv_new(const prm_llama_t *m, prm_llama_kv_t **out, prm_err_t *err)
     *slots[i] = kv->block + off;
     off += (sizes[i] + 15) & ~15;
   }
+  if (c->experts) {
+    int64_t cur = 0;
+    prm__moe_carve_acts(m, &kv->moe, NULL, &cur, S);
+    kv->mbytes = (size_t)cur * sizeof(float);
+    if (!(kv->mblock = prm_dev_alloc(kv->dev, PRM_MEM_ACTS, kv->mbytes))) {
+      size_t bytes = kv->mbytes;
+      prm_llama_kv_free(kv);
+      return prm_errf(err, PRM_ENOMEM, "cannot allocate the KV cache's expert buffers (%zu bytes)",
+                      bytes);
+    }
+    cur = 0;
+    prm__moe_carve_acts(m, &kv->moe, kv->mblock, &cur, S);
+  }
   *out = kv;
   return 0;
 }
@@ -62,6 +84,7 @@ int prm_llama_kv_new(const prm_llama_t *m, prm_llama_kv_t **out, prm_err_t *err)
 void prm_llama_kv_free(prm_llama_kv_t *kv) {
   if (!kv) return;
   prm_dev_free(kv->dev, PRM_MEM_ACTS, kv->block, kv->bytes);
+  if (kv->mblock) prm_dev_free(kv->dev, PRM_MEM_ACTS, kv->mblock, kv->mbytes);
   free(kv);
 }
 
@@ -110,6 +133,11 @@ int prm_llama_kv_step(const prm_llama_t *m, prm_llama_kv_t *kv, const int32_t *t
     prm_dev_linear_forward(d, kv->mid, kv->att, w->wo, n, HD, C);
     prm_dev_add(d, kv->mid, kv->mid, kv->x, n * C);
     prm_dev_rmsnorm_forward(d, kv->ln, kv->rstd, kv->mid, w->ln2, n, C, eps);
+    if (w->router) { /* a mixture-of-experts MLP (host memory only) */
+      prm__moe_infer(m, w, &kv->moe, kv->ln, kv->x, n);
+      prm_dev_add(d, kv->x, kv->x, kv->mid, n * C);
+      continue;
+    }
     prm_dev_linear_forward(d, kv->gate, kv->ln, w->wgate, n, C, F);
     prm_dev_linear_forward(d, kv->up, kv->ln, w->wup, n, C, F);
     prm_dev_swiglu_forward(d, kv->h, kv->gate, kv->up, n * F);

@@ -214,7 +214,7 @@ static size_t prm__layout_acts(prm_llama_t *m, prm_llama_acts_t *a, float *base)
     x->h = prm__carve(base, &cur, N * F);
     /* A set holds MoE buffers when its layer (any layer, shared) is MoE. */
     if (a->nsets == 1 ? c->experts > 0 : prm_llama_is_moe(c, s))
-      prm__moe_carve_acts(m, x, base, &cur);
+      prm__moe_carve_acts(m, x, base, &cur, N);
   }
   a->lnf = prm__carve(base, &cur, N * C);
   a->rstdf = prm__carve(base, &cur, N);
@@ -409,6 +409,8 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
     memcpy(m->layer_stage, tp->pp_stage, (size_t)c->layers * sizeof *m->layer_stage);
   }
   m->El = c->experts / esize;
+  m->Fel = c->moe_ffn / tsize;
+  m->Fsl = c->shared_ffn / tsize;
   m->e0 = m->El * m->tp.ep_rank;
   m->Hl = c->heads / tsize;
   m->Gl = c->groups / tsize;

@@ -25,6 +25,7 @@ typedef struct {
   int32_t *order;         /* (R) the assignment of each sorted row */
   int32_t *eoff;          /* (E+1) each expert's first sorted row */
   int32_t *ecount;        /* (E) assignments per expert before capacity */
+  int32_t *fcount;        /* (E) the same for the tokens that count (m->moe_tgt) */
   float *xs;              /* (R,C) the input rows in sorted order */
   float *egate, *eup, *eh;/* (R,Fe) x 3 */
   float *eout;            /* (R,C) expert outputs (before the router weight) */
@@ -37,6 +38,7 @@ typedef struct {
   int32_t *roff;          /* (El+1) each local expert's first row on the experts' side */
   float *sg, *su, *sh;    /* (N,Fs) x 3 shared expert */
   int64_t dropped;
+  int64_t ntok;           /* tokens that count in the router's losses */
   double aux, zloss;
 } prm__layer_acts_t;
 
@@ -108,13 +110,21 @@ static inline int64_t prm__moe_rows(const prm_llama_t *m, int64_t N) {
   return P * N * (K < m->El ? K : m->El);
 }
 
-/* Floats the MoE buffers of one activation set (train: also backward's
- * scratch) take; carves them from base at *cur (base NULL: counts). */
-void prm__moe_carve_acts(const prm_llama_t *m, prm__layer_acts_t *a, float *base, int64_t *cur);
+/* Floats the MoE buffers of one activation set for N rows (train: also
+ * backward's scratch, for B T rows) take; carves them from base at *cur
+ * (base NULL: counts). */
+void prm__moe_carve_acts(const prm_llama_t *m, prm__layer_acts_t *a, float *base, int64_t *cur,
+                         int64_t N);
 void prm__moe_carve_scratch(const prm_llama_t *m, prm_llama_acts_t *a, float *base, int64_t *cur);
 /* y (N,C) <- the MoE MLP of x (N,C) (no residual), layer l's weights w. */
 void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
                       prm__layer_acts_t *a, const float *x, float *y, int64_t N);
+/* The same MLP for inference on a whole model (no tensor or expert
+ * parallelism), fp32, no capacity (every token goes to its k experts, as
+ * in Hugging Face's and llama.cpp's Mixtral), no statistics: the KV cache's
+ * (infer.c). */
+void prm__moe_infer(const prm_llama_t *m, const prm_llama_layer_t *w, prm__layer_acts_t *a,
+                    const float *x, float *y, int64_t N);
 /* dx (N,C) <- the input gradient from dy (N,C); weight gradients added to
  * dw; the aux and z losses' gradients weighted by m->moe_gscale. */
 void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_llama_layer_t *dw,

@@ -54,10 +54,11 @@ static float *prm__mcarve(float *base, int64_t *cur, int64_t n) {
   return p;
 }
 
-void prm__moe_carve_acts(const prm_llama_t *m, prm__layer_acts_t *a, float *base, int64_t *cur) {
+void prm__moe_carve_acts(const prm_llama_t *m, prm__layer_acts_t *a, float *base, int64_t *cur,
+                         int64_t N) {
   const prm_llama_config_t *c = &m->cfg;
-  int64_t N = m->B * m->T, C = c->hidden, E = c->experts, K = c->topk, R = N * K;
-  int64_t Fe = c->moe_ffn, Fs = c->shared_ffn;
+  int64_t C = c->hidden, E = c->experts, K = c->topk, R = N * K;
+  int64_t Fe = m->Fel, Fs = m->Fsl;
   /* The int32 arrays are carved as floats (same size and alignment). */
   a->rlogit = prm__mcarve(base, cur, N * E);
   a->rprob = prm__mcarve(base, cur, N * E);
@@ -68,6 +69,7 @@ void prm__moe_carve_acts(const prm_llama_t *m, prm__layer_acts_t *a, float *base
   a->order = (int32_t *)prm__mcarve(base, cur, R);
   a->eoff = (int32_t *)prm__mcarve(base, cur, E + 1);
   a->ecount = (int32_t *)prm__mcarve(base, cur, E);
+  a->fcount = (int32_t *)prm__mcarve(base, cur, E);
   int64_t Rr = prm__moe_rows(m, N);
   a->xs = prm__mcarve(base, cur, R * C);
   a->egate = prm__mcarve(base, cur, Rr * Fe);
@@ -94,7 +96,7 @@ void prm__moe_carve_acts(const prm_llama_t *m, prm__layer_acts_t *a, float *base
 void prm__moe_carve_scratch(const prm_llama_t *m, prm_llama_acts_t *a, float *base, int64_t *cur) {
   const prm_llama_config_t *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->hidden, E = c->experts, K = c->topk, R = N * K;
-  int64_t Fe = c->moe_ffn, Fs = c->shared_ffn;
+  int64_t Fe = m->Fel, Fs = m->Fsl;
   int64_t Rr = prm__moe_rows(m, N);
   a->mdout = prm__mcarve(base, cur, R * C);
   a->mdxs = prm__mcarve(base, cur, R * C);
@@ -116,15 +118,16 @@ void prm__moe_carve_scratch(const prm_llama_t *m, prm_llama_acts_t *a, float *ba
   a->mdlogit = prm__mcarve(base, cur, N * E);
 }
 
-/* Expert e's matrices inside a block of experts (params or grads). */
-static float *prm__w1(const prm_llama_config_t *c, float *ex, int64_t e) {
-  return ex + e * 3 * c->moe_ffn * c->hidden;
+/* Expert e's matrices inside a block of experts (params or grads): w1 and
+ * w3 (Fel,C), w2 (C,Fel), this rank's columns under tensor parallelism. */
+static float *prm__w1(const prm_llama_t *m, float *ex, int64_t e) {
+  return ex + e * 3 * m->Fel * m->cfg.hidden;
 }
-static float *prm__w2(const prm_llama_config_t *c, float *ex, int64_t e) {
-  return prm__w1(c, ex, e) + c->moe_ffn * c->hidden;
+static float *prm__w2(const prm_llama_t *m, float *ex, int64_t e) {
+  return prm__w1(m, ex, e) + m->Fel * m->cfg.hidden;
 }
-static float *prm__w3(const prm_llama_config_t *c, float *ex, int64_t e) {
-  return prm__w1(c, ex, e) + 2 * c->moe_ffn * c->hidden;
+static float *prm__w3(const prm_llama_t *m, float *ex, int64_t e) {
+  return prm__w1(m, ex, e) + 2 * m->Fel * m->cfg.hidden;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -205,12 +208,10 @@ static void prm__ep_exchange(prm_llama_t *m, const prm__layer_acts_t *a, float *
 /* Forward                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Router: logits, softmax (in double), top k, renormalised weights. */
-static void prm__route(prm_llama_t *m, const prm_llama_layer_t *w, prm__layer_acts_t *a,
-                       const float *x, int64_t N) {
-  const prm_llama_config_t *c = &m->cfg;
-  int64_t E = c->experts, K = c->topk, C = c->hidden;
-  prm__lin_fwd(m, a->rlogit, x, prm__to16(m, 0, x, N * C), w->router, N, C, E);
+/* Router, from the logits a->rlogit: softmax (in double), top k,
+ * renormalised weights. */
+static void prm__route(const prm_llama_config_t *c, prm__layer_acts_t *a, int64_t N) {
+  int64_t E = c->experts, K = c->topk;
   for (int64_t t = 0; t < N; t++) {
     const float *z = a->rlogit + t * E;
     float *p = a->rprob + t * E;
@@ -237,12 +238,13 @@ static void prm__route(prm_llama_t *m, const prm_llama_layer_t *w, prm__layer_ac
   }
 }
 
-/* The counting sort of the N k assignments by expert, capacity applied. */
-static void prm__dispatch(prm_llama_t *m, prm__layer_acts_t *a, int64_t N) {
-  const prm_llama_config_t *c = &m->cfg;
+/* The counting sort of the N k assignments by expert, capacity applied
+ * when `capped`. */
+static void prm__dispatch(const prm_llama_config_t *c, prm__layer_acts_t *a, int64_t N,
+                          int capped) {
   int64_t E = c->experts, K = c->topk, R = N * K;
   int64_t cap = R;
-  if (c->capacity > 0) cap = (int64_t)ceil(c->capacity * (double)R / (double)E);
+  if (capped && c->capacity > 0) cap = (int64_t)ceil(c->capacity * (double)R / (double)E);
   for (int64_t e = 0; e < E; e++) a->ecount[e] = 0;
   for (int64_t r = 0; r < R; r++) a->ecount[a->sel[r]]++;
   a->eoff[0] = 0;
@@ -264,13 +266,55 @@ static void prm__dispatch(prm_llama_t *m, prm__layer_acts_t *a, int64_t N) {
   free(fill);
 }
 
+/* y += sum_j w_j expert_j(x) over the kept assignments, in assignment
+ * order. */
+static void prm__combine(const prm_llama_config_t *c, const prm__layer_acts_t *a, float *y,
+                         int64_t N) {
+  int64_t K = c->topk, C = c->hidden;
+  for (int64_t r = 0; r < N * K; r++) {
+    int32_t row = a->slot[r];
+    if (row < 0) continue;
+    float wr = a->rw[r], *yt = y + (r / K) * C;
+    const float *o = a->eout + (int64_t)row * C;
+    for (int64_t i = 0; i < C; i++) yt[i] += wr * o[i];
+  }
+}
+
+void prm__moe_infer(const prm_llama_t *m, const prm_llama_layer_t *w, prm__layer_acts_t *a,
+                    const float *x, float *y, int64_t N) {
+  const prm_llama_config_t *c = &m->cfg;
+  const prm_gemm_t *g = &m->gemm;
+  int64_t E = c->experts, K = c->topk, C = c->hidden, Fe = m->Fel, Fs = m->Fsl;
+  PRM_ASSERT(m->tp.size <= 1 && m->tp.ep_size <= 1 && m->El == E);
+  prm_linear_forward(g, a->rlogit, x, w->router, N, C, E);
+  prm__route(c, a, N);
+  prm__dispatch(c, a, N, 0);
+  int64_t rows = a->eoff[E], ws = 3 * Fe * C;
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(a->xs + r * C, x + (a->order[r] / K) * C, (size_t)C * sizeof(float));
+  prm_grouped_linear_forward(g, a->egate, a->xs, prm__w1(m, w->experts, 0), ws, a->eoff, E, C, Fe);
+  prm_grouped_linear_forward(g, a->eup, a->xs, prm__w3(m, w->experts, 0), ws, a->eoff, E, C, Fe);
+  prm_swiglu_forward(a->eh, a->egate, a->eup, rows * Fe);
+  prm_grouped_linear_forward(g, a->eout, a->eh, prm__w2(m, w->experts, 0), ws, a->eoff, E, Fe, C);
+  if (Fs) {
+    prm_linear_forward(g, a->sg, x, w->sgate, N, C, Fs);
+    prm_linear_forward(g, a->su, x, w->sup, N, C, Fs);
+    prm_swiglu_forward(a->sh, a->sg, a->su, N * Fs);
+    prm_linear_forward(g, y, a->sh, w->sdown, N, Fs, C);
+  } else {
+    memset(y, 0, (size_t)(N * C) * sizeof(float));
+  }
+  prm__combine(c, a, y, N);
+}
+
 void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
                       prm__layer_acts_t *a, const float *x, float *y, int64_t N) {
   const prm_llama_config_t *c = &m->cfg;
   const prm_gemm_t *g = &m->gemm;
-  int64_t E = c->experts, K = c->topk, C = c->hidden, Fe = c->moe_ffn, Fs = c->shared_ffn;
-  prm__route(m, w, a, x, N);
-  prm__dispatch(m, a, N);
+  int64_t E = c->experts, K = c->topk, C = c->hidden, Fe = m->Fel, Fs = m->Fsl;
+  prm__lin_fwd(m, a->rlogit, x, prm__to16(m, 0, x, N * C), w->router, N, C, E);
+  prm__route(c, a, N);
+  prm__dispatch(c, a, N, 1);
   int64_t rows = a->eoff[E], ep = m->tp.ep_size > 1;
   for (int64_t r = 0; r < rows; r++)
     memcpy(a->xs + r * C, x + (a->order[r] / K) * C, (size_t)C * sizeof(float));
@@ -287,9 +331,9 @@ void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
     for (int64_t j = 0; j < m->El; j++) {
       int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
       if (!n) continue;
-      prm__lin_fwd(m, a->egate + r0 * Fe, a->xr + r0 * C, x16 + r0 * C, prm__w1(c, w->experts, j),
+      prm__lin_fwd(m, a->egate + r0 * Fe, a->xr + r0 * C, x16 + r0 * C, prm__w1(m, w->experts, j),
                    n, C, Fe);
-      prm__lin_fwd(m, a->eup + r0 * Fe, a->xr + r0 * C, x16 + r0 * C, prm__w3(c, w->experts, j),
+      prm__lin_fwd(m, a->eup + r0 * Fe, a->xr + r0 * C, x16 + r0 * C, prm__w3(m, w->experts, j),
                    n, C, Fe);
     }
     prm_swiglu_forward(a->eh, a->egate, a->eup, nr * Fe);
@@ -298,15 +342,15 @@ void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
       int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
       if (n)
         prm__lin_fwd(m, a->er + r0 * C, a->eh + r0 * Fe, h16 + r0 * Fe,
-                     prm__w2(c, w->experts, j), n, Fe, C);
+                     prm__w2(m, w->experts, j), n, Fe, C);
     }
   } else {
-    prm_grouped_linear_forward(g, a->egate, a->xr, prm__w1(c, w->experts, 0), ws, a->roff, m->El,
+    prm_grouped_linear_forward(g, a->egate, a->xr, prm__w1(m, w->experts, 0), ws, a->roff, m->El,
                                C, Fe);
-    prm_grouped_linear_forward(g, a->eup, a->xr, prm__w3(c, w->experts, 0), ws, a->roff, m->El, C,
+    prm_grouped_linear_forward(g, a->eup, a->xr, prm__w3(m, w->experts, 0), ws, a->roff, m->El, C,
                                Fe);
     prm_swiglu_forward(a->eh, a->egate, a->eup, nr * Fe);
-    prm_grouped_linear_forward(g, a->er, a->eh, prm__w2(c, w->experts, 0), ws, a->roff, m->El, Fe,
+    prm_grouped_linear_forward(g, a->er, a->eh, prm__w2(m, w->experts, 0), ws, a->roff, m->El, Fe,
                                C);
   }
   if (ep) prm__ep_exchange(m, a, a->eout, a->er, C, 1); /* the outputs back */
@@ -320,23 +364,30 @@ void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
   } else {
     memset(y, 0, (size_t)(N * C) * sizeof(float));
   }
-  for (int64_t r = 0; r < N * K; r++) {
-    int32_t row = a->slot[r];
-    if (row < 0) continue;
-    float wr = a->rw[r], *yt = y + (r / K) * C;
-    const float *o = a->eout + (int64_t)row * C;
-    for (int64_t i = 0; i < C; i++) yt[i] += wr * o[i];
+  prm__combine(c, a, y, N);
+  prm__tp_sum(m, y, N * C); /* the experts' columns under tensor parallelism */
+  /* The router's losses, over the tokens that count (target >= 0): n of
+   * them, fcount[e] of their assignments routed to e. */
+  const int32_t *tgt = m->moe_tgt;
+  int64_t n = 0;
+  for (int64_t e = 0; e < E; e++) a->fcount[e] = tgt ? 0 : a->ecount[e];
+  for (int64_t t = 0; t < N; t++) {
+    if (tgt && tgt[t] < 0) continue;
+    n++;
+    for (int64_t j = 0; tgt && j < K; j++) a->fcount[a->sel[t * K + j]]++;
   }
-  /* The router's losses. */
+  a->ntok = n;
   double aux = 0, zl = 0;
-  for (int64_t e = 0; e < E; e++) {
+  for (int64_t e = 0; e < E && n; e++) {
     double P = 0;
-    for (int64_t t = 0; t < N; t++) P += a->rprob[t * E + e];
-    aux += ((double)a->ecount[e] / (double)(N * K)) * (P / (double)N);
+    for (int64_t t = 0; t < N; t++)
+      if (!tgt || tgt[t] >= 0) P += a->rprob[t * E + e];
+    aux += ((double)a->fcount[e] / (double)(n * K)) * (P / (double)n);
   }
-  for (int64_t t = 0; t < N; t++) zl += (double)a->rlse[t] * a->rlse[t];
+  for (int64_t t = 0; t < N; t++)
+    if (!tgt || tgt[t] >= 0) zl += (double)a->rlse[t] * a->rlse[t];
   a->aux = c->aux_coeff * (double)E * aux;
-  a->zloss = c->z_coeff * zl / (double)N;
+  a->zloss = n ? c->z_coeff * zl / (double)n : 0.0;
   m->moe_aux_last += a->aux + a->zloss;
   if (m->moe_record && m->moe_counts) {
     for (int64_t e = 0; e < E; e++) m->moe_counts[l * E + e] += a->ecount[e];
@@ -356,7 +407,7 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
   const prm_llama_config_t *c = &m->cfg;
   const prm_gemm_t *g = &m->gemm;
   prm_llama_acts_t *s = m->acts;
-  int64_t E = c->experts, K = c->topk, C = c->hidden, Fe = c->moe_ffn, Fs = c->shared_ffn;
+  int64_t E = c->experts, K = c->topk, C = c->hidden, Fe = m->Fel, Fs = m->Fsl;
   int64_t R = N * K;
 
   /* The scatter: d eout[row] = w_a dy_t, d w_a = dy_t . eout[row]. */
@@ -383,8 +434,8 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
     for (int64_t j = 0; j < m->El; j++) {
       int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
       if (n)
-        prm__lin_bwd(m, s->mdh + r0 * Fe, prm__w2(c, dw->experts, j), s->mdor + r0 * C,
-                     d16 + r0 * C, a->eh + r0 * Fe, x16 + r0 * Fe, prm__w2(c, w->experts, j), n,
+        prm__lin_bwd(m, s->mdh + r0 * Fe, prm__w2(m, dw->experts, j), s->mdor + r0 * C,
+                     d16 + r0 * C, a->eh + r0 * Fe, x16 + r0 * Fe, prm__w2(m, w->experts, j), n,
                      Fe, C, 0);
     }
     prm_swiglu_backward(s->mdgate, s->mdup, s->mdh, a->egate, a->eup, nr * Fe);
@@ -395,20 +446,20 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
       for (int64_t j = 0; j < m->El; j++) {
         int64_t r0 = a->roff[j], n = a->roff[j + 1] - r0;
         if (!n) continue;
-        float *dwj = k ? prm__w3(c, dw->experts, j) : prm__w1(c, dw->experts, j);
-        float *wj = k ? prm__w3(c, w->experts, j) : prm__w1(c, w->experts, j);
+        float *dwj = k ? prm__w3(m, dw->experts, j) : prm__w1(m, dw->experts, j);
+        float *wj = k ? prm__w3(m, w->experts, j) : prm__w1(m, w->experts, j);
         prm__lin_bwd(m, s->mdxr + r0 * C, dwj, d + r0 * Fe, d16 + r0 * Fe, a->xr + r0 * C,
                      x16 + r0 * C, wj, n, C, Fe, k);
       }
     }
   } else {
-    prm_grouped_linear_backward(g, s->mdh, prm__w2(c, dw->experts, 0), s->mdor, a->eh,
-                                prm__w2(c, w->experts, 0), ws, a->roff, m->El, Fe, C, 0);
+    prm_grouped_linear_backward(g, s->mdh, prm__w2(m, dw->experts, 0), s->mdor, a->eh,
+                                prm__w2(m, w->experts, 0), ws, a->roff, m->El, Fe, C, 0);
     prm_swiglu_backward(s->mdgate, s->mdup, s->mdh, a->egate, a->eup, nr * Fe);
-    prm_grouped_linear_backward(g, s->mdxr, prm__w1(c, dw->experts, 0), s->mdgate, a->xr,
-                                prm__w1(c, w->experts, 0), ws, a->roff, m->El, C, Fe, 0);
-    prm_grouped_linear_backward(g, s->mdxr, prm__w3(c, dw->experts, 0), s->mdup, a->xr,
-                                prm__w3(c, w->experts, 0), ws, a->roff, m->El, C, Fe, 1);
+    prm_grouped_linear_backward(g, s->mdxr, prm__w1(m, dw->experts, 0), s->mdgate, a->xr,
+                                prm__w1(m, w->experts, 0), ws, a->roff, m->El, C, Fe, 0);
+    prm_grouped_linear_backward(g, s->mdxr, prm__w3(m, dw->experts, 0), s->mdup, a->xr,
+                                prm__w3(m, w->experts, 0), ws, a->roff, m->El, C, Fe, 1);
   }
   if (ep) prm__ep_exchange(m, a, s->mdxs, s->mdxr, C, 1);
   /* dx = the shared expert's input gradient (or 0), plus the experts'. */
@@ -433,14 +484,18 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
   }
   /* The router: through the renormalisation, the aux and z losses, and
    * the softmax. w_j = p_j / S gives dL/dp_i = (dw_i - sum_j dw_j w_j) / S
-   * for the chosen i; aux adds gs coeff E f_e / N to every dL/dp_{t,e}; z
-   * adds gs coeff 2 lse_t p_{t,e} / N to the logits' gradient. */
+   * for the chosen i; over the n tokens that count, aux adds gs coeff E
+   * f_e / n to every dL/dp_{t,e} and z adds gs coeff 2 lse_t p_{t,e} / n
+   * to the logits' gradient. */
   double gs = m->moe_gscale;
+  int64_t n = a->ntok;
+  const int32_t *tgt = m->moe_tgt;
   double *daux = prm_xcalloc((size_t)E, sizeof *daux);
-  for (int64_t e = 0; e < E; e++)
-    daux[e] = gs * c->aux_coeff * (double)E * ((double)a->ecount[e] / (double)R) / (double)N;
+  for (int64_t e = 0; e < E && n; e++)
+    daux[e] = gs * c->aux_coeff * (double)E * ((double)a->fcount[e] / (double)(n * K)) / (double)n;
   double *dp = prm_xcalloc((size_t)E, sizeof *dp);
   for (int64_t t = 0; t < N; t++) {
+    int counts = !tgt || tgt[t] >= 0;
     const float *p = a->rprob + t * E;
     const int32_t *sel = a->sel + t * K;
     double S = 0, wdot = 0;
@@ -448,11 +503,11 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
       S += p[sel[j]];
       wdot += (double)s->mdw[t * K + j] * a->rw[t * K + j];
     }
-    for (int64_t e = 0; e < E; e++) dp[e] = daux[e];
+    for (int64_t e = 0; e < E; e++) dp[e] = counts ? daux[e] : 0.0;
     for (int64_t j = 0; j < K; j++) dp[sel[j]] += ((double)s->mdw[t * K + j] - wdot) / S;
     double pdp = 0;
     for (int64_t e = 0; e < E; e++) pdp += p[e] * dp[e];
-    double zg = gs * c->z_coeff * 2.0 * a->rlse[t] / (double)N;
+    double zg = counts ? gs * c->z_coeff * 2.0 * a->rlse[t] / (double)n : 0.0;
     for (int64_t e = 0; e < E; e++)
       s->mdlogit[t * E + e] = (float)(p[e] * (dp[e] - pdp) + zg * p[e]);
   }

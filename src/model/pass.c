@@ -223,7 +223,9 @@ double prm_llama_forward(prm_llama_t *m, const int32_t *tokens, const int32_t *t
   const int32_t *dtok, *dtgt;
   prm__pass_ids(m, tokens, targets, B, &dtok, &dtgt);
   prm__refresh16(m);
+  m->moe_tgt = targets; /* the router's losses over the tokens that count */
   prm__forward_layers(m, dtok, B);
+  m->moe_tgt = NULL;
   return prm__head(m, NULL, NULL, count, dtgt, targets, B * m->T, 0.0f);
 }
 
@@ -237,9 +239,15 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   const int32_t *dtok, *dtgt;
   prm__pass_ids(m, tokens, targets, B, &dtok, &dtgt);
   prm__refresh16(m);
-  /* MoE: record this pass' routing; the aux/z losses' gradient weight. */
+  /* MoE: record this pass' routing; the aux/z losses are taken over the
+   * tokens that count (target >= 0), n of them, and their gradient weighs
+   * grad_scale n: each such token's share of the objective, as its
+   * cross-entropy's (N in pre-training, where every token counts). */
+  int64_t n = 0;
+  for (int64_t i = 0; i < N && targets; i++) n += targets[i] >= 0;
   m->moe_record = 1;
-  m->moe_gscale = grad_scale * (float)N;
+  m->moe_tgt = targets;
+  m->moe_gscale = grad_scale * (float)(targets ? n : N);
   prm__forward_layers(m, dtok, B);
   m->moe_record = 0;
   m->moe_passes++;
@@ -276,6 +284,7 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
     prm_dev_embedding_backward(m->dev, m->dembed, a->dres, dtok, N, C);
   if (m->grads_ready) m->grads_ready(m->grads_ctx, 0, embed_n);
   m->moe_aux_last = moe_aux;
+  m->moe_tgt = NULL;
   return loss;
 }
 
@@ -312,7 +321,9 @@ double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int
   /* MoE: a training forward records its routing and sets the aux/z
    * losses' gradient weight, as prm_llama_forward_backward does; a pass is
    * counted where it starts, so the stages' counts add up to the
-   * micro-batches. */
+   * micro-batches. Every token counts in the router's losses: the first
+   * stages have no targets (pre-training's are never ignored; fine-tuning
+   * does not run in a pipeline). */
   m->moe_aux_last = 0;
   if (train) {
     m->moe_record = 1;

@@ -457,14 +457,6 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                                         "pipeline_model_parallel_size: fine-tuning (post_trainer) "
                                         "runs with data parallelism only for now; got %d",
                                         o->pp), err));
-  /* The router losses are weighted per token of a pre-training batch
-   * (prm_llama_forward_backward's grad_scale x B x T), which a loss over
-   * the response tokens does not match. */
-  if (o->sft && c->experts)
-    return prm__prefix_origin(e, "num_experts",
-                              (prm_errf(err, PRM_ECONFIG,
-                                        "num_experts: fine-tuning (post_trainer) of "
-                                        "mixture-of-experts models is not supported yet"), err));
   if ((rc = prm_llama_ep_check_config(&o->model, o->ep, err)))
     return prm__prefix_origin(e, "expert_model_parallel_size", err);
   int64_t mport = 0;
