@@ -12,7 +12,7 @@
 #      N in $RANKS, $REPEATS times each (in turns), and takes the median over steps
 #      (without the first $SKIP) of step_ms in events.jsonl, then the median
 #      over the repeats,
-#   3. projects the same layouts with --gpus_per_node N and prints the table
+#   3. projects the same layouts with --gpus-per-node N and prints the table
 #      ranks | projected | measured (median run, and best run: the rates are
 #      best-of figures too) | error, first with the rates as measured, then
 #      with `efficiency` fitted on the best run of FIT_RANKS (2) ranks, so
@@ -78,7 +78,7 @@ if [[ -z ${HW:-} ]]; then
   # get nproc/N cores each. Each figure is the best of $RATE_RUNS runs, so a
   # run disturbed by other work on the machine does not lower it.
   for i in $(seq "${RATE_RUNS:-3}"); do
-    OMP_NUM_THREADS=1 $NICE "$P" benchmark gemm-dense --model model.yaml --seq_length 64 --micro_batch_size 1 \
+    OMP_NUM_THREADS=1 $NICE "$P" benchmark gemm-dense --model model.yaml --seq-length 64 --micro-batch-size 1 \
       --duration 0.3 -o "gemm-$i.jsonl" >/dev/null 2>&1
     OMP_NUM_THREADS=1 $NICE "$P" benchmark attention --batch 1 --seq 64 --heads 4 --kv-heads 2 --head-dim 64 \
       --duration 1 -o "attn-$i.jsonl" >/dev/null 2>&1
@@ -91,10 +91,10 @@ if [[ -z ${HW:-} ]]; then
   GRAD_BYTES=$("$P" analyze projection --config exp.yaml --hardware hw-sizes.yaml --json |
     "$PY" -c 'import json,sys; print(int(json.load(sys.stdin)["memory_bytes"]["grads"]))')
   for i in $(seq "${RATE_RUNS:-3}"); do
-    $NICE "$P" direct --nproc 2 -- benchmark allreduce --min_bytes 8 --max_bytes 8 --num_sizes 1 \
+    $NICE "$P" direct --nproc 2 -- benchmark allreduce --min-bytes 8 --max-bytes 8 --num-sizes 1 \
       --warmup 50 --iters 200 -o "ar-small-$i.jsonl" >/dev/null 2>&1
-    $NICE "$P" direct --nproc 2 -- benchmark allreduce --min_bytes "$GRAD_BYTES" --max_bytes "$GRAD_BYTES" \
-      --num_sizes 1 --warmup 10 --iters 40 -o "ar-grad-$i.jsonl" >/dev/null 2>&1
+    $NICE "$P" direct --nproc 2 -- benchmark allreduce --min-bytes "$GRAD_BYTES" --max-bytes "$GRAD_BYTES" \
+      --num-sizes 1 --warmup 10 --iters 40 -o "ar-grad-$i.jsonl" >/dev/null 2>&1
   done
   "$PY" - "$HW" "${PRIMUS_CACHE:-$HOME/.cache/primus}/peak-fp32.txt" "$(nproc)" "${RATE_RUNS:-3}" <<'PYEOF'
 import json, sys
@@ -159,7 +159,7 @@ table() {
   echo "| ranks | projected ms/step | measured ms/step, median of $REPEATS runs | range | error vs median | best run | error vs best | projected / measured comm ms (median) | projected / measured tokens/s (median) |"
   echo "|---|---|---|---|---|---|---|---|---|"
   for n in $RANKS; do
-    "$P" analyze projection --config exp.yaml --hardware "$1" --gpus_per_node "$n" --json >"proj-$n.json"
+    "$P" analyze projection --config exp.yaml --hardware "$1" --gpus-per-node "$n" --json >"proj-$n.json"
     "$PY" - "$n" "proj-$n.json" <<'PYEOF'
 import json, statistics, sys
 n, proj = sys.argv[1], json.load(open(sys.argv[2]))
@@ -189,7 +189,7 @@ base = [l for l in open(hw) if not l.startswith("efficiency:")]
 def proj(e):
     open("hw-fitted.yaml", "w").writelines(base + [f"efficiency: {e:.4f}\n"])
     out = subprocess.run([P, "analyze", "projection", "--config", "exp.yaml", "--hardware", "hw-fitted.yaml",
-                          "--gpus_per_node", n, "--json"], capture_output=True, text=True, check=True).stdout
+                          "--gpus-per-node", n, "--json"], capture_output=True, text=True, check=True).stdout
     return json.loads(out)["step_ms"]["total"]
 lo, hi = 0.02, 4.0
 for _ in range(40):

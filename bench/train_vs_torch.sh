@@ -175,7 +175,7 @@ for model in $MODELS; do
           # oneDNN with the per-shape winners (docs/benchmark.md).
           tune="$OUT/tune-$model-s$S-b$B-t$t.tsv"
           [ -f "$tune" ] || env "${wenv[@]}" OMP_NUM_THREADS="$t" "$PRIMUS" benchmark gemm --tune \
-            --hidden "$C" --heads "$H" --kv_heads "$G" --ffn "$F" --vocab "$V" --tokens $((S * B)) \
+            --hidden "$C" --heads "$H" --kv-heads "$G" --ffn "$F" --vocab "$V" --tokens $((S * B)) \
             --output "$tune" >"$OUT/$tag.tune.log" 2>&1 ||
             echo "warning: $tag: benchmark gemm --tune failed; see $OUT/$tag.tune.log" >&2
           genv=(PRIMUS_GEMM=onednn PRIMUS_GEMM_TUNE="$tune")

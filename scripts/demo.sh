@@ -27,13 +27,13 @@ step "primus env   (platform detection and its env profile)"
 "$P" env | sed -n 1,12p   # sed reads everything: no SIGPIPE under pipefail
 
 if [[ ! -s $TOK ]]; then
-  step "primus data train-tokenizer --input $BROWN --vocab_size 2048 --output $TOK"
-  "$P" data train-tokenizer --input "$BROWN" --vocab_size 2048 --output "$TOK"
+  step "primus data train-tokenizer --input $BROWN --vocab-size 2048 --output $TOK"
+  "$P" data train-tokenizer --input "$BROWN" --vocab-size 2048 --output "$TOK"
 fi
 if [[ ! -s $DATA.idx || $TOK -nt $DATA.idx ]]; then
-  step "primus data preprocess --input $BROWN --line_docs --append_eod --output_prefix $DATA"
-  "$P" data preprocess --input "$BROWN" --line_docs --append_eod --workers 2 \
-    --tokenizer_type HuggingFaceTokenizer --tokenizer_model "$TOK" --output_prefix "$DATA"
+  step "primus data preprocess --input $BROWN --line-docs --append-eod --output-prefix $DATA"
+  "$P" data preprocess --input "$BROWN" --line-docs --append-eod --workers 2 \
+    --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOK" --output-prefix "$DATA"
 else
   step "reusing $DATA.bin/.idx and $TOK"
 fi
@@ -49,5 +49,5 @@ step "primus eval --config $EX --load $CKPT"
 "$P" eval --config "$EX" "${TRAIN_ARGS[@]}" --load "$CKPT"
 
 step "primus generate --load $CKPT --prompt 'The jury said that the'"
-"$P" generate --load "$CKPT" --prompt "The jury said that the" --max_new_tokens 100 \
-  --temperature 0.8 --top_k 40
+"$P" generate --load "$CKPT" --prompt "The jury said that the" --max-new-tokens 100 \
+  --temperature 0.8 --top-k 40

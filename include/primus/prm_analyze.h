@@ -46,7 +46,7 @@ enum {
   PRM_AN_IN_EVENTS = 1 << 1,    /* events.jsonl, each line as written */
   PRM_AN_IN_META = 1 << 2,      /* metadata.json, each line as written */
   PRM_AN_IN_HEARTBEAT = 1 << 3, /* heartbeat/rank-R ("PID STEP PHASE UNIX_MS") */
-  PRM_AN_IN_KERNEL = 1 << 4,    /* the kernel log (--kernel_log FILE or dmesg) */
+  PRM_AN_IN_KERNEL = 1 << 4,    /* the kernel log (--kernel-log FILE or dmesg) */
 };
 
 typedef enum {
@@ -172,7 +172,7 @@ typedef enum {
   PRM_PJ_LAUNCH_US,        /* fixed cost of one kernel launch / parallel region (default 0) */
   PRM_PJ_DEVICES_PER_NODE, /* devices per node, rates per device; a rank uses at most one */
   PRM_PJ_CORES_PER_NODE,   /* CPU node: rates per core, a rank gets cores/ranks of them */
-  PRM_PJ_RANKS_PER_NODE,   /* default --gpus_per_node */
+  PRM_PJ_RANKS_PER_NODE,   /* default --gpus-per-node */
   PRM_PJ__KEYS
 } prm_pj_key_t;
 

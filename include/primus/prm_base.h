@@ -330,6 +330,9 @@ int prm_startswith(const char *s, const char *prefix);
 int prm_endswith(const char *s, const char *suffix);
 /* Option names compare with '-' and '_' as the same character. */
 int prm_optname_eq(const char *a, const char *b);
+/* The spelling shown to users (help, docs, messages): '_' as '-'. Returns a
+ * new string the caller frees. */
+char *prm_optname_shown(const char *name);
 /* Levenshtein distance, for "did you mean" suggestions. */
 int prm_edit_distance(const char *a, const char *b);
 /* Closest candidate within a small distance, or NULL. */

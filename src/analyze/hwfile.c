@@ -26,7 +26,7 @@ static const struct {
     {"kernel_launch_us", "fixed cost of one kernel launch or parallel region (microseconds; `benchmark launch`); null: 0"},
     {"devices_per_node", "compute devices per node the rates are for: GPUs per node, 1 for a CPU node measured with all cores; null: 1"},
     {"cores_per_node", "CPU node: the rates are one core's (one thread), and each rank gets cores_per_node / ranks_per_node cores (threads, or time-sharing when fewer cores than ranks); overrides devices_per_node"},
-    {"ranks_per_node", "default --gpus_per_node; null: devices_per_node"},
+    {"ranks_per_node", "default --gpus-per-node; null: devices_per_node"},
 };
 _Static_assert(sizeof prm__pj_keys / sizeof prm__pj_keys[0] == PRM_PJ__KEYS,
                "hardware key table and prm_pj_key_t disagree");

@@ -119,7 +119,7 @@ int prm_pj_input_from_exp(const prm_exp_t *e, prm_pj_input_t *in, prm_err_t *err
     return prm_errf(err, PRM_ECONFIG, "num_experts: the projection models dense models only");
 #undef PRM__PJ_I
   /* The experiment's virtual stages (the interleaved schedule), as the
-   * trainer reads them; --virtual_stages overrides. */
+   * trainer reads them; --virtual-stages overrides. */
   int64_t v = 0, per = 0;
   in->vpp = 1;
   if (!prm_exp_get_int(e, "virtual_pipeline_model_parallel_size", &v) && v > 0)

@@ -319,7 +319,7 @@ static int prm__an_kernel(prm__an_scan_t *s, prm_an_diag_t *d, const prm_an_opts
     if (prm_proc_run(argv, &po, &status, &text, NULL) || status != 0 || !text || !*text) {
       free(text);
       snprintf(d->kernel_note, sizeof d->kernel_note,
-               "dmesg is not readable here (pass a saved kernel log with --kernel_log FILE)");
+               "dmesg is not readable here (pass a saved kernel log with --kernel-log FILE)");
       return 0;
     }
     snprintf(d->kernel_source, sizeof d->kernel_source, "dmesg");

@@ -258,6 +258,13 @@ int prm_optname_eq(const char *a, const char *b) {
   }
 }
 
+char *prm_optname_shown(const char *name) {
+  char *s = prm_xstrdup(name);
+  for (char *p = s; *p; p++)
+    if (*p == '_') *p = '-';
+  return s;
+}
+
 int prm_edit_distance(const char *a, const char *b) {
   size_t n = strlen(a), m = strlen(b);
   int *row = prm_xmalloc(sizeof(int) * (m + 1));

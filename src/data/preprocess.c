@@ -468,17 +468,17 @@ int prm_preprocess_run(const prm_preprocess_opts_t *o, prm_preprocess_stats_t *s
   p.eod = o->eod_token ? prm_tokenizer_token_to_id(tok, o->eod_token) : prm_tokenizer_eod(tok);
   p.bos = o->bos_token ? prm_tokenizer_token_to_id(tok, o->bos_token) : -1;
   if (o->eod_token && p.eod < 0) {
-    rc = prm_errf(err, PRM_EINVAL, "preprocess: --eod_token %s: not a token of %s", o->eod_token, type);
+    rc = prm_errf(err, PRM_EINVAL, "preprocess: --eod-token %s: not a token of %s", o->eod_token, type);
     goto fail_tok;
   }
   if (o->bos_token && p.bos < 0) {
-    rc = prm_errf(err, PRM_EINVAL, "preprocess: --bos_token %s: not a token of %s", o->bos_token, type);
+    rc = prm_errf(err, PRM_EINVAL, "preprocess: --bos-token %s: not a token of %s", o->bos_token, type);
     goto fail_tok;
   }
   if (o->append_eod && p.eod < 0) {
     rc = prm_errf(err, PRM_EINVAL,
-                  "preprocess: --append_eod: tokenizer %s has no end-of-document token "
-                  "(name one with --eod_token)",
+                  "preprocess: --append-eod: tokenizer %s has no end-of-document token "
+                  "(name one with --eod-token)",
                   type);
     goto fail_tok;
   }

@@ -318,7 +318,7 @@ static void prm__rank_child_cmd(const prm_launch_t *l, const prm_argv_t *task_wo
   if (prm_args_flag(l->rt_args, "numa")) prm_argv_push(cmd, "--numa");
   const char *log_file = prm_args_str(l->rt_args, "log_file");
   if (log_file) {
-    prm_argv_push(cmd, "--log_file");
+    prm_argv_push(cmd, "--log-file");
     prm_argv_push(cmd, log_file);
   }
   prm_argv_push(cmd, "--");

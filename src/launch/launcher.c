@@ -125,6 +125,13 @@ static int prm__lcfg_load(prm_launch_t *l, const char *explicit_path, prm_err_t 
   return 0;
 }
 
+/* --name in the spelling users see (a dry run shows these words). */
+static void prm__push_opt(prm_argv_t *out, const char *name) {
+  char *shown = prm_optname_shown(name);
+  prm_argv_pushf(out, "--%s", shown);
+  free(shown);
+}
+
 int prm__lcfg_section_words(const prm_launch_t *l, const char *section, const prm_opt_t *opts,
                             prm_argv_t *out, prm_err_t *err) {
   const prm_node_t *sec = l->lcfg ? prm_node_get(l->lcfg, section) : NULL;
@@ -168,7 +175,7 @@ int prm__lcfg_section_words(const prm_launch_t *l, const char *section, const pr
       if (v->kind != PRM_NODE_SCALAR || prm_parse_bool(v->str, &b))
         return prm_errf(err, PRM_ECONFIG, "%s:%d: %s.%s: expected true or false", v->file, v->line,
                         section, key);
-      if (b) prm_argv_pushf(out, "--%s", o->name);
+      if (b) prm__push_opt(out, o->name);
       continue;
     }
     if (v->kind == PRM_NODE_LIST) {
@@ -179,7 +186,7 @@ int prm__lcfg_section_words(const prm_launch_t *l, const char *section, const pr
         if (v->items[k]->kind != PRM_NODE_SCALAR)
           return prm_errf(err, PRM_ECONFIG, "%s:%d: %s.%s: list items must be scalars",
                           v->items[k]->file, v->items[k]->line, section, key);
-        prm_argv_pushf(out, "--%s", o->name);
+        prm__push_opt(out, o->name);
         prm_argv_push(out, v->items[k]->str);
       }
       continue;
@@ -187,7 +194,7 @@ int prm__lcfg_section_words(const prm_launch_t *l, const char *section, const pr
     if (v->kind != PRM_NODE_SCALAR)
       return prm_errf(err, PRM_ECONFIG, "%s:%d: %s.%s: expected a value", v->file, v->line,
                       section, key);
-    prm_argv_pushf(out, "--%s", o->name);
+    prm__push_opt(out, o->name);
     prm_argv_push(out, v->str);
   }
   return 0;
@@ -368,7 +375,7 @@ static int prm__launch(prm_launch_t *l, prm_err_t *err) {
     rc = prm__lcfg_section_words(l, "main", prm__global_opts, &main_words, err);
     for (int k = 0; k < main_words.n; k++) {
       if (!strcmp(main_words.v[k], "--debug")) l->debug = 1;
-      if (!strcmp(main_words.v[k], "--dry_run")) l->dry_run = 1;
+      if (!strcmp(main_words.v[k], "--dry-run")) l->dry_run = 1; /* as prm__push_opt spells it */
     }
     prm_argv_free(&main_words);
     if (rc) return rc;

@@ -1,4 +1,4 @@
-/* checks_gpu_net.c - accelerator checks (count against --expect_gpus,
+/* checks_gpu_net.c - accelerator checks (count against --expect-gpus,
  * model mix, driver, devices in use; all from prm_platform_detect) and
  * network checks (interfaces up, NCCL/GLOO socket interface names, RDMA
  * port states, MTU) read under the sysfs root. */
@@ -18,7 +18,7 @@ void prm__pf_gpu_count(prm_pf_run_t *r) {
   int want = r->o->expect_gpus;
   prm_pf_result_t *res;
   if (want < 0)
-    res = prm__pf_add(r, PRM_PF_OK, NULL, "%d accelerator%s found%s%s (no --expect_gpus given)",
+    res = prm__pf_add(r, PRM_PF_OK, NULL, "%d accelerator%s found%s%s (no --expect-gpus given)",
                       p->n_accel, p->n_accel == 1 ? "" : "s", p->n_accel ? ": " : "",
                       p->accel_model);
   else if (p->n_accel == want)

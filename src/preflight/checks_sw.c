@@ -24,7 +24,7 @@ void prm__pf_kernel_log(prm_pf_run_t *r) {
     source = r->o->kernel_log;
     prm_err_t e = {0};
     if (prm_fs_read_all(r->o->kernel_log, &text, &len, &e)) {
-      prm__pf_add(r, PRM_PF_FAIL, "pass a readable file to --kernel_log", "%s", e.msg);
+      prm__pf_add(r, PRM_PF_FAIL, "pass a readable file to --kernel-log", "%s", e.msg);
       return;
     }
   } else {
@@ -34,7 +34,7 @@ void prm__pf_kernel_log(prm_pf_run_t *r) {
     if (!text || !*text) {
       free(text);
       prm__pf_add(r, PRM_PF_SKIP,
-                  "run as root, set kernel.dmesg_restrict=0, or save the log and pass --kernel_log FILE",
+                  "run as root, set kernel.dmesg_restrict=0, or save the log and pass --kernel-log FILE",
                   "dmesg is not readable here");
       return;
     }

@@ -155,8 +155,8 @@ static double prm__pf_two_ranks(char *const *words, const char *field, int *no_m
 }
 
 double prm_pf_allreduce_busbw(int quick, int *no_mpirun, char *why, size_t nwhy) {
-  char *const words[] = {"allreduce", "--min_bytes", PRM__PF_ALLREDUCE_BYTES, "--max_bytes",
-                         PRM__PF_ALLREDUCE_BYTES, "--num_sizes", "1",
+  char *const words[] = {"allreduce", "--min-bytes", PRM__PF_ALLREDUCE_BYTES, "--max-bytes",
+                         PRM__PF_ALLREDUCE_BYTES, "--num-sizes", "1",
                          "--warmup", (char *)PRM__PF_ALLREDUCE_WARMUP(quick),
                          "--iters", (char *)PRM__PF_ALLREDUCE_ITERS(quick), NULL};
   double v = prm__pf_two_ranks(words, "busbw_gbs", no_mpirun, why, nwhy);

@@ -1,5 +1,5 @@
 /* args.c - the option parser behind every task and runtime: one table per
- * command, '-' and '_' equal in names, --k v / --k=v / -k v forms,
+ * command, '-' and '_' equal in names (shown with '-'), --k v / --k=v / -k v forms,
  * repeatable lists, positionals, config overrides and "did you mean". */
 #define _GNU_SOURCE
 #include "primus/prm_task.h"
@@ -33,6 +33,16 @@ static int prm__opt_short(const prm_opt_t *opts, int n, char c) {
   return -1;
 }
 
+/* The shown spelling of an option name (dashes) in a caller's buffer, for
+ * messages; names are short, a longer one is cut. */
+#define PRM__SHOWN_MAX 96
+static const char *prm__shown(const char *name, char *buf) {
+  size_t i = 0;
+  for (; name[i] && i + 1 < PRM__SHOWN_MAX; i++) buf[i] = name[i] == '_' ? '-' : name[i];
+  buf[i] = 0;
+  return buf;
+}
+
 static int prm__unknown(const prm_opt_t *opts, int n, const char *name,
                         const char *ctx, prm_err_t *err) {
   const char **cands = prm_xmalloc(sizeof(char *) * (size_t)(n ? n : 1));
@@ -41,8 +51,9 @@ static int prm__unknown(const prm_opt_t *opts, int n, const char *name,
   for (char *p = norm; *p; p++)
     if (*p == '-') *p = '_';
   const char *s = prm_suggest(norm, cands, n);
+  char sb[PRM__SHOWN_MAX];
   int rc = s ? prm_errf(err, PRM_EINVAL, "%s: unknown option --%s (did you mean --%s?)",
-                        ctx, name, s)
+                        ctx, name, prm__shown(s, sb))
              : prm_errf(err, PRM_EINVAL, "%s: unknown option --%s (see --help)", ctx, name);
   free(norm);
   free(cands);
@@ -52,16 +63,17 @@ static int prm__unknown(const prm_opt_t *opts, int n, const char *name,
 static int prm__store(prm_args_t *a, int i, const char *v, const char *ctx,
                       prm_err_t *err) {
   const prm_opt_t *o = &a->opts[i];
+  char nb[PRM__SHOWN_MAX];
   if (o->type == PRM_OPT_INT) {
     int64_t x;
     if (prm_parse_i64(v, &x))
       return prm_errf(err, PRM_EINVAL, "%s: --%s: expected an integer, got \"%s\"", ctx,
-                      o->name, v);
+                      prm__shown(o->name, nb), v);
   } else if (o->type == PRM_OPT_FLOAT) {
     double x;
     if (prm_parse_f64(v, &x))
       return prm_errf(err, PRM_EINVAL, "%s: --%s: expected a number, got \"%s\"", ctx,
-                      o->name, v);
+                      prm__shown(o->name, nb), v);
   }
   if (o->type == PRM_OPT_LIST) prm_argv_push(&a->lists[i], v);
   free(a->val[i]);
@@ -119,17 +131,20 @@ int prm_args_parse(const prm_opt_t *opts, int argc, char **argv, unsigned flags,
             if (*p == '-') *p = '_';
           if (!prm_schema_find(key)) {
             static const char *const globals[] = {"dry_run", "debug", "version"};
+            char gb[PRM__SHOWN_MAX];
             for (size_t g = 0; g < sizeof globals / sizeof globals[0] && !rc; g++)
               if (!strcmp(key, globals[g]))
                 rc = prm_errf(err, PRM_EINVAL, "%s: --%s is a global option: put it before the "
-                              "runtime or the task (primus --%s <task> ...)", ctx, nm, nm);
+                              "runtime or the task (primus --%s <task> ...)", ctx, nm,
+                              prm__shown(nm, gb));
             if (!rc) {
               const char **cands = prm_xmalloc(sizeof(char *) * (size_t)(n ? n : 1));
               for (int c = 0; c < n; c++) cands[c] = opts[c].name;
               const char *sug = n ? prm_suggest(key, cands, n) : NULL;
+              char sb[PRM__SHOWN_MAX];
               if (sug)
                 rc = prm_errf(err, PRM_EINVAL, "%s: unknown option --%s (did you mean --%s?)",
-                              ctx, nm, sug);
+                              ctx, nm, prm__shown(sug, sb));
               free(cands);
             }
           }
@@ -156,11 +171,12 @@ int prm_args_parse(const prm_opt_t *opts, int argc, char **argv, unsigned flags,
         goto fail;
       }
       free(nm);
+      char nb[PRM__SHOWN_MAX];
       if (opts[oi].type == PRM_OPT_FLAG) {
         int b = 1;
         if (eq && prm_parse_bool(eq + 1, &b)) {
           rc = prm_errf(err, PRM_EINVAL, "%s: --%s takes no value (or true/false), got \"%s\"",
-                        ctx, opts[oi].name, eq + 1);
+                        ctx, prm__shown(opts[oi].name, nb), eq + 1);
           goto fail;
         }
         free(a->val[oi]);
@@ -171,7 +187,8 @@ int prm_args_parse(const prm_opt_t *opts, int argc, char **argv, unsigned flags,
       const char *v = eq ? eq + 1 : NULL;
       if (!v) {
         if (i + 1 >= argc) {
-          rc = prm_errf(err, PRM_EINVAL, "%s: --%s needs a value (%s)", ctx, opts[oi].name,
+          rc = prm_errf(err, PRM_EINVAL, "%s: --%s needs a value (%s)", ctx,
+                        prm__shown(opts[oi].name, nb),
                         opts[oi].metavar ? opts[oi].metavar : "VALUE");
           goto fail;
         }
@@ -294,18 +311,20 @@ int prm_args_rest(const prm_args_t *a, char ***rest) {
 }
 
 void prm_args_to_words(const prm_args_t *a, const char *skip, prm_argv_t *out) {
+  char nb[PRM__SHOWN_MAX];
   for (int i = 0; i < a->nopts; i++) {
     const prm_opt_t *o = &a->opts[i];
     if (!a->seen[i] || (skip && prm_optname_eq(o->name, skip))) continue;
+    const char *shown = prm__shown(o->name, nb);
     if (o->type == PRM_OPT_FLAG) {
-      if (a->val[i]) prm_argv_pushf(out, "--%s", o->name);
+      if (a->val[i]) prm_argv_pushf(out, "--%s", shown);
     } else if (o->type == PRM_OPT_LIST) {
       for (int k = 0; k < a->lists[i].n; k++) {
-        prm_argv_pushf(out, "--%s", o->name);
+        prm_argv_pushf(out, "--%s", shown);
         prm_argv_push(out, a->lists[i].v[k]);
       }
     } else {
-      prm_argv_pushf(out, "--%s", o->name);
+      prm_argv_pushf(out, "--%s", shown);
       prm_argv_push(out, a->val[i]);
     }
   }

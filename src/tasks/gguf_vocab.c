@@ -317,7 +317,7 @@ int prm__vocab_load(prm__vocab_t *v, const char *dir, const prm_hf_config_t *h, 
   int rc = 0;
   const char *type = h->tokenizer_type;
   if (model && !prm_fs_exists(tj)) {
-    rc = prm_errf(err, PRM_ENOENT, "--tokenizer_model %s: no such file", tj);
+    rc = prm_errf(err, PRM_ENOENT, "--tokenizer-model %s: no such file", tj);
   } else if (model && !prm_endswith(tj, ".json")) {
     rc = prm__vocab_tiktoken(v, V, tj, err);
   } else if (prm_fs_exists(tj)) {
@@ -328,7 +328,7 @@ int prm__vocab_load(prm__vocab_t *v, const char *dir, const prm_hf_config_t *h, 
     rc = prm__vocab_tiktoken(v, V, tj, err);
     if (rc == PRM_ENOENT)
       prm_err_prefix(err, "GPT-2's ranks (scripts/deps.sh installs them; or pass "
-                     "--tokenizer_model FILE)");
+                     "--tokenizer-model FILE)");
   } else if (!*type || !strcmp(type, "ByteTokenizer")) {
     if (V < 256)
       rc = prm_errf(err, PRM_EINVAL, "%s/config.json: vocab_size %lld is below the 256 bytes of "
@@ -342,7 +342,7 @@ int prm__vocab_load(prm__vocab_t *v, const char *dir, const prm_hf_config_t *h, 
     rc = prm_errf(err, PRM_EINVAL,
                   "%s/config.json: tokenizer %s: not supported by export gguf (supported: "
                   "ByteTokenizer, GPT2BPETokenizer, or a tokenizer.json in the folder as "
-                  "HuggingFaceTokenizer writes it; --tokenizer_model names one)", dir, type);
+                  "HuggingFaceTokenizer writes it; --tokenizer-model names one)", dir, type);
   }
   free(tj);
   if (rc) return rc;

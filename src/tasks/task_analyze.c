@@ -15,7 +15,7 @@
 static const prm_opt_t prm__an_logs_opts[] = {
     {"kernel_log", 0, PRM_OPT_STR, "FILE", NULL,
      "scan this saved kernel log with the preflight patterns (default: dmesg, when readable)"},
-    {"no_dmesg", 0, PRM_OPT_FLAG, NULL, NULL, "do not read dmesg when --kernel_log is not given"},
+    {"no_dmesg", 0, PRM_OPT_FLAG, NULL, NULL, "do not read dmesg when --kernel-log is not given"},
     {"patterns", 0, PRM_OPT_STR, "FILE", NULL,
      "kernel-log pattern table (default: configs/preflight/kernel-log-patterns.tsv under the primus home)"},
     {"output_file", 'o', PRM_OPT_STR, "FILE", NULL,
@@ -122,7 +122,7 @@ static int prm__an_proj_run(prm_task_ctx_t *ctx, prm_err_t *err) {
   in.ranks_per_node = prm_args_int(ctx->args, "gpus_per_node", 0);
   if (prm_args_has(ctx->args, "virtual_stages")) in.vpp = prm_args_int(ctx->args, "virtual_stages", 1);
   if (in.nodes < 1 || (prm_args_has(ctx->args, "gpus_per_node") && in.ranks_per_node < 1) || in.vpp < 1)
-    return prm_errf(err, PRM_EINVAL, "analyze projection: --nodes, --gpus_per_node and --virtual_stages must be >= 1");
+    return prm_errf(err, PRM_EINVAL, "analyze projection: --nodes, --gpus-per-node and --virtual-stages must be >= 1");
   prm_pj_hw_t hw;
   const char *hwpath = prm_args_str(ctx->args, "hardware");
   rc = hwpath ? prm_pj_hw_load(hwpath, &hw, err) : prm__an_proj_hw_default(&hw, err);
@@ -152,12 +152,12 @@ static const prm_subtask_t prm__an_subs[] = {
      "config, preempted, success (or unknown). Exit code 0 whenever the analysis ran,\n"
      "whatever it found; 2 when RUN_DIR is not a run directory.\n\n"
      "  primus analyze logs output/team/me/exp/run-20261122-165354\n"
-     "  primus analyze logs RUN_DIR --kernel_log /var/log/kern.log --output-file diagnosis.json\n\n"
+     "  primus analyze logs RUN_DIR --kernel-log /var/log/kern.log --output-file diagnosis.json\n\n"
      "See docs/analyze.md for the rules.",
      prm__an_logs_opts, PRM_SUB_POSITIONAL, prm__an_logs_run},
     {"projection", "project step time, tokens/s, MFU and memory per rank at scale (DP, TP, PP, ZeRO-1)", NULL,
      "An analytic model of one training step of the experiment's model on --nodes\n"
-     "nodes of --gpus_per_node ranks, from hardware rates (--hardware FILE, or this\n"
+     "nodes of --gpus-per-node ranks, from hardware rates (--hardware FILE, or this\n"
      "node's preflight baseline): compute (GEMM, attention, element-wise), the\n"
      "pipeline bubble, tensor-parallel all-reduces, pipeline transfers, the\n"
      "data-parallel gradient all-reduce (or ZeRO-1 reduce-scatter + all-gather)\n"
@@ -165,7 +165,7 @@ static const prm_subtask_t prm__an_subs[] = {
      "tensor_model_parallel_size, pipeline_model_parallel_size,\n"
      "use_distributed_optimizer, micro/global batch and seq_length come from the\n"
      "experiment (key=value overrides work as in `train pretrain`).\n\n"
-     "  primus analyze projection --config exp.yaml --nodes 4 --gpus_per_node 8 --hardware mi300x.yaml\n"
+     "  primus analyze projection --config exp.yaml --nodes 4 --gpus-per-node 8 --hardware mi300x.yaml\n"
      "  primus analyze projection --config exp.yaml tensor_model_parallel_size=2 --json\n\n"
      "See docs/analyze.md for the model, the hardware keys and its measured error.",
      prm__an_proj_opts, PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED, prm__an_proj_run},

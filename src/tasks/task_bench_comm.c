@@ -43,7 +43,7 @@ int prm__bench_coll(prm_task_ctx_t *ctx, prm_err_t *err) {
   int rc;
   const char *per_rank = prm_args_str(ctx->args, "per_rank");
   if ((rc = prm__bench_check_output(ctx, cmd, err))) return rc;
-  if (per_rank && !prm_table_format_of(per_rank, err)) return prm_err_prefix(err, "benchmark %s: --per_rank", cmd), err->code;
+  if (per_rank && !prm_table_format_of(per_rank, err)) return prm_err_prefix(err, "benchmark %s: --per-rank", cmd), err->code;
   if ((rc = prm__bench_int_opt(ctx, cmd, "min_bytes", 1024, 1, &mn, err)) ||
       (rc = prm__bench_int_opt(ctx, cmd, "max_bytes", 16 << 20, mn, &mx, err)) ||
       (rc = prm__bench_int_opt(ctx, cmd, "num_sizes", 8, 1, &ns, err)) ||

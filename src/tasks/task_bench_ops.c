@@ -329,7 +329,7 @@ int prm__bench_attention(prm_task_ctx_t *ctx, prm_err_t *err) {
     return rc;
   o.isa = prm_args_str(ctx->args, "isa");
   if (o.heads % o.kv_heads)
-    return prm_errf(err, PRM_EINVAL, "benchmark attention: --kv_heads %lld must divide --heads %lld",
+    return prm_errf(err, PRM_EINVAL, "benchmark attention: --kv-heads %lld must divide --heads %lld",
                     (long long)o.kv_heads, (long long)o.heads);
   prm_bench_attn_result_t r;
   if ((rc = prm_bench_attention(&o, &r, err))) return prm_err_prefix(err, "benchmark"), rc;

@@ -40,9 +40,13 @@ int prm__bench_emit(prm_task_ctx_t *ctx, const prm_table_t *t, const char *title
 int prm__bench_int_opt(prm_task_ctx_t *ctx, const char *cmd, const char *name, int64_t def,
                         int64_t min, int64_t *out, prm_err_t *err) {
   *out = prm_args_int(ctx->args, name, def);
-  if (*out < min)
-    return prm_errf(err, PRM_EINVAL, "benchmark %s: --%s must be at least %lld (got %lld)", cmd,
-                    name, (long long)min, (long long)*out);
+  if (*out < min) {
+    char *shown = prm_optname_shown(name);
+    int rc = prm_errf(err, PRM_EINVAL, "benchmark %s: --%s must be at least %lld (got %lld)", cmd,
+                      shown, (long long)min, (long long)*out);
+    free(shown);
+    return rc;
+  }
   return 0;
 }
 
@@ -96,7 +100,7 @@ int prm__bench_backend_opt(prm_task_ctx_t *ctx, const char *cmd, const char **na
 
 #define PRM__COLL_HELP(what, extra)                                                               \
   "Times " what " of f32 values between the ranks (primus direct --nproc N, or srun)\n"            \
-  "at --num_sizes sizes from --min_bytes to --max_bytes in geometric steps: each\n"              \
+  "at --num-sizes sizes from --min-bytes to --max-bytes in geometric steps: each\n"              \
   "call after a barrier, the slowest rank's time per call, then p50/p95/min/max ms,\n"           \
   "algbw = bytes / p50 and busbw = algbw x " extra " (as nccl-tests; 0 with one\n"           \
   "rank), and the rank with the largest mean. --check verifies rank-dependent\n"                 \
@@ -124,7 +128,7 @@ static const prm_subtask_t prm__bench_subs[] = {
      "train with PRIMUS_GEMM_TUNE=FILE).\n\n"
      "Examples:\n"
      "  primus benchmark gemm --M 4096 --N 4096 --K 4096 --backend all\n"
-     "  primus benchmark gemm --M 512 --N 11008 --K 4096 --trans_b --output-file gemm.csv\n"
+     "  primus benchmark gemm --M 512 --N 11008 --K 4096 --trans-b --output-file gemm.csv\n"
      "  primus benchmark gemm --tune --config exp.yaml --output gemm-tune.tsv",
      prm__bench_gemm_opts, 0, prm__bench_gemm},
     {"gemm-dense", "every GEMM of one dense Llama layer and the LM head", NULL,
@@ -134,7 +138,7 @@ static const prm_subtask_t prm__bench_subs[] = {
      "(wgrad) with the transposes the engine uses, as Primus' gemm-dense, and times\n"
      "each like `benchmark gemm`. The columns are those of `benchmark gemm`.\n\n"
      "Examples:\n"
-     "  primus benchmark gemm-dense --model llama3_8B --seq_length 2048\n"
+     "  primus benchmark gemm-dense --model llama3_8B --seq-length 2048\n"
      "  primus benchmark gemm-dense --model my_model.yaml --backend all --output-file dense.jsonl",
      prm__bench_dense_opts, 0, prm__bench_gemm_dense},
     {"gemm-grouped", "the MoE experts' grouped GEMM against a GEMM per expert", NULL,
@@ -154,7 +158,7 @@ static const prm_subtask_t prm__bench_subs[] = {
      "flash style, fp32) on random inputs. tflops counts the causal half of the\n"
      "scores: forward 2 B H T^2 D FLOPs, backward 2.5 x that.\n\n"
      "Example:\n"
-     "  primus benchmark attention --batch 1 --seq 2048 --heads 32 --kv_heads 8 --head_dim 128",
+     "  primus benchmark attention --batch 1 --seq 2048 --heads 32 --kv-heads 8 --head-dim 128",
      prm__bench_attn_opts, 0, prm__bench_attention},
     {"launch", "thread-dispatch latency (the CPU's kernel-launch overhead)", NULL,
      "The median microseconds of an empty OpenMP parallel region over all threads\n"
@@ -175,10 +179,10 @@ static const prm_subtask_t prm__bench_subs[] = {
      "  primus benchmark peak -o peak.tsv",
      prm__bench_peak_opts, 0, prm__bench_peak},
     {"memory", "memory bandwidth (STREAM triad)", NULL,
-     "a[i] = b[i] + s c[i] over three arrays of --size_mb each with all threads; the\n"
+     "a[i] = b[i] + s c[i] over three arrays of --size-mb each with all threads; the\n"
      "best pass in GB/s counting 3 x the array bytes.\n\n"
      "Example:\n"
-     "  primus benchmark memory --size_mb 1024",
+     "  primus benchmark memory --size-mb 1024",
      prm__bench_memory_opts, 0, prm__bench_memory},
     {"kernels", "fused element-wise kernels against their reference twins", NULL,
      "Times the engine's fast element-wise kernels (issue 9) and their reference\n"
@@ -187,22 +191,22 @@ static const prm_subtask_t prm__bench_subs[] = {
      "the cross-entropy rows of one LM-head chunk. median_ms and min_ms per call;\n"
      "gbps and best_gbps count every input read once and every output written once\n"
      "over those; triad_fraction is best_gbps over the best STREAM triad pass\n"
-     "measured in the same run with the same threads (on arrays of --cold_mb);\n"
+     "measured in the same run with the same threads (on arrays of --cold-mb);\n"
      "fast_speedup is the row's median over the fast kernel's. Buffers cycle\n"
-     "through --cold_mb of copies so data comes from DRAM (the cross-entropy chunk\n"
+     "through --cold-mb of copies so data comes from DRAM (the cross-entropy chunk\n"
      "stays hot, as after the LM-head GEMM).\n\n"
      "Examples:\n"
      "  primus benchmark kernels\n"
      "  primus benchmark kernels --kernels adamw --params 124000000 -o adamw.jsonl\n"
-     "  primus benchmark kernels --rows 64 --seq 32 --vocab 1000 --params 4096 --cold_mb 16 --duration 0.05",
+     "  primus benchmark kernels --rows 64 --seq 32 --vocab 1000 --params 4096 --cold-mb 16 --duration 0.05",
      prm__bench_kernels_opts, 0, prm__bench_kernels},
     {"checkpoint-io", "disk and checkpoint write/read bandwidth in a folder", NULL,
-     "disk_write: a file of --size_mb written and fsynced; disk_read: read back after\n"
+     "disk_write: a file of --size-mb written and fsynced; disk_read: read back after\n"
      "dropping it from the page cache. ckpt_save and ckpt_load: a Llama of about\n"
      "that many parameter bytes saved as a Hugging Face checkpoint (safetensors,\n"
      "fsync, rename) and loaded back. Everything written is removed.\n\n"
      "Example:\n"
-     "  primus benchmark checkpoint-io --dir /scratch/ckpt --size_mb 1024 --output-file io.json",
+     "  primus benchmark checkpoint-io --dir /scratch/ckpt --size-mb 1024 --output-file io.json",
      prm__bench_ckpt_opts, 0, prm__bench_ckpt_io},
     {"train", "end-to-end training throughput of an experiment", NULL,
      "Runs the native trainer for --warmup + --iters steps into a temporary run\n"
@@ -223,7 +227,7 @@ static const prm_subtask_t prm__bench_subs[] = {
     {"allreduce", "all-reduce bandwidth between ranks (sum, in place)", NULL,
      PRM__COLL_HELP("MPI_Allreduce (sum, in place)", "2(p-1)/p")
      "  primus direct --nproc 2 -- benchmark allreduce --check\n"
-     "  primus direct --nproc 4 -- benchmark allreduce --max_bytes 268435456 -o ar.jsonl",
+     "  primus direct --nproc 4 -- benchmark allreduce --max-bytes 268435456 -o ar.jsonl",
      prm__bench_coll_opts, PRM_SUB_MULTIRANK, prm__bench_coll},
     {"allgather", "all-gather bandwidth between ranks", NULL,
      PRM__COLL_HELP("MPI_Allgather", "(p-1)/p")

@@ -42,10 +42,10 @@ static int prm__data_preprocess(prm_task_ctx_t *ctx, prm_err_t *err) {
   int nkeys = prm_args_list(ctx->args, "json_keys", &keys);
   const char *prefix = prm_args_str(ctx->args, "output_prefix");
   if (!ninputs) return prm_errf(err, PRM_EINVAL, "data preprocess: --input FILE or GLOB is required");
-  if (!prefix) return prm_errf(err, PRM_EINVAL, "data preprocess: --output_prefix PREFIX is required");
+  if (!prefix) return prm_errf(err, PRM_EINVAL, "data preprocess: --output-prefix PREFIX is required");
   if (nkeys > 1)
     return prm_errf(err, PRM_EINVAL,
-                    "data preprocess: --json_keys: %d keys given; several keys (one dataset "
+                    "data preprocess: --json-keys: %d keys given; several keys (one dataset "
                     "each) are not supported yet, give exactly one",
                     nkeys);
   int64_t workers = prm_args_int(ctx->args, "workers", 1);
@@ -54,7 +54,7 @@ static int prm__data_preprocess(prm_task_ctx_t *ctx, prm_err_t *err) {
                     (long long)workers);
   int64_t log_interval = prm_args_int(ctx->args, "log_interval", 100000);
   if (log_interval < 1)
-    return prm_errf(err, PRM_EINVAL, "data preprocess: --log_interval %lld: expected >= 1",
+    return prm_errf(err, PRM_EINVAL, "data preprocess: --log-interval %lld: expected >= 1",
                     (long long)log_interval);
   prm_preprocess_opts_t o = {
       .inputs = inputs,
@@ -126,7 +126,7 @@ static int prm__data_train_tokenizer(prm_task_ctx_t *ctx, prm_err_t *err) {
   if (!ninputs) return prm_errf(err, PRM_EINVAL, "data train-tokenizer: --input is required");
   if (!o.output) return prm_errf(err, PRM_EINVAL, "data train-tokenizer: --output FILE is required");
   if (!prm_args_has(ctx->args, "vocab_size"))
-    return prm_errf(err, PRM_EINVAL, "data train-tokenizer: --vocab_size N is required");
+    return prm_errf(err, PRM_EINVAL, "data train-tokenizer: --vocab-size N is required");
   double t0 = prm_time_now();
   int64_t merges = 0;
   int rc = prm_tokenizer_train(&o, &merges, err);
@@ -145,27 +145,27 @@ static const prm_subtask_t prm__data_subs[] = {
     {"preprocess", "turn raw text into an indexed dataset (PREFIX.bin/.idx)", NULL,
      "Reads the inputs in order and writes Megatron-LM's indexed dataset (MMIDIDX),\n"
      "one sequence per document, ready for data_path: PREFIX. Plain text is one\n"
-     "document per file (per line with --line_docs); .jsonl/.json inputs are one\n"
-     "JSON object per line whose --json_keys string is the document (one key only\n"
+     "document per file (per line with --line-docs); .jsonl/.json inputs are one\n"
+     "JSON object per line whose --json-keys string is the document (one key only\n"
      "for now; several keys would make several datasets in Megatron). .gz and .zst\n"
      "inputs are decompressed on the fly, also when recognised by their first bytes.\n"
      "Empty documents are skipped. The files appear only when the run succeeds; an\n"
      "error or Ctrl-C leaves nothing behind. --workers threads tokenise in parallel;\n"
      "the output is byte-identical for any count. See docs/data.md.\n\n"
      "Examples:\n"
-     "  primus data preprocess --input corpus.txt --line_docs --output_prefix data/corpus\n"
-     "  primus data preprocess --input 'shards/*.jsonl.zst' --output_prefix data/web \\\n"
-     "      --tokenizer_type GPT2BPETokenizer --append_eod --workers 8",
+     "  primus data preprocess --input corpus.txt --line-docs --output-prefix data/corpus\n"
+     "  primus data preprocess --input 'shards/*.jsonl.zst' --output-prefix data/web \\\n"
+     "      --tokenizer-type GPT2BPETokenizer --append-eod --workers 8",
      prm__pre_opts, 0, prm__data_preprocess},
     {"train-tokenizer", "learn a byte-level BPE tokenizer and write tokenizer.json", NULL,
      "Splits the inputs with GPT-2's pre-tokenisation, counts the pieces, and\n"
-     "merges the most frequent adjacent pair until --vocab_size tokens exist (the\n"
+     "merges the most frequent adjacent pair until --vocab-size tokens exist (the\n"
      "special tokens first, then the 256 bytes, then one token per merge; ties go to\n"
      "the pair of lower ids, so a run is repeatable). The result is a Hugging Face\n"
      "tokenizer.json: use it with tokenizer_type: HuggingFaceTokenizer.\n\n"
      "Example:\n"
      "  primus data train-tokenizer --input ~/.cache/primus/data/brown.txt \\\n"
-     "      --vocab_size 8192 --output brown-8k.json",
+     "      --vocab-size 8192 --output brown-8k.json",
      prm__tt_opts, 0, prm__data_train_tokenizer},
     {NULL},
 };

@@ -139,7 +139,7 @@ static int prm__pf_check(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_pf_opts_t o;
   prm__pf_opts_from_args(ctx->args, &o);
   if (o.expect_gpus < -1 || (prm_args_has(ctx->args, "expect_gpus") && o.expect_gpus < 0))
-    return prm_errf(err, PRM_EINVAL, "preflight check: --expect_gpus: expected a count >= 0");
+    return prm_errf(err, PRM_EINVAL, "preflight check: --expect-gpus: expected a count >= 0");
   if (!(o.threshold > 0 && o.threshold <= 1))
     return prm_errf(err, PRM_EINVAL, "preflight check: --threshold: expected a fraction in (0, 1], got %g",
                     o.threshold);
@@ -276,7 +276,7 @@ static const prm_subtask_t prm__pf_subs[] = {
      "the reports, prints the cluster summary, and exits 2 when any node FAILs.\n"
      "The node's name is $PRIMUS_NODE_NAME, else Slurm's ($SLURMD_NODENAME), else\n"
      "the host name.\n\n"
-     "  primus preflight check --expect_gpus 8\n"
+     "  primus preflight check --expect-gpus 8\n"
      "  primus preflight check --perf --quick --threshold 0.7\n"
      "  primus slurm srun -N 4 -- preflight check --all    # one check per node, report on rank 0\n\n"
      "See docs/preflight.md for every check id and threshold.",
@@ -298,16 +298,16 @@ static const prm_subtask_t prm__pf_subs[] = {
      "seconds, nodes; its output is in RUN_DIR/logs/bisect/test-NNN.log), then each\n"
      "round's accused nodes and the intersection. RUN_DIR gets healthy_nodes.txt and\n"
      "failed_nodes.txt (for srun --nodelist/--exclude). Exit code 2 when bad nodes\n"
-     "are found. --simulate_bad LIST replaces the command by a simulated cluster.\n\n"
+     "are found. --simulate-bad LIST replaces the command by a simulated cluster.\n\n"
      "Inside a Slurm allocation (salloc/sbatch -N 16), an all-reduce across each group:\n"
      "  scontrol show hostnames \"$SLURM_JOB_NODELIST\" > nodes.txt\n"
      "  primus preflight bisect --nodefile nodes.txt --timeout 300 -- \\\n"
      "    srun -N {n} --nodelist {nodes} --ntasks-per-node 1 --mpi=pmix \\\n"
-     "    primus benchmark allreduce --check --max_bytes 268435456\n"
+     "    primus benchmark allreduce --check --max-bytes 268435456\n"
      "or each group's network checks:\n"
      "  primus preflight bisect --nodefile nodes.txt -- \\\n"
      "    srun -N {n} --nodelist {nodes} --ntasks-per-node 1 primus preflight check --network\n"
-     "  primus preflight bisect --nodes n01,n02,n03,n04 --simulate_bad n03 --rounds 3",
+     "  primus preflight bisect --nodes n01,n02,n03,n04 --simulate-bad n03 --rounds 3",
      prm__pf_bisect_opts, PRM_SUB_RUN | PRM_SUB_COMMAND, prm__pf_bisect_run},
     {"calibrate", "measure this node and write a perf baseline for its platform", NULL,
      "Runs the perf measurements of `preflight check --perf` and writes them as\n"

@@ -2,7 +2,7 @@
  * (prm_pf_bisect) over real group tests, a command after "--" run once per
  * group with {nodes} and {n} filled in (prm_pf_cmd_run: the halves of a
  * failing group run at once), or over a simulated cluster
- * (--simulate_bad). Both go through the same batch test, which prints
+ * (--simulate-bad). Both go through the same batch test, which prints
  * every group test; the run directory gets healthy_nodes.txt and
  * failed_nodes.txt. */
 #define _GNU_SOURCE
@@ -154,13 +154,13 @@ int prm__pf_bisect_run(prm_task_ctx_t *ctx, prm_err_t *err) {
   if (rc) goto done;
   int n = nodes.n;
   if (sim && ncmd > 0) {
-    rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --simulate_bad and a command after \"--\" exclude each other");
+    rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --simulate-bad and a command after \"--\" exclude each other");
     goto done;
   }
   if (!sim && ncmd <= 0) {
     rc = prm_errf(err, PRM_EINVAL,
                   "preflight bisect: no group test: give a command after \"--\" with {nodes} in it "
-                  "(e.g. -- srun -N {n} --nodelist {nodes} ...), or --simulate_bad LIST");
+                  "(e.g. -- srun -N {n} --nodelist {nodes} ...), or --simulate-bad LIST");
     goto done;
   }
   int64_t rounds = prm_args_int(a, "rounds", 3), seed = prm_args_int(a, "seed", 1);
@@ -181,7 +181,7 @@ int prm__pf_bisect_run(prm_task_ctx_t *ctx, prm_err_t *err) {
     for (int i = 0; i < bad.n; i++) {
       int k = prm_argv_find(&nodes, bad.v[i]);
       if (k < 0) {
-        rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --simulate_bad: \"%s\" is not one of the %d nodes",
+        rc = prm_errf(err, PRM_EINVAL, "preflight bisect: --simulate-bad: \"%s\" is not one of the %d nodes",
                       bad.v[i], n);
         goto done;
       }

@@ -195,7 +195,7 @@ static const prm_subtask_t prm__gen_subs[] = {
     {"run", "continue a prompt with a trained model", NULL,
      "Uses a KV cache; greedy when --temperature 0, else samples with top-k/top-p.\n\n"
      "Example:\n"
-     "  primus generate --load output/ckpt --prompt \"The jury said\" --max_new_tokens 200",
+     "  primus generate --load output/ckpt --prompt \"The jury said\" --max-new-tokens 200",
      prm__gen_opts, 0, prm__generate},
     {NULL},
 };

@@ -78,7 +78,7 @@ int prm_generate(const prm_generate_opts_t *g, prm_err_t *err) {
   c.init_std = 0.02;
   const char *type = g->tokenizer_type ? g->tokenizer_type : tok_type[0] ? tok_type : NULL;
   if (!type) {
-    rc = prm_errf(err, PRM_EINVAL, "%s/config.json names no tokenizer: pass --tokenizer_type", dir);
+    rc = prm_errf(err, PRM_EINVAL, "%s/config.json names no tokenizer: pass --tokenizer-type", dir);
     goto done;
   }
   /* A Hugging Face tokenizer travels with the checkpoint (tokenizer.json). */
@@ -130,7 +130,7 @@ int prm_generate(const prm_generate_opts_t *g, prm_err_t *err) {
       fputc('\n', g->out);
       fflush(g->out);
       if (!g->max_new_default)
-        PRM_WARN("stopped after %lld of --max_new_tokens %lld: the model's context "
+        PRM_WARN("stopped after %lld of --max-new-tokens %lld: the model's context "
                  "(max_position_embeddings %lld tokens) is full", (long long)i + 1,
                  (long long)g->max_new_tokens, (long long)c.max_pos);
       goto out;

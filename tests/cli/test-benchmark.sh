@@ -200,10 +200,10 @@ err_case "gemm negative duration" 2 "--duration" gemm --duration -1
 err_case "gemm unknown option" 2 "--Q" gemm --Q 3
 err_case "gemm-dense without --model" 2 "--model" gemm-dense
 err_case "gemm-dense unknown preset" 2 "llama3_8B" gemm-dense --model llama3_8b
-err_case "gemm-dense --seq_length 0" 2 "--seq_length" gemm-dense --model llama_tiny --seq_length 0
-err_case "attention kv_heads" 2 "--kv_heads" attention --heads 4 --kv_heads 3
+err_case "gemm-dense --seq_length 0" 2 "--seq-length" gemm-dense --model llama_tiny --seq_length 0
+err_case "attention kv_heads" 2 "--kv-heads" attention --heads 4 --kv_heads 3
 err_case "checkpoint-io missing dir" 2 "--dir" checkpoint-io --dir "$T/nope"
-err_case "memory --size_mb 0" 2 "--size_mb" memory --size_mb 0
+err_case "memory --size_mb 0" 2 "--size-mb" memory --size_mb 0
 err_case "launch bad extension" 2 ".docx" launch -o x.docx
 err_case "train without --config" 2 "--config" train
 err_case "train --iters 0" 2 "--iters" train --config exp.yaml --iters 0

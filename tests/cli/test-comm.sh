@@ -127,7 +127,7 @@ fi
 # ---- bad arguments ------------------------------------------------------------------
 run benchmark allreduce --min_bytes 4096 --max_bytes 1024
 expect_rc "max_bytes below min_bytes" 2
-expect_in "the error names the option" "--max_bytes" "$ERR"
+expect_in "the error names the option" "--max-bytes" "$ERR"
 run benchmark allgather --per_rank x.bogus
 expect_rc "unknown --per_rank format" 2
 

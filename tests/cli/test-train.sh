@@ -84,7 +84,7 @@ expect_rc "sampled generation" 0
 expect_eq "default length: exit 0, no warning" "$?:$(grep -c WARN "$T/gen.err")" "0:0"
 expect_eq "the text ends with a newline" "$(tail -c1 "$T/gen.txt" | od -An -c | tr -d ' ')" '\n'
 "$PRIMUS_BIN" generate --load "$T/ckpt" --prompt "the jury" --temperature 0 --max_new_tokens 500 > "$T/gen.txt" 2> "$T/gen.err"
-expect_in "a longer request says where it stopped" "of --max_new_tokens 500: the model's context (max_position_embeddings 64 tokens) is full" "$(cat "$T/gen.err")"
+expect_in "a longer request says where it stopped" "of --max-new-tokens 500: the model's context (max_position_embeddings 64 tokens) is full" "$(cat "$T/gen.err")"
 expect_eq "and the text still ends with a newline" "$(tail -c1 "$T/gen.txt" | od -An -c | tr -d ' ')" '\n'
 
 # Replay reruns the same training: the same losses, bit for bit.
