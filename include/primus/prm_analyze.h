@@ -197,6 +197,15 @@ int prm_pj_hw_load(const char *path, prm_pj_hw_t *hw, prm_err_t *err);
  * figures are the whole node's). */
 int prm_pj_hw_from_baseline(const char *path, double peak_gflops, prm_pj_hw_t *hw,
                             prm_err_t *err);
+/* Hardware of a GPU run from a baseline that `preflight calibrate`
+ * measured on a GPU node: gpu_gemm_bf16_tflops (bf16 runs) or
+ * gpu_gemm_fp32_tflops becomes gemm_gflops, gpu_hbm_gbs mem_bw_gbs; the
+ * all-reduce and overlap figures as prm_pj_hw_from_baseline; peak_gflops
+ * the data sheet's of `gpu_name` (unknown: the measured GEMM rate);
+ * devices_per_node `gpus`. PRM_ENOENT naming the file when it has no GPU
+ * GEMM figure. */
+int prm_pj_hw_from_gpu_baseline(const char *path, int bf16, const char *gpu_name, int gpus,
+                                prm_pj_hw_t *hw, prm_err_t *err);
 
 /* What is projected: the model, the batch and the layout. */
 typedef struct {

@@ -10,6 +10,7 @@
 
 #include "primus/prm_base.h"
 #include "primus/prm_comm.h"
+#include "primus/prm_device.h"
 #include "primus/prm_train.h"
 
 #ifdef __cplusplus
@@ -231,6 +232,63 @@ void prm_bench_dispatch(double duration_s, double *omp_us, double *pool_us);
  * bytes; *actual receives the bytes of the model used. */
 int prm_bench_ckpt(const char *dir, size_t bytes, double *save_gbs, double *load_gbs,
                    size_t *actual, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Measurements through the device layer (src/bench/device.c)                */
+/* ------------------------------------------------------------------------ */
+
+/* A device's peaks: dense bf16 and fp32 TFLOP/s and memory TB/s (0:
+ * unknown), and where they come from. */
+typedef struct {
+  double bf16_tflops, fp32_tflops, mem_tbs;
+  char source[96]; /* "data sheet, H100 SXM", "measured FMA peak x 16 threads" */
+} prm_bench_dev_peak_t;
+
+/* The data-sheet peaks of a GPU by its name ("NVIDIA H100 80GB HBM3":
+ * dense bf16 989.4, fp32 66.9, 3.35 TB/s); 1 when the name is known, else
+ * 0 with out zeroed. */
+int prm_bench_dev_spec(const char *name, prm_bench_dev_peak_t *out);
+/* The peaks of an open device: a GPU's data sheet; for the CPU backend
+ * the measured FMA peaks of all kernel threads (memory unknown). */
+void prm_bench_dev_peak(const prm_dev_t *d, prm_bench_dev_peak_t *out);
+/* The peak a GEMM of that type is measured against (bf16 falls back to
+ * fp32 where there is no bf16 figure). */
+double prm_bench_dev_peak_for(const prm_bench_dev_peak_t *p, int bf16);
+
+/* Opens the device `want` names ("auto", "cpu", "cuda"; NULL: auto) for a
+ * benchmark, the CPU backend with the best GEMM built in; errors as
+ * prm_dev_open (cuda without a GPU: PRM_EPLATFORM naming what is missing).
+ * Close with prm_dev_close. */
+int prm_bench_dev_open(const char *want, prm_dev_t **out, prm_err_t *err);
+
+/* C = op(A) op(B) on the device (prm_dev_sgemm, or prm_dev_gemm_bf16 with
+ * o->bf16), o->backend ignored: one warm-up call, then batches of calls
+ * between two timer marks (the device's clock where it has one) for about
+ * o->duration_s. r->backend is the device's name; peak_fraction is against
+ * prm_bench_dev_peak_for; cvt_ms 0. PRM_ENOMEM naming the operand that
+ * does not fit; PRM_ERUNTIME with the backend's message. */
+int prm_bench_dev_gemm(const prm_dev_t *d, const prm_bench_gemm_opts_t *o,
+                       prm_bench_gemm_result_t *r, prm_err_t *err);
+/* The device's attention forward and backward (fp32: o->bf16 is
+ * PRM_EINVAL), timed as prm_bench_dev_gemm, FLOPs as prm_bench_attention. */
+int prm_bench_dev_attention(const prm_dev_t *d, const prm_bench_attn_opts_t *o,
+                            prm_bench_attn_result_t *r, prm_err_t *err);
+
+typedef enum {
+  PRM_BENCH_COPY_D2D, /* device to device: bytes read plus bytes written */
+  PRM_BENCH_COPY_H2D, /* host to device (upload): bytes once */
+  PRM_BENCH_COPY_D2H  /* device to host (download): bytes once */
+} prm_bench_copy_kind_t;
+
+typedef struct {
+  double ms_avg, ms_min, gbs, best_gbs; /* gbs from ms_avg, best_gbs from ms_min */
+  int64_t iters;
+} prm_bench_copy_result_t;
+
+const char *prm_bench_copy_name(prm_bench_copy_kind_t k); /* "copy_d2d" ... */
+/* Copies of `bytes` in one direction, timed as prm_bench_dev_gemm. */
+int prm_bench_dev_copy(const prm_dev_t *d, prm_bench_copy_kind_t kind, size_t bytes,
+                       double duration_s, prm_bench_copy_result_t *r, prm_err_t *err);
 
 /* ------------------------------------------------------------------------ */
 /* Collectives between ranks (through prm_comm)                              */

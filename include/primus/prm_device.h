@@ -110,6 +110,23 @@ int prm_dev_zero(const prm_dev_t *d, void *p, size_t bytes, prm_err_t *err);
  * last sync. */
 int prm_dev_sync(const prm_dev_t *d, prm_err_t *err);
 
+/* ---- timing (the benchmarks) ---- */
+
+/* Times work queued between start and stop: on the device's own clock
+ * where the backend has a timer (CUDA: events on its stream), else on the
+ * host around a sync (the CPU). stop waits for the work and sets *ms;
+ * PRM_ERUNTIME with the backend's message when the work or the timer
+ * failed. */
+typedef struct {
+  double t0; /* host start (no device timer) */
+} prm_dev_timer_t;
+int prm_dev_timer_start(const prm_dev_t *d, prm_dev_timer_t *t, prm_err_t *err);
+int prm_dev_timer_stop(const prm_dev_t *d, prm_dev_timer_t *t, double *ms, prm_err_t *err);
+/* 1 when the backend times on the device's clock. */
+static inline int prm_dev_has_timer(const prm_dev_t *d) {
+  return d->i->timer_start && d->i->timer_stop;
+}
+
 /* ---- operators (contracts: prm_kernels.h; pointers: device memory) ---- */
 
 static inline void prm_dev_sgemm(const prm_dev_t *d, int ta, int tb, int64_t M, int64_t N, int64_t K,

@@ -93,6 +93,9 @@ typedef struct {
   double threshold;        /* perf: FAIL below this fraction of the baseline (0.8) */
   const char *baseline;    /* perf: baseline file; NULL: searched (prm_pf_baseline_find) */
   const char *workspace;   /* free disk and disk bandwidth here; NULL: "." */
+  const char *only;        /* comma-separated check-id prefixes ("perf.gpu_,gpu.memory"):
+                            * of the selected categories, only the checks whose
+                            * id starts with one of them; NULL: all */
   const char *sysfs_root;  /* NULL: $PRIMUS_SYSFS_ROOT or /sys */
   const char *proc_root;   /* NULL: see the file comment */
   const char *host_root;   /* NULL: see the file comment ("" is the real /) */
@@ -153,6 +156,10 @@ typedef enum {
   PRM_PF_M_DISPATCH_POOL, /* microseconds (lower is better) */
   PRM_PF_M_ALLREDUCE_BUSBW, /* GB/s: all-reduce bus bandwidth between 2 local ranks */
   PRM_PF_M_OVERLAP,         /* fraction of an all-reduce hidden behind a GEMM (2 ranks) */
+  /* The GPU's, through the device layer when the CUDA module opens one: */
+  PRM_PF_M_GPU_GEMM_BF16,   /* TFLOP/s: bf16 GEMM 8192^3 */
+  PRM_PF_M_GPU_GEMM_FP32,   /* TFLOP/s: fp32 GEMM 8192^3 */
+  PRM_PF_M_GPU_HBM,         /* GB/s: device-to-device copy of 1 GiB, read + written */
   PRM_PF__METRICS
 } prm_pf_metric_t;
 
@@ -175,7 +182,8 @@ int prm_pf_perf_measure(const prm_pf_opts_t *o, const prm_platform_t *plat, prm_
                         prm_err_t *err);
 /* OK when measured is at least threshold x baseline (lower-is-better
  * metrics: at most baseline / threshold), FAIL otherwise; SKIP when either
- * figure is missing. */
+ * figure is missing. The GPU metrics also WARN between threshold and
+ * (1 + threshold) / 2 of the baseline (0.8 and 0.9 by default). */
 prm_pf_level_t prm_pf_compare(prm_pf_metric_t m, double measured, double baseline,
                               double threshold);
 /* All-reduce bus bandwidth (GB/s) between two ranks of this node: runs
@@ -188,6 +196,40 @@ double prm_pf_allreduce_busbw(int quick, int *no_mpirun, char *why, size_t nwhy)
  * MPI_Test between 8 GEMM chunks): the hidden fraction, in [0, 1]; -1
  * with `why` when it cannot run. */
 double prm_pf_overlap_hidden(int quick, int *no_mpirun, char *why, size_t nwhy);
+/* The GPU metrics measured on the device the GPU checks use: the CUDA
+ * module's GPU 0 (PRIMUS_DEVICE_TAGGED=1: the tagged CPU test backend, on
+ * small shapes, so tests run the path). v[] gets the three GPU metrics, 0
+ * each when not measured; returns 0, or -1 with `why` naming what is
+ * missing (no module, no driver, no GPU) or what failed. */
+int prm_pf_gpu_perf_measure(int quick, double v[PRM_PF__METRICS], char *why, size_t nwhy);
+
+/* One GPU's memory health as `nvidia-smi --query-gpu=PRM_PF_GPU_MEM_QUERY
+ * --format=csv,noheader,nounits` prints it: -1 where the GPU does not
+ * report a field ("[N/A]", "[Not Supported]") or the line lacks it. */
+#define PRM_PF_GPU_MEM_QUERY                                                          \
+  "index,name,memory.total,memory.used,memory.free,"                                  \
+  "ecc.errors.uncorrected.volatile.total,ecc.errors.uncorrected.aggregate.total,"     \
+  "retired_pages.pending,retired_pages.double_bit.count,"                             \
+  "remapped_rows.pending,remapped_rows.failure,remapped_rows.uncorrectable"
+/* The fields every nvidia-smi answers, asked again when the full query is
+ * refused (an older driver without some of its fields). */
+#define PRM_PF_GPU_MEM_QUERY_BASIC "index,name,memory.total,memory.used,memory.free"
+typedef struct {
+  int index;
+  char name[96];
+  double total_mib, used_mib, free_mib;
+  int64_t ecc_volatile, ecc_aggregate; /* uncorrected ECC errors */
+  int retired_pending;                 /* 1 Yes, 0 No */
+  int64_t retired_dbe;                 /* pages retired for double-bit errors */
+  int remap_pending, remap_failure;    /* row remapping (A100 and later): 1 Yes, 0 No */
+  int64_t remap_uncorrectable;         /* rows remapped for uncorrectable errors */
+} prm_pf_gpu_mem_t;
+/* Parses that output (either query): one entry per line that has at
+ * least the five basic fields with a numeric index, into out (at most
+ * max); returns the count. Any text is safe: lines that do not fit are
+ * skipped, numbers out of range are unknown. */
+int prm_pf_gpu_mem_parse(const char *text, prm_pf_gpu_mem_t *out, int max);
+
 /* Baseline files: YAML with `platform:` and one key per metric. */
 int prm_pf_baseline_load(const char *path, prm_pf_perf_t *out, prm_err_t *err);
 /* Writes a baseline (atomically), `comment` (may be NULL) as a # header. */

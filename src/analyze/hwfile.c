@@ -4,6 +4,7 @@
  * calibrate`) with the names mapped. docs/analyze.md lists the keys. */
 #define _GNU_SOURCE
 #include "primus/prm_analyze.h"
+#include "primus/prm_bench.h" /* the GPUs' data-sheet peaks */
 #include "primus/prm_preflight.h"
 
 #include <math.h>
@@ -132,5 +133,40 @@ int prm_pj_hw_from_baseline(const char *path, double peak_gflops, prm_pj_hw_t *h
   hw->set[PRM_PJ_DEVICES_PER_NODE] = 1;
   snprintf(hw->source, sizeof hw->source, "baseline %s%s", path,
            peak_gflops > 0 ? " (peak_gflops: this node's measured FMA peak)" : "");
+  return 0;
+}
+
+int prm_pj_hw_from_gpu_baseline(const char *path, int bf16, const char *gpu_name, int gpus,
+                                prm_pj_hw_t *hw, prm_err_t *err) {
+  int rc = prm_pj_hw_from_baseline(path, 0, hw, err);
+  if (rc) return rc;
+  prm_pf_perf_t p;
+  if ((rc = prm_pf_baseline_load(path, &p, err))) return rc;
+  double gemm = p.v[bf16 ? PRM_PF_M_GPU_GEMM_BF16 : PRM_PF_M_GPU_GEMM_FP32];
+  if (!(gemm > 0))
+    return prm_errf(err, PRM_ENOENT,
+                    "%s has no %s: run `primus preflight calibrate` on the GPU node to measure the GPU",
+                    path, prm_pf_metric_key(bf16 ? PRM_PF_M_GPU_GEMM_BF16 : PRM_PF_M_GPU_GEMM_FP32));
+  hw->v[PRM_PJ_GEMM_GFLOPS] = gemm * 1e3;
+  hw->set[PRM_PJ_GEMM_GFLOPS] = 1;
+  /* The CPU's memory and dispatch figures are not the GPU's: the GPU's
+   * copy bandwidth where measured, and no launch cost (the kernels are
+   * queued, not dispatched to threads). */
+  hw->v[PRM_PJ_MEM_BW_GBS] = p.v[PRM_PF_M_GPU_HBM];
+  hw->set[PRM_PJ_MEM_BW_GBS] = p.v[PRM_PF_M_GPU_HBM] > 0;
+  hw->v[PRM_PJ_LAUNCH_US] = 0;
+  hw->set[PRM_PJ_LAUNCH_US] = 0;
+  prm_bench_dev_peak_t pk;
+  double peak = prm_bench_dev_spec(gpu_name, &pk) ? prm_bench_dev_peak_for(&pk, bf16) : 0;
+  /* A GPU without a data sheet here: its measured GEMM rate stands for
+   * the peak (MFU then reads as a share of what the GEMMs reach). */
+  hw->v[PRM_PJ_PEAK_GFLOPS] = peak > 0 ? peak * 1e3 : gemm * 1e3;
+  hw->set[PRM_PJ_PEAK_GFLOPS] = 1;
+  hw->v[PRM_PJ_DEVICES_PER_NODE] = gpus > 0 ? gpus : 1;
+  hw->set[PRM_PJ_DEVICES_PER_NODE] = 1;
+  snprintf(hw->source, sizeof hw->source, "baseline %.300s, its GPU figures (%s GEMM%s)%s%.60s%s", path,
+           bf16 ? "bf16" : "fp32", p.v[PRM_PF_M_GPU_HBM] > 0 ? ", copy bandwidth" : "",
+           peak > 0 ? "; peak_gflops: the data sheet of " : "", peak > 0 ? gpu_name : "",
+           peak > 0 ? "" : "; no data-sheet peak for this GPU: peak_gflops is the measured GEMM rate");
   return 0;
 }

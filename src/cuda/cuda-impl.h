@@ -38,6 +38,9 @@ typedef struct {
   double *h_red;     /* pinned: 1 */
   unsigned *h_flags; /* pinned: 1 */
   uint64_t in_use[PRM_DEV_MEM__COUNT], peak[PRM_DEV_MEM__COUNT];
+  /* The benchmarks' timer: two events on the stream, made on first use. */
+  gpuEvent_t ev_start, ev_stop;
+  int have_events;
   int failed;
   char err[512];
   const char *last_op; /* the last operator queued, for async failures */

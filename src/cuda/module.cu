@@ -121,6 +121,10 @@ static void prm_cu_close(void *ctx) {
   if (c->d_red) gpuFree(c->d_red);
   if (c->blas) gpublasDestroy(c->blas);
   if (c->blas_ws) gpuFree(c->blas_ws);
+  if (c->have_events) {
+    gpuEventDestroy(c->ev_start);
+    gpuEventDestroy(c->ev_stop);
+  }
   if (c->stream) gpuStreamDestroy(c->stream);
   free(c);
 }
@@ -359,6 +363,54 @@ static void prm_cu_gemm_bf16(void *ctx, int ta, int tb, int64_t M, int64_t N, in
 static void prm_cu_set_tf32(void *ctx, int on) { ((prm_cu_ctx *)ctx)->tf32 = on ? 1 : 0; }
 
 /* ======================================================================== */
+/* The device timer (benchmarks)                                            */
+/* ======================================================================== */
+
+/* Events with timing (the default flags) on the context's stream: the
+ * device's clock, without the host's launch and wake-up latency. */
+static int prm_cu_timer_start(void *ctx) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "timer_start");
+  gpuError_t e = gpuSuccess;
+  if (!c->have_events) {
+    e = gpuEventCreate(&c->ev_start);
+    if (e == gpuSuccess) {
+      e = gpuEventCreate(&c->ev_stop);
+      if (e != gpuSuccess) gpuEventDestroy(c->ev_start);
+    }
+    if (e == gpuSuccess) c->have_events = 1;
+  }
+  if (e == gpuSuccess) e = gpuEventRecord(c->ev_start, c->stream);
+  if (e != gpuSuccess) {
+    prm_cu_fail(c, "timer_start: %s (%s)", gpuGetErrorString(e), gpuGetErrorName(e));
+    return -1;
+  }
+  return 0;
+}
+
+static int prm_cu_timer_stop(void *ctx, double *ms) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  const char *prev = c->last_op;
+  prm_cu_enter(c, "timer_stop");
+  *ms = 0;
+  if (!c->have_events) {
+    prm_cu_fail(c, "timer_stop: no timer_start before it");
+    return -1;
+  }
+  float f = 0;
+  gpuError_t e = gpuEventRecord(c->ev_stop, c->stream);
+  if (e == gpuSuccess) e = gpuEventSynchronize(c->ev_stop);
+  if (e == gpuSuccess) e = gpuEventElapsedTime(&f, c->ev_start, c->ev_stop);
+  if (e != gpuSuccess) {
+    prm_cu_fail(c, "timer_stop: %s (%s) (or raised by an operator queued before it; the last was %s)",
+                gpuGetErrorString(e), gpuGetErrorName(e), prev ? prev : "none");
+    return -1;
+  }
+  *ms = (double)f;
+  return 0;
+}
+
+/* ======================================================================== */
 /* The table and the entry point                                            */
 /* ======================================================================== */
 
@@ -398,6 +450,8 @@ static const prm_dev_i prm_cu_table = {
     .sumsq = prm_cu_sumsq,
     .sum = prm_cu_sum,
     .scale = prm_cu_scale,
+    .timer_start = prm_cu_timer_start,
+    .timer_stop = prm_cu_timer_stop,
 };
 
 /* An empty kernel whose attributes the entry point asks for (see there). */

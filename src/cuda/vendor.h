@@ -58,6 +58,12 @@ typedef hip_bfloat16 gpu_bf16;
 #define gpuStreamNonBlocking hipStreamNonBlocking
 #define gpuStreamSynchronize hipStreamSynchronize
 #define gpuStreamDestroy hipStreamDestroy
+typedef hipEvent_t gpuEvent_t;
+#define gpuEventCreate hipEventCreate
+#define gpuEventDestroy hipEventDestroy
+#define gpuEventRecord hipEventRecord
+#define gpuEventSynchronize hipEventSynchronize
+#define gpuEventElapsedTime hipEventElapsedTime
 
 typedef hipblasHandle_t gpublasHandle_t;
 typedef hipblasStatus_t gpublasStatus_t;
@@ -127,6 +133,12 @@ typedef __nv_bfloat16 gpu_bf16;
 #define gpuStreamNonBlocking cudaStreamNonBlocking
 #define gpuStreamSynchronize cudaStreamSynchronize
 #define gpuStreamDestroy cudaStreamDestroy
+typedef cudaEvent_t gpuEvent_t;
+#define gpuEventCreate cudaEventCreate
+#define gpuEventDestroy cudaEventDestroy
+#define gpuEventRecord cudaEventRecord
+#define gpuEventSynchronize cudaEventSynchronize
+#define gpuEventElapsedTime cudaEventElapsedTime
 
 typedef cublasHandle_t gpublasHandle_t;
 typedef cublasStatus_t gpublasStatus_t;

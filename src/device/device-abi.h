@@ -35,8 +35,9 @@ extern "C" {
 #endif
 
 /* Bump when the table or the entry point changes: the core refuses a
- * module of another version by name. */
-#define PRM_DEV_ABI_VERSION 1
+ * module of another version by name. 2: the optional device timer
+ * (timer_start, timer_stop) at the end of the table. */
+#define PRM_DEV_ABI_VERSION 2
 
 /* The module's one exported symbol, looked up with dlsym. */
 #define PRM_DEV_ENTRY_NAME "prm_device_module_open"
@@ -181,6 +182,16 @@ typedef struct prm_dev_i {
   /* *out (host) = sum of x in double, in a fixed order; waits. */
   void (*sum)(void *ctx, double *out, const float *x, int64_t n);
   void (*scale)(void *ctx, float *x, int64_t n, float s);
+
+  /* ---- timing (the benchmarks) ---- */
+  /* Optional, as a pair: a timer on the device's own clock around queued
+   * work. timer_start marks the queue now; timer_stop marks it again,
+   * waits for that mark and sets *ms to the milliseconds the device spent
+   * between the two (CUDA: events on the stream). Return 0, or -1 with the
+   * failure kept for sync. NULL: the core times on the host around a
+   * sync (the CPU, whose operators return when done). */
+  int (*timer_start)(void *ctx);
+  int (*timer_stop)(void *ctx, double *ms);
 } prm_dev_i;
 
 /* The entry point of a backend module: opens device `ordinal` of the

@@ -309,6 +309,30 @@ int prm_dev_sync(const prm_dev_t *d, prm_err_t *err) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Timing                                                                     */
+/* ------------------------------------------------------------------------ */
+
+int prm_dev_timer_start(const prm_dev_t *d, prm_dev_timer_t *t, prm_err_t *err) {
+  t->t0 = 0;
+  if (prm_dev_has_timer(d)) return d->i->timer_start(d->ctx) ? prm__dev_fail(d, "timer", err) : 0;
+  /* Host time: what was queued before start is not the measured work. */
+  int rc = prm_dev_sync(d, err);
+  t->t0 = prm_time_now();
+  return rc;
+}
+
+int prm_dev_timer_stop(const prm_dev_t *d, prm_dev_timer_t *t, double *ms, prm_err_t *err) {
+  *ms = 0;
+  if (prm_dev_has_timer(d)) {
+    if (d->i->timer_stop(d->ctx, ms)) return prm__dev_fail(d, "timer", err);
+    return prm_dev_sync(d, err); /* an operator's failure inside the timed work */
+  }
+  int rc = prm_dev_sync(d, err);
+  *ms = (prm_time_now() - t->t0) * 1e3;
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Composite operators                                                        */
 /* ------------------------------------------------------------------------ */
 

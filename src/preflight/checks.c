@@ -32,6 +32,7 @@ static const prm_pf_check_t prm__pf_table[] = {
     {"gpu.driver", PRM_PF_GPU, "accelerator driver", prm__pf_gpu_driver},
     {"gpu.busy", PRM_PF_GPU, "devices in use", prm__pf_gpu_busy},
     {"gpu.cuda", PRM_PF_GPU, "training device (the CUDA module)", prm__pf_gpu_compute},
+    {"gpu.memory", PRM_PF_GPU, "GPU memory: free, ECC, retired pages", prm__pf_gpu_memory},
     {"net.interfaces", PRM_PF_NETWORK, "interfaces up", prm__pf_net_interfaces},
     {"net.socket_ifname", PRM_PF_NETWORK, "NCCL/GLOO socket interface", prm__pf_net_socket_ifname},
     {"net.rdma", PRM_PF_NETWORK, "RDMA ports", prm__pf_net_rdma},
@@ -50,6 +51,9 @@ static const prm_pf_check_t prm__pf_table[] = {
     {"perf.dispatch_pool", PRM_PF_PERF, "dispatch latency (thread pool)", prm__pf_perf_dispatch_pool},
     {"perf.allreduce", PRM_PF_PERF, "all-reduce bus bandwidth between local ranks", prm__pf_perf_allreduce},
     {"perf.overlap", PRM_PF_PERF, "all-reduce hidden behind a GEMM (2 local ranks)", prm__pf_perf_overlap},
+    {"perf.gpu_gemm_bf16", PRM_PF_PERF, "GPU GEMM bf16", prm__pf_perf_gpu_gemm_bf16},
+    {"perf.gpu_gemm_fp32", PRM_PF_PERF, "GPU GEMM fp32", prm__pf_perf_gpu_gemm_fp32},
+    {"perf.gpu_hbm", PRM_PF_PERF, "GPU memory bandwidth (copy)", prm__pf_perf_gpu_hbm},
 };
 
 const prm_pf_check_t *prm_pf_checks(int *n) {
@@ -235,6 +239,15 @@ int prm_pf_run(const prm_pf_opts_t *o, prm_pf_results_t *out, prm_err_t *err) {
   int rc = 0;
   for (int i = 0; i < n && !r.failed; i++) {
     if (!(cats & PRM_PF_CAT_BIT(t[i].cat))) continue;
+    if (o->only && *o->only) {
+      int hit = 0;
+      for (const char *p = o->only; *p && !hit;) {
+        size_t len = strcspn(p, ",");
+        hit = len && !strncmp(t[i].id, p, len);
+        p += len + (p[len] == ',');
+      }
+      if (!hit) continue;
+    }
     r.check = &t[i];
     PRM_DEBUG("preflight: %s", t[i].id);
     t[i].fn(&r);

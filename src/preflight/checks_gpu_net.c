@@ -6,8 +6,11 @@
 #include "preflight-impl.h"
 #include "primus/prm_device.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ------------------------------------------------------------------------ */
 /* Accelerators                                                              */
@@ -351,4 +354,165 @@ void prm__pf_net_mtu(prm_pf_run_t *r) {
     prm__pf_add(r, PRM_PF_OK, NULL, "%s", prm_sb_str(&sb));
   prm_sb_free(&sb);
   free(v);
+}
+
+/* ------------------------------------------------------------------------ */
+/* GPU memory health (nvidia-smi)                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A field as an integer >= 0, or -1 ("[N/A]", "[Not Supported]", junk,
+ * out of range). */
+static int64_t prm__smi_int(const char *f) {
+  while (*f == ' ') f++;
+  char *end = NULL;
+  if (*f < '0' || *f > '9') return -1;
+  errno = 0;
+  unsigned long long v = strtoull(f, &end, 10);
+  while (end && *end == ' ') end++;
+  if (errno || !end || *end || v > (unsigned long long)INT64_MAX / 2) return -1;
+  return (int64_t)v;
+}
+
+/* MiB as a double >= 0, or -1. */
+static double prm__smi_mib(const char *f) {
+  while (*f == ' ') f++;
+  char *end = NULL;
+  if (*f < '0' || *f > '9') return -1;
+  double v = strtod(f, &end);
+  while (end && *end == ' ') end++;
+  if (!end || *end || !(v >= 0) || v > 1e12) return -1;
+  return v;
+}
+
+/* "Yes" 1, "No" 0, else -1. */
+static int prm__smi_yes(const char *f) {
+  while (*f == ' ') f++;
+  size_t n = strlen(f);
+  while (n && f[n - 1] == ' ') n--;
+  if (n == 3 && !strncasecmp(f, "Yes", 3)) return 1;
+  if (n == 2 && !strncasecmp(f, "No", 2)) return 0;
+  return -1;
+}
+
+int prm_pf_gpu_mem_parse(const char *text, prm_pf_gpu_mem_t *out, int max) {
+  int n = 0;
+  if (!text) return 0;
+  for (const char *p = text; *p && n < max;) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    char line[1024];
+    if (len < sizeof line) {
+      memcpy(line, p, len);
+      line[len] = 0;
+      if (len && line[len - 1] == '\r') line[len - 1] = 0;
+      /* Split on commas (nvidia-smi's csv never quotes these fields; a
+       * name with a comma would shift the rest: then the numbers do not
+       * parse and count as unknown). */
+      char *f[16];
+      int nf = 0;
+      for (char *s = line, *save = NULL, *t; nf < 16 && (t = strtok_r(s, ",", &save)); s = NULL)
+        f[nf++] = t;
+      int64_t idx = nf >= 5 ? prm__smi_int(f[0]) : -1;
+      if (idx >= 0 && idx < 1 << 20) {
+        prm_pf_gpu_mem_t *g = &out[n++];
+        memset(g, 0, sizeof *g);
+        g->index = (int)idx;
+        const char *name = f[1];
+        while (*name == ' ') name++;
+        snprintf(g->name, sizeof g->name, "%s", name);
+        g->total_mib = prm__smi_mib(f[2]);
+        g->used_mib = prm__smi_mib(f[3]);
+        g->free_mib = prm__smi_mib(f[4]);
+        g->ecc_volatile = nf > 5 ? prm__smi_int(f[5]) : -1;
+        g->ecc_aggregate = nf > 6 ? prm__smi_int(f[6]) : -1;
+        g->retired_pending = nf > 7 ? prm__smi_yes(f[7]) : -1;
+        g->retired_dbe = nf > 8 ? prm__smi_int(f[8]) : -1;
+        g->remap_pending = nf > 9 ? prm__smi_yes(f[9]) : -1;
+        g->remap_failure = nf > 10 ? prm__smi_yes(f[10]) : -1;
+        g->remap_uncorrectable = nf > 11 ? prm__smi_int(f[11]) : -1;
+      }
+    }
+    if (!nl) break;
+    p = nl + 1;
+  }
+  return n;
+}
+
+void prm__pf_gpu_memory(prm_pf_run_t *r) {
+  const prm_platform_t *p = r->plat;
+  int nvidia = 0;
+  for (int i = 0; i < p->n_accel; i++) nvidia += p->accel[i].vendor == PRM_VENDOR_NVIDIA;
+  if (!nvidia) {
+    prm__pf_add(r, PRM_PF_SKIP, NULL, "no NVIDIA GPU");
+    return;
+  }
+  char *smi = prm_which("nvidia-smi");
+  if (!smi) {
+    prm__pf_add(r, PRM_PF_SKIP, "install the NVIDIA driver's nvidia-smi to see free memory and ECC errors",
+                "nvidia-smi is not in PATH");
+    return;
+  }
+  char *full[] = {smi, "--query-gpu=" PRM_PF_GPU_MEM_QUERY, "--format=csv,noheader,nounits", NULL};
+  char *basic[] = {smi, "--query-gpu=" PRM_PF_GPU_MEM_QUERY_BASIC, "--format=csv,noheader,nounits",
+                   NULL};
+  int status = 0, partial = 0;
+  char *out = prm__pf_capture(full, 0, &status);
+  if (!out) { /* an older driver refuses a field it does not know */
+    partial = 1;
+    out = prm__pf_capture(basic, 0, &status);
+  }
+  free(smi);
+  prm_pf_gpu_mem_t g[64];
+  int n = out ? prm_pf_gpu_mem_parse(out, g, 64) : 0;
+  free(out);
+  if (!n) {
+    prm__pf_add(r, PRM_PF_WARN, "run nvidia-smi by hand: a driver that does not answer is often a GPU in a bad state",
+                "nvidia-smi --query-gpu=%s gave no GPU lines (exit %d)",
+                partial ? PRM_PF_GPU_MEM_QUERY_BASIC : PRM_PF_GPU_MEM_QUERY, status);
+    return;
+  }
+  prm_sb_t fail = {0}, warn = {0};
+  double min_free = -1, total = 0;
+  int ecc_known = 0, pages_known = 0;
+  for (int i = 0; i < n; i++) {
+    const prm_pf_gpu_mem_t *x = &g[i];
+    if (x->free_mib >= 0 && (min_free < 0 || x->free_mib < min_free)) min_free = x->free_mib;
+    if (x->total_mib > total) total = x->total_mib;
+    if (x->ecc_volatile >= 0 || x->ecc_aggregate >= 0) ecc_known = 1;
+    if (x->retired_pending >= 0 || x->remap_pending >= 0) pages_known = 1;
+    if (x->ecc_volatile > 0)
+      prm_sb_appendf(&fail, "%sGPU %d: %lld uncorrected ECC errors since the driver loaded",
+                     fail.len ? "; " : "", x->index, (long long)x->ecc_volatile);
+    if (x->remap_failure == 1)
+      prm_sb_appendf(&fail, "%sGPU %d: row remapping failed", fail.len ? "; " : "", x->index);
+    if (x->retired_pending == 1)
+      prm_sb_appendf(&warn, "%sGPU %d: retired pages pending", warn.len ? "; " : "", x->index);
+    if (x->remap_pending == 1)
+      prm_sb_appendf(&warn, "%sGPU %d: remapped rows pending", warn.len ? "; " : "", x->index);
+    if (x->ecc_aggregate > 0 && !(x->ecc_volatile > 0))
+      prm_sb_appendf(&warn, "%sGPU %d: %lld uncorrected ECC errors in its lifetime", warn.len ? "; " : "",
+                     x->index, (long long)x->ecc_aggregate);
+    if (x->total_mib > 0 && x->free_mib >= 0 && x->free_mib < PRM__PF_GPU_FREE_WARN * x->total_mib)
+      prm_sb_appendf(&warn, "%sGPU %d: %.0f of %.0f MiB free", warn.len ? "; " : "", x->index,
+                     x->free_mib, x->total_mib);
+  }
+  prm_pf_result_t *res;
+  if (fail.len)
+    res = prm__pf_add(r, PRM_PF_FAIL,
+                      "reset the GPU (nvidia-smi -r) or reboot, and drain the node if the errors return: "
+                      "uncorrected errors crash kernels or corrupt results",
+                      "%s%s%s", prm_sb_str(&fail), warn.len ? "; " : "", prm_sb_str(&warn));
+  else if (warn.len)
+    res = prm__pf_add(r, PRM_PF_WARN,
+                      "pending retirements and remaps take effect at the next GPU reset; memory in use "
+                      "belongs to another process (gpu.busy lists them)",
+                      "%s", prm_sb_str(&warn));
+  else
+    res = prm__pf_add(r, PRM_PF_OK, NULL, "%d GPU%s, at least %.0f of %.0f MiB free each%s%s", n,
+                      n == 1 ? "" : "s", min_free, total,
+                      ecc_known ? ", no uncorrected ECC errors" : ", ECC not reported",
+                      pages_known ? ", no pending page retirements or row remaps" : "");
+  if (min_free >= 0) prm__pf_value(res, min_free, "MiB");
+  prm_sb_free(&fail);
+  prm_sb_free(&warn);
 }

@@ -24,6 +24,10 @@ struct prm_pf_run {
   char disk_err[1100];
   int disp_done;
   double disp_omp, disp_pool;
+  /* The GPU's perf figures, measured once for its three checks. */
+  int gpu_done;
+  double gpu_v[PRM_PF__METRICS];
+  char gpu_err[1100];
   /* The baseline for perf checks, loaded on first use. */
   int baseline_done;
   prm_pf_perf_t baseline;
@@ -41,6 +45,7 @@ struct prm_pf_run {
 #define PRM__PF_CLOCK_WARN_S 0.05   /* host.clock: |offset| */
 #define PRM__PF_CLOCK_FAIL_S 1.0
 #define PRM__PF_RDMA_MTU_WARN 4096  /* net.mtu with RDMA devices present */
+#define PRM__PF_GPU_FREE_WARN 0.9   /* gpu.memory: free below this share of total */
 
 /* Adds a result for the running check (id and title from the table). */
 prm_pf_result_t *prm__pf_add(prm_pf_run_t *r, prm_pf_level_t level, const char *hint,
@@ -99,5 +104,9 @@ void prm__pf_perf_dispatch_omp(prm_pf_run_t *r);
 void prm__pf_perf_dispatch_pool(prm_pf_run_t *r);
 void prm__pf_perf_allreduce(prm_pf_run_t *r);
 void prm__pf_perf_overlap(prm_pf_run_t *r);
+void prm__pf_perf_gpu_gemm_bf16(prm_pf_run_t *r);
+void prm__pf_perf_gpu_gemm_fp32(prm_pf_run_t *r);
+void prm__pf_perf_gpu_hbm(prm_pf_run_t *r);
+void prm__pf_gpu_memory(prm_pf_run_t *r);
 
 #endif

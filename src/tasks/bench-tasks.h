@@ -15,6 +15,21 @@
    "also write the results to FILE, the format by its extension: .md, .csv, .tsv, .jsonl, .json "  \
    "(- prints Markdown only)"}
 
+#define PRM__DEVICE_OPT                                                                           \
+  {"device", 0, PRM_OPT_STR, "auto|cpu|cuda", NULL,                                               \
+   "run through the device layer on this device (auto: the GPU when the CUDA module loads and "   \
+   "sees one, else the CPU; cuda without one is an error) and report against its peak; absent: " \
+   "the CPU's kernels directly"}
+
+/* --device: *d is NULL when the option is absent (the CPU path), else the
+ * opened device (the caller closes it). cuda without a GPU is
+ * PRM_EPLATFORM (exit 2) naming what is missing. */
+int prm__bench_device_opt(prm_task_ctx_t *ctx, const char *cmd, prm_dev_t **d, prm_err_t *err);
+/* "cuda:0 NVIDIA H100 ... ; timer: device events; peak (data sheet, H100 SXM)" for a title. */
+void prm__bench_device_title(const prm_dev_t *d, prm_sb_t *out);
+/* "device events" or "host + sync": how the device path timed. */
+const char *prm__bench_timer_name(const prm_dev_t *d);
+
 /* The output file's format, checked before anything runs (so a typo costs
  * no benchmark time). */
 int prm__bench_check_output(prm_task_ctx_t *ctx, const char *cmd, prm_err_t *err);

@@ -97,8 +97,10 @@ static const prm_opt_t prm__an_proj_opts[] = {
 };
 
 /* The default hardware: the platform's preflight baseline, with this node's
- * measured FMA peak (the trainer's MFU peak) as peak_gflops. */
-static int prm__an_proj_hw_default(prm_pj_hw_t *hw, prm_err_t *err) {
+ * measured FMA peak (the trainer's MFU peak) as peak_gflops; for a run on
+ * a GPU (`device: cuda`, or auto on a node with an NVIDIA GPU) the
+ * baseline's GPU figures with the GPU's data-sheet peak. */
+static int prm__an_proj_hw_default(const prm_exp_t *exp, prm_pj_hw_t *hw, prm_err_t *err) {
   prm_platform_t plat;
   int rc = prm_platform_detect(&plat, err);
   if (rc) return rc;
@@ -108,6 +110,22 @@ static int prm__an_proj_hw_default(prm_pj_hw_t *hw, prm_err_t *err) {
                     "analyze projection: no --hardware FILE and no preflight baseline for platform %s "
                     "(run `primus preflight calibrate`, or write a hardware file: docs/analyze.md)",
                     plat.name);
+  const char *dev = prm_exp_get_str(exp, "device");
+  int nvidia = 0, bf16 = 0;
+  for (int i = 0; i < plat.n_accel; i++) nvidia += plat.accel[i].vendor == PRM_VENDOR_NVIDIA;
+  prm_exp_get_bool(exp, "bf16", &bf16);
+  int cuda = dev && !strcmp(dev, "cuda");
+  if (cuda || ((!dev || !strcmp(dev, "auto")) && nvidia)) {
+    const char *name = nvidia ? plat.accel[0].model : "";
+    prm_err_t e = {0};
+    rc = prm_pj_hw_from_gpu_baseline(path, bf16, name, nvidia, hw, &e);
+    if (!rc || cuda) {
+      if (rc && err) *err = e, prm_err_prefix(err, "analyze projection (device: cuda)");
+      free(path);
+      return rc;
+    }
+    PRM_WARN("analyze projection: device auto would train on the GPU, but %s; projecting with the CPU figures", e.msg);
+  }
   double peak = prm_peak_gflops_per_core() * (plat.cpu_cores > 0 ? plat.cpu_cores : 1);
   rc = prm_pj_hw_from_baseline(path, plat.n_accel > 0 ? 0 : peak, hw, err);
   free(path);
@@ -125,7 +143,7 @@ static int prm__an_proj_run(prm_task_ctx_t *ctx, prm_err_t *err) {
     return prm_errf(err, PRM_EINVAL, "analyze projection: --nodes, --gpus-per-node and --virtual-stages must be >= 1");
   prm_pj_hw_t hw;
   const char *hwpath = prm_args_str(ctx->args, "hardware");
-  rc = hwpath ? prm_pj_hw_load(hwpath, &hw, err) : prm__an_proj_hw_default(&hw, err);
+  rc = hwpath ? prm_pj_hw_load(hwpath, &hw, err) : prm__an_proj_hw_default(ctx->exp, &hw, err);
   if (rc) return rc;
   prm_pj_result_t r;
   if ((rc = prm_pj_project(&in, &hw, &r, err))) return rc;

@@ -61,6 +61,7 @@ const prm_opt_t prm__bench_gemm_opts[] = {
     {"ffn", 0, PRM_OPT_INT, "F", "2048", "with --tune and no --config: MLP inner size"},
     {"vocab", 0, PRM_OPT_INT, "V", "50304", "with --tune and no --config: vocabulary"},
     {"tokens", 0, PRM_OPT_INT, "N", "2048", "with --tune and no --config: rows, micro_batch_size x seq_length"},
+    PRM__DEVICE_OPT,
     PRM__OUTPUT_OPT,
     {NULL},
 };
@@ -112,11 +113,42 @@ static int prm__bench_gemm_tune(prm_task_ctx_t *ctx, prm_err_t *err) {
   return rc;
 }
 
+/* benchmark gemm --device: the device's GEMM through the table, with the
+ * device's peak and how it was timed beside the figures. */
+static int prm__bench_gemm_device(prm_task_ctx_t *ctx, prm_dev_t *d, prm_bench_gemm_opts_t *o,
+                                  prm_err_t *err) {
+  static const char *cols[PRM__GEMM_NCOLS + 2];
+  for (int i = 0; i < PRM__GEMM_NCOLS; i++) cols[i] = prm__gemm_cols[i];
+  cols[PRM__GEMM_NCOLS] = "peak_tflops";
+  cols[PRM__GEMM_NCOLS + 1] = "timer";
+  prm_bench_gemm_result_t r;
+  int rc = prm_bench_dev_gemm(d, o, &r, err);
+  if (rc) return prm_err_prefix(err, "benchmark"), rc;
+  prm_bench_dev_peak_t pk;
+  prm_bench_dev_peak(d, &pk);
+  prm_table_t *t = prm_table_new(PRM__GEMM_NCOLS + 2, cols);
+  prm__gemm_row(t, "gemm", "-", o, &r);
+  prm_table_num(t, prm_bench_dev_peak_for(&pk, o->bf16), 1);
+  prm_table_str(t, prm__bench_timer_name(d));
+  prm_sb_t title = {0};
+  prm_sb_appendf(&title, "GEMM %lldx%lldx%lld on ", (long long)o->m, (long long)o->n, (long long)o->k);
+  prm__bench_device_title(d, &title);
+  rc = prm__bench_emit(ctx, t, prm_sb_str(&title), err);
+  prm_sb_free(&title);
+  prm_table_free(t);
+  return rc;
+}
+
 int prm__bench_gemm(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_bench_gemm_opts_t o = {0};
   const char *names[8];
   int nb = 0, rc;
+  prm_dev_t *dev = NULL;
   if ((rc = prm__bench_check_output(ctx, "gemm", err))) return rc;
+  if (prm_args_str(ctx->args, "device") && prm_args_flag(ctx->args, "tune"))
+    return prm_errf(err, PRM_EINVAL, "benchmark gemm: --tune picks among the CPU's GEMM libraries; it takes no --device");
+  if (prm_args_str(ctx->args, "device") && prm_args_has(ctx->args, "backend"))
+    return prm_errf(err, PRM_EINVAL, "benchmark gemm: --backend names a CPU GEMM library; with --device the device's own GEMM runs");
   if (prm_args_flag(ctx->args, "tune")) return prm__bench_gemm_tune(ctx, err);
   if (prm_args_str(ctx->args, "config"))
     return prm_errf(err, PRM_EINVAL, "benchmark gemm: --config is for --tune (the shapes of its model)");
@@ -124,11 +156,17 @@ int prm__bench_gemm(prm_task_ctx_t *ctx, prm_err_t *err) {
       (rc = prm__bench_int_opt(ctx, "gemm", "N", 2048, 1, &o.n, err)) ||
       (rc = prm__bench_int_opt(ctx, "gemm", "K", 2048, 1, &o.k, err)) ||
       (rc = prm__bench_dtype_opt(ctx, "gemm", &o.bf16, err)) ||
-      (rc = prm__bench_backend_opt(ctx, "gemm", names, &nb, err)) ||
+      (!prm_args_str(ctx->args, "device") && (rc = prm__bench_backend_opt(ctx, "gemm", names, &nb, err))) ||
       (rc = prm__bench_duration_opt(ctx, "gemm", 1.0, &o.duration_s, err)))
     return rc;
   o.trans_a = prm_args_flag(ctx->args, "trans_a");
   o.trans_b = prm_args_flag(ctx->args, "trans_b");
+  if ((rc = prm__bench_device_opt(ctx, "gemm", &dev, err))) return rc;
+  if (dev) {
+    rc = prm__bench_gemm_device(ctx, dev, &o, err);
+    prm_dev_close(dev);
+    return rc;
+  }
   prm_table_t *t = prm_table_new(PRM__GEMM_NCOLS, prm__gemm_cols);
   for (int i = 0; i < nb && !rc; i++) {
     prm_bench_gemm_result_t r;
@@ -311,6 +349,7 @@ const prm_opt_t prm__bench_attn_opts[] = {
     {"dtype", 0, PRM_OPT_STR, "fp32|bf16", "fp32", "operand type (bf16: q, k, v, dO rounded to bf16 each call, fp32 accumulation and softmax statistics)"},
     {"isa", 0, PRM_OPT_STR, "avx512bf16|widen", NULL, "with --dtype bf16: the kernel variant (vdpbf16ps, or bf16 pairs widened to fp32 FMAs; default: this CPU's)"},
     {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent measuring, half forward and half backward"},
+    PRM__DEVICE_OPT,
     PRM__OUTPUT_OPT,
     {NULL},
 };
@@ -331,11 +370,22 @@ int prm__bench_attention(prm_task_ctx_t *ctx, prm_err_t *err) {
   if (o.heads % o.kv_heads)
     return prm_errf(err, PRM_EINVAL, "benchmark attention: --kv-heads %lld must divide --heads %lld",
                     (long long)o.kv_heads, (long long)o.heads);
+  prm_dev_t *dev = NULL;
+  if (prm_args_has(ctx->args, "isa") && prm_args_str(ctx->args, "device"))
+    return prm_errf(err, PRM_EINVAL, "benchmark attention: --isa picks a CPU kernel; with --device the device's own attention runs");
+  if ((rc = prm__bench_device_opt(ctx, cmd, &dev, err))) return rc;
   prm_bench_attn_result_t r;
-  if ((rc = prm_bench_attention(&o, &r, err))) return prm_err_prefix(err, "benchmark"), rc;
-  static const char *const cols[] = {"pass", "dtype", "batch", "seq", "heads", "kv_heads",
-                                     "head_dim", "causal", "iters", "avg_ms", "tflops"};
-  prm_table_t *t = prm_table_new(11, cols);
+  rc = dev ? prm_bench_dev_attention(dev, &o, &r, err) : prm_bench_attention(&o, &r, err);
+  if (rc) {
+    prm_dev_close(dev);
+    return prm_err_prefix(err, "benchmark"), rc;
+  }
+  static const char *const cols[] = {"pass",     "dtype",   "batch",  "seq",    "heads",
+                                     "kv_heads", "head_dim", "causal", "iters",  "avg_ms",
+                                     "tflops",   "device",  "peak_tflops", "peak_fraction", "timer"};
+  prm_table_t *t = prm_table_new(dev ? 15 : 11, cols);
+  prm_bench_dev_peak_t pk = {0};
+  if (dev) prm_bench_dev_peak(dev, &pk);
   for (int p = 0; p < 2; p++) {
     prm_table_row(t);
     prm_table_str(t, p ? "backward" : "forward");
@@ -349,16 +399,29 @@ int prm__bench_attention(prm_task_ctx_t *ctx, prm_err_t *err) {
     prm_table_int(t, p ? r.bwd_iters : r.fwd_iters);
     prm_table_num(t, p ? r.bwd_ms : r.fwd_ms, 3);
     prm_table_num(t, p ? r.bwd_tflops : r.fwd_tflops, 6);
+    if (dev) {
+      double tf = p ? r.bwd_tflops : r.fwd_tflops;
+      prm_table_str(t, dev->i->name);
+      prm_table_num(t, pk.fp32_tflops, 1);
+      prm_table_num(t, pk.fp32_tflops > 0 ? tf / pk.fp32_tflops : 0, 4);
+      prm_table_str(t, prm__bench_timer_name(dev));
+    }
   }
-  char title[128];
-  snprintf(title, sizeof title, "Attention (flash-style, %s%s), %d threads",
-           o.bf16 ? "bf16 operands, " : "fp32", o.bf16 ? (o.isa ? o.isa : prm_attention_bf16_isa()) : "",
-           prm_kernels_threads());
-  rc = prm__bench_emit(ctx, t, title, err);
+  prm_sb_t title = {0};
+  if (dev) {
+    prm_sb_appendf(&title, "Attention (flash-style, fp32) on ");
+    prm__bench_device_title(dev, &title);
+  } else {
+    prm_sb_appendf(&title, "Attention (flash-style, %s%s), %d threads",
+                   o.bf16 ? "bf16 operands, " : "fp32", o.bf16 ? (o.isa ? o.isa : prm_attention_bf16_isa()) : "",
+                   prm_kernels_threads());
+  }
+  rc = prm__bench_emit(ctx, t, prm_sb_str(&title), err);
+  prm_sb_free(&title);
   prm_table_free(t);
+  prm_dev_close(dev);
   return rc;
 }
-
 
 /* ------------------------------------------------------------------------ */
 /* kernels (issue 9: the fused element-wise kernels, src/bench/kernels.c)   */

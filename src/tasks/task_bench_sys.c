@@ -44,6 +44,10 @@ int prm__bench_launch(prm_task_ctx_t *ctx, prm_err_t *err) {
 const prm_opt_t prm__bench_peak_opts[] = {
     {"runs", 0, PRM_OPT_INT, "N", "5", "probes per figure; each figure is the best one"},
     {"save", 0, PRM_OPT_FLAG, NULL, NULL, "make the one-core figures the cached ones (fp32: what training's MFU divides by; bf16: what bf16_attention: auto compares)"},
+    {"device", 0, PRM_OPT_STR, "auto|cpu|cuda", "auto", "also measure this device's bf16 and fp32 GEMM and device-to-device copy through the device layer (auto: only when a GPU opens; cpu: the CPU backend)"},
+    {"gemm_size", 0, PRM_OPT_INT, "N", "8192", "the device GEMMs are N x N x N"},
+    {"copy_mb", 0, PRM_OPT_INT, "MB", "1024", "the device copy's size"},
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time per device measurement"},
     PRM__OUTPUT_OPT,
     {NULL},
 };
@@ -55,12 +59,32 @@ int prm__bench_peak(prm_task_ctx_t *ctx, prm_err_t *err) {
       (rc = prm__bench_int_opt(ctx, "peak", "runs", 5, 1, &runs, err)))
     return rc;
   if (runs > 1000) return prm_errf(err, PRM_ERANGE, "benchmark peak: --runs %lld: at most 1000", (long long)runs);
+  int64_t gsize, copy_mb;
+  double duration;
+  if ((rc = prm__bench_int_opt(ctx, "peak", "gemm_size", 8192, 1, &gsize, err)) ||
+      (rc = prm__bench_int_opt(ctx, "peak", "copy_mb", 1024, 1, &copy_mb, err)) ||
+      (rc = prm__bench_duration_opt(ctx, "peak", 1.0, &duration, err)))
+    return rc;
+  /* The device first (a cuda that does not open stops before the CPU
+   * probes run); auto takes only a GPU. */
+  const char *want = prm_args_str(ctx->args, "device");
+  prm_dev_t *dev = NULL;
+  if ((rc = prm_bench_dev_open(want ? want : "auto", &dev, err)))
+    return prm_err_prefix(err, "benchmark peak --device %s", want ? want : "auto"), rc;
+  if (dev->kind == PRM_DEV_KIND_CPU && !(want && !strcmp(want, "cpu"))) {
+    if (!want || !strcmp(want, "auto")) PRM_INFO("benchmark peak: no GPU device (%s)", dev->why);
+    prm_dev_close(dev);
+    dev = NULL;
+  }
   prm_peak_t pk;
   double cached = prm_peak_gflops_per_core();
-  if (prm_peak_measure(prm_kernels_threads(), (int)runs, &pk))
+  if (prm_peak_measure(prm_kernels_threads(), (int)runs, &pk)) {
+    prm_dev_close(dev);
     return prm_errf(err, PRM_EPLATFORM, "benchmark peak: this CPU has no FMA instructions to measure");
-  static const char *const cols[] = {"test", "threads", "gflops", "gflops_per_core"};
-  prm_table_t *t = prm_table_new(4, cols);
+  }
+  static const char *const cols[] = {"test", "threads", "gflops", "gflops_per_core", "device",
+                                     "gbps", "peak", "peak_fraction"};
+  prm_table_t *t = prm_table_new(dev ? 8 : 4, cols);
   const char *what[2] = {"fp32_fma", "bf16_dot"};
   double one[2] = {pk.fp32_core, pk.bf16_core}, all[2] = {pk.fp32_all, pk.bf16_all};
   for (int i = 0; i < 2; i++) {
@@ -70,17 +94,67 @@ int prm__bench_peak(prm_task_ctx_t *ctx, prm_err_t *err) {
     prm_table_int(t, 1);
     prm_table_num(t, one[i], 1);
     prm_table_num(t, one[i], 1);
+    if (dev) prm_table_str(t, "cpu"), prm_table_num(t, 0, 1), prm_table_num(t, 0, 1), prm_table_num(t, 0, 4);
     if (pk.threads > 1) {
       prm_table_row(t);
       prm_table_str(t, what[i]);
       prm_table_int(t, pk.threads);
       prm_table_num(t, all[i], 1);
       prm_table_num(t, all[i] / pk.threads, 1);
+      if (dev) prm_table_str(t, "cpu"), prm_table_num(t, 0, 1), prm_table_num(t, 0, 1), prm_table_num(t, 0, 4);
     }
   }
-  char *title = prm_xasprintf("Compute peak of %s (vector FMA / dot-product chains)", pk.cpu);
-  rc = prm__bench_emit(ctx, t, title, err);
-  free(title);
+  if (dev) {
+    /* The device: bf16 and fp32 GEMMs (peak in GFLOP/s) and a
+     * device-to-device copy (peak in GB/s), each against its data sheet. */
+    prm_bench_dev_peak_t dp;
+    prm_bench_dev_peak(dev, &dp);
+    for (int bf16 = 1; bf16 >= 0 && !rc; bf16--) {
+      prm_bench_gemm_opts_t go = {.m = gsize, .n = gsize, .k = gsize, .bf16 = bf16, .duration_s = duration};
+      prm_bench_gemm_result_t gr;
+      prm_progress(bf16 ? 0.0 : 1.0 / 3, "peak: %s %s GEMM", dev->i->name, bf16 ? "bf16" : "fp32");
+      if ((rc = prm_bench_dev_gemm(dev, &go, &gr, err))) break;
+      double peak = prm_bench_dev_peak_for(&dp, bf16) * 1e3;
+      prm_table_row(t);
+      prm_table_str(t, bf16 ? "device_gemm_bf16" : "device_gemm_fp32");
+      prm_table_int(t, dev->info.sm_count);
+      prm_table_num(t, gr.tflops * 1e3, 1);
+      prm_table_num(t, dev->info.sm_count > 0 ? gr.tflops * 1e3 / dev->info.sm_count : 0, 1);
+      prm_table_str(t, dev->i->name);
+      prm_table_num(t, 0, 1);
+      prm_table_num(t, peak, 1);
+      prm_table_num(t, peak > 0 ? gr.tflops * 1e3 / peak : 0, 4);
+    }
+    if (!rc) {
+      prm_bench_copy_result_t cr;
+      prm_progress(2.0 / 3, "peak: %s copy", dev->i->name);
+      rc = prm_bench_dev_copy(dev, PRM_BENCH_COPY_D2D, (size_t)copy_mb << 20, duration, &cr, err);
+      if (!rc) {
+        prm_table_row(t);
+        prm_table_str(t, "device_copy_d2d");
+        prm_table_int(t, dev->info.sm_count);
+        prm_table_num(t, 0, 1);
+        prm_table_num(t, 0, 1);
+        prm_table_str(t, dev->i->name);
+        prm_table_num(t, cr.best_gbs, 1);
+        prm_table_num(t, dp.mem_tbs * 1e3, 1);
+        prm_table_num(t, dp.mem_tbs > 0 ? cr.best_gbs / (dp.mem_tbs * 1e3) : 0, 4);
+      }
+    }
+    prm_progress_end();
+    if (rc) prm_err_prefix(err, "benchmark peak");
+  }
+  prm_sb_t title = {0};
+  prm_sb_appendf(&title, "Compute peak of %s (vector FMA / dot-product chains)", pk.cpu);
+  if (dev) {
+    prm_sb_appendf(&title, " and of ");
+    prm__bench_device_title(dev, &title);
+    prm_sb_appendf(&title, " (%lld^3 GEMMs, a %lld MB copy counted read + written)",
+                   (long long)gsize, (long long)copy_mb);
+  }
+  prm_dev_close(dev);
+  if (!rc) rc = prm__bench_emit(ctx, t, prm_sb_str(&title), err);
+  prm_sb_free(&title);
   prm_table_free(t);
   if (rc) return rc;
   if (prm_args_flag(ctx->args, "save")) {
@@ -99,10 +173,52 @@ int prm__bench_peak(prm_task_ctx_t *ctx, prm_err_t *err) {
 
 const prm_opt_t prm__bench_memory_opts[] = {
     {"size_mb", 0, PRM_OPT_INT, "MB", "256", "size of each of the three arrays"},
-    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent repeating the triad (at least two passes)"},
+    {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent repeating the triad (at least two passes); with --device, per copy direction"},
+    PRM__DEVICE_OPT,
     PRM__OUTPUT_OPT,
     {NULL},
 };
+
+/* benchmark memory --device: copies on the device (read + written) and
+ * across the bus each way, against the device's memory peak. */
+static int prm__bench_memory_device(prm_task_ctx_t *ctx, const prm_dev_t *dev, int64_t mb,
+                                    double duration, prm_err_t *err) {
+  static const char *const cols[] = {"test", "array_mb", "device", "iters", "avg_ms", "gbps",
+                                     "best_gbps", "peak_gbps", "peak_fraction", "timer"};
+  prm_bench_dev_peak_t pk;
+  prm_bench_dev_peak(dev, &pk);
+  prm_table_t *t = prm_table_new(10, cols);
+  int rc = 0;
+  for (int k = PRM_BENCH_COPY_D2D; k <= PRM_BENCH_COPY_D2H && !rc; k++) {
+    prm_bench_copy_result_t r;
+    if ((rc = prm_bench_dev_copy(dev, (prm_bench_copy_kind_t)k, (size_t)mb << 20, duration, &r, err))) {
+      prm_err_prefix(err, "benchmark memory");
+      break;
+    }
+    /* The memory peak is the device's own; the bus has none here. */
+    double peak = k == PRM_BENCH_COPY_D2D ? pk.mem_tbs * 1e3 : 0;
+    prm_table_row(t);
+    prm_table_str(t, prm_bench_copy_name((prm_bench_copy_kind_t)k));
+    prm_table_int(t, mb);
+    prm_table_str(t, dev->i->name);
+    prm_table_int(t, r.iters);
+    prm_table_num(t, r.ms_avg, 4);
+    prm_table_num(t, r.gbs, 2);
+    prm_table_num(t, r.best_gbs, 2);
+    prm_table_num(t, peak, 1);
+    prm_table_num(t, peak > 0 ? r.best_gbs / peak : 0, 4);
+    prm_table_str(t, prm__bench_timer_name(dev));
+  }
+  if (!rc) {
+    prm_sb_t title = {0};
+    prm_sb_appendf(&title, "Device memory bandwidth (copy_d2d counts bytes read + written) on ");
+    prm__bench_device_title(dev, &title);
+    rc = prm__bench_emit(ctx, t, prm_sb_str(&title), err);
+    prm_sb_free(&title);
+  }
+  prm_table_free(t);
+  return rc;
+}
 
 int prm__bench_memory(prm_task_ctx_t *ctx, prm_err_t *err) {
   int64_t mb;
@@ -111,6 +227,13 @@ int prm__bench_memory(prm_task_ctx_t *ctx, prm_err_t *err) {
   if ((rc = prm__bench_check_output(ctx, "memory", err)) || (rc = prm__bench_int_opt(ctx, "memory", "size_mb", 256, 1, &mb, err)) ||
       (rc = prm__bench_duration_opt(ctx, "memory", 1.0, &d, err)))
     return rc;
+  prm_dev_t *dev = NULL;
+  if ((rc = prm__bench_device_opt(ctx, "memory", &dev, err))) return rc;
+  if (dev) {
+    rc = prm__bench_memory_device(ctx, dev, mb, d, err);
+    prm_dev_close(dev);
+    return rc;
+  }
   double gbs = prm_bench_triad((size_t)mb << 20, d);
   if (!(gbs > 0))
     return prm_errf(err, PRM_ENOMEM, "benchmark memory: cannot allocate 3 x %lld MB", (long long)mb);
@@ -175,6 +298,7 @@ const prm_opt_t prm__bench_train_opts[] = {
     {"config", 'c', PRM_OPT_STR, "FILE", NULL, "experiment YAML (modules.pre_trainer; mock_data: true needs no dataset)"},
     {"warmup", 0, PRM_OPT_INT, "N", "2", "first steps left out of the figures"},
     {"iters", 0, PRM_OPT_INT, "N", "10", "steps measured after the warm-up"},
+    {"device", 0, PRM_OPT_STR, "auto|cpu|cuda", NULL, "train on this device (the experiment's `device` key; default: the key's value) and report MFU against its peak"},
     PRM__OUTPUT_OPT,
     {NULL},
 };
@@ -189,14 +313,37 @@ int prm__bench_train(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_train_opts_t o;
   if ((rc = prm_train_opts_from_exp(ctx->exp, &o, err))) return rc;
   o.world = ctx->world > 1 ? ctx->world : 1; /* data, tensor and pipeline parallel as in training */
+  const char *want = prm_args_str(ctx->args, "device");
+  if (want) o.device = want;
+  /* The device training will take, for its peak: opened once here (auto
+   * may fall back to the CPU) and closed before the run opens its own. */
+  prm_dev_t *dev = NULL;
+  if ((rc = prm_bench_dev_open(o.device, &dev, err)))
+    return prm_err_prefix(err, "benchmark train --device %s", o.device ? o.device : "auto"), rc;
+  int on_dev = want || dev->kind != PRM_DEV_KIND_CPU;
+  prm_bench_dev_peak_t pk;
+  prm_bench_dev_peak(dev, &pk);
+  char dname[160];
+  snprintf(dname, sizeof dname, "%s", dev->kind == PRM_DEV_KIND_CPU ? dev->i->name : dev->info.name);
+  int dev_cpu = dev->kind == PRM_DEV_KIND_CPU;
+  prm_dev_close(dev);
   prm_bench_train_result_t r;
   if ((rc = prm_bench_train(&o, warmup, iters, &r, err))) return rc;
   if (!r.reported) return 0; /* world rank 0 prints the figures */
+  /* The CPU's MFU is against its measured fp32 FMA peak (prm_bench_train's);
+   * a GPU's against its data-sheet peak of the run's type. */
+  double peak_tf = dev_cpu ? pk.fp32_tflops : prm_bench_dev_peak_for(&pk, o.bf16);
+  if (!dev_cpu) r.mfu = peak_tf > 0 ? r.tflops / peak_tf : 0;
   static const char *const cols[] = {"exp_name", "params", "seq_length", "global_batch", "threads",
                                      "steps", "step_ms", "tokens_per_s", "tflops", "mfu",
                                      "ranks", "pp", "micro_batches", "bubble_ms",
                                      "bubble_fraction", "bubble_schedule"};
-  prm_table_t *t = prm_table_new(r.pp > 1 ? 16 : 10, cols);
+  static const char *const dcols[] = {"device", "peak_tflops"};
+  int nbase = r.pp > 1 ? 16 : 10;
+  const char *all[18];
+  for (int i = 0; i < nbase; i++) all[i] = cols[i];
+  if (on_dev) all[nbase] = dcols[0], all[nbase + 1] = dcols[1];
+  prm_table_t *t = prm_table_new(nbase + (on_dev ? 2 : 0), all);
   prm_table_row(t);
   prm_table_str(t, prm_exp_top(ctx->exp, "exp_name"));
   prm_table_int(t, r.params);
@@ -215,6 +362,10 @@ int prm__bench_train(prm_task_ctx_t *ctx, prm_err_t *err) {
     prm_table_num(t, r.bubble_ms, 3);
     prm_table_num(t, r.bubble_fraction, 4);
     prm_table_num(t, r.bubble_schedule, 4);
+  }
+  if (on_dev) {
+    prm_table_str(t, dname);
+    prm_table_num(t, peak_tf, 1);
   }
   char title[96];
   snprintf(title, sizeof title, "Training throughput (%lld warm-up steps left out)", (long long)warmup);

@@ -36,6 +36,30 @@ int prm__bench_emit(prm_task_ctx_t *ctx, const prm_table_t *t, const char *title
   return rc;
 }
 
+int prm__bench_device_opt(prm_task_ctx_t *ctx, const char *cmd, prm_dev_t **d, prm_err_t *err) {
+  *d = NULL;
+  const char *want = prm_args_str(ctx->args, "device");
+  if (!want) return 0;
+  int rc = prm_bench_dev_open(want, d, err);
+  if (rc) return prm_err_prefix(err, "benchmark %s --device %s", cmd, want), rc;
+  prm_sb_t sb = {0};
+  prm_dev_describe(*d, &sb);
+  PRM_INFO("benchmark %s: %s (%s)", cmd, prm_sb_str(&sb), (*d)->why);
+  prm_sb_free(&sb);
+  return 0;
+}
+
+const char *prm__bench_timer_name(const prm_dev_t *d) {
+  return prm_dev_has_timer(d) ? "device events" : "host + sync";
+}
+
+void prm__bench_device_title(const prm_dev_t *d, prm_sb_t *out) {
+  prm_dev_describe(d, out);
+  prm_bench_dev_peak_t pk;
+  prm_bench_dev_peak(d, &pk);
+  prm_sb_appendf(out, "; timed with %s; peak: %s", prm__bench_timer_name(d), pk.source);
+}
+
 /* An integer option that must be at least `min`: the error names it. */
 int prm__bench_int_opt(prm_task_ctx_t *ctx, const char *cmd, const char *name, int64_t def,
                         int64_t min, int64_t *out, prm_err_t *err) {

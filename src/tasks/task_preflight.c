@@ -32,6 +32,7 @@ static const prm_opt_t prm__pf_check_opts[] = {
     {"threshold", 0, PRM_OPT_FLOAT, "F", "0.8", "perf: FAIL below this fraction of the baseline"},
     {"baseline", 0, PRM_OPT_STR, "FILE", NULL, "perf baseline (default: ~/.config/primus/baselines/<platform>.yaml, then configs/baselines/)"},
     {"workspace", 0, PRM_OPT_STR, "DIR", ".", "folder for the free-disk check and the disk benchmark"},
+    {"only", 0, PRM_OPT_STR, "IDS", NULL, "of the selected categories, only the checks whose id starts with one of these comma-separated prefixes (--perf --only perf.gpu_)"},
     {NULL},
 };
 
@@ -59,6 +60,7 @@ static void prm__pf_opts_from_args(const prm_args_t *a, prm_pf_opts_t *o) {
   o->threshold = prm_args_float(a, "threshold", 0.8);
   o->baseline = prm_args_str(a, "baseline");
   o->workspace = prm_args_str(a, "workspace");
+  o->only = prm_args_str(a, "only");
 }
 
 static int prm__pf_color(FILE *f) { return isatty(fileno(f)) && !getenv("NO_COLOR"); }
