@@ -11,9 +11,9 @@
  * backward. The buckets are the same on every rank and every step, so the
  * result does not depend on timing. With the distributed optimizer
  * (zero.c) the same buckets are summed into their owners' gradient shards
- * instead: each bucket is split at the shard boundaries and each piece is
- * reduced (MPI_Ireduce) to the rank that owns it; without overlap, one
- * blocking reduce-scatter after backward.
+ * instead: each bucket is split at the shard boundaries (and the expert
+ * ranges') and each piece is reduced (MPI_Ireduce) to the rank that owns
+ * it; without overlap, after backward (zero.c's prm__zero_reduce).
  *
  * Under expert parallelism a rank's experts are not the other data-
  * parallel ranks' experts: their gradient ranges (one block per MoE layer)

@@ -49,14 +49,6 @@ static int prm__par_layout(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *
   if (o->world % (T * P))
     return prm_errf(err, PRM_ECONFIG, "%s must divide the %d ranks (world = pipeline x data x "
                     "tensor parallel)", what, o->world);
-  if (T > 1 && o->distributed_optimizer)
-    return prm_errf(err, PRM_ECONFIG,
-                    "use_distributed_optimizer is not supported with tensor_model_parallel_size "
-                    "%d yet; set one of them off", T);
-  if (P > 1 && o->distributed_optimizer)
-    return prm_errf(err, PRM_ECONFIG,
-                    "use_distributed_optimizer is not supported with "
-                    "pipeline_model_parallel_size %d yet; set one of them off", P);
   int rc = prm_comm_world(&p->world, err);
   if (rc) return rc;
   int w = prm_comm_rank(p->world), size = prm_comm_size(p->world);
@@ -99,10 +91,6 @@ static int prm__par_open_ep(prm__par_t *p, const prm_train_opts_t *o, prm_err_t 
                     "expert_model_parallel_size %d must divide the %d data-parallel ranks (the "
                     "expert-parallel groups are subsets of the data-parallel group): start it with "
                     "--nproc %d or a multiple", E, D, E * p->tp_size);
-  if (o->distributed_optimizer)
-    return prm_errf(err, PRM_ECONFIG,
-                    "use_distributed_optimizer is not supported with expert_model_parallel_size "
-                    "%d yet; set one of them off", E);
   int d = p->dp_rank, T = p->tp_size, s = p->pp_rank, rc;
   p->ep_size = E;
   p->ep_rank = d % E;

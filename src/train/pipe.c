@@ -329,10 +329,14 @@ int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t
   rc = prm_comm_waitall(pp->sreq, 2 * pp->nslots, err);
   pp->wait_s += prm_time_now() - t0;
   if (!rc) rc = prm_llama_tp_check(m, err);
-  if (!rc) rc = prm__dp_reduce(dp, m, err);
   /* A tied head: the embedding's gradient, summed over each end's
-   * data-parallel ranks with the rest, is added between the two ends. */
-  if (!rc && pp->embd)
+   * data-parallel ranks with the rest, is added between the two ends.
+   * Under ZeRO-1 the sum lands in the shards, which are cut differently on
+   * the two ends: there the two ends' gradients are added first. */
+  if (!rc && pp->embd && dp->zero)
+    rc = prm_comm_allreduce(pp->embd, m->grads, pp->embed_n, PRM_COMM_F32, PRM_COMM_SUM, err);
+  if (!rc) rc = prm__dp_reduce(dp, m, err);
+  if (!rc && pp->embd && !dp->zero)
     rc = prm_comm_allreduce(pp->embd, m->grads, pp->embed_n, PRM_COMM_F32, PRM_COMM_SUM, err);
   if (!rc) rc = prm__dp_sum(dp, &sum, 1, err);
   if (!rc) rc = prm__pipe_bcast(pp, &sum, 1, err);

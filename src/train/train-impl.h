@@ -351,12 +351,27 @@ struct prm__dp {
   prm_comm_t *edp;         /* borrowed; NULL: no expert gradient sums */
   int64_t *xlo, *xhi;
   int nx;
-  /* ZeRO-1 (zero.c), set by prm__zero_open: this rank owns the parameters
-   * [shard_lo, shard_hi) of the flat vector and their AdamW moments. */
+  /* ZeRO-1 (zero.c), set by prm__zero_open. The flat vector (this rank's
+   * shard of the model under TP/EP/PP) is cut into segments, each summed
+   * over one group: zg[0] the data-parallel group, zg[1] the expert-data-
+   * parallel one (expert ranges), or none (experts no other rank holds).
+   * A group's segments, end to end, are split into its ranks' shards;
+   * this rank owns the real ranges [own_lo[k], own_hi[k]) (ascending),
+   * whose gradients and AdamW moments sit at own_at[k] in its shard. */
   int zero;
-  int64_t block;           /* nparams / size: the reduce-scatter's blocks */
-  int64_t shard_lo, shard_hi;
-  float *gshard;           /* (shard_hi - shard_lo) summed gradients, PRM_MEM_GRADS */
+  struct prm__zgrp {
+    prm_comm_t *comm;      /* borrowed; NULL: the segments of no group */
+    int rank, size;
+    int64_t n, block;      /* the group's elements; n / size */
+  } zg[2];
+  int nz;                  /* segments */
+  int64_t *zlo, *zhi, *zvb; /* (nz) a segment's range and its place in its group */
+  int *zgi;                /* (nz) its group: 0, 1, or -1 (this rank's alone) */
+  int nown;
+  int64_t *own_lo, *own_hi, *own_at; /* (nown) */
+  int64_t shard_n;         /* elements owned: the gradient shard and each moment */
+  int64_t shard_lo, shard_hi; /* one range owned (nown 1): it; else 0, 0 */
+  float *gshard;           /* (shard_n) summed gradients, PRM_MEM_GRADS */
 };
 
 /* Sums gradients over par's data-parallel group (a no-op with one
@@ -379,19 +394,23 @@ int prm__dp_barrier(prm__dp_t *dp, prm_err_t *err);
 
 /* ---- zero.c: the distributed optimizer (ZeRO-1) over dp's ranks ---- */
 
-/* Turns dp (open, more than one rank) into ZeRO-1: the shard layout and
- * the gradient shard (freed by prm__dp_close). */
+/* Turns dp (open, more than one rank; after prm__dp_experts) into ZeRO-1:
+ * the segments, the shard layout and the gradient shard (freed by
+ * prm__dp_close). */
 int prm__zero_open(prm__dp_t *dp, int64_t nparams, prm_err_t *err);
 void prm__zero_close(prm__dp_t *dp);
 /* Overlapped (overlap_grad_reduce): starts the sum of dp->grads[lo, hi)
- * into the owners' gradient shards, one non-blocking MPI_Ireduce per shard
- * the range touches, rooted at the shard's owner, appended to dp->reqs
+ * into the owners' gradient shards, one non-blocking MPI_Ireduce per piece
+ * of a segment and an owner, rooted at the owner, appended to dp->reqs
  * (prm__dp_reduce waits for them). */
 int prm__zero_launch(prm__dp_t *dp, int64_t lo, int64_t hi, prm_err_t *err);
-/* m->grads summed over the ranks into dp->gshard in one blocking
- * reduce-scatter (prm__dp_reduce calls it without overlap_grad_reduce). */
+/* m->grads summed over the ranks into dp->gshard, blocking
+ * (prm__dp_reduce calls it without overlap_grad_reduce). */
 int prm__zero_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err);
-/* This rank's share of the squared gradient norm (sum it over the ranks). */
+/* This rank's share of the squared gradient norm: summed over every rank
+ * of the job (dp->all) it is the whole model's, each element counted once
+ * (a tensor-parallel whole tensor on tensor-parallel rank 0, a tied
+ * embedding on its own stage). */
 double prm__zero_sumsq(const prm__dp_t *dp, const prm_llama_t *m);
 /* AdamW on the shard with its gradients scaled by gscale (clipping; 1:
  * none; adam_m/adam_v: the shard's moments), then all-gathers the
@@ -399,8 +418,16 @@ double prm__zero_sumsq(const prm__dp_t *dp, const prm_llama_t *m);
 int prm__zero_update(prm__dp_t *dp, prm_llama_t *m, float *adam_m, float *adam_v,
                      const prm_train_opts_t *o, double lr, float gscale, int64_t step,
                      prm_err_t *err);
+/* shard (shard_n) <- the owned ranges of local (the whole flat vector). */
+void prm__zero_take(const prm__dp_t *dp, const float *local, float *shard);
+/* The owned ranges of shard (shard_n), collected into local (the whole
+ * flat vector, zeroed first) on each group's rank 0 (collective; local may
+ * be NULL on the ranks that are no group's rank 0). */
+int prm__zero_collect(prm__dp_t *dp, const float *shard, float *local, int64_t nparams,
+                      prm_err_t *err);
 /* The checkpoint SAVE/iter_N of st->iteration, written by every rank
- * together (collective); st's moments are this rank's shard. */
+ * together (collective; a whole model, nown 1); st's moments are this
+ * rank's shard. */
 int prm__zero_save(prm__dp_t *dp, const prm_llama_t *m, const prm_train_opts_t *o,
                    const prm_ckpt_state_t *st, prm_err_t *err);
 

@@ -105,6 +105,32 @@ static int prm__dev_nomem(const prm_dev_t *d, const char *what, size_t bytes, pr
   return rc;
 }
 
+/* prm__resume into the moments this rank keeps: under ZeRO-1 with one
+ * owned range (a whole model) that range is read from the files; with a
+ * tensor-, pipeline- or expert-parallel part the part's whole moments are
+ * read and the owned ranges kept. */
+static int prm__resume_moments(prm__session_t *s, const prm__dp_t *dp, const char *dir,
+                               float *adam_m, float *adam_v, prm_ckpt_state_t *st,
+                               prm_err_t *err) {
+  prm_llama_t *m = s->model;
+  if (!dp->zero) return prm__resume(s, dir, 0, m->nparams, adam_m, adam_v, st, err);
+  if (dp->nown == 1 && !prm_llama_sharded(m))
+    return prm__resume(s, dir, dp->shard_lo, dp->shard_hi, adam_m, adam_v, st, err);
+  size_t bytes = (size_t)(m->nparams ? m->nparams : 1) * sizeof(float);
+  float *lm = prm_mem_alloc(PRM_MEM_OPTIM, bytes), *lv = prm_mem_alloc(PRM_MEM_OPTIM, bytes);
+  int rc;
+  if (!lm || !lv) {
+    rc = prm_errf(err, PRM_ENOMEM, "cannot stage this rank's AdamW moments (2 x %zu bytes) to "
+                  "keep its distributed-optimizer shard", bytes);
+  } else if (!(rc = prm__resume(s, dir, 0, m->nparams, lm, lv, st, err)) && st->iteration > 0) {
+    prm__zero_take(dp, lm, adam_m);
+    prm__zero_take(dp, lv, adam_v);
+  }
+  prm_mem_free(PRM_MEM_OPTIM, lm, bytes);
+  prm_mem_free(PRM_MEM_OPTIM, lv, bytes);
+  return rc;
+}
+
 /* The state a run starts from. A supervised restart (own_dir: `save`)
  * first takes the newest complete checkpoint this run wrote there (run_id),
  * never another run's. Else, as on the first attempt: the newest complete
@@ -112,19 +138,20 @@ static int prm__dev_nomem(const prm_dev_t *d, const char *what, size_t bytes, pr
  * else the weights of `load` (when it is not resume_dir itself) or of the
  * seed, with zeroed moments. Such a start from scratch into a `save` that
  * holds another run's checkpoints is an error unless overwrite_checkpoints.
- * The moments are those of the parameters [lo, hi) (this rank's shard
- * under ZeRO-1); st->run_id/lineage get the resumed checkpoint's owner. */
+ * The moments are those this rank keeps: all of its parameters', or under
+ * ZeRO-1 its shard's; st->run_id/lineage get the resumed checkpoint's
+ * owner. */
 static int prm__start_state(prm__session_t *s, const prm_train_opts_t *o, const char *resume_dir,
-                            const char *own_dir, const char *run_id, int64_t lo, int64_t hi,
+                            const char *own_dir, const char *run_id, const prm__dp_t *dp,
                             float *adam_m, float *adam_v, prm_ckpt_state_t *st, prm_err_t *err) {
   prm_llama_t *m = s->model;
-  size_t obytes = (size_t)(hi - lo) * sizeof(float);
+  size_t obytes = (size_t)(dp->zero ? dp->shard_n : m->nparams) * sizeof(float);
   st->iteration = st->consumed_samples = 0;
   for (int pass = 0; pass < 2; pass++) {
     const char *dir = pass ? resume_dir : own_dir;
     if (!dir) continue;
     st->only_run = pass ? NULL : run_id;
-    int rc = prm__resume(s, dir, lo, hi, adam_m, adam_v, st, err);
+    int rc = prm__resume_moments(s, dp, dir, adam_m, adam_v, st, err);
     st->only_run = NULL;
     if (rc) return rc;
     if (st->iteration > 0) {
@@ -223,6 +250,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm_sb_t mem_js = {0}; /* this rank's model state, for the run's first step event */
   int64_t *bad_steps = NULL, nbad = 0; /* steps that were bad once (rollback) */
   double ckpt_waited = 0;
+  /* ZeRO-1 on a tensor-, pipeline- or expert-parallel part: its whole
+   * moments, collected from the shards for each checkpoint (allocated at
+   * the first one, on the ranks that gather). */
+  float *zm = NULL, *zv = NULL;
+  size_t zbytes = 0;
   struct sigaction sa, old_term, old_usr1;
   sigset_t preempt_set;
   sigemptyset(&preempt_set);
@@ -286,8 +318,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   /* ZeRO-1: this rank keeps the moments of its shard [lo, hi) only. */
   if (o->distributed_optimizer && dp.size > 1 && (rc = prm__zero_open(&dp, m->nparams, err)))
     goto done;
-  int64_t lo = dp.zero ? dp.shard_lo : 0, hi = dp.zero ? dp.shard_hi : m->nparams;
-  obytes = (size_t)(hi - lo) * sizeof(float);
+  obytes = (size_t)(dp.zero ? dp.shard_n : m->nparams) * sizeof(float);
   adam_m = prm_mem_alloc(PRM_MEM_OPTIM, obytes);
   adam_v = prm_mem_alloc(PRM_MEM_OPTIM, obytes);
   if (!adam_m || !adam_v) {
@@ -347,7 +378,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (rc) goto done;
   }
   prm_ckpt_state_t st = {.seed = o->seed};
-  if ((rc = prm__start_state(&s, o, resume_dir, own_dir, run_id, lo, hi, adam_m, adam_v, &st,
+  if ((rc = prm__start_state(&s, o, resume_dir, own_dir, run_id, &dp, adam_m, adam_v, &st,
                              err)) ||
       (rc = prm__same_start(&dp, resume_dir ? resume_dir : own_dir, st.iteration, err)) ||
       (on_dev && (rc = prm__moments_move(s.dev, dm, dv, adam_m, adam_v, obytes, 1, err))))
@@ -396,15 +427,27 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
              (long long)c->experts, (long long)m->nparams, (long long)m->full_nparams,
              par.dp_size / par.ep_size, par.dp_size / par.ep_size == 1 ? "" : "s",
              par.dp_size / par.ep_size, par.dp_size / par.ep_size == 1 ? "" : "s");
-  if (dp.zero && dp.overlap)
-    PRM_INFO("data parallel: %d ranks with the distributed optimizer (ZeRO-1): this rank owns "
-             "parameters [%lld, %lld); gradients reduced to their shard owners in buckets of "
-             "%lld parameters while backward runs (overlap_grad_reduce)",
-             dp.size, (long long)dp.shard_lo, (long long)dp.shard_hi, (long long)dp.bucket);
-  else if (dp.zero)
-    PRM_INFO("data parallel: %d ranks with the distributed optimizer (ZeRO-1): this rank owns "
-             "parameters [%lld, %lld); gradients reduce-scattered after backward in one call",
-             dp.size, (long long)dp.shard_lo, (long long)dp.shard_hi);
+  if (dp.zero) {
+    char owns[160];
+    if (dp.nown == 1)
+      snprintf(owns, sizeof owns, "parameters [%lld, %lld)", (long long)dp.shard_lo,
+               (long long)dp.shard_hi);
+    else if (dp.zg[1].comm)
+      snprintf(owns, sizeof owns, "%lld of its %lld parameters in %d ranges (experts sharded "
+               "over %d expert-data-parallel ranks)", (long long)dp.shard_n,
+               (long long)m->nparams, dp.nown, dp.zg[1].size);
+    else
+      snprintf(owns, sizeof owns, "%lld of its %lld parameters in %d ranges (its experts kept "
+               "whole: no other rank holds them)", (long long)dp.shard_n, (long long)m->nparams,
+               dp.nown);
+    if (dp.overlap)
+      PRM_INFO("data parallel: %d ranks with the distributed optimizer (ZeRO-1): this rank owns "
+               "%s; gradients reduced to their shard owners in buckets of %lld parameters while "
+               "backward runs (overlap_grad_reduce)", dp.size, owns, (long long)dp.bucket);
+    else
+      PRM_INFO("data parallel: %d ranks with the distributed optimizer (ZeRO-1): this rank owns "
+               "%s; gradients reduce-scattered after backward", dp.size, owns);
+  }
   else if (dp.world && dp.overlap)
     PRM_INFO("data parallel: %d ranks; gradients summed in buckets of %lld parameters while "
              "backward runs (overlap_grad_reduce)", dp.size, (long long)dp.bucket);
@@ -415,7 +458,10 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm_fmt_bytes(ob, sizeof ob, 2.0 * (double)obytes);
   prm_sb_appendf(&line, ", optimizer %s", ob);
   if (dp.zero) {
-    prm_sb_appendf(&line, " (shard %d/%d)", 1, dp.size);
+    prm_sb_appendf(&line, " (shard %d/%d", 1, dp.size);
+    if (dp.nx) /* the experts' shards: over the expert-data-parallel group */
+      prm_sb_appendf(&line, "; experts %d/%d", 1, dp.zg[1].comm ? dp.zg[1].size : 1);
+    prm_sb_appendf(&line, ")");
     prm_fmt_bytes(ob, sizeof ob, (double)obytes);
     prm_sb_appendf(&line, ", gradient shard %s", ob);
   }
@@ -458,9 +504,9 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if ((rc = prm__accumulate(&s, o, &dp, step - 1, &loss, err))) goto done;
     if (prm__fault_due(PRM__FAULT_SPIKE, step)) loss *= 10; /* the reported loss only */
     double norm, z = 0;
-    if (dp.zero) { /* the shards' sums of squares, summed over the ranks */
+    if (dp.zero) { /* the shards' sums of squares, summed over every rank */
       double ss = prm__zero_sumsq(&dp, m);
-      if ((rc = prm__dp_sum(&dp, &ss, 1, err))) goto done;
+      if ((rc = prm_comm_allreduce(dp.all, &ss, 1, PRM_COMM_F64, PRM_COMM_SUM, err))) goto done;
       norm = sqrt(ss);
     } else if ((rc = prm__grad_norm(m, &norm, err))) {
       goto done;
@@ -501,7 +547,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         bad_steps = prm_xrealloc(bad_steps, (size_t)(nbad + 1) * sizeof *bad_steps);
         bad_steps[nbad++] = step;
         /* This run's newest checkpoint, else where the run started. */
-        if ((rc = prm__start_state(&s, o, resume_dir, o->save, run_id, lo, hi, adam_m, adam_v,
+        if ((rc = prm__start_state(&s, o, resume_dir, o->save, run_id, &dp, adam_m, adam_v,
                                    &st, err)) ||
             (rc = prm__same_start(&dp, o->save, st.iteration, err)) ||
             (on_dev && (rc = prm__moments_move(s.dev, dm, dv, adam_m, adam_v, obytes, 1, err))))
@@ -635,7 +681,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     int preempted = sig != 0;
     int last = step == o->train_iters && !o->disable_last_saving;
     int save_now = o->save && (step % o->save_interval == 0 || last || preempted);
-    if (save_now && dp.zero) { /* collective: every rank writes its shard */
+    if (save_now && dp.zero && !prm_llama_sharded(m)) { /* collective: every rank writes its shard */
       prm__hb_beat(&hb, step, "save");
       double ts = prm_time_now();
       prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
@@ -648,18 +694,37 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       ckpt_waited += secs;
       if (writer && (rc = prm__saved(o, events, tm, step, secs, 0, secs, lineage, err))) goto done;
       prm__hb_beat(&hb, step, "step");
-    } else if (save_now && (writer || tp_gathers)) {
+    } else if (save_now && (writer || tp_gathers || dp.zero)) {
       prm__hb_beat(&hb, step, "save");
       /* Under tensor, expert or pipeline parallelism the writer saves the
        * whole model the groups gather into s.full; the others only send
-       * their shards. */
+       * their shards. With the distributed optimizer the moments' shards
+       * are first collected on each group's rank 0 (every rank sends). */
       const prm_llama_t *sm = m;
-      float *sam = adam_m, *sav = adam_v;
+      float *sam = adam_m, *sav = adam_v, *gm = adam_m, *gv = adam_v;
       double tg = prm_time_now();
       if (on_dev && (rc = prm__moments_move(s.dev, dm, dv, adam_m, adam_v, obytes, 0, err)))
         goto done;
+      if (dp.zero) {
+        if (tp_gathers && !zm) {
+          zbytes = (size_t)(m->nparams ? m->nparams : 1) * sizeof(float);
+          zm = prm_mem_alloc(PRM_MEM_OPTIM, zbytes);
+          zv = prm_mem_alloc(PRM_MEM_OPTIM, zbytes);
+          if (!zm || !zv) {
+            rc = prm_errf(err, PRM_ENOMEM, "cannot allocate this rank's AdamW moments (2 x %zu "
+                          "bytes) that the distributed optimizer collects for a checkpoint",
+                          zbytes);
+            goto done;
+          }
+        }
+        if ((rc = prm__zero_collect(&dp, adam_m, zm, m->nparams, err)) ||
+            (rc = prm__zero_collect(&dp, adam_v, zv, m->nparams, err)))
+          goto done;
+        gm = zm;
+        gv = zv;
+      }
       if (tp_gathers) {
-        if ((rc = prm__tp_save_gather(&s, adam_m, adam_v, err))) goto done;
+        if ((rc = prm__tp_save_gather(&s, gm, gv, err))) goto done;
         sm = s.full;
         sam = s.full_m;
         sav = s.full_v;
@@ -743,6 +808,8 @@ done:
   free(bad_steps);
   free(tok_config);
   prm_sb_free(&mem_js);
+  prm_mem_free(PRM_MEM_OPTIM, zm, zbytes);
+  prm_mem_free(PRM_MEM_OPTIM, zv, zbytes);
   prm_mem_free(PRM_MEM_OPTIM, adam_m, obytes);
   prm_mem_free(PRM_MEM_OPTIM, adam_v, obytes);
   if (s.dev) {

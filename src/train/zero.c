@@ -1,10 +1,19 @@
 /* zero.c - the distributed optimizer (ZeRO-1, use_distributed_optimizer):
- * each of the D data-parallel ranks owns a contiguous shard of the flat
- * parameter vector and keeps the AdamW moments of that shard only.
+ * the ranks that hold the same parameters share out their AdamW moments
+ * and the summed gradients, each keeping its shard only, as Megatron's
+ * distributed optimizer does.
  *
- * Shard layout: block = nparams / D; rank r owns [r*block, (r+1)*block),
- * and the last rank also the tail [D*block, nparams) (fewer than D
- * parameters), so shards are nearly equal and nothing is padded.
+ * Segments and groups: the flat vector a rank holds (the whole model, or
+ * its tensor-, pipeline- or expert-parallel part, whose layout is the same
+ * on every rank of its data-parallel group) is cut into segments, each
+ * summed over one group: the data-parallel group, or for the experts of
+ * an expert-parallel model the expert-data-parallel group (the ranks that
+ * hold the same experts; experts no other rank holds are a segment of
+ * this rank's alone, kept whole). A group's segments, end to end, are
+ * split into nearly equal shards: block = n / size, rank r owns [r block,
+ * (r + 1) block) of them and the last rank also the tail (fewer than size
+ * elements), so nothing is padded. Without expert parallelism there is
+ * one segment, the whole vector, and one owned range.
  *
  * Gradients are summed into the owners' shards (dp->gshard), so that
  * every rank then holds the summed gradients of its shard only:
@@ -12,25 +21,36 @@
  *    dp.c gathers the final gradient ranges into the same buckets of
  *    ddp_bucket_size as plain data parallel (reverse order, the same on
  *    every rank and step); prm__zero_launch splits each bucket at the
- *    shard boundaries and starts one MPI_Ireduce (sum) per piece, rooted
- *    at the piece's owner and received straight into its gshard at the
- *    piece's offset (the tail is simply part of the last shard). Every
- *    element is summed by one reduction with a fixed root and count, so
- *    the result does not depend on timing. prm__dp_reduce waits for all of
- *    them after backward; that wait is the exposed communication.
- *  - otherwise, after backward, one blocking MPI_Reduce_scatter_block
- *    over the D equal blocks, plus an all-reduce of the tail.
+ *    segments' and shards' boundaries and starts one MPI_Ireduce (sum) per
+ *    piece, rooted at the piece's owner and received straight into its
+ *    gshard. Every element is summed by one reduction with a fixed root
+ *    and count, so the result does not depend on timing. prm__dp_reduce
+ *    waits for all of them after backward; that wait is the exposed
+ *    communication.
+ *  - otherwise, after backward: with one segment, one blocking
+ *    MPI_Reduce_scatter_block over the equal blocks plus an all-reduce of
+ *    the tail; with several, the pieces' reductions started at once and
+ *    waited for.
  *
- * The gradient norm is the square root of the all-reduced shard sums of
- * squares; clipping and AdamW (each tensor's part inside the shard, with
- * the tensor's decay flag) touch the shard only; the parameters are then
- * all-gathered in place (plus a broadcast of the tail from the last rank),
- * so every rank holds the whole model again.
+ * The gradient norm is the square root of the shards' sums of squares
+ * summed over every rank (each element counted once); clipping and AdamW
+ * (each tensor's part inside the owned ranges, with the tensor's decay
+ * flag) touch the shard only; the parameters are then all-gathered in
+ * place (one segment: MPI_Allgather of the blocks and a broadcast of the
+ * tail; several: one broadcast per piece from its owner), so every rank
+ * holds its whole part of the model again.
  *
- * Checkpoints: every rank writes its optimizer shard into the same
+ * Checkpoints always hold the whole model and moments (docs/train.md). A
+ * whole model: every rank writes its optimizer shard into the same
  * temporary folder (rank 0 creates it and broadcasts its pid, which names
  * it), rank 0 writes the model, and once every rank has written (an
- * all-reduce of the errors) rank 0 writes DONE and renames the folder. */
+ * all-reduce of the errors) rank 0 writes DONE and renames the folder
+ * (prm__zero_save). A tensor-, pipeline- or expert-parallel part: the
+ * shards are first collected on each group's rank 0 (prm__zero_collect,
+ * as Megatron's distributed optimizer gathers its state to data-parallel
+ * rank 0), which then joins the whole-model gather of tpstate.c; a resume
+ * reads the part's whole moments and keeps the owned ranges
+ * (prm__zero_take). */
 #define _GNU_SOURCE
 #include "train-impl.h"
 
@@ -38,21 +58,103 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Appends segment [lo, hi) of group g (-1: none). */
+static void prm__zero_seg(prm__dp_t *dp, int64_t lo, int64_t hi, int g) {
+  if (hi <= lo) return;
+  int k = dp->nz++;
+  dp->zlo = prm_xrealloc(dp->zlo, (size_t)dp->nz * sizeof *dp->zlo);
+  dp->zhi = prm_xrealloc(dp->zhi, (size_t)dp->nz * sizeof *dp->zhi);
+  dp->zvb = prm_xrealloc(dp->zvb, (size_t)dp->nz * sizeof *dp->zvb);
+  dp->zgi = prm_xrealloc(dp->zgi, (size_t)dp->nz * sizeof *dp->zgi);
+  dp->zlo[k] = lo;
+  dp->zhi[k] = hi;
+  dp->zgi[k] = g;
+  dp->zvb[k] = g >= 0 ? dp->zg[g].n : 0;
+  if (g >= 0) dp->zg[g].n += hi - lo;
+}
+
+/* Rank r's shard [*a, *b) of group g (in the group's elements). */
+static void prm__zero_shard(const struct prm__zgrp *g, int r, int64_t *a, int64_t *b) {
+  *a = (int64_t)r * g->block;
+  *b = r == g->size - 1 ? g->n : *a + g->block;
+}
+
+/* The owner, in group g, of its element v. */
+static int prm__zero_owner(const struct prm__zgrp *g, int64_t v) {
+  int64_t r = g->block ? v / g->block : g->size - 1;
+  return r > g->size - 1 ? g->size - 1 : (int)r;
+}
+
+/* Where owned element x sits in the shard. */
+static int64_t prm__zero_at(const prm__dp_t *dp, int64_t x) {
+  for (int k = 0; k < dp->nown; k++)
+    if (x >= dp->own_lo[k] && x < dp->own_hi[k]) return dp->own_at[k] + (x - dp->own_lo[k]);
+  PRM_ASSERT(!"an element this rank does not own");
+  return 0;
+}
+
 int prm__zero_open(prm__dp_t *dp, int64_t nparams, prm_err_t *err) {
   PRM_ASSERT(dp->world && dp->size > 1);
   if (nparams < dp->size)
     return prm_errf(err, PRM_ECONFIG, "use_distributed_optimizer: %lld parameters cannot be "
                     "sharded over %d ranks", (long long)nparams, dp->size);
   dp->zero = 1;
-  dp->block = nparams / dp->size;
-  dp->shard_lo = (int64_t)dp->rank * dp->block;
-  dp->shard_hi = dp->rank == dp->size - 1 ? nparams : dp->shard_lo + dp->block;
-  /* Overlapped, a bucket that straddles k shard boundaries is k + 1
-   * reductions: one request more per boundary than prm__dp_open counted. */
-  dp->cap += dp->size - 1;
+  dp->zg[0].comm = dp->world;
+  dp->zg[0].rank = dp->rank;
+  dp->zg[0].size = dp->size;
+  if (dp->edp) {
+    dp->zg[1].comm = dp->edp;
+    dp->zg[1].rank = prm_comm_rank(dp->edp);
+    dp->zg[1].size = prm_comm_size(dp->edp);
+  }
+  /* The expert ranges (ascending) over the expert-data-parallel group,
+   * everything around them over the data-parallel group. */
+  int64_t at = 0;
+  for (int i = 0; i < dp->nx; i++) {
+    prm__zero_seg(dp, at, dp->xlo[i], 0);
+    prm__zero_seg(dp, dp->xlo[i], dp->xhi[i], dp->edp ? 1 : -1);
+    at = dp->xhi[i];
+  }
+  prm__zero_seg(dp, at, nparams, 0);
+  for (int g = 0; g < 2; g++)
+    if (dp->zg[g].comm) dp->zg[g].block = dp->zg[g].n / dp->zg[g].size;
+  /* The ranges this rank owns, segment by segment. */
+  dp->own_lo = prm_xcalloc((size_t)dp->nz, sizeof *dp->own_lo);
+  dp->own_hi = prm_xcalloc((size_t)dp->nz, sizeof *dp->own_hi);
+  dp->own_at = prm_xcalloc((size_t)dp->nz, sizeof *dp->own_at);
+  int pieces = 0; /* the most pieces one pass over the vector makes */
+  for (int k = 0; k < dp->nz; k++) {
+    int64_t a = dp->zlo[k], b = dp->zhi[k];
+    if (dp->zgi[k] >= 0) {
+      const struct prm__zgrp *g = &dp->zg[dp->zgi[k]];
+      int64_t va, vb;
+      prm__zero_shard(g, g->rank, &va, &vb);
+      int64_t s0 = dp->zvb[k], s1 = s0 + (b - a);
+      va = va > s0 ? va : s0;
+      vb = vb < s1 ? vb : s1;
+      a = dp->zlo[k] + (va - s0);
+      b = dp->zlo[k] + (vb - s0);
+      pieces += g->size;
+    }
+    if (a >= b) continue;
+    dp->own_lo[dp->nown] = a;
+    dp->own_hi[dp->nown] = b;
+    dp->own_at[dp->nown] = dp->shard_n;
+    dp->shard_n += b - a;
+    dp->nown++;
+  }
+  if (dp->nown == 1) {
+    dp->shard_lo = dp->own_lo[0];
+    dp->shard_hi = dp->own_hi[0];
+  }
+  /* Overlapped, a bucket is cut once more at every boundary of a segment
+   * or a shard; a blocking pass or the all-gather makes `pieces`. */
+  int cap = dp->cap + pieces + dp->nz + 2;
+  if (cap < pieces + 2) cap = pieces + 2;
+  dp->cap = cap;
   dp->reqs = prm_xrealloc(dp->reqs, (size_t)dp->cap * sizeof *dp->reqs);
   memset(dp->reqs, 0, (size_t)dp->cap * sizeof *dp->reqs);
-  size_t bytes = (size_t)(dp->shard_hi - dp->shard_lo) * sizeof(float);
+  size_t bytes = (size_t)(dp->shard_n ? dp->shard_n : 1) * sizeof(float);
   dp->gshard = prm_mem_alloc(PRM_MEM_GRADS, bytes);
   if (!dp->gshard)
     return prm_errf(err, PRM_ENOMEM, "use_distributed_optimizer: cannot allocate the gradient "
@@ -63,82 +165,197 @@ int prm__zero_open(prm__dp_t *dp, int64_t nparams, prm_err_t *err) {
 void prm__zero_close(prm__dp_t *dp) {
   if (dp->gshard)
     prm_mem_free(PRM_MEM_GRADS, dp->gshard,
-                 (size_t)(dp->shard_hi - dp->shard_lo) * sizeof(float));
+                 (size_t)(dp->shard_n ? dp->shard_n : 1) * sizeof(float));
   dp->gshard = NULL;
+  free(dp->zlo);
+  free(dp->zhi);
+  free(dp->zvb);
+  free(dp->zgi);
+  free(dp->own_lo);
+  free(dp->own_hi);
+  free(dp->own_at);
+  dp->zlo = dp->zhi = dp->zvb = dp->own_lo = dp->own_hi = dp->own_at = NULL;
+  dp->zgi = NULL;
+  dp->nz = dp->nown = 0;
   dp->zero = 0;
 }
 
-int prm__zero_launch(prm__dp_t *dp, int64_t lo, int64_t hi, prm_err_t *err) {
-  /* Piece by piece along the shards: [lo, e) lies inside shard r; the last
-   * shard runs to the end of the vector (the tail included). */
+/* The pieces of [lo, hi) (inside segment k) by owner: calls fn for each
+ * [a, b) with its owner r in the segment's group. */
+typedef int (*prm__zero_piece_fn)(prm__dp_t *dp, const struct prm__zgrp *g, int r, int64_t a,
+                                  int64_t b, void *ctx, prm_err_t *err);
+static int prm__zero_pieces(prm__dp_t *dp, int k, int64_t lo, int64_t hi, prm__zero_piece_fn fn,
+                            void *ctx, prm_err_t *err) {
+  const struct prm__zgrp *g = &dp->zg[dp->zgi[k]];
+  int64_t s0 = dp->zvb[k] - dp->zlo[k]; /* element x is the group's x + s0 */
   while (lo < hi) {
-    int r = (int)(lo / dp->block);
-    if (r > dp->size - 1) r = dp->size - 1;
-    int64_t e = r == dp->size - 1 ? hi : (int64_t)(r + 1) * dp->block;
-    if (e > hi) e = hi;
-    float *dst = r == dp->rank ? dp->gshard + (lo - dp->shard_lo) : NULL;
-    PRM_ASSERT(dp->nreq < dp->cap);
-    int rc = prm_comm_ireduce(dp->world, dp->grads + lo, dst, e - lo, PRM_COMM_F32, PRM_COMM_SUM,
-                              r, &dp->reqs[dp->nreq], err);
+    int r = prm__zero_owner(g, lo + s0);
+    int64_t va, vb;
+    prm__zero_shard(g, r, &va, &vb);
+    int64_t e = vb - s0 < hi ? vb - s0 : hi;
+    int rc = fn(dp, g, r, lo, e, ctx, err);
     if (rc) return rc;
-    dp->nreq++;
     lo = e;
   }
   return 0;
 }
 
-int prm__zero_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err) {
-  int64_t tail0 = dp->block * dp->size, tail = m->nparams - tail0;
-  int rc = prm_comm_reduce_scatter(dp->world, m->grads, dp->gshard, dp->block, PRM_COMM_F32,
-                                   PRM_COMM_SUM, err);
-  if (!rc && tail > 0) {
-    rc = prm_comm_allreduce(dp->world, m->grads + tail0, tail, PRM_COMM_F32, PRM_COMM_SUM, err);
-    if (!rc && dp->rank == dp->size - 1)
-      memcpy(dp->gshard + dp->block, m->grads + tail0, (size_t)tail * sizeof(float));
+/* Calls fn for every piece of [lo, hi) in a group; copies the pieces of
+ * this rank's own segments from grads into the shard when `own`. */
+static int prm__zero_walk(prm__dp_t *dp, int64_t lo, int64_t hi, prm__zero_piece_fn fn, void *ctx,
+                          int own, prm_err_t *err) {
+  for (int k = 0; k < dp->nz; k++) {
+    int64_t a = dp->zlo[k] > lo ? dp->zlo[k] : lo, b = dp->zhi[k] < hi ? dp->zhi[k] : hi;
+    if (a >= b) continue;
+    if (dp->zgi[k] < 0) {
+      if (own) memcpy(dp->gshard + prm__zero_at(dp, a), dp->grads + a, (size_t)(b - a) * sizeof(float));
+      continue;
+    }
+    int rc = prm__zero_pieces(dp, k, a, b, fn, ctx, err);
+    if (rc) return rc;
   }
+  return 0;
+}
+
+static int prm__zero_ireduce(prm__dp_t *dp, const struct prm__zgrp *g, int r, int64_t a,
+                             int64_t b, void *ctx, prm_err_t *err) {
+  (void)ctx;
+  float *dst = r == g->rank ? dp->gshard + prm__zero_at(dp, a) : NULL;
+  PRM_ASSERT(dp->nreq < dp->cap);
+  int rc = prm_comm_ireduce(g->comm, dp->grads + a, dst, b - a, PRM_COMM_F32, PRM_COMM_SUM, r,
+                            &dp->reqs[dp->nreq], err);
+  if (!rc) dp->nreq++;
   return rc;
 }
 
-/* The part [*a, *b) of tensor t inside this rank's shard; 0 when empty. */
-static int prm__zero_part(const prm__dp_t *dp, const prm_tensor_t *t, int64_t *a, int64_t *b) {
-  *a = t->offset > dp->shard_lo ? t->offset : dp->shard_lo;
-  *b = t->offset + t->numel < dp->shard_hi ? t->offset + t->numel : dp->shard_hi;
-  return *a < *b;
+int prm__zero_launch(prm__dp_t *dp, int64_t lo, int64_t hi, prm_err_t *err) {
+  return prm__zero_walk(dp, lo, hi, prm__zero_ireduce, NULL, 1, err);
 }
+
+int prm__zero_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err) {
+  if (dp->nz == 1 && dp->zgi[0] == 0) { /* one segment: the equal blocks in one call */
+    int64_t block = dp->zg[0].block, tail0 = block * dp->size, tail = m->nparams - tail0;
+    int rc = prm_comm_reduce_scatter(dp->world, m->grads, dp->gshard, block, PRM_COMM_F32,
+                                     PRM_COMM_SUM, err);
+    if (!rc && tail > 0) {
+      rc = prm_comm_allreduce(dp->world, m->grads + tail0, tail, PRM_COMM_F32, PRM_COMM_SUM, err);
+      if (!rc && dp->rank == dp->size - 1)
+        memcpy(dp->gshard + block, m->grads + tail0, (size_t)tail * sizeof(float));
+    }
+    return rc;
+  }
+  dp->grads = m->grads;
+  dp->nreq = 0;
+  int rc = prm__zero_walk(dp, 0, m->nparams, prm__zero_ireduce, NULL, 1, err);
+  int wrc = prm_comm_waitall(dp->reqs, dp->nreq, rc ? NULL : err);
+  dp->nreq = 0;
+  return rc ? rc : wrc;
+}
+
+/* The parts of tensor t inside the owned ranges: fn(a, b, at). */
+#define PRM__ZERO_PARTS(dp, t, a, b, at, body)                                             \
+  for (int k_ = 0; k_ < (dp)->nown; k_++) {                                                \
+    int64_t a = (t)->offset > (dp)->own_lo[k_] ? (t)->offset : (dp)->own_lo[k_];           \
+    int64_t b = (t)->offset + (t)->numel < (dp)->own_hi[k_] ? (t)->offset + (t)->numel     \
+                                                              : (dp)->own_hi[k_];          \
+    if (a >= b) continue;                                                                  \
+    int64_t at = (dp)->own_at[k_] + (a - (dp)->own_lo[k_]);                                \
+    body;                                                                                  \
+  }
 
 double prm__zero_sumsq(const prm__dp_t *dp, const prm_llama_t *m) {
   double ss = 0;
-  int64_t a, b;
-  for (int i = 0; i < m->ntensors; i++)
-    if (prm__zero_part(dp, &m->tensors[i], &a, &b))
-      ss += prm_sumsq(dp->gshard + (a - dp->shard_lo), b - a);
+  for (int i = 0; i < m->ntensors; i++) {
+    const prm_tensor_t *t = &m->tensors[i];
+    if (m->tp.pp_size > 1 && t->stage != m->tp.pp_rank) continue; /* a tied embedding's twin */
+    if (t->split == PRM_TP_WHOLE && m->tp.size > 1 && m->tp.rank != 0) continue;
+    PRM__ZERO_PARTS(dp, t, a, b, at, ss += prm_sumsq(dp->gshard + at, b - a));
+  }
   return ss;
+}
+
+void prm__zero_take(const prm__dp_t *dp, const float *local, float *shard) {
+  for (int k = 0; k < dp->nown; k++)
+    memcpy(shard + dp->own_at[k], local + dp->own_lo[k],
+           (size_t)(dp->own_hi[k] - dp->own_lo[k]) * sizeof(float));
+}
+
+static int prm__zero_ibcast(prm__dp_t *dp, const struct prm__zgrp *g, int r, int64_t a, int64_t b,
+                            void *ctx, prm_err_t *err) {
+  float *params = ctx;
+  PRM_ASSERT(dp->nreq < dp->cap);
+  int rc = prm_comm_ibcast(g->comm, params + a, b - a, PRM_COMM_F32, r, &dp->reqs[dp->nreq], err);
+  if (!rc) dp->nreq++;
+  return rc;
 }
 
 int prm__zero_update(prm__dp_t *dp, prm_llama_t *m, float *adam_m, float *adam_v,
                      const prm_train_opts_t *o, double lr, float gscale, int64_t step,
                      prm_err_t *err) {
-  int64_t lo = dp->shard_lo, a, b;
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
-    if (!prm__zero_part(dp, t, &a, &b)) continue;
-    prm_adamw_update(m->params + a, dp->gshard + (a - lo), adam_m + (a - lo), adam_v + (a - lo),
-                     b - a, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                     t->decay ? (float)o->weight_decay : 0.0f, step, gscale);
+    PRM__ZERO_PARTS(dp, t, a, b, at,
+                    prm_adamw_update(m->params + a, dp->gshard + at, adam_m + at, adam_v + at,
+                                     b - a, (float)lr, (float)o->beta1, (float)o->beta2,
+                                     (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f,
+                                     step, gscale));
   }
-  /* Every rank's block already sits at its place in params: in place. The
+  /* Every rank's part already sits at its place in params: in place. The
    * wait counts as exposed communication, like the reduce-scatter's. */
   double t0 = prm_time_now();
-  int rc = prm_comm_allgather(dp->world, NULL, m->params, dp->block, PRM_COMM_F32, err);
-  int64_t tail0 = dp->block * dp->size, tail = m->nparams - tail0;
-  if (!rc && tail > 0)
-    rc = prm_comm_bcast(dp->world, m->params + tail0, tail, PRM_COMM_F32, dp->size - 1, err);
+  int rc;
+  if (dp->nz == 1 && dp->zgi[0] == 0) {
+    int64_t block = dp->zg[0].block, tail0 = block * dp->size, tail = m->nparams - tail0;
+    rc = prm_comm_allgather(dp->world, NULL, m->params, block, PRM_COMM_F32, err);
+    if (!rc && tail > 0)
+      rc = prm_comm_bcast(dp->world, m->params + tail0, tail, PRM_COMM_F32, dp->size - 1, err);
+  } else {
+    dp->nreq = 0;
+    rc = prm__zero_walk(dp, 0, m->nparams, prm__zero_ibcast, m->params, 0, err);
+    int wrc = prm_comm_waitall(dp->reqs, dp->nreq, rc ? NULL : err);
+    dp->nreq = 0;
+    if (!rc) rc = wrc;
+  }
   dp->wait_s += prm_time_now() - t0;
   return rc;
 }
 
+/* A piece to its group's rank 0: sent by its owner, received there. */
+static int prm__zero_sendrecv(prm__dp_t *dp, const struct prm__zgrp *g, int r, int64_t a,
+                              int64_t b, void *ctx, prm_err_t *err) {
+  const float **io = ctx; /* {shard, local} */
+  if (r == 0) { /* rank 0's own piece */
+    if (g->rank == 0) memcpy((float *)io[1] + a, io[0] + prm__zero_at(dp, a), (size_t)(b - a) * sizeof(float));
+    return 0;
+  }
+  if (g->rank == r)
+    return prm_comm_send(g->comm, io[0] + prm__zero_at(dp, a), b - a, PRM_COMM_F32, 0, 0, err);
+  if (g->rank == 0)
+    return prm_comm_recv(g->comm, (float *)io[1] + a, b - a, PRM_COMM_F32, r, 0, err);
+  return 0;
+}
+
+int prm__zero_collect(prm__dp_t *dp, const float *shard, float *local, int64_t nparams,
+                      prm_err_t *err) {
+  if (local) memset(local, 0, (size_t)nparams * sizeof(float));
+  const float *io[2] = {shard, local};
+  for (int k = 0; k < dp->nz; k++) {
+    if (dp->zgi[k] < 0) { /* this rank's alone */
+      if (local)
+        memcpy(local + dp->zlo[k], shard + prm__zero_at(dp, dp->zlo[k]),
+               (size_t)(dp->zhi[k] - dp->zlo[k]) * sizeof(float));
+      continue;
+    }
+    PRM_ASSERT(local || dp->zg[dp->zgi[k]].rank != 0);
+    int rc = prm__zero_pieces(dp, k, dp->zlo[k], dp->zhi[k], prm__zero_sendrecv, io, err);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 int prm__zero_save(prm__dp_t *dp, const prm_llama_t *m, const prm_train_opts_t *o,
                    const prm_ckpt_state_t *st, prm_err_t *err) {
+  PRM_ASSERT(dp->nown == 1 && !prm_llama_sharded(m));
   int64_t iter = st->iteration;
   char *dir = prm__ckpt_iter_dir(o->save, iter), *tmp = NULL;
   int64_t head[2] = {0, 0}; /* rank 0's pid (names the folder), its error */

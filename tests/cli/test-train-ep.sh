@@ -190,9 +190,6 @@ refuse "E on one rank" 1 "expert_model_parallel_size 2 needs 2 ranks or a multip
   "expert_model_parallel_size: 2"
 refuse "E not dividing the data-parallel ranks" 2 \
   "expert_model_parallel_size 4 must divide the 2 data-parallel ranks" "expert_model_parallel_size: 4"
-refuse "E with ZeRO (not yet)" 2 \
-  "use_distributed_optimizer is not supported with expert_model_parallel_size 2" \
-  "expert_model_parallel_size: 2" "use_distributed_optimizer: true"
 refuse "E with a dense model" 1 "expert_model_parallel_size 2 needs a mixture-of-experts model" \
   "expert_model_parallel_size: 2" "num_experts: null"
 refuse "a moe_layer_freq list of the wrong length" 1 \

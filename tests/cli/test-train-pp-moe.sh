@@ -10,7 +10,7 @@
 # experts only (and, with E = 2, half of them). Checkpoints stay
 # whole-model: a P = 2 x E = 2 checkpoint resumes at P = 1 on one rank and
 # a one-rank checkpoint at P = 2 x E = 2, to the weights of an
-# uninterrupted run. ZeRO-1 stays refused with MoE and with P > 1.
+# uninterrupted run. P = 2 x E = 2 with ZeRO-1 follows the E = 2 run too.
 source "$(dirname "$0")/lib.sh"
 multirank_setup
 
@@ -102,9 +102,12 @@ expect_in "P = 1 -> P = 2 x E = 2: resumed from iteration 3" "iteration 3" "$ERR
 w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final ep2)" "$T/ck-sr/iter_0000006/model.safetensors")
 if within "$w" 1e-5; then ok "P = 1 -> P = 2 x E = 2: weights within 1e-5 of an uninterrupted run ($w)"; else bad "P = 1 -> P = 2 x E = 2: weights differ by $w"; fi
 
-# ---- ZeRO-1 stays refused ----
-exp bad "pipeline_model_parallel_size: 2" "use_distributed_optimizer: true"
-run direct --nproc 2 -- train pretrain --config bad.yaml
-if [[ $RC != 0 ]]; then ok "ZeRO-1 with a MoE model at P = 2: refused (exit $RC)"; else bad "ZeRO-1 at P = 2 accepted"; fi
-expect_in "ZeRO-1 at P = 2: the message" "use_distributed_optimizer is not supported with pipeline_model_parallel_size 2" "$ERR"
+# ---- P = 2 x E = 2 x ZeRO-1 on 4 ranks against E = 2 on 2 ranks ----
+# The dense tensors of each stage sharded over its data-parallel pair; the
+# experts are each rank's own (E = D), kept whole.
+exp pp2ep2z "expert_model_parallel_size: 2" "pipeline_model_parallel_size: 2" \
+  "use_distributed_optimizer: true"
+launch 4 pp2ep2z
+expect_in "pp2ep2z: ZeRO-1 over the data-parallel pair" "data parallel: 2 ranks with the distributed optimizer (ZeRO-1)" "$ERR"
+same pp2ep2z ep2 "P = 2 x E = 2 x ZeRO-1"
 finish

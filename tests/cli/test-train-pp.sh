@@ -15,7 +15,7 @@
 # and a 4 M-parameter model's peak RSS per rank lower than at D = 2 by at
 # least half the state it no longer holds; a stage loading weights reads
 # its own tensors); and bad layouts (more stages
-# than layers, bad splits, ZeRO-1 with P > 1, a world P does not
+# than layers, bad splits, a world P does not
 # divide, an interleaved M that P does not divide) are refused with the
 # key named.
 source "$(dirname "$0")/lib.sh"
@@ -231,8 +231,6 @@ refuse "a split with the wrong length" 1 "pipeline_layer_split: 3 counts for 2 m
   "pipeline_model_parallel_size: 2" "pipeline_layer_split: [1, 1, 2]"
 refuse "P = 2 on one rank" 1 "needs 2 ranks or a multiple" "pipeline_model_parallel_size: 2"
 refuse "a world P does not divide" 3 "must divide the 3 ranks" "pipeline_model_parallel_size: 2"
-refuse "ZeRO-1 with P = 2" 2 "use_distributed_optimizer is not supported with pipeline_model_parallel_size 2" \
-  "pipeline_model_parallel_size: 2" "use_distributed_optimizer: true"
 refuse "interleaved with micro-batches not a multiple of P" 2 "needs the 3 micro-batches" \
   "pipeline_model_parallel_size: 2" "virtual_pipeline_model_parallel_size: 2" "global_batch_size: 3"
 finish

@@ -141,8 +141,5 @@ expect_in "says why" "tensor_model_parallel_size 2 must divide the 3 ranks" "$ER
 run train pretrain --config bad-world.yaml
 expect_rc "T = 2 on one rank" 2
 expect_in "says how to start it" "start it with --nproc 2" "$ERR"
-exp bad-zero "tensor_model_parallel_size: 2" "use_distributed_optimizer: true"
-run direct --nproc 2 -- train pretrain --config bad-zero.yaml
-expect_rc "ZeRO with T > 1 (not yet)" 2
-expect_in "says so" "use_distributed_optimizer is not supported with tensor_model_parallel_size" "$ERR"
+# ZeRO-1 with T > 1: test-train-zero.sh.
 finish

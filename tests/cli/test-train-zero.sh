@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The distributed optimizer (ZeRO-1) with tensor, pipeline and expert
+# parallel on 4 ranks: T = 2 x D = 2 (overlapped per-bucket reductions),
+# P = 2 x D = 2 (tied head: the embedding's gradient added between the
+# ends before the shards are reduced) and, on a MoE model, E = 2 x D = 4
+# (the experts sharded over the expert-data-parallel pairs, the rest over
+# all four) and E = 4 (each rank's experts its own, kept whole) follow the
+# one-rank run with the same global batch over 12 steps: losses within
+# 1e-5 relative per step and whole-model weights within 1e-5 after the
+# run. The memory line shows the optimizer shard: about a quarter of the
+# one-rank optimizer in each layout (half of a half at T = 2 x D = 2 and P
+# = 2 x D = 2; the dense part over 4 and the experts, 2 of 4 a rank, over
+# 2 at E = 2 x D = 4; at E = 4 one expert a rank). Checkpoints hold the whole model and moments
+# whatever the layout: T = 2 x D = 2 -> D = 4, D = 4 -> T = 2 x D = 2, P =
+# 2 x D = 2 -> D = 4 and E = 2 x D = 4 -> D = 4 resume at step 6 and end
+# within 1e-5 of the uninterrupted run; E = 2 x D = 4 resumed at its own
+# layout ends byte-identical to its uninterrupted run (the moments come
+# back exactly).
+source "$(dirname "$0")/lib.sh"
+multirank_setup
+
+exp() { # NAME [KEY: VALUE...]: 4 layers, 12 steps of 4 micro-batches of 1, saved at 6 and 12
+  local n=$1
+  shift
+  tiny_exp "$n" "micro_batch_size: 1" "global_batch_size: 4" "train_iters: 12" "log_interval: 6" \
+    "save: $T/ck-$n" "load: $T/ck-$n" "auto_continue_train: true" "save_interval: 6" \
+    "lr_decay_iters: 12" "$@"
+  sed -i 's/num_layers: 2/num_layers: 4/' "$n.yaml"
+}
+mexp() { # NAME [KEY: VALUE...]: the same on a MoE model (4 experts, top 2)
+  local n=$1
+  shift
+  exp "$n" "num_experts: 4" "moe_router_topk: 2" "moe_ffn_hidden_size: 48" \
+    "moe_aux_loss_coeff: 0.01" "moe_z_loss_coeff: 0.001" "lr_warmup_iters: 0" "$@"
+}
+final() { echo "$T/ck-$1/iter_0000012/model.safetensors"; }
+launch() { # NP NAME
+  if [[ $1 == 1 ]]; then run train pretrain --config "$2.yaml"
+  else run direct --nproc "$1" -- train pretrain --config "$2.yaml"; fi
+  expect_rc "$2 on $1 rank(s)" 0
+}
+# same NAME REF WHAT [STEPS]: NAME's losses and final weights follow REF's.
+same() {
+  local n=$1 ref=$2 what=$3 steps=${4:-12} d w
+  expect_eq "$what: $steps steps logged once" "$(run_losses "$n" | wc -l)" "$steps"
+  d=$(loss_diff "$ref" "$n")
+  if within "$d" 1e-5; then ok "$what: losses within 1e-5 of $ref (worst $d)"; else bad "$what: losses differ from $ref by $d"; fi
+  w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final "$ref")" "$(final "$n")")
+  if within "$w" 1e-5; then ok "$what: whole-model weights within 1e-5 of $ref ($w)"; else bad "$what: weights differ by $w"; fi
+}
+# The optimizer size from the start-up memory line of rank R, in bytes.
+optim_bytes() { # R
+  grep "rank $1/" <<<"$ERR" | grep -o 'optimizer [0-9.]* [KMG]*i*B' | head -1 | awk '{ v = $2; u = $3;
+    m = u == "KiB" ? 1024 : u == "MiB" ? 1048576 : u == "GiB" ? 1073741824 : 1; printf "%d", v * m }'
+}
+# quarter WHAT ONE: the optimizer of ranks 0 and 3 (those that log the
+# memory line) between 0.24 and 0.30 of ONE bytes.
+quarter() {
+  local r b
+  for r in 0 3; do
+    b=$(optim_bytes $r)
+    if [[ -n $b && -n $2 ]] && awk -v a="$b" -v o="$2" 'BEGIN { exit !(a >= 0.24 * o && a <= 0.30 * o) }'; then
+      ok "$1: rank $r's optimizer shard $b bytes, about a quarter of one rank's $2"
+    else bad "$1: rank $r's optimizer '$b' bytes against one rank's '$2'"; fi
+  done
+}
+# resume NAME FROM NP [KEY: VALUE...]: FROM's step-6 checkpoint resumed on NP ranks to step 12.
+resume() {
+  local n=$1 from=$2 np=$3
+  shift 3
+  rm -rf "$T/ck-$n" && mkdir -p "$T/ck-$n"
+  cp -r "$T/ck-$from/iter_0000006" "$T/ck-$n/"
+  echo 6 >"$T/ck-$n/latest_checkpointed_iteration.txt"
+  "$@"
+  launch "$np" "$n"
+  expect_in "$n: from iteration 6" "iteration 6, 24 samples consumed" "$ERR"
+}
+
+# ---- Dense: T = 2 x D = 2 and P = 2 x D = 2 against one rank ----
+exp one
+launch 1 one
+ONE_OPT=$(optim_bytes 0)
+exp tpz "tensor_model_parallel_size: 2" "use_distributed_optimizer: true" \
+  "overlap_grad_reduce: true" "ddp_bucket_size: 2000"
+launch 4 tpz
+expect_in "tpz: ZeRO-1 over the data-parallel pair" "data parallel: 2 ranks with the distributed optimizer (ZeRO-1)" "$ERR"
+expect_in "tpz: overlapped" "in buckets of 2000 parameters while backward runs" "$ERR"
+expect_in "tpz: the memory line names the shard" "(tensor-parallel shard 2 of 2), optimizer" "$ERR"
+expect_in "tpz: optimizer shard 1 of 2" "(shard 1/2)" "$ERR"
+quarter "T = 2 x D = 2" "$ONE_OPT"
+same tpz one "T = 2 x D = 2 x ZeRO"
+
+exp ppz "pipeline_model_parallel_size: 2" "use_distributed_optimizer: true"
+launch 4 ppz
+expect_in "ppz: ZeRO-1 over the data-parallel pair" "data parallel: 2 ranks with the distributed optimizer (ZeRO-1)" "$ERR"
+quarter "P = 2 x D = 2" "$ONE_OPT"
+same ppz one "P = 2 x D = 2 x ZeRO"
+
+# ---- MoE: E = 2 x D = 4 and E = 4 against one rank ----
+mexp mone
+launch 1 mone
+MONE_OPT=$(optim_bytes 0)
+mexp epz "expert_model_parallel_size: 2" "use_distributed_optimizer: true" \
+  "overlap_grad_reduce: true" "ddp_bucket_size: 3000"
+launch 4 epz
+expect_in "epz: experts sharded over the expert-data-parallel pairs" "experts sharded over 2 expert-data-parallel ranks" "$ERR"
+expect_in "epz: the memory line names both shards" "(shard 1/4; experts 1/2)" "$ERR"
+quarter "E = 2 x D = 4" "$MONE_OPT"
+same epz mone "E = 2 x D = 4 x ZeRO"
+mexp ep4z "expert_model_parallel_size: 4" "use_distributed_optimizer: true"
+launch 4 ep4z
+expect_in "ep4z: each rank's experts kept whole" "its experts kept whole" "$ERR"
+quarter "E = 4" "$MONE_OPT"
+same ep4z mone "E = 4 x ZeRO"
+
+# ---- Checkpoints across layouts ----
+exp z4 "use_distributed_optimizer: true"
+launch 4 z4
+same z4 one "D = 4 x ZeRO"
+resume tp-to-z4 tpz 4 exp tp-to-z4 "use_distributed_optimizer: true"
+same tp-to-z4 one "T = 2 x D = 2 -> D = 4 (ZeRO both)" 6
+resume z4-to-tp z4 4 exp z4-to-tp "tensor_model_parallel_size: 2" "use_distributed_optimizer: true"
+same z4-to-tp one "D = 4 -> T = 2 x D = 2 (ZeRO both)" 6
+resume pp-to-z4 ppz 4 exp pp-to-z4 "use_distributed_optimizer: true"
+same pp-to-z4 one "P = 2 x D = 2 -> D = 4 (ZeRO both)" 6
+resume ep-to-z4 epz 4 mexp ep-to-z4 "use_distributed_optimizer: true"
+same ep-to-z4 mone "E = 2 x D = 4 -> D = 4 (ZeRO both)" 6
+resume ep-to-ep epz 4 mexp ep-to-ep "expert_model_parallel_size: 2" "use_distributed_optimizer: true" \
+  "overlap_grad_reduce: true" "ddp_bucket_size: 3000"
+if cmp -s "$(final epz)" "$(final ep-to-ep)"; then ok "E = 2 x D = 4 x ZeRO resumed at its layout: byte-identical"
+else bad "E = 2 x D = 4 x ZeRO resumed at its layout differs from the uninterrupted run"; fi
+finish
