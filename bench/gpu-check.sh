@@ -7,7 +7,8 @@
 # Stages (STAGES="env kernels model parity bf16 race" by default; each
 # logs to $OUT/<stage>.log and prints one summary line):
 #   env      primus env, nvidia-smi, preflight's gpu.cuda
-#   kernels  test-device --backend cuda: every operator against its CPU kernel
+#   kernels  test-device --backend cuda: every operator against its CPU kernel,
+#            then attention again with the tiled kernels and with 16-row strips
 #   model    test-model-device --backend cuda: the model against the CPU model
 #            (losses 1e-5, gradients and 10 AdamW steps 1e-4, KV cache)
 #   parity   `train pretrain` 10 fp32 steps on cuda and on cpu from the same
@@ -15,8 +16,9 @@
 #            tensor of the saved weights within 1e-4 (relative)
 #   bf16     a 300-step llama_tiny curve in bf16 against fp32, both on the
 #            GPU: every step's loss within 2%
-#   race     bench/gpu_race.sh: primus against PyTorch eager (and compiled)
-#            at llama_124M, seq 1024, micro-batch 16, bf16
+#   race     bench/gpu_race.sh: primus (GEMM and tiled attention) against
+#            PyTorch eager and compiled at llama_124M, seq 1024, micro-batch
+#            16, bf16 (RACE_VARIANTS picks the variants)
 # Exit status: the number of stages that failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -129,16 +131,26 @@ sys.exit(0 if worst <= 0.02 and f[-1] < f[0] - 0.5 else 1)
 PY
 }
 
-export -f exp events check_env check_parity check_bf16
+check_kernels() {
+  local t=$P/build/tests/test-device rc=0
+  "$t" --backend cuda || rc=1
+  echo "== attention, PRIMUS_CUDA_ATTENTION=tiled"
+  PRIMUS_CUDA_ATTENTION=tiled "$t" --backend cuda --only test_attention || rc=1
+  echo "== attention, PRIMUS_CUDA_ATTENTION_STRIP=16"
+  PRIMUS_CUDA_ATTENTION_STRIP=16 "$t" --backend cuda --only test_attention || rc=1
+  return $rc
+}
+
+export -f exp events check_env check_parity check_bf16 check_kernels
 export W BIN P OUT GPU_DEVICE=${GPU_DEVICE:-cuda}
 for s in $STAGES; do
   case $s in
     env) stage env 60 check_env ;;
-    kernels) stage kernels 150 "$P/build/tests/test-device" --backend cuda ;;
+    kernels) stage kernels 180 check_kernels ;;
     model) stage model 150 "$P/build/tests/test-model-device" --backend cuda ;;
     parity) stage parity 150 check_parity ;;
     bf16) stage bf16 200 check_bf16 ;;
-    race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" bash bench/gpu_race.sh ;;
+    race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" VARIANTS="${RACE_VARIANTS:-primus primus-tiled torch torch-compile}" bash bench/gpu_race.sh ;;
     *) say "unknown stage $s"; failed=$((failed + 1)) ;;
   esac
 done

@@ -10,7 +10,8 @@
 #   bash bench/gpu_race.sh                       # primus, torch eager, torch.compile
 #   VARIANTS="primus torch" STEPS=15 bash bench/gpu_race.sh
 #
-# Knobs: VARIANTS (primus primus-fp32 torch torch-compile), STEPS (20; the
+# Knobs: VARIANTS (primus primus-fp32 primus-tiled torch torch-compile;
+# primus-tiled is bf16 with the CUDA module's tiled attention), STEPS (20; the
 # first WARMUP=5 untimed), SEQ (1024), BATCH (16), PEAK_TFLOPS (the dense
 # bf16 peak MFU is against; default 989.4, an H100 SXM's), PRIMUS (the
 # binary, default: primus on PATH), PY (python3 with torch and CUDA), OUT,
@@ -88,6 +89,7 @@ for v in $VARIANTS; do
   case $v in
     primus) primus_run primus-bf16 true ;;
     primus-fp32) primus_run primus-fp32 false ;;
+    primus-tiled) PRIMUS_CUDA_ATTENTION=tiled primus_run primus-tiled true ;;
     torch) torch_run torch-eager --bf16 ;;
     torch-compile) torch_run torch-compile --bf16 --compile ;;
     *) echo "unknown variant $v" ;;

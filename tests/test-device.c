@@ -455,6 +455,9 @@ static void test_attention(void **state) {
   attention_case(1, 70, 3, 3, 32, 0);  /* MHA, small heads */
   attention_case(2, 45, 4, 1, 64, 1);  /* one KV group, packed segments */
   attention_case(1, 20, 2, 2, 128, 0); /* the largest head size */
+  attention_case(1, 150, 4, 2, 64, 1); /* GQA and segments across the CUDA
+                                          module's query strips (ctest runs it
+                                          with 16-row strips too) */
 }
 
 static void test_attention_decode(void **state) {
@@ -661,8 +664,12 @@ static void test_open(void **state) {
 
 int main(int argc, char **argv) {
   const char *backend = "cpu";
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+      backend = argv[++i];
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      cmocka_set_test_filter(argv[++i]); /* one test (a cmocka pattern) */
+  }
   prm_err_t err = {0};
   if (prm_gemm_init(&g_gemm, NULL, &err)) {
     fprintf(stderr, "%s\n", err.msg);

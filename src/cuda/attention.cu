@@ -22,7 +22,9 @@
  * 129 floats, so lanes reading different rows hit different banks.
  *
  * This is the straightforward tiled version (about one shared-memory load
- * per FMA): correct first; tensor cores and larger tiles are issue 24's. */
+ * per FMA): the reference twin of attention_gemm.cu's cuBLAS path (the
+ * default, PRIMUS_CUDA_ATTENTION=gemm), chosen with
+ * PRIMUS_CUDA_ATTENTION=tiled, and the decode kernel of both. */
 #include <math.h>
 
 #include "cuda/cuda-impl.h"
@@ -37,26 +39,6 @@
 
 static_assert(AT_THREADS == AT_BQ * 8, "one group of 8 lanes per query row");
 static_assert(AT_THREADS == AT_BKB * 8, "one group of 8 lanes per key row (dk/dv)");
-
-/* Reductions over the 8 lanes of a group (every lane gets the result; by
- * commutativity of IEEE + and max every lane gets the same bits). */
-__device__ static inline float at_group_max(float v) {
-  float o;
-  o = PRM_SHFL_XOR(v, 1);
-  v = o > v ? o : v;
-  o = PRM_SHFL_XOR(v, 2);
-  v = o > v ? o : v;
-  o = PRM_SHFL_XOR(v, 4);
-  v = o > v ? o : v;
-  return v;
-}
-
-__device__ static inline float at_group_sum(float v) {
-  v += PRM_SHFL_XOR(v, 1);
-  v += PRM_SHFL_XOR(v, 2);
-  v += PRM_SHFL_XOR(v, 4);
-  return v;
-}
 
 /* ======================================================================== */
 /* Segment starts                                                           */
@@ -158,7 +140,7 @@ __global__ __launch_bounds__(AT_THREADS) static void at_k_fwd(
       s[u] = vis ? s[u] * scale : -INFINITY;
       tmax = s[u] > tmax ? s[u] : tmax;
     }
-    tmax = at_group_max(tmax);
+    tmax = prm_cu_group_max(tmax);
     float mnew = tmax > m ? tmax : m;
     float psum = 0.0f;
 #pragma unroll
@@ -167,7 +149,7 @@ __global__ __launch_bounds__(AT_THREADS) static void at_k_fwd(
       Ps[r][l + 8 * u] = p;
       psum += p;
     }
-    psum = at_group_sum(psum);
+    psum = prm_cu_group_sum(psum);
     /* Nothing seen yet (mnew = -inf): nothing to rescale. */
     float corr = mnew == -INFINITY ? 1.0f : expf(m - mnew);
     lsum = lsum * corr + psum;
@@ -191,9 +173,7 @@ __global__ __launch_bounds__(AT_THREADS) static void at_k_fwd(
   if (lse && l == 0) lse[(b * H + h) * T + i] = m + logf(lsum);
 }
 
-/* Checks shared by the entry points; records a failure and returns 0 when
- * the shape is outside what the kernels handle. */
-static int at_shape_ok(prm_cu_ctx *c, const char *op, int64_t B, int64_t T, int64_t H,
+int prm_cu_at_shape_ok(prm_cu_ctx *c, const char *op, int64_t B, int64_t T, int64_t H,
                        int64_t G, int64_t D) {
   if (G <= 0 || H <= 0 || H % G != 0 || D <= 0 || D > AT_MAXD || B < 0 || T < 0 ||
       H > 65535 || B > 65535 || T > 0x7fffffff) {
@@ -207,24 +187,23 @@ static int at_shape_ok(prm_cu_ctx *c, const char *op, int64_t B, int64_t T, int6
   return 1;
 }
 
-/* The segment starts of seg (B,T) in scratch at `start` (queued). */
-static int at_segstart(prm_cu_ctx *c, const char *op, int32_t *start, const int32_t *seg,
+int prm_cu_at_segstart(prm_cu_ctx *c, const char *op, int32_t *start, const int32_t *seg,
                        int64_t B, int64_t T) {
   at_k_segstart<<<(unsigned)B, 256, 0, c->stream>>>(start, seg, T);
   return prm_cu_check(c, op);
 }
 
-void prm_cu_attention_forward(void *ctx, float *out, float *lse, const float *q, const float *k,
+void prm_cu_attention_forward_tiled(void *ctx, float *out, float *lse, const float *q, const float *k,
                               const float *v, const int32_t *seg, int64_t B, int64_t T,
                               int64_t H, int64_t G, int64_t D) {
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   const char *op = "attention_forward";
   prm_cu_enter(c, op);
-  if (!at_shape_ok(c, op, B, T, H, G, D) || B == 0 || T == 0) return;
+  if (!prm_cu_at_shape_ok(c, op, B, T, H, G, D) || B == 0 || T == 0) return;
   int32_t *start = NULL;
   if (seg) {
     start = (int32_t *)prm_cu_scratch(c, op, (size_t)(B * T) * sizeof(int32_t));
-    if (!start || at_segstart(c, op, start, seg, B, T)) return;
+    if (!start || prm_cu_at_segstart(c, op, start, seg, B, T)) return;
   }
   float scale = (float)(1.0 / sqrt((double)D));
   dim3 grid((unsigned)((T + AT_BQ - 1) / AT_BQ), (unsigned)H, (unsigned)B);
@@ -239,7 +218,7 @@ void prm_cu_attention_decode(void *ctx, float *out, const float *q, const float 
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   const char *op = "attention_decode";
   prm_cu_enter(c, op);
-  if (!at_shape_ok(c, op, 1, Tq, H, G, D)) return;
+  if (!prm_cu_at_shape_ok(c, op, 1, Tq, H, G, D)) return;
   if (Tq > Tk || Tk > 0x7fffffff) {
     prm_cu_fail(c, "%s: Tq=%lld new queries against Tk=%lld cached keys (needs Tq <= Tk)", op,
                 (long long)Tq, (long long)Tk);
@@ -269,11 +248,19 @@ __global__ __launch_bounds__(AT_THREADS) static void at_k_rowdot(float *Di, cons
   float s = 0.0f;
   if (R < rows)
     for (int64_t d = l; d < D; d += 8) s += dout[R * D + d] * out[R * D + d];
-  s = at_group_sum(s); /* every lane takes part, rows past the end too */
+  s = prm_cu_group_sum(s); /* every lane takes part, rows past the end too */
   if (R < rows && l == 0) {
     int64_t h = R % H, i = (R / H) % T, b = R / (H * T);
     Di[(b * H + h) * T + i] = s;
   }
+}
+
+int prm_cu_at_rowdot(prm_cu_ctx *c, const char *op, float *Di, const float *dout,
+                     const float *out, int64_t B, int64_t T, int64_t H, int64_t D) {
+  int64_t rows = B * T * H;
+  at_k_rowdot<<<(unsigned)((rows + AT_BQ - 1) / AT_BQ), AT_THREADS, 0, c->stream>>>(
+      Di, dout, out, T, H, D, rows);
+  return prm_cu_check(c, op);
 }
 
 /* Grid (ceil(T/16), G, B), block 128: block (x, g, b) owns keys
@@ -457,14 +444,14 @@ __global__ __launch_bounds__(AT_THREADS) static void at_k_bwd_dq(
     if (l + 8 * j < D) o[l + 8 * j] = acc[j];
 }
 
-void prm_cu_attention_backward(void *ctx, float *dq, float *dk, float *dv, const float *dout,
+void prm_cu_attention_backward_tiled(void *ctx, float *dq, float *dk, float *dv, const float *dout,
                                const float *q, const float *k, const float *v, const float *out,
                                const float *lse, const int32_t *seg, int64_t B, int64_t T,
                                int64_t H, int64_t G, int64_t D) {
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   const char *op = "attention_backward";
   prm_cu_enter(c, op);
-  if (!at_shape_ok(c, op, B, T, H, G, D) || B == 0 || T == 0) return;
+  if (!prm_cu_at_shape_ok(c, op, B, T, H, G, D) || B == 0 || T == 0) return;
   /* Scratch: Di (B,H,T) floats, then the segment starts (B,T). */
   size_t di_bytes = ((size_t)(B * H * T) * sizeof(float) + 255) & ~(size_t)255;
   size_t st_bytes = seg ? (size_t)(B * T) * sizeof(int32_t) : 0;
@@ -472,11 +459,8 @@ void prm_cu_attention_backward(void *ctx, float *dq, float *dk, float *dv, const
   if (!scr) return;
   float *Di = (float *)scr;
   int32_t *start = seg ? (int32_t *)(scr + di_bytes) : NULL;
-  if (seg && at_segstart(c, op, start, seg, B, T)) return;
-  int64_t rows = B * T * H;
-  at_k_rowdot<<<(unsigned)((rows + AT_BQ - 1) / AT_BQ), AT_THREADS, 0, c->stream>>>(
-      Di, dout, out, T, H, D, rows);
-  if (prm_cu_check(c, op)) return;
+  if (seg && prm_cu_at_segstart(c, op, start, seg, B, T)) return;
+  if (prm_cu_at_rowdot(c, op, Di, dout, out, B, T, H, D)) return;
   float scale = (float)(1.0 / sqrt((double)D));
   dim3 gkv((unsigned)((T + AT_BKB - 1) / AT_BKB), (unsigned)G, (unsigned)B);
   at_k_bwd_dkdv<<<gkv, AT_THREADS, 0, c->stream>>>(dk, dv, dout, q, k, v, lse, Di, start, T, H,

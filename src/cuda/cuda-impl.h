@@ -27,6 +27,8 @@ typedef struct {
   size_t blas_ws_bytes;
   int tf32;      /* set_tf32: TF32 tensor cores allowed in sgemm */
   int sync_each; /* PRIMUS_CUDA_SYNC=1: wait after each operator (debugging) */
+  int attn_tiled; /* PRIMUS_CUDA_ATTENTION=tiled: attention.cu's kernels in training */
+  int64_t attn_strip; /* PRIMUS_CUDA_ATTENTION_STRIP=N: query rows per strip (0: by budget) */
   /* Growable scratch for operators that need temporaries (rmsnorm dw
    * partials, attention segment starts and row dots). */
   void *scratch;
@@ -74,6 +76,22 @@ static inline unsigned prm_cu_blocks(int64_t n, int threads) {
   return (unsigned)b;
 }
 
+/* Reductions over the 8 consecutive lanes of a group (every lane of the
+ * group gets the result; by commutativity of IEEE + and max every lane gets
+ * the same bits). Every lane of the warp must call them. */
+__device__ static inline float prm_cu_group_max(float v) {
+  for (int m = 1; m < 8; m <<= 1) {
+    float o = PRM_SHFL_XOR(v, m);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
+__device__ static inline float prm_cu_group_sum(float v) {
+  for (int m = 1; m < 8; m <<= 1) v += PRM_SHFL_XOR(v, m);
+  return v;
+}
+
 /* ---- operators (ops.cu) ---- */
 void prm_cu_f32_to_bf16(void *ctx, prm_dev_bf16_t *dst, const float *src, int64_t n);
 void prm_cu_bf16_to_f32(void *ctx, float *dst, const prm_dev_bf16_t *src, int64_t n);
@@ -101,7 +119,9 @@ void prm_cu_sumsq(void *ctx, double *out, const float *x, int64_t n);
 void prm_cu_sum(void *ctx, double *out, const float *x, int64_t n);
 void prm_cu_scale(void *ctx, float *x, int64_t n, float s);
 
-/* ---- attention (attention.cu) ---- */
+/* ---- attention ---- */
+/* The table's entries (attention_gemm.cu): the cuBLAS path, or the tiled
+ * kernels when attn_tiled is set. */
 void prm_cu_attention_forward(void *ctx, float *out, float *lse, const float *q, const float *k,
                               const float *v, const int32_t *seg, int64_t B, int64_t T,
                               int64_t H, int64_t G, int64_t D);
@@ -109,8 +129,28 @@ void prm_cu_attention_backward(void *ctx, float *dq, float *dk, float *dv, const
                                const float *q, const float *k, const float *v, const float *out,
                                const float *lse, const int32_t *seg, int64_t B, int64_t T,
                                int64_t H, int64_t G, int64_t D);
+/* attention.cu: the tiled kernels (the reference twin) and decode. */
+void prm_cu_attention_forward_tiled(void *ctx, float *out, float *lse, const float *q,
+                                    const float *k, const float *v, const int32_t *seg,
+                                    int64_t B, int64_t T, int64_t H, int64_t G, int64_t D);
+void prm_cu_attention_backward_tiled(void *ctx, float *dq, float *dk, float *dv,
+                                     const float *dout, const float *q, const float *k,
+                                     const float *v, const float *out, const float *lse,
+                                     const int32_t *seg, int64_t B, int64_t T, int64_t H,
+                                     int64_t G, int64_t D);
 void prm_cu_attention_decode(void *ctx, float *out, const float *q, const float *kc,
                              const float *vc, int64_t Tq, int64_t Tk, int64_t H, int64_t G,
                              int64_t D);
+/* Shared by both paths. shape_ok records a failure and returns 0 when the
+ * shape is outside what the kernels handle. segstart queues start (B,T) =
+ * the first position of each position's run of equal segment ids; rowdot
+ * queues Di[(b H + h) T + i] = dout . out of row (b, i, h). Both return 0
+ * or -1 (failure recorded). */
+int prm_cu_at_shape_ok(prm_cu_ctx *c, const char *op, int64_t B, int64_t T, int64_t H,
+                       int64_t G, int64_t D);
+int prm_cu_at_segstart(prm_cu_ctx *c, const char *op, int32_t *start, const int32_t *seg,
+                       int64_t B, int64_t T);
+int prm_cu_at_rowdot(prm_cu_ctx *c, const char *op, float *Di, const float *dout,
+                     const float *out, int64_t B, int64_t T, int64_t H, int64_t D);
 
 #endif /* PRM_CUDA_IMPL_H */

@@ -534,6 +534,25 @@ extern "C" __attribute__((visibility("default"))) int prm_device_module_open(
   c->ordinal = ordinal;
   const char *se = getenv("PRIMUS_CUDA_SYNC");
   c->sync_each = se && atoi(se) == 1;
+  /* PRIMUS_CUDA_ATTENTION: gemm (the default) or tiled (attention.cu). */
+  const char *am = getenv("PRIMUS_CUDA_ATTENTION");
+  if (am && *am && strcmp(am, "gemm") != 0 && strcmp(am, "tiled") != 0) {
+    prm_cu_say(msg, msg_len, "PRIMUS_CUDA_ATTENTION=%.64s: expected gemm or tiled", am);
+    free(c);
+    return PRM_DEV_OPEN_FAILED;
+  }
+  c->attn_tiled = am && strcmp(am, "tiled") == 0;
+  const char *as = getenv("PRIMUS_CUDA_ATTENTION_STRIP");
+  if (as && *as) {
+    char *end = NULL;
+    long long v = strtoll(as, &end, 10);
+    if (*end || v < 1 || v > 0x7fffffff) {
+      prm_cu_say(msg, msg_len, "PRIMUS_CUDA_ATTENTION_STRIP=%.64s: expected a row count >= 1", as);
+      free(c);
+      return PRM_DEV_OPEN_FAILED;
+    }
+    c->attn_strip = v;
+  }
   gpublasStatus_t bs;
   const char *step = "cudaSetDevice";
   e = gpuSetDevice(ordinal);

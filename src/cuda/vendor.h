@@ -83,6 +83,7 @@ typedef hipblasComputeType_t gpublasComputeType_t;
 #define gpublasSetAtomicsMode hipblasSetAtomicsMode
 #define GPUBLAS_ATOMICS_NOT_ALLOWED HIPBLAS_ATOMICS_NOT_ALLOWED
 #define gpublasGemmEx hipblasGemmEx
+#define gpublasGemmBatchedEx hipblasGemmBatchedEx
 #define gpublasGetStatusString hipblasStatusToString
 /* hipBLAS has no per-handle version query: report the header's. */
 #define gpublasGetVersion(h, v)                                                              \
@@ -158,6 +159,7 @@ typedef cublasComputeType_t gpublasComputeType_t;
 #define gpublasSetAtomicsMode cublasSetAtomicsMode
 #define GPUBLAS_ATOMICS_NOT_ALLOWED CUBLAS_ATOMICS_NOT_ALLOWED
 #define gpublasGemmEx cublasGemmEx
+#define gpublasGemmBatchedEx cublasGemmBatchedEx
 #define gpublasGetStatusString cublasGetStatusString
 #define gpublasGetVersion cublasGetVersion
 
