@@ -150,7 +150,7 @@ for s in $STAGES; do
     model) stage model 150 "$P/build/tests/test-model-device" --backend cuda ;;
     parity) stage parity 150 check_parity ;;
     bf16) stage bf16 200 check_bf16 ;;
-    race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" VARIANTS="${RACE_VARIANTS:-primus primus-tiled torch torch-compile}" bash bench/gpu_race.sh ;;
+    race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" VARIANTS="${RACE_VARIANTS:-primus primus-tf32 primus-tiled torch torch-compile}" bash bench/gpu_race.sh ;;
     *) say "unknown stage $s"; failed=$((failed + 1)) ;;
   esac
 done

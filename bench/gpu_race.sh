@@ -10,8 +10,10 @@
 #   bash bench/gpu_race.sh                       # primus, torch eager, torch.compile
 #   VARIANTS="primus torch" STEPS=15 bash bench/gpu_race.sh
 #
-# Knobs: VARIANTS (primus primus-fp32 primus-tiled torch torch-compile;
-# primus-tiled is bf16 with the CUDA module's tiled attention), STEPS (20; the
+# Knobs: VARIANTS (primus primus-fp32 primus-tiled primus-tf32 torch
+# torch-compile; primus-tiled is bf16 with the CUDA module's tiled attention,
+# primus-tf32 bf16 with TF32 for the GEMMs left in fp32: attention and the
+# LM head), STEPS (20; the
 # first WARMUP=5 untimed), SEQ (1024), BATCH (16), PEAK_TFLOPS (the dense
 # bf16 peak MFU is against; default 989.4, an H100 SXM's), PRIMUS (the
 # binary, default: primus on PATH), PY (python3 with torch and CUDA), OUT,
@@ -35,8 +37,8 @@ row() { # NAME MS PEAK_BYTES
              n, ms, tps, 100 * tps * f / 1e12 / P, pk / 2^30 }' | tee -a "$OUT/race.md"
 }
 
-primus_run() { # NAME BF16
-  local name=$1 bf16=$2 d=$OUT/$1
+primus_run() { # NAME BF16 [TF32]
+  local name=$1 bf16=$2 tf32=${3:-false} d=$OUT/$1
   mkdir -p "$d"
   cat > "$d/exp.yaml" <<Y
 work_group: race
@@ -59,6 +61,7 @@ modules:
       log_interval: 5
       eval_iters: 0
       bf16: $bf16
+      tf32: $tf32
 Y
   "$PRIMUS" train pretrain --config "$d/exp.yaml" > "$d/log.txt" 2>&1 || { echo "$name failed: $(tail -2 "$d/log.txt")"; return; }
   local ev ms peak
@@ -90,6 +93,7 @@ for v in $VARIANTS; do
     primus) primus_run primus-bf16 true ;;
     primus-fp32) primus_run primus-fp32 false ;;
     primus-tiled) PRIMUS_CUDA_ATTENTION=tiled primus_run primus-tiled true ;;
+    primus-tf32) primus_run primus-bf16-tf32 true true ;;
     torch) torch_run torch-eager --bf16 ;;
     torch-compile) torch_run torch-compile --bf16 --compile ;;
     *) echo "unknown variant $v" ;;
