@@ -228,7 +228,7 @@ static void test_gemm(void **state) {
   const char *names_[8];
   int nb = prm_bench_gemm_backends(names_, 8);
   assert_true(nb >= 1);
-  assert_string_equal(names_[nb - 1], "native");
+  assert_string_equal(names_[nb - 1], "reference");
   prm_err_t err = {0};
   for (int i = 0; i < nb; i++)
     for (int tr = 0; tr < 4; tr++) {
@@ -245,14 +245,14 @@ static void test_gemm(void **state) {
       assert_true(fabs(r.intensity - 2.0 * 24 * 40 * 16 / (4.0 * (24 * 16 + 16 * 40 + 24 * 40))) < 1e-9);
       assert_true(isfinite(r.peak_fraction) && r.peak_fraction >= 0);
     }
-  /* NULL and "reference" are accepted too. */
+  /* NULL and the old name "native" are accepted too; rows say "reference". */
   prm_bench_gemm_opts_t o = {.m = 8, .n = 8, .k = 8, .duration_s = 0};
   prm_bench_gemm_result_t r;
   assert_int_equal(prm_bench_gemm(&o, &r, &err), 0);
   assert_string_equal(r.backend, names_[0]);
-  o.backend = "reference";
+  o.backend = "native";
   assert_int_equal(prm_bench_gemm(&o, &r, &err), 0);
-  assert_string_equal(r.backend, "native");
+  assert_string_equal(r.backend, "reference");
 }
 
 static void test_gemm_errors(void **state) {
@@ -269,7 +269,8 @@ static void test_gemm_errors(void **state) {
   o = (prm_bench_gemm_opts_t){.m = 8, .n = 8, .k = 8, .backend = "cublas"};
   assert_int_equal(prm_bench_gemm(&o, &r, &err), PRM_EINVAL);
   assert_non_null(strstr(err.msg, "cublas"));
-  assert_non_null(strstr(err.msg, "native"));
+  assert_non_null(strstr(err.msg, "reference"));
+  assert_null(strstr(err.msg, "native"));
   /* bf16 runs (bf16 operands, fp32 accumulation) and reports its
    * conversion time separately. */
   o = (prm_bench_gemm_opts_t){.m = 8, .n = 8, .k = 8, .bf16 = 1, .duration_s = 0.01};

@@ -388,6 +388,10 @@ static void test_tune_dispatch(void **state) {
   /* The reference ran: bit-identical to calling it directly. */
   prm_gemm_t ref;
   assert_int_equal(prm_gemm_init(&ref, "reference", &err), 0);
+  /* "native", the old name (PRIMUS_GEMM, benchmark --backend), is the same. */
+  prm_gemm_t old;
+  assert_int_equal(prm_gemm_init(&old, "native", &err), 0);
+  assert_string_equal(old.i->name, "reference");
   float A[33 * 65], B[65 * 33], C1[33 * 33], C2[33 * 33];
   fill_f(A, 33 * 65, 1);
   fill_f(B, 65 * 33, 2);

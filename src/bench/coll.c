@@ -303,13 +303,10 @@ int prm_bench_overlap(prm_comm_t *c, const prm_bench_overlap_opts_t *o,
   memset(r, 0, sizeof *r);
   if (o->m < 1 || o->n < 1 || o->k < 1 || o->bytes < 4 || o->iters < 1 || o->chunks < 1)
     return prm_errf(err, PRM_EINVAL, "overlap: need M, N, K >= 1, bytes >= 4, iters >= 1, chunks >= 1");
-  const char *name = o->backend;
-  if (prm_streq(name, "native")) name = "reference";
   prm_gemm_t g;
-  int rc = prm_gemm_init(&g, name, err);
+  int rc = prm_gemm_init(&g, o->backend, err);
   if (rc) return prm_err_prefix(err, "overlap"), rc;
-  snprintf(r->backend, sizeof r->backend, "%s",
-           strcmp(g.i->name, "reference") ? g.i->name : "native");
+  snprintf(r->backend, sizeof r->backend, "%s", g.i->name);
   int64_t na = o->m * o->k, nb = o->k * o->n, nc = o->m * o->n, nbuf = o->bytes / 4;
   float *A = prm__bench_alloc(na, "overlap GEMM A", err), *B = NULL, *C = NULL, *buf = NULL;
   if (A) B = prm__bench_alloc(nb, "overlap GEMM B", err);

@@ -32,17 +32,11 @@ double prm__bench_peak_gflops(void) {
   return prm_peak_gflops_per_core() * prm_kernels_threads();
 }
 
-/* The kernel table calls its plain backend "reference"; the benchmark's
- * command line (as Primus') calls it "native". */
-static const char *prm__display(const char *table_name) {
-  return strcmp(table_name, "reference") ? table_name : "native";
-}
-
 int prm_bench_gemm_backends(const char **names, int max) {
   const prm_gemm_i *const *list;
   int n = prm_gemm_backends(&list), k = 0;
   for (int i = 0; i < n && k < max; i++)
-    if (list[i]->available()) names[k++] = prm__display(list[i]->name);
+    if (list[i]->available()) names[k++] = list[i]->name;
   return k;
 }
 
@@ -57,8 +51,7 @@ int prm_bench_gemm(const prm_bench_gemm_opts_t *o, prm_bench_gemm_result_t *r, p
                     (long long)PRM__DIM_MAX, (long long)o->m, (long long)o->n, (long long)o->k);
   if ((o->trans_a != 0 && o->trans_a != 1) || (o->trans_b != 0 && o->trans_b != 1))
     return prm_errf(err, PRM_EINVAL, "gemm: trans_a and trans_b must be 0 or 1");
-  const char *name = o->backend;
-  if (prm_streq(name, "native")) name = "reference";
+  const char *name = o->backend; /* the old "native" too: prm_gemm_init maps it */
   prm_gemm_t g;
   prm_err_t e = {0};
   if (prm_gemm_init(&g, name, &e)) {
@@ -148,7 +141,7 @@ int prm_bench_gemm(const prm_bench_gemm_opts_t *o, prm_bench_gemm_result_t *r, p
   double peak = prm__bench_peak_gflops();
   r->peak_fraction = peak > 0 ? r->tflops * 1e3 / peak : 0;
   r->iters = iters;
-  snprintf(r->backend, sizeof r->backend, "%s", prm__display(g.i->name));
+  snprintf(r->backend, sizeof r->backend, "%s", g.i->name);
   prm__bench_free(A, na);
   prm__bench_free(B, nb);
   prm__bench_free(C, M * N);

@@ -90,6 +90,17 @@ int prm_gemm_backends(const prm_gemm_i *const **out) {
 }
 
 int prm_gemm_init(prm_gemm_t *g, const char *name, prm_err_t *err) {
+  /* "native" was the benchmark's name for the reference kernel: still taken
+   * (PRIMUS_GEMM, --backend, tuning files), with a note once per process. */
+  static int noted_native;
+  if (name && !strcmp(name, "native")) {
+    if (!noted_native) {
+      noted_native = 1;
+      PRM_WARN("gemm backend \"native\" is the old name of \"reference\" (deprecated): "
+               "write reference");
+    }
+    name = "reference";
+  }
   int automatic = !name || !strcmp(name, "auto");
   for (int i = 0; i < GEMM_COUNT; i++) {
     if (!automatic && strcmp(gemm_list[i]->name, name)) continue;

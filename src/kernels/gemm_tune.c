@@ -29,7 +29,8 @@ const prm_gemm_i *prm__tuned_pick(const prm__tuned_t *t, int bf16, int trans_a, 
   return t->dflt;
 }
 
-/* The available backend of that table name ("native" is "reference"). */
+/* The available backend of that table name ("native", the old name of
+ * "reference", too: tuning files written before the rename). */
 static const prm_gemm_i *prm__tune_backend(const char *name) {
   if (!strcmp(name, "native")) name = "reference";
   const prm_gemm_i *const *list;

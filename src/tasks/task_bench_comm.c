@@ -117,7 +117,7 @@ const prm_opt_t prm__bench_overlap_opts[] = {
     {"bytes", 0, PRM_OPT_INT, "BYTES", "16777216", "all-reduce size (f32)"},
     {"iters", 0, PRM_OPT_INT, "N", "10", "timed repetitions of each phase (median reported)"},
     {"chunks", 0, PRM_OPT_INT, "N", "8", "row blocks of the GEMM; MPI_Test runs between them"},
-    {"backend", 0, PRM_OPT_STR, "NAME", "auto", "GEMM backend: onednn, openblas, native, or auto"},
+    {"backend", 0, PRM_OPT_STR, "NAME", "auto", "GEMM backend: onednn, openblas, reference, or auto"},
     PRM__OUTPUT_OPT,
     {NULL},
 };

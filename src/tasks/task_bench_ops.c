@@ -50,7 +50,7 @@ const prm_opt_t prm__bench_gemm_opts[] = {
     {"trans_a", 0, PRM_OPT_FLAG, NULL, NULL, "A is stored transposed, (K,M)"},
     {"trans_b", 0, PRM_OPT_FLAG, NULL, NULL, "B is stored transposed, (N,K) (the forward of a linear layer)"},
     {"dtype", 0, PRM_OPT_STR, "fp32|bf16", "fp32", "operand type (bf16: A and B bf16, C fp32, fp32 accumulation)"},
-    {"backend", 0, PRM_OPT_STR, "NAME", "auto", "onednn, openblas, native (the reference kernel), all, or auto (the best built in)"},
+    {"backend", 0, PRM_OPT_STR, "NAME", "auto", "onednn, openblas, reference (the plain scalar kernel), all, or auto (the best built in)"},
     {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time spent measuring each backend, after one warm-up call (--tune: 0.3)"},
     {"tune", 0, PRM_OPT_FLAG, NULL, NULL, "time every backend, fp32 and bf16, on the GEMMs of a training step and write a tuning file"},
     {"config", 'c', PRM_OPT_STR, "FILE", NULL, "with --tune: experiment YAML whose model and batch give the shapes"},
@@ -189,7 +189,7 @@ const prm_opt_t prm__bench_dense_opts[] = {
     {"seq_length", 0, PRM_OPT_INT, "T", NULL, "tokens per sequence (default: the preset's seq_length)"},
     {"micro_batch_size", 0, PRM_OPT_INT, "B", "1", "sequences per micro-batch"},
     {"dtype", 0, PRM_OPT_STR, "fp32|bf16", "fp32", "operand type"},
-    {"backend", 0, PRM_OPT_STR, "NAME", "auto", "onednn, openblas, native, all, or auto"},
+    {"backend", 0, PRM_OPT_STR, "NAME", "auto", "onednn, openblas, reference, all, or auto"},
     {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "0.5", "time spent measuring each GEMM"},
     PRM__OUTPUT_OPT,
     {NULL},
@@ -304,8 +304,8 @@ int prm__bench_gemm_dense(prm_task_ctx_t *ctx, prm_err_t *err) {
   double total_ms = 0, gflop = 0;
   for (int i = 0; i < ng; i++) gflop += 2e-9 * (double)g[i].m * (double)g[i].n * (double)g[i].k;
   for (int b = 0; b < nb; b++)
-    if (!strcmp(names[b], "native") && gflop > 20)
-      PRM_WARN("benchmark gemm-dense: the native backend (the scalar reference kernel, a few "
+    if (!strcmp(names[b], "reference") && gflop > 20)
+      PRM_WARN("benchmark gemm-dense: the reference backend (the scalar reference kernel, a few "
                "GFLOP/s) needs at least two calls of each GEMM, %.0f GFLOP a round here: expect "
                "minutes; --backend onednn or openblas time only the fast ones", gflop);
   for (int b = 0; b < nb && !rc; b++)
@@ -498,7 +498,7 @@ const prm_opt_t prm__bench_grouped_opts[] = {
     {"ffn", 0, PRM_OPT_INT, "F", "2048", "each expert's SwiGLU inner size (moe_ffn)"},
     {"experts", 0, PRM_OPT_INT, "E", "8", "experts (groups)"},
     {"rows", 0, PRM_OPT_STR, "LIST", "16,64,256,1024", "comma-separated tokens per expert, one measurement each"},
-    {"backend", 0, PRM_OPT_STR, "NAME", "auto", "the per-expert loop's backend: onednn, openblas, native, all, or auto"},
+    {"backend", 0, PRM_OPT_STR, "NAME", "auto", "the per-expert loop's backend: onednn, openblas, reference, all, or auto"},
     {"duration", 0, PRM_OPT_FLOAT, "SECONDS", "1.0", "time per row count and pass (grouped and loop alternately)"},
     PRM__OUTPUT_OPT,
     {NULL},
@@ -540,7 +540,7 @@ int prm__bench_gemm_grouped(prm_task_ctx_t *ctx, prm_err_t *err) {
   for (int b = 0; b < nb && !rc; b++) {
     prm_bench_grouped_row_t *r = NULL;
     int n = 0;
-    o.backend = strcmp(names[b], "native") ? names[b] : "reference";
+    o.backend = names[b];
     if ((rc = prm_bench_grouped(&o, &r, &n, err))) {
       prm_err_prefix(err, "benchmark %s", cmd);
       break;

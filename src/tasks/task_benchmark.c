@@ -108,8 +108,13 @@ int prm__bench_backend_opt(prm_task_ctx_t *ctx, const char *cmd, const char **na
     *n = na;
     return 0;
   }
+  if (!strcmp(b, "native")) {
+    PRM_WARN("benchmark %s: --backend native is the old name of reference (deprecated): "
+             "write --backend reference", cmd);
+    b = "reference";
+  }
   for (int i = 0; i < na; i++)
-    if (!strcmp(b, avail[i]) || (!strcmp(b, "reference") && !strcmp(avail[i], "native"))) {
+    if (!strcmp(b, avail[i])) {
       names[0] = avail[i];
       *n = 1;
       return 0;

@@ -59,11 +59,17 @@ for fmt in md csv tsv jsonl json; do
   check_table "gemm .$fmt parses with the gemm columns" "gemm.$fmt" "$GEMM_COLS" 1 "M,N,K,iters,avg_ms,tflops,gbps,intensity"
 done
 expect_in "gemm prints a Markdown table" "| backend" "$OUT"
-expect_in "gemm has the native backend" "native" "$(cat gemm.csv)"
+expect_in "gemm has the reference backend" ",reference," "$(cat gemm.csv)"
+expect_not_in "no row uses the old name native" "native" "$(cat gemm.csv)"
 nb=$(($(wc -l < gemm.csv) - 1))
 if ((nb >= 1)); then ok "one row per backend ($nb)"; else bad "no backend rows"; fi
-run benchmark gemm --M 16 --N 24 --K 8 --trans_a --trans_b --backend native --duration 0.01 -o tr.jsonl
-expect_rc "gemm transposed, native" 0
+run benchmark gemm --M 16 --N 24 --K 8 --trans_a --trans_b --backend reference --duration 0.01 -o tr.jsonl
+expect_rc "gemm transposed, reference" 0
+expect_in "the row says reference" '"reference"' "$(cat tr.jsonl)"
+run benchmark gemm --M 16 --N 24 --K 8 --backend native --duration 0.01 -o old.csv
+expect_rc "--backend native, the old name, still runs" 0
+expect_in "with a deprecation note" "--backend native is the old name of reference (deprecated)" "$ERR"
+expect_in "and its row says reference" ",reference," "$(cat old.csv)"
 check_table "transposed row" tr.jsonl "$GEMM_COLS" 1 "tflops,trans_a,trans_b"
 run benchmark gemm --M 32 --N 32 --K 32 --duration 0.01 -o -
 expect_rc "gemm -o - (Markdown on stdout)" 0
@@ -78,7 +84,7 @@ for g in attn_qkv attn_out mlp_gate_up mlp_down lm_head; do
   expect_in "gemm-dense lists $g" "$g" "$(cat dense.csv)"
 done
 for p in fwd dgrad wgrad; do expect_in "gemm-dense has $p" ",$p," "$(cat dense.csv)"; done
-expect_in "the forward of attn_qkv is (32 tokens, (4+2x2)x32, 128)" "attn_qkv,fwd,onednn,fp32,32,256,128" "$(sed 's/,openblas,/,onednn,/;s/,native,/,onednn,/' dense.csv)"
+expect_in "the forward of attn_qkv is (32 tokens, (4+2x2)x32, 128)" "attn_qkv,fwd,onednn,fp32,32,256,128" "$(sed 's/,openblas,/,onednn,/;s/,reference,/,onednn,/' dense.csv)"
 cp "$PRIMUS_SRC/configs/models/native/llama_tiny.yaml" my_model.yaml
 cp "$PRIMUS_SRC/configs/models/native/llama_base.yaml" llama_base.yaml
 run benchmark gemm-dense --model ./my_model.yaml --seq_length 8 --duration 0 -o dense.json
