@@ -255,6 +255,44 @@ static void test_gemm(void **state) {
   assert_string_equal(r.backend, "reference");
 }
 
+/* The GPUs' data-sheet peaks by the names the driver reports. */
+static void test_dev_spec(void **state) {
+  (void)state;
+  prm_bench_dev_peak_t p;
+  assert_int_equal(prm_bench_dev_spec("NVIDIA H100 80GB HBM3", &p), 1);
+  assert_true(p.bf16_tflops == 989.4 && p.fp32_tflops == 66.9 && p.mem_tbs == 3.35);
+  assert_non_null(strstr(p.source, "H100 SXM"));
+  assert_int_equal(prm_bench_dev_spec("NVIDIA H100 PCIe", &p), 1);
+  assert_true(p.bf16_tflops == 756.5 && p.mem_tbs == 2.0);
+  assert_int_equal(prm_bench_dev_spec("NVIDIA H100 NVL", &p), 1);
+  assert_true(p.mem_tbs == 3.9);
+  assert_int_equal(prm_bench_dev_spec("NVIDIA H200", &p), 1);
+  assert_true(p.bf16_tflops == 989.4 && p.mem_tbs == 4.8);
+  assert_int_equal(prm_bench_dev_spec("NVIDIA A100-SXM4-40GB", &p), 1);
+  assert_true(p.bf16_tflops == 312.0 && p.mem_tbs == 1.555);
+  assert_int_equal(prm_bench_dev_spec("NVIDIA A100-SXM4-80GB", &p), 1);
+  assert_true(p.mem_tbs == 2.039);
+  assert_int_equal(prm_bench_dev_spec("NVIDIA GeForce RTX 4090", &p), 0);
+  assert_true(p.bf16_tflops == 0 && p.fp32_tflops == 0 && p.mem_tbs == 0);
+  assert_int_equal(prm_bench_dev_spec(NULL, &p), 0);
+  /* bf16 falls back to fp32 where there is no bf16 figure. */
+  prm_bench_dev_peak_t q = {.bf16_tflops = 0, .fp32_tflops = 2.5};
+  assert_true(prm_bench_dev_peak_for(&q, 1) == 2.5);
+  q.bf16_tflops = 7;
+  assert_true(prm_bench_dev_peak_for(&q, 1) == 7 && prm_bench_dev_peak_for(&q, 0) == 2.5);
+  /* Opening: an unknown name is the device key's error; cuda without a
+   * GPU names what is missing (exit 2). */
+  prm_dev_t *d = NULL;
+  prm_err_t err = {0};
+  assert_int_equal(prm_bench_dev_open("tpu", &d, &err), PRM_ECONFIG);
+  assert_null(d);
+  assert_int_equal(prm_bench_dev_open("cpu", &d, &err), 0);
+  assert_int_equal(d->kind, PRM_DEV_KIND_CPU);
+  prm_bench_dev_peak(d, &p);
+  assert_true(p.fp32_tflops > 0);
+  prm_dev_close(d);
+}
+
 static void test_gemm_errors(void **state) {
   (void)state;
   prm_err_t err = {0};
@@ -368,6 +406,7 @@ int main(void) {
       cmocka_unit_test(test_jsonl),        cmocka_unit_test(test_json),
       cmocka_unit_test(test_markdown),     cmocka_unit_test(test_bad_extension),
       cmocka_unit_test(test_gemm),         cmocka_unit_test(test_gemm_errors),
+      cmocka_unit_test(test_dev_spec),
       cmocka_unit_test(test_dense_gemms),  cmocka_unit_test(test_attention),
       cmocka_unit_test(test_node),
   };

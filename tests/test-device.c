@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "primus/prm_bench.h"
 #include "primus/prm_device.h"
 #include "primus/prm_kernels.h"
 
@@ -661,6 +662,114 @@ static void test_open(void **state) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The timer and the benchmarks' measurements on this backend (issue 24)   */
+/* ------------------------------------------------------------------------ */
+
+static void test_timer(void **state) {
+  (void)state;
+  /* CUDA times on the device's clock; the CPU backends on the host's. */
+  assert_int_equal(prm_dev_has_timer(g_dev), g_dev->kind == PRM_DEV_KIND_CUDA);
+  const int64_t n = 192;
+  prm_rng_t r;
+  prm_rng_seed(&r, 7);
+  float *h = falloc(n * n);
+  randn(h, n * n, &r, 1.0);
+  float *a = dup_dev(h, (size_t)(n * n) * 4), *c = dup_dev(h, (size_t)(n * n) * 4);
+  prm_err_t err = {0};
+  prm_dev_timer_t t;
+  double ms = -1;
+  /* The work between the marks: the timer's figure is positive and within
+   * the host's wall time around start and stop (the device cannot have
+   * spent longer than that on it). */
+  double w0 = prm_time_now();
+  assert_int_equal(prm_dev_timer_start(g_dev, &t, &err), 0);
+  for (int i = 0; i < 4; i++) prm_dev_sgemm(g_dev, 0, 1, n, n, n, 1.0f, a, n, a, n, 0.0f, c, n);
+  assert_int_equal(prm_dev_timer_stop(g_dev, &t, &ms, &err), 0);
+  double wall = (prm_time_now() - w0) * 1e3;
+  assert_true(isfinite(ms) && ms > 0);
+  assert_true(ms <= wall * 1.01 + 0.05);
+  /* The timed work is done when stop returns: its result is readable and
+   * is the product the reference computes. */
+  float *got = falloc(n * n), *want = falloc(n * n);
+  fetch(got, c, (size_t)(n * n) * 4);
+  prm_sgemm(&g_gemm, 0, 1, n, n, n, 1.0f, h, n, h, n, 0.0f, want, n);
+  for (int64_t i = 0; i < n * n; i++) assert_true(fabsf(got[i] - want[i]) <= 1e-3f * (1 + fabsf(want[i])));
+  /* A failure inside the timed region is reported by stop. */
+  if (g_dev->kind == PRM_DEV_KIND_CUDA) {
+    assert_int_equal(prm_dev_timer_start(g_dev, &t, &err), 0);
+    prm_dev_sgemm(g_dev, 0, 0, -1, n, n, 1.0f, a, n, a, n, 0.0f, c, n);
+    assert_int_not_equal(prm_dev_timer_stop(g_dev, &t, &ms, &err), 0);
+    assert_non_null(strstr(err.msg, "negative shape"));
+  }
+  dfree(a, (size_t)(n * n) * 4);
+  dfree(c, (size_t)(n * n) * 4);
+  free(h);
+  free(got);
+  free(want);
+}
+
+static void test_bench(void **state) {
+  (void)state;
+  prm_err_t err = {0};
+  for (int bf16 = 0; bf16 < 2; bf16++)
+    for (int tr = 0; tr < 4; tr++) {
+      prm_bench_gemm_opts_t o = {.m = 40, .n = 24, .k = 16, .trans_a = tr & 1, .trans_b = tr >> 1,
+                                 .bf16 = bf16, .duration_s = 0.002};
+      prm_bench_gemm_result_t r;
+      int rc = prm_bench_dev_gemm(g_dev, &o, &r, &err);
+      if (rc) fprintf(stderr, "%s\n", err.msg);
+      assert_int_equal(rc, 0);
+      assert_string_equal(r.backend, g_dev->i->name);
+      assert_true(r.iters >= 1);
+      assert_true(r.ms_avg > 0 && r.tflops > 0 && r.gbs > 0 && isfinite(r.tflops));
+      assert_true(r.ms_min <= r.ms_avg * 1.0000001);
+      double es = bf16 ? 2 : 4;
+      assert_true(fabs(r.intensity - 2.0 * 40 * 24 * 16 / (es * (40 * 16 + 16 * 24) + 4.0 * 40 * 24)) < 1e-9);
+      assert_true(isfinite(r.peak_fraction) && r.peak_fraction >= 0);
+    }
+  prm_bench_gemm_opts_t bad = {.m = 0, .n = 8, .k = 8};
+  prm_bench_gemm_result_t gr;
+  assert_int_equal(prm_bench_dev_gemm(g_dev, &bad, &gr, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "M, N and K"));
+  /* Attention: fp32 forward and backward; bf16 is refused by name. */
+  prm_bench_attn_opts_t ao = {.batch = 1, .seq = 24, .heads = 4, .kv_heads = 2, .head_dim = 8,
+                              .duration_s = 0.004};
+  prm_bench_attn_result_t ar;
+  assert_int_equal(prm_bench_dev_attention(g_dev, &ao, &ar, &err), 0);
+  assert_true(ar.fwd_iters >= 1 && ar.bwd_iters >= 1);
+  assert_true(ar.fwd_ms > 0 && ar.bwd_ms > 0 && ar.fwd_tflops > 0 && ar.bwd_tflops > 0);
+  assert_true(fabs(ar.fwd_tflops * ar.fwd_ms * 1e9 - 2.0 * 4 * 24 * 24 * 8) < 1e-3 * 2.0 * 4 * 24 * 24 * 8);
+  ao.bf16 = 1;
+  assert_int_equal(prm_bench_dev_attention(g_dev, &ao, &ar, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "fp32 only"));
+  ao.bf16 = 0, ao.kv_heads = 3;
+  assert_int_equal(prm_bench_dev_attention(g_dev, &ao, &ar, &err), PRM_EINVAL);
+  /* Copies each way: a device copy counts read + written bytes. */
+  for (int k = PRM_BENCH_COPY_D2D; k <= PRM_BENCH_COPY_D2H; k++) {
+    prm_bench_copy_result_t cr;
+    int rc = prm_bench_dev_copy(g_dev, (prm_bench_copy_kind_t)k, (size_t)1 << 20, 0.004, &cr, &err);
+    if (rc) fprintf(stderr, "%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(cr.iters >= 1 && cr.ms_avg > 0 && cr.gbs > 0 && cr.best_gbs >= cr.gbs * 0.999999);
+    double moved = (k == PRM_BENCH_COPY_D2D ? 2.0 : 1.0) * (double)(1 << 20);
+    assert_true(fabs(cr.gbs - moved / (cr.ms_avg * 1e-3) / 1e9) < 1e-6 * cr.gbs);
+  }
+  prm_bench_copy_result_t cr;
+  assert_int_equal(prm_bench_dev_copy(g_dev, PRM_BENCH_COPY_D2D, 0, 0.01, &cr, &err), PRM_EINVAL);
+  /* The device's peak: a GPU's data sheet (known for the lent H100), the
+   * CPU's measured FMA peak. */
+  prm_bench_dev_peak_t pk;
+  prm_bench_dev_peak(g_dev, &pk);
+  if (g_dev->kind == PRM_DEV_KIND_CPU) {
+    assert_true(pk.fp32_tflops > 0);
+    assert_non_null(strstr(pk.source, "measured"));
+  } else {
+    printf("peak of %s: bf16 %.1f, fp32 %.1f TFLOP/s, %.2f TB/s (%s)\n", g_dev->info.name,
+           pk.bf16_tflops, pk.fp32_tflops, pk.mem_tbs, pk.source);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
   const char *backend = "cpu";
@@ -698,6 +807,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_attention),     cmocka_unit_test(test_attention_decode),
       cmocka_unit_test(test_xent),          cmocka_unit_test(test_lmhead_xent),
       cmocka_unit_test(test_adamw_reductions), cmocka_unit_test(test_open),
+      cmocka_unit_test(test_timer),         cmocka_unit_test(test_bench),
   };
   rc = cmocka_run_group_tests(tests, NULL, NULL);
   prm_dev_close(g_dev);

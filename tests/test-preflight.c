@@ -403,6 +403,168 @@ static void test_compare(void **state) {
   assert_false(prm_pf_metric_lower_better(PRM_PF_M_DISK_READ));
 }
 
+/* The GPU metrics also WARN between the threshold and halfway to 1. */
+static void test_compare_gpu(void **state) {
+  (void)state;
+  assert_int_equal(prm_pf_compare(PRM_PF_M_GPU_GEMM_BF16, 95, 100.0, 0.8), PRM_PF_OK);
+  assert_int_equal(prm_pf_compare(PRM_PF_M_GPU_GEMM_BF16, 90, 100.0, 0.8), PRM_PF_OK);
+  assert_int_equal(prm_pf_compare(PRM_PF_M_GPU_GEMM_BF16, 89.9, 100.0, 0.8), PRM_PF_WARN);
+  assert_int_equal(prm_pf_compare(PRM_PF_M_GPU_GEMM_FP32, 80, 100.0, 0.8), PRM_PF_WARN);
+  assert_int_equal(prm_pf_compare(PRM_PF_M_GPU_HBM, 79.9, 100.0, 0.8), PRM_PF_FAIL);
+  assert_int_equal(prm_pf_compare(PRM_PF_M_GPU_HBM, 60, 100.0, 0.5), PRM_PF_WARN);
+  assert_int_equal(prm_pf_compare(PRM_PF_M_GPU_HBM, 0, 100.0, 0.8), PRM_PF_SKIP);
+  /* threshold 1: no band, the figure passes or fails. */
+  assert_int_equal(prm_pf_compare(PRM_PF_M_GPU_HBM, 100, 100.0, 1.0), PRM_PF_OK);
+  assert_int_equal(prm_pf_compare(PRM_PF_M_GPU_HBM, 99, 100.0, 1.0), PRM_PF_FAIL);
+  /* The CPU metrics keep no WARN band. */
+  assert_int_equal(prm_pf_compare(PRM_PF_M_GEMM_FP32, 85, 100.0, 0.8), PRM_PF_OK);
+  assert_string_equal(prm_pf_metric_key(PRM_PF_M_GPU_GEMM_BF16), "gpu_gemm_bf16_tflops");
+  assert_string_equal(prm_pf_metric_unit(PRM_PF_M_GPU_HBM), "GB/s");
+}
+
+/* nvidia-smi's memory query: full lines, unreported fields, the basic
+ * query, and text that is not its output. */
+static void test_gpu_mem_parse(void **state) {
+  (void)state;
+  prm_pf_gpu_mem_t g[8];
+  const char *full =
+      "0, NVIDIA H100 80GB HBM3, 81559, 1, 81558, 0, 0, [N/A], [N/A], No, No, 0\n"
+      "1, NVIDIA H100 80GB HBM3, 81559, 4097, 77462, 2, 5, Yes, 3, Yes, Yes, 1\r\n";
+  assert_int_equal(prm_pf_gpu_mem_parse(full, g, 8), 2);
+  assert_int_equal(g[0].index, 0);
+  assert_string_equal(g[0].name, "NVIDIA H100 80GB HBM3");
+  assert_true(g[0].total_mib == 81559 && g[0].used_mib == 1 && g[0].free_mib == 81558);
+  assert_true(g[0].ecc_volatile == 0 && g[0].ecc_aggregate == 0);
+  assert_int_equal(g[0].retired_pending, -1);
+  assert_true(g[0].retired_dbe == -1);
+  assert_int_equal(g[0].remap_pending, 0);
+  assert_int_equal(g[0].remap_failure, 0);
+  assert_true(g[1].ecc_volatile == 2 && g[1].ecc_aggregate == 5 && g[1].retired_dbe == 3);
+  assert_int_equal(g[1].retired_pending, 1);
+  assert_int_equal(g[1].remap_pending, 1);
+  assert_int_equal(g[1].remap_failure, 1);
+  assert_true(g[1].remap_uncorrectable == 1);
+  /* The basic query: the health fields are unknown. */
+  assert_int_equal(prm_pf_gpu_mem_parse("3, Tesla V100, 16160, 0, 16160\n", g, 8), 1);
+  assert_int_equal(g[0].index, 3);
+  assert_true(g[0].ecc_volatile == -1 && g[0].remap_uncorrectable == -1);
+  assert_int_equal(g[0].remap_pending, -1);
+  /* Not its output: nothing, or the line skipped. */
+  const char *junk[] = {"", "\n\n", "No devices were found\n", "Failed to initialize NVML: Driver/library version mismatch\n",
+                        "x, a, 1, 2, 3\n", "-1, a, 1, 2, 3\n", "0, a, 1\n", ",,,,,,,,,,,,,,,,,,,,\n"};
+  for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++)
+    assert_int_equal(prm_pf_gpu_mem_parse(junk[i], g, 8), 0);
+  assert_int_equal(prm_pf_gpu_mem_parse(NULL, g, 8), 0);
+  /* Out-of-range and garbled numbers are unknown, not wrapped. */
+  assert_int_equal(prm_pf_gpu_mem_parse("0, n, 1e400, 99999999999999999999999, -5, 18446744073709551615, 1x, maybe\n", g, 8), 1);
+  assert_true(g[0].total_mib == -1 && g[0].free_mib == -1 && g[0].ecc_volatile == -1 && g[0].ecc_aggregate == -1);
+  assert_int_equal(g[0].retired_pending, -1);
+  /* At most max entries; a line too long to hold is skipped. */
+  assert_int_equal(prm_pf_gpu_mem_parse(full, g, 1), 1);
+  char *longl = prm_xmalloc(5000);
+  memset(longl, '7', 4999);
+  longl[4999] = 0;
+  assert_int_equal(prm_pf_gpu_mem_parse(longl, g, 8), 0);
+  free(longl);
+}
+
+/* gpu.memory on the 8 x H100 fixture with the nvidia-smi stand-in (GPU 2:
+ * uncorrected ECC errors, FAIL; GPU 4: remaps pending and GPU 7: memory in
+ * use, WARN); SKIP on a CPU node. */
+static void test_gpu_memory(void **state) {
+  (void)state;
+  prm_pf_results_t r;
+  char *smi = prm_test_tool_dir("smi/nvidia-h100", "nvidia");
+  run_fixture("h100-8", PRM_PF_CAT_BIT(PRM_PF_GPU), 8, smi, &r);
+  expect_level(&r, "gpu.memory", PRM_PF_FAIL);
+  expect_msg(&r, "gpu.memory", "GPU 2: 3 uncorrected ECC errors since the driver loaded");
+  expect_msg(&r, "gpu.memory", "GPU 4: remapped rows pending");
+  expect_msg(&r, "gpu.memory", "GPU 7: 73366 of 81559 MiB free");
+  assert_null(strstr(need(&r, "gpu.memory")->message, "GPU 6"));
+  assert_true(need(&r, "gpu.memory")->value == 73366);
+  assert_non_null(strstr(need(&r, "gpu.memory")->hint, "nvidia-smi -r"));
+  prm_pf_results_free(&r);
+  run_fixture("cpu-only", PRM_PF_CAT_BIT(PRM_PF_GPU), -1, NULL, &r);
+  expect_level(&r, "gpu.memory", PRM_PF_SKIP);
+  expect_msg(&r, "gpu.memory", "no NVIDIA GPU");
+  prm_pf_results_free(&r);
+  free(smi);
+}
+
+/* The GPU perf checks through the tagged test device (the CPU backend
+ * standing in for a GPU, small shapes), judged against baselines written
+ * here; without it (no GPU on this machine) they SKIP naming why. */
+static void test_gpu_perf(void **state) {
+  (void)state;
+  const char *dir = prm_test_tmpdir();
+  prm_pf_opts_t o;
+  prm_pf_opts_init(&o);
+  o.cats = PRM_PF_CAT_BIT(PRM_PF_PERF);
+  o.only = "perf.gpu_";
+  o.quick = 1;
+  prm_err_t err = {0};
+  prm_pf_results_t r = {0};
+  /* Measured: positive figures, recorded as a baseline would be. */
+  double v[PRM_PF__METRICS] = {0};
+  char why[1200] = "";
+  setenv("PRIMUS_DEVICE_TAGGED", "1", 1);
+  assert_int_equal(prm_pf_gpu_perf_measure(1, v, why, sizeof why), 0);
+  assert_true(v[PRM_PF_M_GPU_GEMM_BF16] > 0 && v[PRM_PF_M_GPU_GEMM_FP32] > 0 && v[PRM_PF_M_GPU_HBM] > 0);
+  /* A baseline far above any CPU: FAIL; far below: OK. */
+  char *high = prm_test_write(dir, "gpu-high.yaml",
+                              "platform: cpu\ngpu_gemm_bf16_tflops: 1000000\ngpu_gemm_fp32_tflops: 1000000\ngpu_hbm_gbs: 1e9\n");
+  char *low = prm_test_write(dir, "gpu-low.yaml",
+                             "platform: cpu\ngpu_gemm_bf16_tflops: 1e-9\ngpu_gemm_fp32_tflops: 1e-9\ngpu_hbm_gbs: 1e-9\n");
+  char *none = prm_test_write(dir, "gpu-none.yaml", "platform: cpu\ntriad_gbs: 3\n");
+  o.baseline = high;
+  assert_int_equal(prm_pf_run(&o, &r, &err), 0);
+  assert_int_equal(r.n, 3); /* --only: the three GPU checks, nothing else */
+  expect_level(&r, "perf.gpu_gemm_bf16", PRM_PF_FAIL);
+  expect_level(&r, "perf.gpu_gemm_fp32", PRM_PF_FAIL);
+  expect_level(&r, "perf.gpu_hbm", PRM_PF_FAIL);
+  expect_msg(&r, "perf.gpu_hbm", "warn below 90%, fail below 80%");
+  assert_true(need(&r, "perf.gpu_gemm_bf16")->value > 0);
+  assert_string_equal(need(&r, "perf.gpu_gemm_bf16")->unit, "TFLOP/s");
+  prm_pf_results_free(&r);
+  o.baseline = low;
+  assert_int_equal(prm_pf_run(&o, &r, &err), 0);
+  expect_level(&r, "perf.gpu_gemm_bf16", PRM_PF_OK);
+  expect_level(&r, "perf.gpu_hbm", PRM_PF_OK);
+  prm_pf_results_free(&r);
+  o.baseline = none;
+  assert_int_equal(prm_pf_run(&o, &r, &err), 0);
+  expect_level(&r, "perf.gpu_gemm_fp32", PRM_PF_SKIP);
+  expect_msg(&r, "perf.gpu_gemm_fp32", "has no gpu_gemm_fp32_tflops");
+  prm_pf_results_free(&r);
+  /* No GPU here (no driver): SKIP saying so; the measurement says why. */
+  unsetenv("PRIMUS_DEVICE_TAGGED");
+  setenv("PRIMUS_CUDA_MODULE", "/nonexistent/libprimus-cuda.so", 1);
+  assert_int_equal(prm_pf_gpu_perf_measure(1, v, why, sizeof why), -1);
+  assert_true(v[PRM_PF_M_GPU_GEMM_BF16] == 0 && v[PRM_PF_M_GPU_HBM] == 0);
+  assert_non_null(strstr(why, "no GPU device"));
+  o.baseline = high;
+  assert_int_equal(prm_pf_run(&o, &r, &err), 0);
+  expect_level(&r, "perf.gpu_gemm_bf16", PRM_PF_SKIP);
+  expect_level(&r, "perf.gpu_hbm", PRM_PF_SKIP);
+  expect_msg(&r, "perf.gpu_hbm", "libprimus-cuda.so");
+  prm_pf_results_free(&r);
+  unsetenv("PRIMUS_CUDA_MODULE");
+  /* The baseline round trip keeps the GPU keys. */
+  prm_pf_perf_t p, q;
+  memset(&p, 0, sizeof p);
+  snprintf(p.platform, sizeof p.platform, "h100");
+  p.v[PRM_PF_M_GPU_GEMM_BF16] = 701.5;
+  p.v[PRM_PF_M_GPU_HBM] = 2950;
+  char *path = prm_xasprintf("%s/bl-gpu/h100.yaml", dir);
+  if (prm_pf_baseline_write(path, &p, NULL, &err)) fail_msg("%s", err.msg);
+  if (prm_pf_baseline_load(path, &q, &err)) fail_msg("%s", err.msg);
+  assert_true(q.v[PRM_PF_M_GPU_GEMM_BF16] == 701.5 && q.v[PRM_PF_M_GPU_HBM] == 2950);
+  assert_true(q.v[PRM_PF_M_GPU_GEMM_FP32] == 0);
+  char *text = prm_test_read(path);
+  assert_non_null(strstr(text, "gpu_gemm_fp32_tflops: null"));
+  free(text), free(path), free(high), free(low), free(none);
+}
+
 static void test_baseline_files(void **state) {
   (void)state;
   const char *dir = prm_test_tmpdir();
@@ -566,6 +728,10 @@ int main(void) {
       cmocka_unit_test(test_kernel_check),
       cmocka_unit_test(test_compare),
       cmocka_unit_test(test_baseline_files),
+      cmocka_unit_test(test_compare_gpu),
+      cmocka_unit_test(test_gpu_mem_parse),
+      cmocka_unit_test(test_gpu_memory),
+      cmocka_unit_test(test_gpu_perf),
       cmocka_unit_test(test_report_merge),
       cmocka_unit_test(test_format),
   };

@@ -103,6 +103,37 @@ expect_rc "baseline has no inter-node figures" 2
 expect_in "names the missing key" "inter_node_busbw_gbs" "$ERR"
 expect_in "names the baseline" "baselines/cpu.yaml" "$ERR"
 
+# --- a run on a GPU: the baseline's GPU figures (issue 24) --------------------
+# A baseline that `preflight calibrate` wrote on a GPU node (in the user's
+# folder, which is searched first); this node has no GPU, so the peak is
+# the measured GEMM rate (a known GPU's would be its data sheet's).
+mkdir -p "$T/gpuhome/.config/primus/baselines"
+cat > "$T/gpuhome/.config/primus/baselines/cpu.yaml" <<Y
+platform: cpu
+gemm_fp32_gflops: 200
+triad_gbs: 20
+allreduce_busbw_gbs: 5
+gpu_gemm_bf16_tflops: 700
+gpu_gemm_fp32_tflops: 50
+gpu_hbm_gbs: 2900
+Y
+HOME="$T/gpuhome" run analyze projection --config pj.yaml device=cuda bf16=true --json
+expect_rc "device: cuda, bf16" 0
+expect_eq "bf16 GEMM rate from gpu_gemm_bf16_tflops" "$(jget 'j["hardware"]["gemm_gflops"]' <<<"$OUT")" 700000
+expect_eq "memory bandwidth from gpu_hbm_gbs" "$(jget 'j["hardware"]["mem_bw_gbs"]' <<<"$OUT")" 2900
+expect_eq "no CPU dispatch cost on a GPU" "$(jget 'j["hardware"]["kernel_launch_us"]' <<<"$OUT")" None
+expect_in "source says GPU figures" "its GPU figures (bf16 GEMM" "$(jget 'j["hardware"]["source"]' <<<"$OUT")"
+HOME="$T/gpuhome" run analyze projection --config pj.yaml device=cuda --json
+expect_rc "device: cuda, fp32" 0
+expect_eq "fp32 GEMM rate from gpu_gemm_fp32_tflops" "$(jget 'j["hardware"]["gemm_gflops"]' <<<"$OUT")" 50000
+HOME="$T/gpuhome" run analyze projection --config pj.yaml --json
+expect_rc "device auto on a node without a GPU" 0
+expect_eq "auto without a GPU: the CPU's GEMM rate" "$(jget 'j["hardware"]["gemm_gflops"]' <<<"$OUT")" 200
+run analyze projection --config pj.yaml device=cuda
+expect_rc "device: cuda with a baseline without GPU figures" 2
+expect_in "names the missing figure" "gpu_gemm_fp32_tflops" "$ERR"
+expect_in "says how to measure it" "preflight calibrate" "$ERR"
+
 # --- errors ------------------------------------------------------------------
 run analyze projection --config pj.yaml --hardware "$HW" tensor_model_parallel_size=3 --gpus_per_node 3
 expect_rc "heads not divisible by TP" 2

@@ -179,6 +179,54 @@ run benchmark train --config exp.yaml --warmup 0 --iters 1 micro_batch_size=1 gl
 expect_rc "train with key=value overrides" 0
 expect_in "prints the table" "tokens_per_s" "$OUT"
 
+# ---- --device: through the device layer (issue 24) ----------------------------
+# PRIMUS_DEVICE_TAGGED=1 makes the CPU backend the tagged test device (its
+# memory unreachable from the host), so the GPU code path runs here.
+export PRIMUS_DEVICE_TAGGED=1
+run benchmark gemm --device cpu --M 48 --N 40 --K 32 --dtype bf16 --duration 0.02 -o dgemm.jsonl
+expect_rc "gemm --device cpu (tagged)" 0
+check_table "gemm --device: the gemm columns, the peak and the timer" dgemm.jsonl "$GEMM_COLS,peak_tflops,timer" 1 "iters,avg_ms,tflops,gbps,intensity,peak_tflops"
+expect_in "gemm --device: the device's name as the backend" '"backend": "tagged"' "$(cat dgemm.jsonl)"
+expect_in "gemm --device: timed around a sync (no device timer)" '"timer": "host + sync"' "$(cat dgemm.jsonl)"
+expect_in "gemm --device: the title names the device" "tagged test memory" "$OUT"
+run benchmark attention --device cpu --seq 32 --heads 4 --kv_heads 2 --head_dim 8 --duration 0.02 -o dattn.csv
+expect_rc "attention --device cpu" 0
+check_table "attention --device .csv" dattn.csv pass,dtype,batch,seq,heads,kv_heads,head_dim,causal,iters,avg_ms,tflops,device,peak_tflops,peak_fraction,timer 2 "iters,avg_ms,tflops"
+run benchmark memory --device cpu --size_mb 2 --duration 0.02 -o dmem.tsv
+expect_rc "memory --device cpu" 0
+check_table "memory --device: three directions" dmem.tsv test,array_mb,device,iters,avg_ms,gbps,best_gbps,peak_gbps,peak_fraction,timer 3 "iters,avg_ms,gbps,best_gbps"
+for t in copy_d2d upload_h2d download_d2h; do expect_in "memory --device: $t" "$t" "$(cat dmem.tsv)"; done
+run benchmark peak --device cpu --runs 1 --gemm_size 48 --copy_mb 2 --duration 0.02 -o dpeak.csv
+expect_rc "peak --device cpu" 0
+check_table "peak with a device: the device columns" dpeak.csv test,threads,gflops,gflops_per_core,device,gbps,peak,peak_fraction 3 ""
+for t in device_gemm_bf16 device_gemm_fp32 device_copy_d2d; do expect_in "peak: $t row" "$t" "$(cat dpeak.csv)"; done
+run benchmark train --config exp.yaml --warmup 0 --iters 1 --device cpu -o dtrain.csv
+expect_rc "train --device cpu (tagged)" 0
+check_table "train --device: device and peak columns" dtrain.csv exp_name,params,seq_length,global_batch,threads,steps,step_ms,tokens_per_s,tflops,mfu,device,peak_tflops 1 "steps,step_ms,tokens_per_s,tflops"
+expect_in "train --device: the tagged device" ",tagged," "$(cat dtrain.csv)"
+unset PRIMUS_DEVICE_TAGGED
+# cuda without a GPU: exit 2 naming what is missing, before anything runs.
+for s in "gemm" "attention" "memory" "peak" "train --config exp.yaml"; do
+  run benchmark $s --device cuda
+  expect_rc "$s --device cuda without a GPU" 2
+  expect_in "$s --device cuda: names the device and what is missing" "device: cuda" "$ERR"
+done
+run benchmark gemm --device tpu
+expect_rc "gemm --device tpu" 2
+expect_in "gemm --device tpu: the choices" "expected auto, cpu or cuda" "$ERR"
+run benchmark gemm --device cpu --backend onednn
+expect_rc "gemm --device with --backend" 2
+expect_in "gemm --device with --backend: why" "with --device the device's own GEMM runs" "$ERR"
+run benchmark gemm --device cpu --tune
+expect_rc "gemm --device with --tune" 2
+run benchmark attention --device cpu --dtype bf16 --seq 8 --heads 2 --head_dim 4
+expect_rc "attention --device bf16" 2
+expect_in "attention --device bf16: fp32 only" "fp32 only" "$ERR"
+# auto without a GPU: peak stays the CPU's table.
+run benchmark peak --runs 1
+expect_rc "peak (auto, no GPU)" 0
+expect_not_in "peak without a GPU: no device rows" "device_gemm" "$OUT"
+
 # ---- tokenizer keeps its lines and gains --output-file ------------------------
 printf 'the jury said\nthe grand county election\n' > corpus.txt
 run benchmark tokenizer --input corpus.txt --tokenizer_type ByteTokenizer --repeat 1 -o tok.csv
