@@ -227,11 +227,11 @@ typedef struct prm_tokenizer prm_tokenizer_t;
  *                          (<|begin_of_text|>, <|end_of_text|> = EOD,
  *                          <|eot_id|> ... as Llama 3.1 names them).
  *   "HuggingFaceTokenizer" model = a tokenizer.json (or a folder holding one)
- *                          with a byte-level BPE model; pre-tokenizer
- *                          ByteLevel (GPT-2's regex) or a Split of a known
- *                          pattern (Llama 3's, Qwen2's, o200k's) followed by
- *                          ByteLevel without regex. Its added_tokens are
- *                          matched in the text (longest first) as HF does.
+ *                          with a BPE, WordPiece, WordLevel or Unigram model
+ *                          and the normalizers, pre-tokenizers, decoders and
+ *                          post-processors docs/data.md lists. Its
+ *                          added_tokens are matched in the text (longest
+ *                          first, with their flags) as HF does.
  *                          EOD = the added token "<|endoftext|>", else
  *                          "</s>", else "<eos>", else -1. Vocab = largest
  *                          id + 1. Any other construct is PRM_EINVAL naming
@@ -251,6 +251,13 @@ int prm_tokenizer_open(const char *type, const char *model, prm_tokenizer_t **ou
 void prm_tokenizer_free(prm_tokenizer_t *t);
 int64_t prm_tokenizer_vocab(const prm_tokenizer_t *t);
 int32_t prm_tokenizer_eod(const prm_tokenizer_t *t); /* -1 when none */
+/* The special tokens that Hugging Face's encode puts around one text with
+ * add_special_tokens (a tokenizer.json's post-processor: TemplateProcessing,
+ * BertProcessing, RobertaProcessing, Sequence of them): *pre before it,
+ * *post after it, arrays owned by t; none for the other types.
+ * PRM_EINVAL naming the post-processor when primus does not read it. */
+int prm_tokenizer_template(const prm_tokenizer_t *t, const int32_t **pre, int *npre,
+                           const int32_t **post, int *npost, prm_err_t *err);
 /* The id of a token given by its text (special tokens included, e.g.
  * "<|endoftext|>"); -1 when there is none. */
 int32_t prm_tokenizer_token_to_id(const prm_tokenizer_t *t, const char *token);

@@ -160,6 +160,16 @@ int prm__bpe_add(prm__bpe_t *b, int32_t id, const void *bytes, size_t n, int spe
   return 0;
 }
 
+void prm__bpe_index(prm__bpe_t *b, int32_t id) {
+  const char *bytes = b->arena + b->off[id];
+  size_t n = b->len[id];
+  if (!n || prm__bpe_find(b, bytes, n) >= 0) return;
+  uint64_t k8 = load8(bytes, n), h = slot_hash(bytes, n, k8);
+  uint32_t i = (uint32_t)h & b->mask;
+  while (b->slots[i].id1) i = (i + 1) & b->mask;
+  b->slots[i] = (prm__tok_slot_t){k8, slot_tag(h, n), id + 1};
+}
+
 static uint32_t pair_slot(const prm__bpe_t *b, uint64_t key) {
   uint32_t i = (uint32_t)mix64(key) & b->pmask;
   while (b->pkey[i] != UINT64_MAX && b->pkey[i] != key) i = (i + 1) & b->pmask;

@@ -48,7 +48,7 @@ static int64_t token_bytes(const int16_t inv[512], const char *s, char *out) {
   return n;
 }
 
-static int json_int(const cJSON *j, int64_t *v) {
+int prm__json_int(const cJSON *j, int64_t *v) {
   if (!cJSON_IsNumber(j)) return 0;
   double d = j->valuedouble;
   if (d < 0 || d > 2147483646.0 || d != (double)(int64_t)d) return 0;
@@ -58,7 +58,7 @@ static int json_int(const cJSON *j, int64_t *v) {
 
 static int not_null(const cJSON *j) { return j && !cJSON_IsNull(j); }
 
-static const char *type_of(const cJSON *j) {
+const char *prm__json_type(const cJSON *j) {
   const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
   return cJSON_IsString(type) ? type->valuestring : "none";
 }
@@ -83,13 +83,13 @@ static int check_pretok(const cJSON *pre, const char *path, int *add_prefix_spac
                         int *ndig, prm_err_t *err) {
   *pat = PRM__PAT_GPT2;
   *ndig = 0;
-  if (!strcmp(type_of(pre), "ByteLevel"))
+  if (!strcmp(prm__json_type(pre), "ByteLevel"))
     return check_bytelevel(pre, path, "pre_tokenizer", 1, add_prefix_space, err);
-  if (!strcmp(type_of(pre), "Sequence")) {
+  if (!strcmp(prm__json_type(pre), "Sequence")) {
     const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
     const cJSON *split = cJSON_GetArrayItem(seq, 0), *bl = cJSON_GetArrayItem(seq, 1);
-    if (cJSON_GetArraySize(seq) == 2 && !strcmp(type_of(split), "Split") &&
-        !strcmp(type_of(bl), "ByteLevel")) {
+    if (cJSON_GetArraySize(seq) == 2 && !strcmp(prm__json_type(split), "Split") &&
+        !strcmp(prm__json_type(bl), "ByteLevel")) {
       const cJSON *rx = cJSON_GetObjectItemCaseSensitive(
           cJSON_GetObjectItemCaseSensitive(split, "pattern"), "Regex");
       const cJSON *beh = cJSON_GetObjectItemCaseSensitive(split, "behavior");
@@ -109,7 +109,7 @@ static int check_pretok(const cJSON *pre, const char *path, int *add_prefix_spac
   }
   return prm_errf(err, PRM_EINVAL,
                   "%s: pre_tokenizer: not implemented: %s (supported: ByteLevel, or Sequence of "
-                  "Split and ByteLevel)", path, type_of(pre));
+                  "Split and ByteLevel)", path, prm__json_type(pre));
 }
 
 static const char META[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
@@ -120,11 +120,11 @@ static int check_sp_normalizer(const cJSON *n, const char *path, prm__hf_info_t 
                                prm_err_t *err) {
   if (!not_null(n)) return 0;
   const cJSON *list = n, *one = NULL;
-  int seq = !strcmp(type_of(n), "Sequence");
+  int seq = !strcmp(prm__json_type(n), "Sequence");
   if (seq) list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
   int k = 0;
   for (one = seq ? (list ? list->child : NULL) : n; one; one = seq ? one->next : NULL, k++) {
-    const char *ty = type_of(one);
+    const char *ty = prm__json_type(one);
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(one, "prepend");
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(one, "pattern"), "String");
@@ -154,10 +154,10 @@ static int check_sp_pretok(const cJSON *pre, const char *path, prm__hf_info_t *i
   const cJSON *rep = cJSON_GetObjectItemCaseSensitive(pre, "replacement");
   const cJSON *scheme = cJSON_GetObjectItemCaseSensitive(pre, "prepend_scheme");
   const cJSON *aps = cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space");
-  if (strcmp(type_of(pre), "Metaspace") || !cJSON_IsString(rep) ||
+  if (strcmp(prm__json_type(pre), "Metaspace") || !cJSON_IsString(rep) ||
       strcmp(rep->valuestring, META))
     return prm_errf(err, PRM_EINVAL, "%s: pre_tokenizer: not implemented: %s", path,
-                    type_of(pre));
+                    prm__json_type(pre));
   /* split (the default): a piece starts at every "\u2581" (MergedWithNext). */
   info->meta_split = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "split"));
   info->space_to_meta = 1;
@@ -175,17 +175,17 @@ static int check_sp_decoder(const cJSON *d, const char *path, prm__hf_info_t *in
                             prm_err_t *err) {
   info->dec_meta = 1;
   if (!not_null(d)) return 0;
-  if (!strcmp(type_of(d), "Metaspace")) {
+  if (!strcmp(prm__json_type(d), "Metaspace")) {
     const cJSON *scheme = cJSON_GetObjectItemCaseSensitive(d, "prepend_scheme");
     info->dec_strip = !(cJSON_IsString(scheme) && !strcmp(scheme->valuestring, "never"));
     return 0;
   }
-  const cJSON *list = strcmp(type_of(d), "Sequence") ? NULL
+  const cJSON *list = strcmp(prm__json_type(d), "Sequence") ? NULL
                                                       : cJSON_GetObjectItemCaseSensitive(d, "decoders");
   if (!list)
-    return prm_errf(err, PRM_EINVAL, "%s: decoder: not implemented: %s", path, type_of(d));
+    return prm_errf(err, PRM_EINVAL, "%s: decoder: not implemented: %s", path, prm__json_type(d));
   for (const cJSON *one = list->child; one; one = one->next) {
-    const char *ty = type_of(one);
+    const char *ty = prm__json_type(one);
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(one, "pattern"), "String");
     const cJSON *con = cJSON_GetObjectItemCaseSensitive(one, "content");
@@ -207,46 +207,38 @@ static int check_sp_decoder(const cJSON *d, const char *path, prm__hf_info_t *in
 
 /* A ByteLevel layout: the pre-tokenizer is ByteLevel or has one. */
 static int is_bytelevel(const cJSON *pre) {
-  if (!strcmp(type_of(pre), "ByteLevel")) return 1;
+  if (!strcmp(prm__json_type(pre), "ByteLevel")) return 1;
   const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
   for (const cJSON *p = seq ? seq->child : NULL; p; p = p->next)
-    if (!strcmp(type_of(p), "ByteLevel")) return 1;
+    if (!strcmp(prm__json_type(p), "ByteLevel")) return 1;
   return 0;
 }
 
-int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_t *err) {
-  char *file = prm_fs_is_dir(path) ? prm_path_join(path, "tokenizer.json") : prm_xstrdup(path);
-  char *text = NULL, *buf = NULL;
-  size_t len = 0;
-  cJSON *root = NULL;
-  int rc;
-  int16_t inv[512];
-  unicode_to_bytes(inv);
-  memset(info, 0, sizeof *info);
-  info->eod = -1;
-  memset(b, 0, sizeof *b);
-
-  if ((rc = prm_fs_read_all(file, &text, &len, err))) goto done;
-  root = cJSON_ParseWithLength(text, len);
-  if (!root) {
-    rc = prm_errf(err, PRM_EPARSE, "%s: not valid JSON (near byte %td)", file,
-                  cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : (ptrdiff_t)0);
-    goto done;
-  }
+/* The vocabulary, added tokens and merges of a BPE model (byte-level, or
+ * character-level with charlevel) into b; *eod is the end-of-document id or
+ * -1. flags_ok: added tokens may have single_word/lstrip/rstrip (the caller
+ * handles them), else they are refused. On failure b is freed. */
+int prm__hf_bpe_model(const cJSON *root, const char *file, int charlevel, int flags_ok,
+                      prm__bpe_t *b, int32_t *eod, prm_err_t *err) {
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   const cJSON *mtype = cJSON_GetObjectItemCaseSensitive(model, "type");
   const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
   const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
   const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-  const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
-  if (!cJSON_IsObject(model) || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) {
-    rc = prm_errf(err, PRM_EPARSE, "%s: model: expected an object with \"vocab\" (object) and "
-                  "\"merges\" (array)", file);
-    goto done;
-  }
+  char *buf = NULL;
+  int rc;
+  int16_t inv[512];
+  unicode_to_bytes(inv);
+  *eod = -1;
+  memset(b, 0, sizeof *b);
   if (mtype && (!cJSON_IsString(mtype) || strcmp(mtype->valuestring, "BPE"))) {
     rc = prm_errf(err, PRM_EINVAL, "%s: model.type: not implemented: only \"BPE\" is supported, "
                   "got %s", file, cJSON_IsString(mtype) ? mtype->valuestring : "a non-string");
+    goto done;
+  }
+  if (!cJSON_IsObject(model) || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: model: expected an object with \"vocab\" (object) and "
+                  "\"merges\" (array)", file);
     goto done;
   }
   static const char *const unsupported[] = {"continuing_subword_prefix", "end_of_word_suffix"};
@@ -262,40 +254,12 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
     rc = prm_errf(err, PRM_EINVAL, "%s: model.dropout: not implemented", file);
     goto done;
   }
-  int charlevel = !is_bytelevel(pre);
-  if (!charlevel) {
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
-      rc = prm_errf(err, PRM_EINVAL, "%s: model.byte_fallback: not implemented with a "
-                    "ByteLevel pre-tokenizer", file);
-      goto done;
-    }
-    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
-    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(norm, "normalizers");
-    if (!strcmp(type_of(norm), "NFC") ||
-        (!strcmp(type_of(norm), "Sequence") && cJSON_GetArraySize(nl) == 1 &&
-         !strcmp(type_of(cJSON_GetArrayItem(nl, 0)), "NFC"))) {
-      info->nfc = 1;
-    } else if (not_null(norm)) {
-      rc = prm_errf(err, PRM_EINVAL, "%s: normalizer: not implemented: %s (only NFC or null with "
-                    "a ByteLevel pre-tokenizer)", file, type_of(norm));
-      goto done;
-    }
-    if ((rc = check_pretok(pre, file, &info->add_prefix_space, &info->pat, &info->ndig, err)))
-      goto done;
-  } else if ((rc = check_sp_normalizer(cJSON_GetObjectItemCaseSensitive(root, "normalizer"),
-                                       file, info, err)) ||
-             (rc = check_sp_pretok(pre, file, info, err)) ||
-             (rc = check_sp_decoder(cJSON_GetObjectItemCaseSensitive(root, "decoder"), file,
-                                    info, err))) {
-    goto done;
-  }
-
   /* The id space: the largest id of the vocabulary and the added tokens. */
   int64_t max_id = -1, id, nids = 0;
   int32_t n_ids;
   size_t longest = 1;
   for (const cJSON *v = vocab->child; v; v = v->next) {
-    if (!json_int(v, &id)) {
+    if (!prm__json_int(v, &id)) {
       rc = prm_errf(err, PRM_EPARSE, "%s: model.vocab[\"%s\"]: expected an id", file, v->string);
       goto done;
     }
@@ -310,7 +274,7 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
   int ai = 0;
   for (const cJSON *a = added ? added->child : NULL; a; a = a->next, ai++) {
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(a, "content");
-    if (!json_int(cJSON_GetObjectItemCaseSensitive(a, "id"), &id) || !cJSON_IsString(content) ||
+    if (!prm__json_int(cJSON_GetObjectItemCaseSensitive(a, "id"), &id) || !cJSON_IsString(content) ||
         !content->valuestring[0]) {
       rc = prm_errf(err, PRM_EPARSE, "%s: added_tokens[%d]: expected \"id\" and \"content\"",
                     file, ai);
@@ -320,7 +284,7 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
     nids++;
     static const char *const flags[] = {"single_word", "lstrip", "rstrip"};
     for (int k = 0; k < 3; k++)
-      if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, flags[k]))) {
+      if (!flags_ok && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, flags[k]))) {
         rc = prm_errf(err, PRM_EINVAL, "%s: added_tokens[%d].%s: not implemented (only false)",
                       file, ai, flags[k]);
         goto done;
@@ -345,7 +309,7 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
   ai = 0;
   for (const cJSON *a = added ? added->child : NULL; a; a = a->next, ai++) {
     const char *content = cJSON_GetObjectItemCaseSensitive(a, "content")->valuestring;
-    json_int(cJSON_GetObjectItemCaseSensitive(a, "id"), &id);
+    prm__json_int(cJSON_GetObjectItemCaseSensitive(a, "id"), &id);
     if ((rc = prm__bpe_add(b, (int32_t)id, content, strlen(content), 1, err))) {
       prm_err_prefix(err, "%s: added_tokens[%d]", file, ai);
       goto done;
@@ -355,15 +319,19 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
     for (int k = 0; k < 3; k++)
       if (k < eod_pref && !strcmp(content, eod_names[k])) {
         eod_pref = k;
-        info->eod = (int32_t)id;
+        *eod = (int32_t)id;
       }
   }
   buf = prm_xmalloc(2 * longest + 2);
   for (const cJSON *v = vocab->child; v; v = v->next) {
-    json_int(v, &id);
-    if (b->len[id] && b->special[id]) continue; /* an added token kept in the vocab */
+    prm__json_int(v, &id);
     int64_t n = charlevel ? (int64_t)strlen(v->string) : token_bytes(inv, v->string, buf);
     if (charlevel) memcpy(buf, v->string, (size_t)n);
+    if (b->len[id] && b->special[id]) { /* an added token kept in the vocab */
+      if (n > 0 && b->len[id] == n && !memcmp(b->arena + b->off[id], buf, (size_t)n))
+        prm__bpe_index(b, (int32_t)id);
+      continue;
+    }
     if (n <= 0) {
       rc = prm_errf(err, PRM_EINVAL, "%s: model.vocab[\"%s\"]: not a byte-level token (a "
                     "character outside GPT-2's bytes-to-unicode table)", file, v->string);
@@ -375,17 +343,6 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
     }
   }
   if ((rc = prm__bpe_finish(b, file, err))) goto done;
-  if (charlevel && info->no_pretok) {
-    info->word_split = 1;
-    for (int32_t i = 0; i < b->n_ids && info->word_split; i++) {
-      const char *tk = b->arena + b->off[i];
-      for (uint32_t k = 1; !b->special[i] && k + 3 <= b->len[i]; k++)
-        if (!memcmp(tk + k, META, 3) && !(k >= 3 && !memcmp(tk + k - 3, META, 3))) {
-          info->word_split = 0;
-          break;
-        }
-    }
-  }
   const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
   if (cJSON_IsString(unk)) {
     size_t ul = strlen(unk->valuestring);
@@ -450,8 +407,87 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
   rc = 0;
 done:
   if (rc) prm__bpe_free(b);
-  cJSON_Delete(root);
   free(buf);
+  return rc;
+}
+
+int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_t *err) {
+  char *file = prm_fs_is_dir(path) ? prm_path_join(path, "tokenizer.json") : prm_xstrdup(path);
+  char *text = NULL;
+  size_t len = 0;
+  cJSON *root = NULL;
+  int rc;
+  memset(info, 0, sizeof *info);
+  info->eod = -1;
+  memset(b, 0, sizeof *b);
+
+  if ((rc = prm_fs_read_all(file, &text, &len, err))) goto done;
+  root = cJSON_ParseWithLength(text, len);
+  if (!root) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: not valid JSON (near byte %td)", file,
+                  cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : (ptrdiff_t)0);
+    goto done;
+  }
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+  const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+  const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+  /* Added tokens matched after normalisation: only the general path
+   * (hf_pipe.c) does that, and it matters once a normalizer other than NFC
+   * can change the text around them. */
+  if (not_null(norm) && strcmp(prm__json_type(norm), "NFC") && cJSON_IsArray(added)) {
+    int ai = 0;
+    for (const cJSON *a = added->child; a; a = a->next, ai++)
+      if (!cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(a, "normalized"))) {
+        rc = prm_errf(err, PRM_EINVAL, "%s: added_tokens[%d].normalized: not implemented here",
+                      file, ai);
+        goto done;
+      }
+  }
+  prm__hf_template(root, file, &info->tpl);
+  int charlevel = !is_bytelevel(pre);
+  if (!charlevel) {
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: model.byte_fallback: not implemented with a "
+                    "ByteLevel pre-tokenizer", file);
+      goto done;
+    }
+    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(norm, "normalizers");
+    if (!strcmp(prm__json_type(norm), "NFC") ||
+        (!strcmp(prm__json_type(norm), "Sequence") && cJSON_GetArraySize(nl) == 1 &&
+         !strcmp(prm__json_type(cJSON_GetArrayItem(nl, 0)), "NFC"))) {
+      info->nfc = 1;
+    } else if (not_null(norm)) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: normalizer: not implemented: %s (only NFC or null with "
+                    "a ByteLevel pre-tokenizer)", file, prm__json_type(norm));
+      goto done;
+    }
+    if ((rc = check_pretok(pre, file, &info->add_prefix_space, &info->pat, &info->ndig, err)))
+      goto done;
+  } else if ((rc = check_sp_normalizer(cJSON_GetObjectItemCaseSensitive(root, "normalizer"),
+                                       file, info, err)) ||
+             (rc = check_sp_pretok(pre, file, info, err)) ||
+             (rc = check_sp_decoder(cJSON_GetObjectItemCaseSensitive(root, "decoder"), file,
+                                    info, err))) {
+    goto done;
+  }
+
+  if ((rc = prm__hf_bpe_model(root, file, charlevel, 0, b, &info->eod, err))) goto done;
+  if (charlevel && info->no_pretok) {
+    info->word_split = 1;
+    for (int32_t i = 0; i < b->n_ids && info->word_split; i++) {
+      const char *tk = b->arena + b->off[i];
+      for (uint32_t k = 1; !b->special[i] && k + 3 <= b->len[i]; k++)
+        if (!memcmp(tk + k, META, 3) && !(k >= 3 && !memcmp(tk + k - 3, META, 3))) {
+          info->word_split = 0;
+          break;
+        }
+    }
+  }
+  rc = 0;
+done:
+  if (rc) prm__bpe_free(b);
+  cJSON_Delete(root);
   free(text);
   free(file);
   return rc;

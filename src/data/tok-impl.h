@@ -214,6 +214,10 @@ void prm__bpe_free(prm__bpe_t *b);
  * or (for ordinary tokens) the bytes already belong to another id. */
 int prm__bpe_add(prm__bpe_t *b, int32_t id, const void *bytes, size_t n, int special,
                  prm_err_t *err);
+/* Makes special token id findable by its bytes as well (an added token
+ * that the model's vocabulary has too, as Hugging Face's models see it);
+ * nothing when other bytes-equal token is there already. */
+void prm__bpe_index(prm__bpe_t *b, int32_t id);
 /* Looks up ordinary token bytes; -1 when absent. */
 int32_t prm__bpe_find(const prm__bpe_t *b, const void *bytes, size_t n);
 /* PRM__BPE_PAIRS: adds a merge of ids a and bb giving id c, at rank. Later
@@ -250,8 +254,27 @@ int prm__bpe_encode_piece(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t 
 /* Reads a tiktoken rank file (lines "base64(bytes) rank") into b, with an
  * id space of at least min_ids (room for special tokens above the ranks). */
 int prm__tiktoken_load(prm__bpe_t *b, const char *path, int32_t min_ids, prm_err_t *err);
+/* The ids a tokenizer.json's post-processor puts around one sequence
+ * (TemplateProcessing's "single", BertProcessing's and RobertaProcessing's
+ * cls/sep, a Sequence of them), as Hugging Face's encode does with
+ * add_special_tokens. A post-processor primus does not read is recorded in
+ * what (named when the template is asked for), never guessed. */
+typedef struct {
+  int32_t pre[8], post[8];
+  int npre, npost;
+  char what[96]; /* "" or the unsupported construct */
+} prm__hf_tpl_t;
+
+struct cJSON;
+void prm__hf_template(const struct cJSON *root, const char *file, prm__hf_tpl_t *t);
+int prm__json_int(const struct cJSON *j, int64_t *v);
+const char *prm__json_type(const struct cJSON *j);
+int prm__hf_bpe_model(const struct cJSON *root, const char *file, int charlevel, int flags_ok,
+                      prm__bpe_t *b, int32_t *eod, prm_err_t *err);
+
 /* What a tokenizer.json asks beyond the vocabulary and merges. */
 typedef struct {
+  prm__hf_tpl_t tpl;    /* the post-processor's template */
   int32_t eod;          /* the end-of-document id or -1 */
   int add_prefix_space; /* ByteLevel's: a space before text not starting with one */
   int pat, ndig;        /* the pre-tokenizer's pattern (PRM__PAT_*) */
@@ -278,5 +301,40 @@ typedef struct {
  * Metaspace pre-tokenizer, byte_fallback). Any other construct is
  * PRM_EINVAL naming it and the file. */
 int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* The general tokenizer.json pipeline (hf_pipe.c)                           */
+/* ------------------------------------------------------------------------ */
+
+/* Every other tokenizer.json primus reads runs here, step by step as
+ * Hugging Face tokenizers does: added tokens split off (lstrip, rstrip,
+ * single_word; normalized ones matched in the normalized text), normalizers
+ * (NFC, NFD, Lowercase, Strip, Replace, Prepend, Sequence), pre-tokenizers
+ * (Split by a string or a known pattern with each behavior and invert,
+ * Whitespace, WhitespaceSplit, Punctuation, Digits, CharDelimiterSplit,
+ * Metaspace, ByteLevel, Sequence), then the model (BPE, WordPiece,
+ * WordLevel, Unigram) on each piece; decoders likewise. */
+typedef struct prm__hfp prm__hfp_t;
+/* Reads path (a tokenizer.json; folders resolved by the caller) into *out
+ * and the vocabulary into b (both freed by the caller: prm__hfp_free,
+ * prm__bpe_free). PRM_EINVAL naming the construct and the file for
+ * anything not implemented. */
+int prm__hfp_load(const char *path, prm__bpe_t *b, prm__hfp_t **out, int32_t *eod,
+                  prm__hf_tpl_t *tpl, prm_err_t *err);
+void prm__hfp_free(prm__hfp_t *h);
+int prm__hfp_encode(const prm__hfp_t *h, const prm__bpe_t *b, prm__tok_tls_t *s,
+                    const uint8_t *p, size_t n, prm__ids_t *out);
+void prm__hfp_decode(const prm__hfp_t *h, const prm__bpe_t *b, const int32_t *ids, int64_t n,
+                     prm_sb_t *out);
+
+/* Character properties of the general components (unicode_ext.c, generated
+ * by tests/tokenizer/gen-unicode-ext.py): \w, punctuation as the
+ * Punctuation pre-tokenizer has it, lowercase mappings. */
+extern const uint32_t prm__ucd_word[][2], prm__ucd_punct[][2], prm__ucd_lower[][3];
+extern const uint32_t prm__ucd_lower_cps[];
+extern const size_t prm__ucd_word_n, prm__ucd_punct_n, prm__ucd_lower_n;
+/* Appends the NFD form of s[0, n) as Hugging Face computes it (see
+ * prm__nfc_hf). */
+void prm__nfd_hf(const uint8_t *s, size_t n, prm_sb_t *out);
 
 #endif

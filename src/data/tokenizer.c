@@ -64,6 +64,7 @@ struct prm_tokenizer {
   int add_prefix_space;
   int pat, ndig; /* the pre-tokenizer's pattern (PRM__PAT_*) */
   prm__hf_info_t hf; /* HuggingFaceTokenizer's normalizer and decoder */
+  prm__hfp_t *gen;   /* a tokenizer.json on the general path (hf_pipe.c) */
   prm__bpe_t bpe;
   prm__pretok_t pre;
   /* Per-thread scratch: found through key, all owned here (freed with the
@@ -432,6 +433,15 @@ static int open_hf(struct prm_tokenizer *t, const char *model, prm_err_t *err) {
   if (!prm_fs_exists(model))
     return prm_errf(err, PRM_ENOENT, "HuggingFaceTokenizer: %s not found", model);
   int rc = prm__hf_load(&t->bpe, model, &t->hf, err);
+  if (rc == PRM_EINVAL) {
+    /* A layout the fast path does not run: the general pipeline, whose
+     * error (naming what it cannot do either) is the one reported. */
+    char *file = prm_fs_is_dir(model) ? prm_path_join(model, "tokenizer.json")
+                                      : prm_xstrdup(model);
+    memset(&t->hf, 0, sizeof t->hf);
+    rc = prm__hfp_load(file, &t->bpe, &t->gen, &t->hf.eod, &t->hf.tpl, err);
+    free(file);
+  }
   if (rc) return rc;
   t->eod = t->hf.eod;
   t->add_prefix_space = t->hf.add_prefix_space;
@@ -482,10 +492,23 @@ void prm_tokenizer_free(prm_tokenizer_t *t) {
   free(t->tls);
   prm__pretok_free(&t->pre);
   prm__bpe_free(&t->bpe);
+  prm__hfp_free(t->gen);
   free(t);
 }
 
 int64_t prm_tokenizer_vocab(const prm_tokenizer_t *t) { return t->vocab; }
+
+int prm_tokenizer_template(const prm_tokenizer_t *t, const int32_t **pre, int *npre,
+                           const int32_t **post, int *npost, prm_err_t *err) {
+  *pre = t->hf.tpl.pre;
+  *post = t->hf.tpl.post;
+  *npre = t->hf.tpl.npre;
+  *npost = t->hf.tpl.npost;
+  if (t->hf.tpl.what[0])
+    return prm_errf(err, PRM_EINVAL, "%s: not implemented: the special tokens of %s",
+                    t->kind->name, t->hf.tpl.what);
+  return 0;
+}
 
 int32_t prm_tokenizer_eod(const prm_tokenizer_t *t) { return t->eod; }
 
@@ -634,6 +657,7 @@ static int32_t special_at(const prm__bpe_t *b, const uint8_t *p, size_t n) {
 static int encode_bpe(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uint8_t *p, size_t n,
                       prm__ids_t *out) {
   const prm__bpe_t *b = &t->bpe;
+  if (t->gen) return prm__hfp_encode(t->gen, b, s, p, n, out);
   if (!b->n_split) return encode_plain(t, s, p, n, 1, out);
   uint8_t first[256] = {0};
   for (int k = 0; k < b->n_split; k++) first[(uint8_t)b->arena[b->off[b->split_ids[k]]]] = 1;
@@ -710,6 +734,10 @@ void prm_tokenizer_decode(const prm_tokenizer_t *t, const int32_t *ids, int64_t 
     return;
   }
   const prm__bpe_t *b = &t->bpe;
+  if (t->gen) {
+    prm__hfp_decode(t->gen, b, ids, n, out);
+    return;
+  }
   if (!t->hf.dec_meta) {
     for (int64_t i = 0; i < n; i++)
       if (ids[i] >= 0 && ids[i] < b->n_ids && b->len[ids[i]])

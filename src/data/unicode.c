@@ -165,15 +165,18 @@ static void put_utf8(prm_sb_t *out, uint32_t c) {
   }
 }
 
-static void nfc(const uint8_t *s, size_t n, int hf, prm_sb_t *out);
+static void nfc(const uint8_t *s, size_t n, int hf, int compose_too, prm_sb_t *out);
 
-void prm__nfc(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 0, out); }
+void prm__nfc(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 0, 1, out); }
 
-void prm__nfc_hf(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 1, out); }
+void prm__nfc_hf(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 1, 1, out); }
+
+void prm__nfd_hf(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 1, 0, out); }
 
 #define CCC(c) (hf && hf_starter(c) ? 0 : ccc_of(c))
 
-static void nfc(const uint8_t *s, size_t n, int hf, prm_sb_t *out) {
+/* NFC, or NFD when !compose_too (decomposition and canonical order only). */
+static void nfc(const uint8_t *s, size_t n, int hf, int compose_too, prm_sb_t *out) {
   size_t i = 0;
   while (i < n && s[i] < 0x80) i++;
   if (i == n) { /* ASCII is its own NFC */
@@ -224,6 +227,11 @@ static void nfc(const uint8_t *s, size_t n, int hf, prm_sb_t *out) {
       buf[j] = buf[j - 1];
       buf[j - 1] = t;
     }
+  }
+  if (!compose_too) {
+    for (size_t k = 0; k < m; k++) put_utf8(out, buf[k]);
+    free(buf);
+    return;
   }
   /* Compose (UAX #15): a character joins the last starter unless a
    * character of the same or a higher class, or a starter, is between. */

@@ -5,7 +5,10 @@
 # Face tokenizers (its Node bindings) for tokenizer.json files built from
 # those rank files (GPT-2's ByteLevel layout, Llama 3's Split + ByteLevel,
 # Split layouts of Qwen2's and o200k's patterns, Qwen2's NFC normalizer)
-# and for Llama 2's SentencePiece BPE (llama-tokenizer-js's vocabulary).
+# and for Llama 2's SentencePiece BPE (llama-tokenizer-js's vocabulary);
+# and the general tokenizer.json path (WordPiece, WordLevel, Unigram,
+# character-level BPE trained by Hugging Face's trainers, each normalizer,
+# pre-tokenizer, added-token flag, decoder and post-processor).
 # Inputs: the whole Brown text, and tests/tokenizer/unicode.mjs's text
 # (nlp-corpus sentences plus adversarial documents: every script, marks,
 # emoji, format characters, every White_Space, contractions in every case,
@@ -141,6 +144,51 @@ for layout in legacy metaspace metaspace-split; do
     bad "llama2-json $layout: $(cat "$T/node.err")"
   fi
 done
+
+# The general tokenizer.json path: WordPiece, WordLevel, Unigram and BPE
+# models trained by Hugging Face's own trainers, in layouts that use every
+# normalizer, pre-tokenizer, Split behaviour, added-token flag, decoder and
+# post-processor primus implements (tests/tokenizer/hf-general.mjs). The ids
+# must match on the Unicode text, a text of added tokens in every context
+# and a slice of Brown; decode must give what the reference's decode gives
+# (these tokenizers lose text: lowercasing, unknown tokens, removed pieces);
+# with --special the post-processor's tokens must be the reference's
+# add_special_tokens ones.
+# compare_gen NAME FILE [--special]
+compare_gen() {
+  local name=$1 file=$2 kind=hf
+  [[ ${3:-} == --special ]] && kind=hf-special
+  local tag="general $name on $(basename "$file")${3:+ (special tokens)}"
+  if ! "$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" "$NM" "$kind" "$T/gen/$name/tokenizer.json" "$file" "$T/g.ref" "$T/g.dec" >/dev/null 2>"$T/node.err"; then
+    bad "$tag: the reference failed: $(cat "$T/node.err")"
+    return
+  fi
+  if ! "$T/tokdump" HuggingFaceTokenizer "$T/gen/$name" "$file" "$T/g.prm" --decoded "$T/g.dec" ${3:-} >/dev/null 2>"$T/dump.err"; then
+    bad "$tag: $(cat "$T/dump.err")"
+    return
+  fi
+  local res
+  if res=$("$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" --compare "$T/g.ref" "$T/g.prm"); then
+    ok "$tag: $res, decode as the reference's"
+  else
+    bad "$tag: $res"
+  fi
+}
+head -c 300000 "$BROWN" >"$T/brown300k.txt"
+if [[ -e $T/hf/tokenizer.json ]] &&
+  layouts=$("$NODE" "$PRIMUS_SRC/tests/tokenizer/hf-general.mjs" "$NM" "$T/brown300k.txt" "$T/hf/tokenizer.json" "$T/gen" 2>"$T/node.err" | grep -v '^$'); then
+  cat "$T/unicode.txt" "$T/gen/added.txt" >"$T/mix.txt"
+  head -c 1000000 "$BROWN" | tail -c 700000 >"$T/brown-slice.txt"
+  for name in $layouts; do
+    compare_gen "$name" "$T/mix.txt"
+    compare_gen "$name" "$T/brown-slice.txt"
+  done
+  for name in wordpiece-bert wordpiece-ws unigram-bytefallback; do
+    compare_gen "$name" "$T/gen/added.txt" --special
+  done
+else
+  bad "hf-general.mjs: $(cat "$T/node.err")"
+fi
 
 # Invalid UTF-8 has no reference (node reads it as U+FFFD): round trip only.
 for i in 1 2 3; do

@@ -6,8 +6,12 @@
 //            and all from the npm tiktoken, the WASM build of its Rust core)
 //   node ref.mjs NM llama3 RANKFILE INPUT OUTPUT     tiktoken with Meta's
 //            Llama 3 pattern on a rank file
-//   node ref.mjs NM hf TOKENIZER_JSON INPUT OUTPUT   Hugging Face tokenizers
-//            (the Node bindings of its Rust library), no special tokens added
+//   node ref.mjs NM hf TOKENIZER_JSON INPUT OUTPUT [DECODED]  Hugging Face
+//            tokenizers (the Node bindings of its Rust library), no special
+//            tokens added; DECODED: its decode of those ids (special tokens
+//            kept), as UTF-8
+//   node ref.mjs NM hf-special ...                   the same with the
+//            post-processor's special tokens (add_special_tokens)
 //   ... INPUT --bench [N]                            MB/s, one encode per line
 //   node ref.mjs --compare A.bin B.bin               ids compared, mismatches
 // NM is the npm cache's node_modules. Special-token text is encoded as
@@ -35,7 +39,7 @@ if (!nm || !kind || !model || !input || !output) {
 const require = createRequire(path.join(nm, 'x.js'));
 // Meta's pattern for Llama 3 (llama3/tokenizer.py).
 const LLAMA3 = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-let encode, name;
+let encode, name, decode;
 if (kind === 'tiktoken') {
   const enc = require('tiktoken').get_encoding(model);
   encode = (s) => enc.encode_ordinary(s);
@@ -45,9 +49,11 @@ if (kind === 'tiktoken') {
   const enc = new Tiktoken(fs.readFileSync(model, 'utf8'), {}, LLAMA3);
   encode = (s) => enc.encode_ordinary(s);
   name = 'tiktoken llama3';
-} else if (kind === 'hf') {
+} else if (kind === 'hf' || kind === 'hf-special') {
   const tok = require('tokenizers').Tokenizer.fromFile(model);
-  encode = async (s) => (await tok.encode(s, null, { addSpecialTokens: false })).getIds();
+  const addSpecialTokens = kind === 'hf-special';
+  encode = async (s) => (await tok.encode(s, null, { addSpecialTokens })).getIds();
+  decode = async (ids) => tok.decode(ids, false);
   name = 'tokenizers';
 } else {
   console.error(`ref.mjs: unknown kind ${kind}`);
@@ -71,5 +77,6 @@ if (output === '--bench') {
 } else {
   const ids = await encode(text);
   fs.writeFileSync(output, Buffer.from(new Int32Array(ids).buffer));
+  if (reps && decode) fs.writeFileSync(reps, await decode(ids));
   console.log(`${ids.length} ids`);
 }

@@ -8,6 +8,12 @@
  *   tokdump TYPE MODEL INPUT OUTPUT --nfc   the same for a tokenizer that
  *            normalises to NFC: decode(encode(x)) must be NFC(x) as
  *            Hugging Face computes it
+ *   tokdump TYPE MODEL INPUT OUTPUT --decoded FILE   decode(encode(x)) must
+ *            be FILE's bytes (the reference's decode, for tokenizers that
+ *            lose text: lowercasing, removed pieces, unknown tokens)
+ *   tokdump TYPE MODEL INPUT OUTPUT --special [--decoded FILE]  the ids
+ *            with the post-processor's special tokens around them
+ *            (prm_tokenizer_template), as add_special_tokens does
  *   tokdump --classes OUTPUT  the pre-tokenizer's class of every code point,
  *            one byte each (PRM__U_* of src/data/tok-impl.h)
  * MODEL "-" means the type's default. Exit 0 on success, 1 on a mismatch or
@@ -102,9 +108,30 @@ int main(int argc, char **argv) {
   } else {
     int32_t *ids = NULL;
     int64_t n = 0;
+    int special = 0;
+    const char *decoded = NULL;
+    for (int a = 5; a < argc; a++) {
+      if (!strcmp(argv[a], "--special")) special = 1;
+      if (!strcmp(argv[a], "--decoded") && a + 1 < argc) decoded = argv[++a];
+    }
     if (prm_tokenizer_encode(t, text, len, &ids, &n, &err)) {
       fprintf(stderr, "tokdump: %s\n", err.msg);
       return 1;
+    }
+    if (special) {
+      const int32_t *pre, *post;
+      int npre, npost;
+      if (prm_tokenizer_template(t, &pre, &npre, &post, &npost, &err)) {
+        fprintf(stderr, "tokdump: %s\n", err.msg);
+        return 1;
+      }
+      int32_t *all = malloc((size_t)(n + npre + npost + 1) * sizeof *all);
+      memcpy(all, pre, (size_t)npre * sizeof *all);
+      memcpy(all + npre, ids, (size_t)n * sizeof *all);
+      memcpy(all + npre + n, post, (size_t)npost * sizeof *all);
+      free(ids);
+      ids = all;
+      n += npre + npost;
     }
     FILE *f = fopen(argv[4], "wb");
     if (!f || fwrite(ids, sizeof *ids, (size_t)n, f) != (size_t)n || fclose(f)) {
@@ -113,7 +140,13 @@ int main(int argc, char **argv) {
     }
     prm_sb_t back = {0}, want = {0};
     prm_tokenizer_decode(t, ids, n, &back);
-    if (argc > 5 && !strcmp(argv[5], "--nfc")) {
+    if (decoded) {
+      free(text);
+      if (prm_fs_read_all(decoded, &text, &len, &err)) {
+        fprintf(stderr, "tokdump: %s\n", err.msg);
+        return 1;
+      }
+    } else if (argc > 5 && !strcmp(argv[5], "--nfc")) {
       prm__nfc_hf((const uint8_t *)text, len, &want);
       free(text);
       len = want.len;
@@ -122,7 +155,10 @@ int main(int argc, char **argv) {
       prm_sb_free(&want);
     }
     if (back.len != len || memcmp(prm_sb_str(&back), text, len)) {
-      fprintf(stderr, "tokdump: decode(encode(%s)) differs from the input\n", argv[3]);
+      size_t k = 0;
+      while (k < back.len && k < len && back.buf[k] == text[k]) k++;
+      fprintf(stderr, "tokdump: decode(encode(%s)) differs from %s at byte %zu (%zu vs %zu bytes)\n",
+              argv[3], decoded ? decoded : "the input", k, back.len, len);
       rc = 1;
     }
     printf("%lld ids\n", (long long)n);

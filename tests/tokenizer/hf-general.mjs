@@ -1,0 +1,190 @@
+// hf-general.mjs - writes the tokenizer.json files that check primus's
+// general tokenizer.json path (src/data/hf_pipe.c) against Hugging Face
+// tokenizers: models trained here by the Rust library's own trainers
+// (WordPiece, WordLevel, Unigram, character-level BPE) on a slice of the
+// Brown text, then put into layouts that use every normalizer,
+// pre-tokenizer, Split behaviour, added-token flag, decoder and
+// post-processor primus implements. Also writes added.txt, text where the
+// added tokens occur in every context their flags distinguish.
+//   node hf-general.mjs NM TRAIN_TEXT GPT2_JSON OUTDIR
+// GPT2_JSON is a byte-level tokenizer.json (tiktoken2hf.mjs's GPT-2 layout).
+// Prints the names of the layouts written (OUTDIR/NAME/tokenizer.json).
+import fs from 'node:fs';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+
+const [nm, trainText, gpt2Json, out] = process.argv.slice(2);
+if (!out) {
+  console.error('usage: hf-general.mjs NM TRAIN_TEXT GPT2_JSON OUTDIR');
+  process.exit(2);
+}
+const require = createRequire(path.join(nm, 'x.js'));
+const tk = require('tokenizers');
+fs.mkdirSync(out, { recursive: true });
+
+// Trains a model of class M with pre-tokenizer pre and returns its JSON.
+function train(M, pre) {
+  const t = new tk.Tokenizer(M.empty());
+  t.setPreTokenizer(pre);
+  t.train([trainText]);
+  const f = path.join(out, 'trained.json');
+  t.save(f);
+  return JSON.parse(fs.readFileSync(f, 'utf8'));
+}
+
+const META = '\u2581';
+const added = (id, content, o = {}) => ({ id, content, single_word: false, lstrip: false,
+  rstrip: false, normalized: !o.special, special: false, ...o });
+const split = (pattern, behavior, invert = false, regex = false) => ({ type: 'Split',
+  pattern: regex ? { Regex: pattern } : { String: pattern }, behavior, invert });
+const seq = (type, key, list) => ({ type: 'Sequence', [key]: list });
+const CL100K = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// Adds tokens to a model's vocabulary object (ids after the largest).
+function extend(vocab, tokens) {
+  let next = Math.max(...Object.values(vocab)) + 1;
+  const ids = {};
+  for (const t of tokens) {
+    if (!(t in vocab)) vocab[t] = next++;
+    ids[t] = vocab[t];
+  }
+  return ids;
+}
+
+const layouts = {};
+function write(name, j) {
+  const d = path.join(out, name);
+  fs.mkdirSync(d, { recursive: true });
+  fs.writeFileSync(path.join(d, 'tokenizer.json'), JSON.stringify(j));
+  // The reference must read it back as written.
+  tk.Tokenizer.fromFile(path.join(d, 'tokenizer.json'));
+  layouts[name] = 1;
+}
+const base = (model) => ({ version: '1.0', truncation: null, padding: null, added_tokens: [],
+  normalizer: null, pre_tokenizer: null, post_processor: null, decoder: null, model });
+
+// WordPiece, BERT-like: NFD, Lowercase, Strip; WhitespaceSplit, Punctuation,
+// individual digits; [CLS] $A [SEP]; a [MASK] that takes the spaces before it.
+{
+  const j = train(tk.WordPiece, tk.whitespacePreTokenizer());
+  const ids = extend(j.model.vocab, ['[UNK]', '[CLS]', '[SEP]', '[MASK]']);
+  const t = base(j.model);
+  t.added_tokens = [added(ids['[UNK]'], '[UNK]', { special: true }),
+    added(ids['[CLS]'], '[CLS]', { special: true }), added(ids['[SEP]'], '[SEP]', { special: true }),
+    added(ids['[MASK]'], '[MASK]', { special: true, lstrip: true })];
+  t.normalizer = seq('Sequence', 'normalizers', [{ type: 'NFD' }, { type: 'Lowercase' },
+    { type: 'Strip', strip_left: true, strip_right: true }]);
+  t.pre_tokenizer = seq('Sequence', 'pretokenizers', [{ type: 'WhitespaceSplit' },
+    { type: 'Punctuation', behavior: 'Isolated' }, { type: 'Digits', individual_digits: true }]);
+  t.decoder = { type: 'WordPiece', prefix: '##', cleanup: true };
+  t.post_processor = { type: 'TemplateProcessing',
+    single: [{ SpecialToken: { id: '[CLS]', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } },
+      { SpecialToken: { id: '[SEP]', type_id: 0 } }],
+    pair: [{ Sequence: { id: 'A', type_id: 0 } }, { Sequence: { id: 'B', type_id: 1 } }],
+    special_tokens: { '[CLS]': { id: '[CLS]', ids: [ids['[CLS]']], tokens: ['[CLS]'] },
+      '[SEP]': { id: '[SEP]', ids: [ids['[SEP]']], tokens: ['[SEP]'] } } };
+  write('wordpiece-bert', t);
+
+  // The same vocabulary: Whitespace, short words only, added tokens with
+  // single_word (normalized) and rstrip (not normalized), no decoder.
+  const w = base({ ...j.model, max_input_chars_per_word: 12 });
+  const more = extend(w.model.vocab, ['hello', '<sep>', 'The']);
+  w.added_tokens = [added(ids['[UNK]'], '[UNK]', { special: true }),
+    added(more.hello, 'hello', { single_word: true }),
+    added(more['<sep>'], '<sep>', { rstrip: true, normalized: false }),
+    added(more.The, 'The', { single_word: true, lstrip: true, rstrip: true })];
+  w.pre_tokenizer = { type: 'Whitespace' };
+  w.post_processor = { type: 'BertProcessing', sep: ['[SEP]', ids['[SEP]']],
+    cls: ['[CLS]', ids['[CLS]']] };
+  write('wordpiece-ws', w);
+}
+
+// WordLevel: Replace and Prepend normalizers, Split by strings with every
+// behaviour, CharDelimiterSplit, WhitespaceSplit.
+{
+  const j = train(tk.WordLevel, tk.whitespaceSplitPreTokenizer());
+  extend(j.model.vocab, ['<unk>']);
+  j.model.unk_token = '<unk>';
+  const t = base(j.model);
+  t.normalizer = seq('Sequence', 'normalizers', [{ type: 'Replace', pattern: { String: '``' },
+    content: '"' }, { type: 'Prepend', prepend: ' ' }]);
+  t.pre_tokenizer = seq('Sequence', 'pretokenizers', [split('--', 'MergedWithNext'),
+    split(',', 'MergedWithPrevious'), split('.', 'Isolated'), split('; ', 'Removed'),
+    { type: 'CharDelimiterSplit', delimiter: '\n' }, { type: 'WhitespaceSplit' }]);
+  write('wordlevel', t);
+  const c = base(j.model);
+  c.pre_tokenizer = seq('Sequence', 'pretokenizers', [split(' ', 'Contiguous'),
+    split('e', 'Removed', true), split('a', 'MergedWithNext', true),
+    split('o', 'MergedWithPrevious', true), split(' ', 'Isolated', true)]);
+  c.normalizer = { type: 'Strip', strip_left: false, strip_right: true };
+  write('wordlevel-invert', c);
+}
+
+// Unigram with byte fallback under Metaspace; and without, under Digits,
+// Punctuation and Metaspace without split, lowercased.
+{
+  const j = train(tk.Unigram, tk.metaspacePreTokenizer());
+  const m = j.model;
+  const min = Math.min(...m.vocab.map((v) => v[1]));
+  m.vocab.push(['<unk>', 0]);
+  m.unk_id = m.vocab.length - 1;
+  const plain = JSON.parse(JSON.stringify(m));
+  for (let b = 0; b < 256; b++)
+    m.vocab.push([`<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`, min - 1 - b / 256]);
+  m.byte_fallback = true;
+  const t = base(m);
+  t.added_tokens = [added(m.unk_id, '<unk>', { special: true })];
+  t.normalizer = { type: 'NFC' };
+  t.pre_tokenizer = { type: 'Metaspace', replacement: META, prepend_scheme: 'first', split: true };
+  t.decoder = seq('Sequence', 'decoders', [{ type: 'Replace', pattern: { String: META },
+    content: ' ' }, { type: 'ByteFallback' }, { type: 'Fuse' },
+    { type: 'Strip', content: ' ', start: 1, stop: 0 }]);
+  t.post_processor = seq('Sequence', 'processors', [{ type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
+    { type: 'RobertaProcessing', sep: ['<unk>', m.unk_id], cls: ['<unk>', m.unk_id],
+      trim_offsets: true, add_prefix_space: false }]);
+  write('unigram-bytefallback', t);
+  const u = base(plain);
+  u.normalizer = seq('Sequence', 'normalizers', [{ type: 'Lowercase' }, { type: 'NFD' }]);
+  u.pre_tokenizer = seq('Sequence', 'pretokenizers', [{ type: 'Digits', individual_digits: false },
+    { type: 'Punctuation', behavior: 'MergedWithPrevious' },
+    { type: 'Metaspace', replacement: META, prepend_scheme: 'always', split: false }]);
+  u.decoder = { type: 'Metaspace', replacement: META, prepend_scheme: 'always', split: false };
+  write('unigram-digits', u);
+}
+
+// Character-level BPE with an unknown token (fused), under a known regex
+// Split inverted and Punctuation Contiguous.
+{
+  const j = train(tk.BPE, tk.whitespacePreTokenizer());
+  extend(j.model.vocab, ['[UNK]']);
+  j.model.unk_token = '[UNK]';
+  j.model.fuse_unk = true;
+  const t = base(j.model);
+  t.pre_tokenizer = seq('Sequence', 'pretokenizers', [split(CL100K, 'Removed', true, true),
+    { type: 'Punctuation', behavior: 'Contiguous' }, split(' ', 'Removed')]);
+  t.decoder = { type: 'BPEDecoder', suffix: '</w>' };
+  write('bpe-charlevel', t);
+}
+
+// Byte-level BPE (GPT-2's vocabulary) behind Lowercase, Digits and a
+// Whitespace pre-tokenizer, then ByteLevel without its regex.
+{
+  const g = JSON.parse(fs.readFileSync(gpt2Json, 'utf8'));
+  g.normalizer = { type: 'Lowercase' };
+  g.pre_tokenizer = seq('Sequence', 'pretokenizers', [{ type: 'Digits', individual_digits: true },
+    { type: 'Whitespace' }, { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true,
+      use_regex: false }]);
+  g.decoder = { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true };
+  write('gpt2-lower', g);
+}
+
+// Text where the added tokens meet every neighbour their flags look at.
+const words = ['hello', 'Hello', 'HELLO', 'hello_', '_hello', 'ahello', 'hello2', 'héllo',
+  '[MASK]', '<sep>', 'The', 'the', 'Theory', '[CLS]', '[UNK]', '<unk>'];
+const seps = ['', ' ', '  ', '\t', '\n', '\u00a0', '\u3000', ',', '-', 'x', 'é', '_', '1', '\u2581'];
+let text = '';
+for (const w of words)
+  for (const a of seps) for (const b of seps) text += `${a}${w}${b}|`;
+fs.writeFileSync(path.join(out, 'added.txt'), text + '\n');
+fs.rmSync(path.join(out, 'trained.json'));
+console.log(Object.keys(layouts).join('\n'));
