@@ -4,7 +4,7 @@
 #
 #   bash .device/run-packed.sh .device/primus.tar.xz bash bench/gpu-check.sh
 #
-# Stages (STAGES="env kernels model parity bf16 race" by default; each
+# Stages (STAGES="env kernels model parity bf16 bench race" by default; each
 # logs to $OUT/<stage>.log and prints one summary line):
 #   env      primus env, nvidia-smi, preflight's gpu.cuda
 #   kernels  test-device --backend cuda: every operator against its CPU kernel,
@@ -16,6 +16,14 @@
 #            tensor of the saved weights within 1e-4 (relative)
 #   bf16     a 300-step llama_tiny curve in bf16 against fp32, both on the
 #            GPU: every step's loss within 2%
+#   bench    issue 24's GPU benchmarks and preflight: benchmark peak (the
+#            GPU's bf16/fp32 8192^3 GEMM and 1 GiB copy), gemm, attention,
+#            memory and train with --device cuda (tables as jsonl/csv under
+#            $OUT/bench/), figures checked for a device timer and plausible
+#            bounds (bf16 GEMM >= 200 TFLOP/s, copy >= 1000 GB/s, nothing
+#            above its data-sheet peak); preflight calibrate into a private
+#            HOME, then check --perf --only perf.gpu_ against it (no FAIL)
+#            and gpu.memory
 #   race     bench/gpu_race.sh: primus (GEMM and tiled attention) against
 #            PyTorch eager and compiled at llama_124M, seq 1024, micro-batch
 #            16, bf16 (RACE_VARIANTS picks the variants)
@@ -29,7 +37,7 @@ export LD_LIBRARY_PATH=$P/.device/extra:${LD_LIBRARY_PATH:-}
 export PRIMUS_CUDA_MODULE=${PRIMUS_CUDA_MODULE:-$P/build/libprimus-cuda.so}
 export PRIMUS_HOME=$P
 BIN=$P/build/primus
-STAGES=${STAGES:-env kernels model parity bf16 race}
+STAGES=${STAGES:-env kernels model parity bf16 bench race}
 W=$(mktemp -d)
 failed=0
 say() { echo "$*" | tee -a "$OUT/summary.txt"; }
@@ -141,7 +149,67 @@ check_kernels() {
   return $rc
 }
 
-export -f exp events check_env check_parity check_bf16 check_kernels
+check_bench() {
+  # GPU_DEVICE=cpu smoke-tests the stage without a GPU: the tagged test
+  # device, small shapes, no speed bounds.
+  local b=$OUT/bench rc=0 dev=$GPU_DEVICE big=8192 mid=4096 seq=1024 mb=1024 bat=16 d=1
+  if [[ $dev != cuda ]]; then
+    big=128 mid=96 seq=64 mb=8 bat=1 d=0.1
+    export PRIMUS_DEVICE_TAGGED=1
+  fi
+  mkdir -p "$b"
+  "$BIN" benchmark peak --device "$dev" --runs 1 --gemm_size $big --copy_mb $mb --duration $d -o "$b/peak.csv" || rc=1
+  "$BIN" benchmark gemm --device "$dev" --M $big --N $big --K $big --dtype bf16 --duration $d -o "$b/gemm-bf16.jsonl" || rc=1
+  "$BIN" benchmark gemm --device "$dev" --M $mid --N $mid --K $mid --duration $d -o "$b/gemm-fp32.jsonl" || rc=1
+  "$BIN" benchmark attention --device "$dev" --batch $bat --seq $seq --heads 12 --head_dim 64 --duration $d -o "$b/attention.jsonl" || rc=1
+  "$BIN" benchmark memory --device "$dev" --size_mb $mb --duration $d -o "$b/memory.jsonl" || rc=1
+  exp bench_train llama_tiny.yaml "mock_data: true" "micro_batch_size: $bat" "global_batch_size: $bat"
+  "$BIN" benchmark train --config "$W/bench_train.yaml" --device "$dev" --warmup 1 --iters 3 -o "$b/train.jsonl" || rc=1
+  python3 - "$b" "$dev" <<'PY' || rc=1
+import csv, json, sys
+b, real = sys.argv[1], sys.argv[2] == "cuda"
+timer = "device events" if real else "host + sync"
+def rows(name):
+    return [json.loads(l) for l in open(f"{b}/{name}") if l.strip()]
+bad = 0
+def need(what, ok):
+    global bad
+    print(("ok   " if ok else "FAIL ") + what)
+    bad += not ok
+peak = {r["test"]: r for r in csv.DictReader(open(f"{b}/peak.csv"))}
+for t in ("device_gemm_bf16", "device_gemm_fp32", "device_copy_d2d"):
+    need(f"peak has {t}", t in peak)
+if real and "device_gemm_bf16" in peak:
+    g = float(peak["device_gemm_bf16"]["gflops"]) / 1e3
+    need(f"peak: bf16 GEMM {g:.1f} TFLOP/s >= 200 and at most its data sheet", g >= 200 and float(peak["device_gemm_bf16"]["peak_fraction"]) <= 1.05)
+if real and "device_copy_d2d" in peak:
+    c = float(peak["device_copy_d2d"]["gbps"])
+    need(f"peak: copy {c:.0f} GB/s >= 1000 and at most its data sheet", c >= 1000 and float(peak["device_copy_d2d"]["peak_fraction"]) <= 1.05)
+for name in ("gemm-bf16.jsonl", "gemm-fp32.jsonl"):
+    for r in rows(name):
+        need(f"{name}: {r['tflops']:.1f} TFLOP/s ({r['peak_fraction']:.2f} of {r['peak_tflops']}), timer {r['timer']}",
+             r["timer"] == timer and 0 < r["peak_fraction"] <= 1.05)
+for r in rows("attention.jsonl"):
+    need(f"attention {r['pass']}: {r['avg_ms']:.3f} ms, {r['tflops']:.2f} TFLOP/s, timer {r['timer']}", r["timer"] == timer and r["tflops"] > 0)
+for r in rows("memory.jsonl"):
+    need(f"memory {r['test']}: {r['best_gbps']:.0f} GB/s best (peak {r['peak_gbps']})",
+         r["best_gbps"] > 0 and (not real or r["test"] != "copy_d2d" or (r["best_gbps"] >= 1000 and r["peak_fraction"] <= 1.05)))
+for r in rows("train.jsonl"):
+    need(f"train on {r['device']}: {r['tokens_per_s']:.0f} tokens/s, mfu {r['mfu']:.4f} of {r['peak_tflops']} TFLOP/s",
+         r["tokens_per_s"] > 0 and 0 < r["mfu"] <= 1)
+sys.exit(1 if bad else 0)
+PY
+  # Preflight: a baseline of this GPU, then a check against it seconds later.
+  HOME=$W/pfhome "$BIN" preflight calibrate --quick --workspace "$W" || rc=1
+  cat "$W"/pfhome/.config/primus/baselines/*.yaml
+  grep -q '^gpu_gemm_bf16_tflops: [0-9]' "$W"/pfhome/.config/primus/baselines/*.yaml || { echo "calibrate recorded no GPU figures"; rc=1; }
+  HOME=$W/pfhome "$BIN" preflight check --perf --only perf.gpu_ --quick || rc=1
+  "$BIN" preflight check --gpu --only gpu.memory,gpu.cuda | tee "$b/preflight-gpu.txt"
+  [[ $dev != cuda ]] || grep -Eq 'gpu.memory +(OK|WARN)' "$b/preflight-gpu.txt" || { echo "gpu.memory is not OK/WARN"; rc=1; }
+  return $rc
+}
+
+export -f exp events check_env check_parity check_bf16 check_kernels check_bench
 export W BIN P OUT GPU_DEVICE=${GPU_DEVICE:-cuda}
 for s in $STAGES; do
   case $s in
@@ -150,6 +218,7 @@ for s in $STAGES; do
     model) stage model 150 "$P/build/tests/test-model-device" --backend cuda ;;
     parity) stage parity 150 check_parity ;;
     bf16) stage bf16 200 check_bf16 ;;
+    bench) stage bench 150 check_bench ;;
     race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" VARIANTS="${RACE_VARIANTS:-primus primus-tf32 primus-tiled torch torch-compile}" bash bench/gpu_race.sh ;;
     *) say "unknown stage $s"; failed=$((failed + 1)) ;;
   esac
