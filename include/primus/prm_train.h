@@ -37,6 +37,11 @@ typedef struct {
   int bf16_pack;      /* with bf16: the layers' weights packed too (PRM_LLAMA_PACK16) */
   const char *data_path, *split, *tokenizer_type, *tokenizer_model;
   int data_shuffle, mock_data, finetune;
+  /* eod_mask_loss with real pre-training data: positions whose input token is
+   * eod_id (the tokenizer's end-of-document token) leave the loss, as
+   * Megatron-LM's loss mask does; 0: off (eod_id is then meaningless). */
+  int eod_mask;
+  int32_t eod_id;
   /* Supervised fine-tuning (module post_trainer, docs/posttrain.md):
    * data_path is a JSONL file of examples. */
   int sft;
@@ -45,9 +50,18 @@ typedef struct {
   int auto_continue; /* auto_continue_train: resume from the newest complete checkpoint in load */
   const prm_node_t *data_blend; /* data_path as a checked [w1, prefix1, ...] list, else NULL
                                  * (data_path is then the first prefix, for messages) */
+  /* valid_data_path / test_data_path (Megatron's data per split, index
+   * PRM_SPLIT_VALID / PRM_SPLIT_TEST): that split's own data, all of it,
+   * instead of data_path's share; path NULL when not given; blend the
+   * checked [w1, prefix1, ...] list, else NULL. */
+  const char *split_path[PRM_SPLIT__COUNT];
+  const prm_node_t *split_blend[PRM_SPLIT__COUNT];
   const char *save, *load;
   int64_t save_interval, eval_interval, eval_iters, log_interval, ckpt_keep;
   int disable_last_saving;      /* Primus: no checkpoint after the last step (off-interval) */
+  int no_load_optim, no_load_rng; /* resume the weights and position, not the optimizer /
+                                   * the random state (Megatron-LM's meaning) */
+  int no_save_optim, no_save_rng; /* checkpoints without the optimizer / the random state */
   int overwrite_ckpt;           /* overwrite_checkpoints: a fresh start may write into a save
                                  * folder that holds another run's checkpoints */
   char tokenizer_path[4096];    /* tokenizer_model resolved from the Hugging Face cache, when
@@ -133,6 +147,13 @@ typedef struct {
   char run_id[PRM_RUN_ID_MAX], lineage[PRM_RUN_ID_MAX];
   /* Resuming: only checkpoints written by this run (NULL: any run). */
   const char *only_run;
+  /* Writing (no_save_optim / no_save_rng): the checkpoint leaves out the
+   * AdamW moments (no optim-rank files; "optimizer": false in the state
+   * json) or the random state (no seed; "rng": false). Reading: set when
+   * the checkpoint lacks them (its moments are then zeroed, its seed is 0). */
+  int no_optim, no_rng;
+  /* Resuming with no_load_optim: the moments are not read but zeroed. */
+  int skip_optim;
 } prm_ckpt_state_t;
 
 /* Writes DIR/model.safetensors and DIR/config.json (f32, HF names), and

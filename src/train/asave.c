@@ -38,7 +38,8 @@ static void *prm__asave_main(void *arg) {
   double t0 = prm_time_now();
   prm_ckpt_state_t st = {.iteration = a->iter, .consumed_samples = a->consumed, .seed = a->seed,
                          .adam_m = a->adam_m, .adam_v = a->adam_v,
-                         .tokenizer_config = a->tokenizer_config};
+                         .tokenizer_config = a->tokenizer_config, .no_optim = a->no_optim,
+                         .no_rng = a->no_rng};
   snprintf(st.run_id, sizeof st.run_id, "%s", a->run_id ? a->run_id : "");
   snprintf(st.lineage, sizeof st.lineage, "%s", a->lineage ? a->lineage : "");
   a->rc = prm_ckpt_save(&a->view, a->save, a->iter, a->tokenizer_type, a->tokenizer_model, &st,
@@ -63,6 +64,8 @@ int prm__asave_start(prm__asave_t *a, const prm_llama_t *m, const float *adam_m,
   a->iter = iter;
   a->consumed = iter * o->global_batch;
   a->seed = o->seed;
+  a->no_optim = o->no_save_optim;
+  a->no_rng = o->no_save_rng;
   a->rc = 0;
   memset(&a->err, 0, sizeof a->err);
   a->finished = 0;

@@ -1,5 +1,6 @@
 /* eval.c - `primus eval`: the mean loss and perplexity of a model on the
- * validation split, in the same batches training evaluates. */
+ * validation split (or valid_data_path's data), in the same batches
+ * training evaluates. */
 #include "train-impl.h"
 
 int prm_eval_run(const prm_train_opts_t *o, const char *load, int64_t iters,
@@ -12,12 +13,13 @@ int prm_eval_run(const prm_train_opts_t *o, const char *load, int64_t iters,
   prm__session_t s;
   int rc = prm__session_open(o, 0, load, PRM_SPLIT_VALID, NULL, &s, err);
   if (rc) return rc;
-  rc = prm__evaluate(&s, o, NULL, iters, res, err);
+  rc = prm__evaluate(&s, o, NULL, PRM_SPLIT_VALID, iters, res, err);
   if (rc == PRM_ENOENT)
     rc = prm_errf(err, PRM_EINVAL,
                   "%s: the validation split is empty (split \"%s\"); give it a share of the "
                   "documents",
-                  o->data_path, o->split ? o->split : "");
+                  o->split_path[PRM_SPLIT_VALID] ? o->split_path[PRM_SPLIT_VALID] : o->data_path,
+                  o->split_path[PRM_SPLIT_VALID] ? "0,1,0" : o->split ? o->split : "");
   prm__session_close(&s);
   return rc;
 }

@@ -142,39 +142,105 @@ static int prm__key_err(const prm_exp_t *e, const char *key, prm_err_t *err, con
   return prm__prefix_origin(e, key, err);
 }
 
+/* A per-split data key (valid_data_path, test_data_path): a prefix, a
+ * one-item list, or Megatron's [weight, prefix, ...] blend, into *path
+ * (and *blend for a blend); both NULL when the key is null or unset. */
+static int prm__split_source(const prm_exp_t *e, const char *key, const char **path,
+                             const prm_node_t **blend, prm_err_t *err) {
+  const prm_node_t *n = prm_exp_get(e, key);
+  *path = NULL;
+  *blend = NULL;
+  if (!n || n->kind == PRM_NODE_NULL) return 0;
+  if (n->kind == PRM_NODE_SCALAR) {
+    if (!*n->str) return prm__key_err(e, key, err, "empty path");
+    *path = n->str;
+    return 0;
+  }
+  if (n->kind != PRM_NODE_LIST || n->n == 0 || (n->n > 1 && n->n % 2))
+    return prm__key_err(e, key, err, "expected a dataset prefix or [weight, prefix, weight, "
+                        "prefix, ...] (pairs), got %d items", n->kind == PRM_NODE_LIST ? n->n : 0);
+  for (int i = 0; i < n->n; i++)
+    if (n->items[i]->kind != PRM_NODE_SCALAR || !*n->items[i]->str)
+      return prm__key_err(e, key, err, "item %d: expected a %s", i + 1,
+                          n->n > 1 && i % 2 == 0 ? "weight" : "prefix");
+  if (n->n == 1) {
+    *path = n->items[0]->str;
+    return 0;
+  }
+  for (int i = 0; i < n->n; i += 2) {
+    double w;
+    if (prm_parse_f64(n->items[i]->str, &w) || !(w > 0) || isinf(w))
+      return prm__key_err(e, key, err, "item %d: expected a positive weight, got \"%s\" (the "
+                          "list is [weight, prefix, ...])", i + 1, n->items[i]->str);
+  }
+  *blend = n;
+  *path = n->items[1]->str;
+  return 0;
+}
+
+/* valid_data_path / test_data_path: Megatron-LM reads the data per split
+ * from them (with train_data_path for training) instead of cutting data_path
+ * by split, and the two ways do not mix. */
+static int prm__split_paths(const prm_exp_t *e, prm_train_opts_t *o, const char *dkey,
+                            prm_err_t *err) {
+  static const char *const keys[] = {"valid_data_path", "test_data_path"};
+  for (int i = 0; i < 2; i++) {
+    prm_split_t sp = i ? PRM_SPLIT_TEST : PRM_SPLIT_VALID;
+    int rc = prm__split_source(e, keys[i], &o->split_path[sp], &o->split_blend[sp], err);
+    if (rc) return rc;
+    if (!o->split_path[sp]) continue;
+    if (o->mock_data) {
+      PRM_WARN("%s: not read with mock_data: true (evaluation uses mock tokens)", keys[i]);
+      o->split_path[sp] = NULL;
+      o->split_blend[sp] = NULL;
+    } else if (o->sft) {
+      return prm__key_err(e, keys[i], err, "fine-tuning (post_trainer) reads one JSONL file "
+                          "cut by split; a separate set is not supported there");
+    } else if (!strcmp(dkey, "data_path")) {
+      return prm__key_err(e, keys[i], err, "given with data_path: Megatron-LM takes either "
+                          "data_path cut by split, or train_data_path, valid_data_path and "
+                          "test_data_path (set data_path: null and train_data_path)");
+    }
+  }
+  return 0;
+}
+
 /* Megatron-LM's and Primus' keys that the schema accepts but primus'
  * engine does not carry out (yet): each is refused when it would change
  * what the run computes or writes, naming the key. */
-static int prm__engine_keys(const prm_exp_t *e, const prm_train_opts_t *o, prm_err_t *err) {
+static int prm__engine_keys(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *err) {
   (void)o;
   int on = 0;
-  static const char *const sets[] = {"valid_data_path", "test_data_path"};
-  for (int i = 0; i < 2; i++) {
-    const prm_node_t *n = prm_exp_get(e, sets[i]);
-    if (n && n->kind != PRM_NODE_NULL)
-      return prm__key_err(e, sets[i], err,
-                          "a separate %s set is not implemented in primus yet; give data_path "
-                          "and split instead", i ? "test" : "validation");
-  }
-  if (!prm__bool(e, "eod_mask_loss", 0, &on) && on && !o->mock_data)
-    return prm__key_err(e, "eod_mask_loss", err,
-                        "true: masking the loss after end-of-document tokens is not implemented "
-                        "in primus' engine yet");
-  if (on && o->mock_data)
+  if (!prm__bool(e, "eod_mask_loss", 0, &on) && on && o->mock_data)
     PRM_INFO("eod_mask_loss: true has no effect on mock tokens (they are not split into "
              "documents)");
-  static const char *const loads[] = {"no_load_optim", "no_load_rng"};
-  for (int i = 0; i < 2; i++)
-    if (!prm__bool(e, loads[i], 0, &on) && on && o->load && !o->finetune)
-      return prm__key_err(e, loads[i], err,
-                          "true: loading part of a checkpoint is not implemented in primus; "
-                          "finetune: true loads the weights only");
-  static const char *const saves[] = {"no_save_optim", "no_save_rng"};
-  for (int i = 0; i < 2; i++)
-    if (!prm__bool(e, saves[i], 0, &on) && on && o->save)
-      return prm__key_err(e, saves[i], err,
-                          "true: primus' checkpoints always carry the optimizer and random "
-                          "state (set it to null, or save: null)");
+  else if (on && o->sft)
+    PRM_INFO("eod_mask_loss: true has no effect in fine-tuning (the examples' own loss mask "
+             "applies)");
+  else if (on) {
+    /* Megatron-LM's loss mask: the positions whose input token is the
+     * tokenizer's EOD (the prediction of the next document's first token
+     * from the previous document's end) leave the loss. */
+    if (o->model.experts)
+      return prm__key_err(e, "eod_mask_loss", err,
+                          "true with num_experts: the router losses' weighting under a loss "
+                          "mask is not implemented in primus yet");
+    prm_tokenizer_t *tok = NULL;
+    int rc = prm_tokenizer_open(o->tokenizer_type, o->tokenizer_model, &tok, err);
+    if (rc) return prm__prefix_origin(e, "tokenizer_type", err);
+    o->eod_id = prm_tokenizer_eod(tok);
+    prm_tokenizer_free(tok);
+    if (o->eod_id < 0)
+      return prm__key_err(e, "eod_mask_loss", err,
+                          "true, but tokenizer %s%s%s has no end-of-document token to mask",
+                          o->tokenizer_type, o->tokenizer_model ? " " : "",
+                          o->tokenizer_model ? o->tokenizer_model : "");
+    if (o->eod_id >= o->model.vocab)
+      return prm__key_err(e, "eod_mask_loss", err,
+                          "true, but the tokenizer's end-of-document id %d is outside the "
+                          "vocabulary of %lld", (int)o->eod_id, (long long)o->model.vocab);
+    o->eod_mask = 1;
+  }
   return 0;
 }
 
@@ -350,6 +416,16 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   o->save = prm_exp_get_str(e, "save");
   o->load = prm_exp_get_str(e, "load");
   prm__bool(e, "disable_last_saving", 0, &o->disable_last_saving);
+  prm__bool(e, "no_load_optim", 0, &o->no_load_optim);
+  prm__bool(e, "no_load_rng", 0, &o->no_load_rng);
+  prm__bool(e, "no_save_optim", 0, &o->no_save_optim);
+  prm__bool(e, "no_save_rng", 0, &o->no_save_rng);
+  if (o->no_save_optim && o->save)
+    PRM_WARN("no_save_optim: checkpoints in %s leave out the optimizer state; a resume of them "
+             "starts the AdamW moments at zero (not an exact continuation)", o->save);
+  if (o->no_save_rng && o->save)
+    PRM_WARN("no_save_rng: checkpoints in %s leave out the random state (the seed); a resume "
+             "of them takes its own seed", o->save);
   PRM__I("save_interval", 1000, &o->save_interval);
   PRM__I("ckpt_keep", 0, &o->ckpt_keep);
   prm__bool(e, "async_save", 0, &o->async_save);
@@ -484,6 +560,7 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                                         "not including 1, got %g", o->alert_tps_fraction),
                                err));
   if ((rc = prm__engine_keys(e, o, err))) return rc;
+  if ((rc = prm__split_paths(e, o, dkey, err))) return rc;
   if (o->mock_data && o->tokenizer_model && o->tokenizer_model != o->tokenizer_path &&
       prm_hf_is_model_id(o->tokenizer_model) && !prm_fs_exists(o->tokenizer_model)) {
     char dir[1024];

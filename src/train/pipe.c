@@ -282,7 +282,16 @@ static int prm__pipe_op(prm__session_t *s, const prm_train_opts_t *o, prm__pipe_
     if (ch > 0 && (rc = prm__pipe_recv(pp, prm_llama_stage_x(m, lo), n, prev, 2 * ch, err)))
       return rc;
     int64_t count = 0;
-    *sum += prm_llama_stage_forward(m, lo, hi, s->tokens, s->targets, B, 1, scale, &count);
+    if (ch == C - 1 && prm__session_masked(s, o)) {
+      /* eod_mask_loss: the micro-batch's mean over its unmasked targets,
+       * weighted; sum[1] counts them. */
+      double w = prm__session_mb_scale(s, o);
+      sum[0] += w * prm_llama_stage_forward(m, lo, hi, s->tokens, s->targets, B, 1, (float)w,
+                                            &count);
+      sum[1] += (double)s->batch_tokens;
+      return 0;
+    }
+    sum[0] += prm_llama_stage_forward(m, lo, hi, s->tokens, s->targets, B, 1, scale, &count);
     if (ch == C - 1) return 0;
     return prm_comm_isend(pp->comm, prm_llama_stage_x(m, hi), n, PRM_COMM_F32, next, 2 * (ch + 1),
                           &pp->sreq[2 * k], err);
@@ -312,8 +321,8 @@ int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t
   int64_t share = G / dp->size, begin = step0 * G + dp->rank * share;
   PRM_ASSERT(share / B == pp->M);
   float scale = (float)(1.0 / ((double)G * (double)S));
-  double sum = 0;
-  int rc = 0;
+  double sum[2] = {0, 0}; /* the loss (weighted), eod_mask_loss's unmasked targets */
+  int rc = 0, masked = prm__session_masked(s, o);
   prm_llama_zero_grad(m);
   prm_llama_params_changed(m);
   m->tp_seconds = 0;
@@ -323,7 +332,7 @@ int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t
    * norm, summed over the stages, carries it to every rank. */
   if (prm__fault_due(PRM__FAULT_NAN, step0 + 1)) m->grads[0] = NAN;
   for (int i = 0; i < pp->M * pp->virt; i++) pp->slot_of[i] = -1;
-  for (int i = 0; i < pp->nops && !rc; i++) rc = prm__pipe_op(s, o, pp, &pp->ops[i], begin, scale, &sum, err);
+  for (int i = 0; i < pp->nops && !rc; i++) rc = prm__pipe_op(s, o, pp, &pp->ops[i], begin, scale, sum, err);
   if (rc) return rc;
   double t0 = prm_time_now();
   rc = prm_comm_waitall(pp->sreq, 2 * pp->nslots, err);
@@ -338,14 +347,15 @@ int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t
   if (!rc) rc = prm__dp_reduce(dp, m, err);
   if (!rc && pp->embd && !dp->zero)
     rc = prm_comm_allreduce(pp->embd, m->grads, pp->embed_n, PRM_COMM_F32, PRM_COMM_SUM, err);
-  if (!rc) rc = prm__dp_sum(dp, &sum, 1, err);
-  if (!rc) rc = prm__pipe_bcast(pp, &sum, 1, err);
-  *loss = sum / ((double)G * (double)S);
+  if (!rc) rc = prm__dp_sum(dp, sum, 2, err);
+  if (!rc) rc = prm__pipe_bcast(pp, sum, 2, err);
+  *loss = masked ? sum[0] : sum[0] / ((double)G * (double)S);
+  if (masked) s->loss_tokens = (int64_t)sum[1];
   return rc;
 }
 
 int prm__pipe_evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
-                       int64_t iters, double sum[2], prm_err_t *err) {
+                       prm_split_t split, int64_t iters, double sum[2], prm_err_t *err) {
   prm__pipe_t *pp = s->pipe;
   prm_llama_t *m = s->model;
   int64_t G = o->global_batch, B = o->micro_batch;
@@ -360,7 +370,7 @@ int prm__pipe_evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *
     for (int64_t first = it * G + rank * share; first < it * G + (rank + 1) * share && !rc; first += B)
       for (int v = 0; v < pp->virt && !rc; v++) {
         int ch = v * P + pp->rank;
-        if (ch == 0 || ch == C - 1) prm__pipe_batch(s, o, PRM_SPLIT_VALID, first);
+        if (ch == 0 || ch == C - 1) prm__pipe_batch(s, o, split, first);
         if (ch > 0 && (rc = prm__pipe_recv(pp, prm_llama_stage_x(m, pp->lo[v]), n, prev, 2 * ch, err)))
           break;
         int64_t c = 0;

@@ -96,6 +96,46 @@ static void prm__nomem_hint(const prm_train_opts_t *o, unsigned flags, prm__sess
                    s->dev->info.name, mem);
 }
 
+/* Opens data for the session: `path`, or the blend list `blend` (Megatron's
+ * [w1, prefix1, ...]), cut by `split`, into *data (one dataset read in
+ * order) or *blend_out (shuffled and/or blended samplers, sized for what
+ * the run reads: evaluation always reads the first eval_iters global
+ * batches of its split). */
+static int prm__open_source(const prm_train_opts_t *o, const char *path, const prm_node_t *blend,
+                            const char *split, prm_split_t need, prm_dataset_t **data,
+                            prm_blend_t **blend_out, prm_err_t *err) {
+  if (!o->data_shuffle && !blend) {
+    prm_dataset_opts_t d = {.path = path, .tokenizer_type = o->tokenizer_type,
+                            .split = split, .vocab_size = o->model.vocab, .need = need};
+    return prm_dataset_open(&d, data, err);
+  }
+  int n = blend ? blend->n / 2 : 1;
+  const char **paths = prm_xcalloc((size_t)n, sizeof *paths);
+  double *weights = prm_xcalloc((size_t)n, sizeof *weights);
+  for (int i = 0; i < n; i++) {
+    if (blend) {
+      if (prm_parse_f64(blend->items[2 * i]->str, &weights[i]))
+        weights[i] = 0; /* checked by the options; refused by prm_blend_open */
+      paths[i] = blend->items[2 * i + 1]->str;
+    } else {
+      weights[i] = 1;
+      paths[i] = path;
+    }
+  }
+  prm_blend_opts_t b = {.n = n, .paths = paths, .weights = weights,
+                        .tokenizer_type = o->tokenizer_type, .split = split,
+                        .vocab_size = o->model.vocab, .need = need,
+                        .seq_length = o->seq_length, .seed = (uint64_t)o->seed,
+                        .shuffle = o->data_shuffle};
+  b.samples[PRM_SPLIT_TRAIN] = need == PRM_SPLIT_TRAIN ? o->train_iters * o->global_batch : 0;
+  b.samples[PRM_SPLIT_VALID] = o->eval_iters * o->global_batch;
+  b.samples[PRM_SPLIT_TEST] = o->eval_iters * o->global_batch;
+  int rc = prm_blend_open(&b, blend_out, err);
+  free(paths);
+  free(weights);
+  return rc;
+}
+
 int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *load,
                       prm_split_t need, const prm_llama_tp_t *tp, prm__session_t *s,
                       prm_err_t *err) {
@@ -116,38 +156,25 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
                         .vocab_size = o->model.vocab, .packing = o->packing,
                         .shuffle = o->data_shuffle, .seed = (uint64_t)o->seed, .need = need};
     if ((rc = prm_sft_open(&f, &s->sft, err))) goto fail;
-  } else if (!o->mock_data && (o->data_shuffle || o->data_blend)) {
-    /* Shuffled and/or blended: the samplers, sized for what this run reads
-     * (evaluation always reads the first eval_iters global batches). */
-    int n = o->data_blend ? o->data_blend->n / 2 : 1;
-    const char **paths = prm_xcalloc((size_t)n, sizeof *paths);
-    double *weights = prm_xcalloc((size_t)n, sizeof *weights);
-    for (int i = 0; i < n; i++) {
-      if (o->data_blend) {
-        if (prm_parse_f64(o->data_blend->items[2 * i]->str, &weights[i]))
-          weights[i] = 0; /* checked by the options; refused by prm_blend_open */
-        paths[i] = o->data_blend->items[2 * i + 1]->str;
-      } else {
-        weights[i] = 1;
-        paths[i] = o->data_path;
-      }
-    }
-    prm_blend_opts_t b = {.n = n, .paths = paths, .weights = weights,
-                          .tokenizer_type = o->tokenizer_type, .split = o->split,
-                          .vocab_size = o->model.vocab, .need = need,
-                          .seq_length = o->seq_length, .seed = (uint64_t)o->seed,
-                          .shuffle = o->data_shuffle};
-    b.samples[PRM_SPLIT_TRAIN] = need == PRM_SPLIT_TRAIN ? o->train_iters * o->global_batch : 0;
-    b.samples[PRM_SPLIT_VALID] = o->eval_iters * o->global_batch;
-    rc = prm_blend_open(&b, &s->blend, err);
-    free(paths);
-    free(weights);
-    if (rc) goto fail;
   } else if (!o->mock_data) {
-    prm_dataset_opts_t d = {.path = o->data_path, .tokenizer_type = o->tokenizer_type,
-                            .split = o->split, .vocab_size = o->model.vocab, .need = need};
-    if ((rc = prm_dataset_open(&d, &s->data, err))) goto fail;
+    /* Evaluation of a split that has its own data needs only training
+     * data of the main set. */
+    prm_split_t main_need = need != PRM_SPLIT_TRAIN && o->split_path[need] ? PRM_SPLIT_TRAIN : need;
+    if ((rc = prm__open_source(o, o->data_path, o->data_blend, o->split, main_need, &s->data,
+                               &s->blend, err)))
+      goto fail;
+    /* valid_data_path / test_data_path: all of each is that split. */
+    for (int sp = PRM_SPLIT_VALID; sp < PRM_SPLIT__COUNT; sp++)
+      if (o->split_path[sp] &&
+          (rc = prm__open_source(o, o->split_path[sp], o->split_blend[sp],
+                                 sp == PRM_SPLIT_VALID ? "0,1,0" : "0,0,1", (prm_split_t)sp,
+                                 &s->sep_data[sp], &s->sep_blend[sp], err)))
+        goto fail;
   }
+  if (prm__session_masked(s, o))
+    PRM_INFO("eod_mask_loss: positions whose input is the end-of-document token (id %d of %s) "
+             "leave the loss; each micro-batch's loss is the mean over its other targets",
+             (int)o->eod_id, o->tokenizer_type);
   if ((rc = prm__session_device(o, &s->gemm, &s->dev, err))) goto fail;
   if ((flags & PRM_LLAMA_BF16) && prm_dev_is_host(s->dev))
     flags |= prm__bf16_attention(o) | (o->bf16_pack ? PRM_LLAMA_PACK16 : 0);
@@ -204,6 +231,10 @@ void prm__session_close(prm__session_t *s) {
   prm_gemm_free(&s->gemm);
   prm_dataset_close(s->data);
   prm_blend_close(s->blend);
+  for (int sp = 0; sp < PRM_SPLIT__COUNT; sp++) {
+    prm_dataset_close(s->sep_data[sp]);
+    prm_blend_close(s->sep_blend[sp]);
+  }
   prm_sft_close(s->sft);
   free(s->seg);
   free(s->pos);
@@ -215,6 +246,8 @@ void prm__session_close(prm__session_t *s) {
 
 int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split) {
   if (s->sft) return prm_sft_sequences(s->sft, split);
+  if (s->sep_blend[split]) return prm_blend_tokens(s->sep_blend[split], split);
+  if (s->sep_data[split]) return prm_dataset_tokens(s->sep_data[split], split);
   if (s->blend) return prm_blend_tokens(s->blend, split);
   return s->data ? prm_dataset_tokens(s->data, split) : 0;
 }
@@ -230,7 +263,11 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
                      s->pos + b * S);
       continue;
     }
-    if (s->blend) {
+    if (s->sep_blend[split]) {
+      prm_blend_sample(s->sep_blend[split], split, k, s->seq);
+    } else if (s->sep_data[split]) {
+      prm_dataset_sequence(s->sep_data[split], split, k, S, s->seq);
+    } else if (s->blend) {
       prm_blend_sample(s->blend, split, k, s->seq);
     } else if (s->data) {
       prm_dataset_sequence(s->data, split, k, S, s->seq);
@@ -243,6 +280,22 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
     memcpy(s->tokens + b * S, s->seq, (size_t)S * sizeof(int32_t));
     memcpy(s->targets + b * S, s->seq + 1, (size_t)S * sizeof(int32_t));
   }
+  s->batch_tokens = B * S;
+  if (o->eod_mask && !s->sft && (s->data || s->blend))
+    for (int64_t j = 0; j < B * S; j++)
+      if (s->tokens[j] == o->eod_id) {
+        s->targets[j] = -1;
+        s->batch_tokens--;
+      }
+}
+
+int prm__session_masked(const prm__session_t *s, const prm_train_opts_t *o) {
+  return o->eod_mask && !s->sft && (s->data || s->blend);
+}
+
+double prm__session_mb_scale(const prm__session_t *s, const prm_train_opts_t *o) {
+  double mbs = (double)(o->global_batch / o->micro_batch);
+  return s->batch_tokens > 0 ? 1.0 / ((double)s->batch_tokens * mbs) : 0.0;
 }
 
 /* Forward+backward over one global batch (optimizer step `step0`, 0-based)
@@ -264,7 +317,8 @@ int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
     denom = s->loss_tokens > 0 ? (double)s->loss_tokens : 1.0;
   }
   float scale = (float)(1.0 / denom);
-  double sum = 0;
+  double sum = 0, counted = 0;
+  int masked = prm__session_masked(s, o);
   if (s->pipe) return prm__pipe_accumulate(s, o, dp, step0, loss, err);
   prm_llama_zero_grad(s->model);
   prm_llama_params_changed(s->model); /* updated, loaded or rolled back since the last step */
@@ -284,12 +338,21 @@ int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
     double t0 = prm_time_now();
     prm__session_batch(s, o, PRM_SPLIT_TRAIN, first, B);
     s->data_s += prm_time_now() - t0;
-    sum += prm_llama_forward_backward(s->model, s->tokens, s->targets, B, scale, &count);
+    if (masked) {
+      double w = prm__session_mb_scale(s, o);
+      /* The micro-batch's mean over its unmasked targets, weighted. */
+      sum += w * prm_llama_forward_backward(s->model, s->tokens, s->targets, B, (float)w, &count);
+      counted += (double)s->batch_tokens;
+    } else {
+      sum += prm_llama_forward_backward(s->model, s->tokens, s->targets, B, scale, &count);
+    }
   }
   int rc = prm_llama_tp_check(s->model, err);
   if (!rc) rc = prm__dp_reduce(dp, s->model, err);
-  if (!rc) rc = prm__dp_sum(dp, &sum, 1, err);
-  *loss = sum / denom;
+  double sums[2] = {sum, counted};
+  if (!rc) rc = prm__dp_sum(dp, sums, masked ? 2 : 1, err);
+  *loss = masked ? sums[0] : sums[0] / denom;
+  if (masked) s->loss_tokens = (int64_t)sums[1];
   return rc;
 }
 
@@ -325,22 +388,22 @@ int prm__session_memory_json(prm_sb_t *js, const prm_llama_t *m, const prm__pipe
 /* Evaluation inside training                                                */
 /* ------------------------------------------------------------------------ */
 
-int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, int64_t iters,
-                  prm_eval_result_t *res, prm_err_t *err) {
+int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, prm_split_t split,
+                  int64_t iters, prm_eval_result_t *res, prm_err_t *err) {
   memset(res, 0, sizeof *res);
-  if ((s->data || s->blend) && prm__session_tokens(s, PRM_SPLIT_VALID) == 0) return PRM_ENOENT;
+  if ((s->data || s->blend) && prm__session_tokens(s, split) == 0) return PRM_ENOENT;
   int64_t G = o->global_batch, B = o->micro_batch;
   int64_t share = dp ? G / dp->size : G, rank = dp ? dp->rank : 0;
   double sum[2] = {0, 0}; /* loss, tokens */
   prm_llama_params_changed(s->model); /* the last step's update */
   int rc = 0;
   if (s->pipe) { /* the last stage's sums; the others' stay 0 */
-    rc = prm__pipe_evaluate(s, o, dp, iters, sum, err);
+    rc = prm__pipe_evaluate(s, o, dp, split, iters, sum, err);
   } else {
     for (int64_t it = 0; it < iters; it++)
       for (int64_t first = it * G + rank * share; first < it * G + (rank + 1) * share; first += B) {
         int64_t c = 0;
-        prm__session_batch(s, o, PRM_SPLIT_VALID, first, B);
+        prm__session_batch(s, o, split, first, B);
         sum[0] += prm_llama_forward(s->model, s->tokens, s->targets, B, &c);
         sum[1] += (double)c;
       }

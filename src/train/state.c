@@ -76,8 +76,8 @@ int prm__state_write(const char *dir, const prm_llama_t *m, const prm_ckpt_state
   h.crc = prm__crc(h.crc, st->adam_v, bytes);
   char *path = prm__rank_file(dir, "optim", st->rank, "bin");
   prm_afile_t f;
-  int rc = prm_afile_open(&f, path, err);
-  if (!rc) {
+  int rc = st->no_optim ? 0 : prm_afile_open(&f, path, err); /* no_save_optim: no moments */
+  if (!rc && !st->no_optim) {
     if ((rc = prm_afile_write(&f, &h, sizeof h, err)) ||
         (rc = prm_afile_write(&f, &sh, sizeof sh, err)) ||
         (rc = prm_afile_write(&f, sizes, (size_t)m->ntensors * sizeof *sizes, err)) ||
@@ -97,14 +97,19 @@ int prm__state_write(const char *dir, const prm_llama_t *m, const prm_ckpt_state
   if (st->run_id[0])
     snprintf(owner, sizeof owner, ",\n  \"run_id\": \"%s\",\n  \"lineage\": \"%s\"", st->run_id,
              st->lineage[0] ? st->lineage : st->run_id);
+  /* no_save_rng: no seed (the random state); no_save_optim: no shard. */
+  char rng[64] = "  \"rng\": false", shard[96] = "  \"optimizer\": false";
+  if (!st->no_rng) snprintf(rng, sizeof rng, "  \"seed\": %lld", (long long)st->seed);
+  if (!st->no_optim)
+    snprintf(shard, sizeof shard, "  \"optimizer_shard\": [%lld, %lld]", (long long)lo,
+             (long long)hi);
   char *json = prm_xasprintf("{\n  \"iteration\": %lld,\n  \"consumed_samples\": %lld,\n"
-                             "  \"data_position\": %lld,\n  \"seed\": %lld,\n"
+                             "  \"data_position\": %lld,\n%s,\n"
                              "  \"lr_scheduler\": {\"step\": %lld},\n  \"rank\": %d,\n"
-                             "  \"world_size\": %d,\n  \"optimizer_shard\": [%lld, %lld]%s\n}\n",
+                             "  \"world_size\": %d,\n%s%s\n}\n",
                              (long long)st->iteration, (long long)st->consumed_samples,
-                             (long long)st->consumed_samples, (long long)st->seed,
-                             (long long)st->iteration, st->rank, world, (long long)lo,
-                             (long long)hi, owner);
+                             (long long)st->consumed_samples, rng,
+                             (long long)st->iteration, st->rank, world, shard, owner);
   path = prm__rank_file(dir, "state", st->rank, "json");
   rc = prm_fs_write_atomic(path, json, strlen(json), err);
   free(path);
@@ -234,55 +239,69 @@ int prm_ckpt_load_state_range(const char *dir, const prm_llama_t *m, int64_t lo,
   prm__opt_file_t f;
   char *path = NULL, *json = NULL;
   cJSON *root = NULL;
-  int rc = prm__opt_read(dir, m, 0, 0, &f, err);
-  if (rc) return rc;
-  uint32_t world = f.world;
-  uint64_t step = f.step, next = 0;
-  /* The shards must tile [0, nparams) in rank order; each is checked in
-   * full (the same files and verdict on every rank), and the part inside
-   * [lo, hi) is copied. */
-  for (uint32_t r = 0; r < world; r++) {
-    if (r > 0 && (rc = prm__opt_read(dir, m, (int)r, world, &f, err))) goto done;
-    path = prm__rank_file(dir, "optim", (int)r, "bin");
-    if (f.lo != next || f.step != step) {
-      rc = prm_errf(err, PRM_EPARSE,
-                    "%s: step %llu, moments from %llu; expected step %llu from %llu", path,
-                    (unsigned long long)f.step, (unsigned long long)f.lo,
-                    (unsigned long long)step, (unsigned long long)next);
-      free(f.data);
-      goto done;
-    }
-    free(path);
-    path = NULL;
-    next = f.hi;
-    int64_t a = (int64_t)f.lo > lo ? (int64_t)f.lo : lo;
-    int64_t b = (int64_t)f.hi < hi ? (int64_t)f.hi : hi;
-    if (a < b) {
-      memcpy(adam_m + (a - lo), f.m + (a - (int64_t)f.lo), (size_t)(b - a) * sizeof(float));
-      memcpy(adam_v + (a - lo), f.v + (a - (int64_t)f.lo), (size_t)(b - a) * sizeof(float));
-    }
-    free(f.data);
-  }
-  if (next != (uint64_t)m->nparams) {
-    rc = prm_errf(err, PRM_EPARSE, "%s: the %u optimizer shards end at %llu of %lld moments", dir,
-                  world, (unsigned long long)next, (long long)m->nparams);
-    goto done;
-  }
-
+  int rc;
+  /* The state json first: it says whether the moments and the random
+   * state were saved (no_save_optim / no_save_rng). */
   path = prm__rank_file(dir, "state", 0, "json");
   if ((rc = prm_fs_read_all(path, &json, NULL, err))) goto done;
   root = cJSON_Parse(json);
   cJSON *it = cJSON_GetObjectItem(root, "iteration"), *cs = cJSON_GetObjectItem(root, "consumed_samples");
   cJSON *seed = cJSON_GetObjectItem(root, "seed");
-  if (!cJSON_IsNumber(it) || !cJSON_IsNumber(cs) || !cJSON_IsNumber(seed) ||
-      (uint64_t)it->valuedouble != step) {
-    rc = prm_errf(err, PRM_EPARSE, "%s: expected iteration %llu, consumed_samples and seed", path,
-                  (unsigned long long)step);
+  int no_rng = cJSON_IsFalse(cJSON_GetObjectItem(root, "rng"));
+  int no_optim = cJSON_IsFalse(cJSON_GetObjectItem(root, "optimizer"));
+  if (!cJSON_IsNumber(it) || !cJSON_IsNumber(cs) || !(no_rng || cJSON_IsNumber(seed)) ||
+      !(it->valuedouble >= 0 && it->valuedouble < 9e18) ||
+      !(cs->valuedouble >= 0 && cs->valuedouble < 9e18) ||
+      !(no_rng || (seed->valuedouble > -9e18 && seed->valuedouble < 9e18))) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: expected iteration, consumed_samples and seed", path);
     goto done;
   }
-  st->iteration = (int64_t)it->valuedouble;
+  uint64_t step = (uint64_t)it->valuedouble, next = 0;
+  free(path);
+  path = NULL;
+  if (no_optim || st->skip_optim) {
+    /* No moments saved, or no_load_optim: they start at zero. */
+    memset(adam_m, 0, (size_t)(hi - lo) * sizeof(float));
+    memset(adam_v, 0, (size_t)(hi - lo) * sizeof(float));
+  } else {
+    if ((rc = prm__opt_read(dir, m, 0, 0, &f, err))) goto done;
+    uint32_t world = f.world;
+    /* The shards must tile [0, nparams) in rank order; each is checked in
+     * full (the same files and verdict on every rank), and the part inside
+     * [lo, hi) is copied. */
+    for (uint32_t r = 0; r < world; r++) {
+      if (r > 0 && (rc = prm__opt_read(dir, m, (int)r, world, &f, err))) goto done;
+      path = prm__rank_file(dir, "optim", (int)r, "bin");
+      if (f.lo != next || f.step != step) {
+        rc = prm_errf(err, PRM_EPARSE,
+                      "%s: step %llu, moments from %llu; expected step %llu from %llu", path,
+                      (unsigned long long)f.step, (unsigned long long)f.lo,
+                      (unsigned long long)step, (unsigned long long)next);
+        free(f.data);
+        goto done;
+      }
+      free(path);
+      path = NULL;
+      next = f.hi;
+      int64_t a = (int64_t)f.lo > lo ? (int64_t)f.lo : lo;
+      int64_t b = (int64_t)f.hi < hi ? (int64_t)f.hi : hi;
+      if (a < b) {
+        memcpy(adam_m + (a - lo), f.m + (a - (int64_t)f.lo), (size_t)(b - a) * sizeof(float));
+        memcpy(adam_v + (a - lo), f.v + (a - (int64_t)f.lo), (size_t)(b - a) * sizeof(float));
+      }
+      free(f.data);
+    }
+    if (next != (uint64_t)m->nparams) {
+      rc = prm_errf(err, PRM_EPARSE, "%s: the %u optimizer shards end at %llu of %lld moments", dir,
+                    world, (unsigned long long)next, (long long)m->nparams);
+      goto done;
+    }
+  }
+  st->iteration = (int64_t)step;
   st->consumed_samples = (int64_t)cs->valuedouble;
-  st->seed = (int64_t)seed->valuedouble;
+  st->seed = no_rng ? 0 : (int64_t)seed->valuedouble;
+  st->no_rng = no_rng;
+  st->no_optim = no_optim;
   prm__owner_from(root, st->run_id, st->lineage);
 done:
   cJSON_Delete(root);

@@ -111,6 +111,10 @@ typedef struct {
   prm_dataset_t *data;    /* one dataset read in order; NULL otherwise */
   prm_blend_t *blend;     /* shuffled and/or blended samples; NULL otherwise
                            * (both NULL with mock_data) */
+  /* valid_data_path / test_data_path: that split's own data (one of the
+   * two, by split index); NULL where data/blend supplies the split. */
+  prm_dataset_t *sep_data[PRM_SPLIT__COUNT];
+  prm_blend_t *sep_blend[PRM_SPLIT__COUNT];
   prm_sft_t *sft;         /* fine-tuning examples (o->sft); the others NULL then */
   prm_llama_t *model;
   int64_t loaded_iter;    /* iteration of the checkpoint loaded, 0 otherwise */
@@ -118,6 +122,7 @@ typedef struct {
   int32_t *tokens, *targets; /* (B,S) */
   int32_t *seg, *pos;     /* (B,S) fine-tuning: segment ids and positions (packing) */
   int64_t loss_tokens;    /* targets in the loss of the last prm__accumulate's batch */
+  int64_t batch_tokens;   /* targets in the loss of the last prm__session_batch */
   double data_s;          /* the last prm__accumulate's time in prm__session_batch */
   /* Tensor, expert or pipeline parallelism, on the rank that writes
    * checkpoints: the whole model and moments gathered from the groups
@@ -143,15 +148,28 @@ int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split);
 /* Fills tokens/targets (B,S) with global samples first .. first+B-1 of a
  * split: sample k of the train split is the k-th one a run consumes (step
  * t, 0-based, reads k = t*G .. t*G+G-1), so a run resumed after c consumed
- * samples continues exactly from k = c. */
+ * samples continues exactly from k = c.
+ * With eod_mask_loss the targets of positions whose input is the EOD token
+ * are -1 (no loss); s->batch_tokens counts the targets left. */
 void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_t split,
                         int64_t first, int64_t B);
+/* Whether eod_mask_loss masks this session's batches (real pre-training
+ * data), and then the gradient scale of the micro-batch just read: 1 /
+ * (its unmasked targets x the global batch's G/B micro-batches), 0 when
+ * all of its targets are masked. */
+int prm__session_masked(const prm__session_t *s, const prm_train_opts_t *o);
+double prm__session_mb_scale(const prm__session_t *s, const prm_train_opts_t *o);
 /* Forward+backward over one global batch (optimizer step `step0`, 0-based)
  * into zeroed gradients, summed over the data-parallel ranks of dp (each
  * takes the contiguous G/D samples of its rank); *loss gets the batch's
  * mean: over its G x S targets in pre-training, over its loss tokens in
  * fine-tuning (every rank counts those of the whole global batch from the
- * data it holds, so the ranks agree without communicating). */
+ * data it holds, so the ranks agree without communicating).
+ * With eod_mask_loss (Megatron-LM's reduction, calculate_per_token_loss
+ * false) each micro-batch's loss is the mean over its unmasked targets and
+ * the batch's is the mean of the G/B micro-batches' (one without targets
+ * counts 0); s->loss_tokens is then the unmasked targets of the global
+ * batch. */
 int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, int64_t step0,
                     double *loss, prm_err_t *err);
 /* ",\"memory\":{...}" into js: the model state this rank holds (parameters,
@@ -164,11 +182,12 @@ int prm__session_memory_json(prm_sb_t *js, const prm_llama_t *m, const prm__pipe
 int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
                          int64_t step0, double *loss, prm_err_t *err);
 int prm__pipe_evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
-                       int64_t iters, double sum[2], prm_err_t *err);
-/* Mean loss over `iters` global batches of the validation split, shared
- * among the data-parallel ranks of dp (NULL: this rank alone); PRM_ENOENT
- * when that split is empty. */
-int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
+                       prm_split_t split, int64_t iters, double sum[2], prm_err_t *err);
+/* Mean loss over the first `iters` global batches of a split (the
+ * validation or test split: data_path's share, or valid_data_path's /
+ * test_data_path's data), shared among the data-parallel ranks of dp
+ * (NULL: this rank alone); PRM_ENOENT when that split is empty. */
+int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, prm_split_t split,
                   int64_t iters, prm_eval_result_t *res, prm_err_t *err);
 
 /* Writes optim-rank-RRRRR.bin and state-rank-RRRRR.json of st's rank and
@@ -297,6 +316,7 @@ typedef struct {
   const char *tokenizer_config;    /* borrowed from the trainer, NULL: none */
   const char *run_id, *lineage;    /* borrowed from the trainer: whose checkpoints */
   int64_t iter, consumed, seed;
+  int no_optim, no_rng;            /* no_save_optim / no_save_rng */
   pthread_t thread;
   int busy;                        /* a save is in flight (thread to join) */
   int finished;                    /* set by the thread (atomic) */

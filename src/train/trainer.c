@@ -199,6 +199,34 @@ static int prm__start_state(prm__session_t *s, const prm_train_opts_t *o, const 
   return 0;
 }
 
+/* After a resume: what of the checkpoint's state was not taken, and why
+ * (no_load_optim / no_load_rng, or a checkpoint saved without it), so
+ * that a resume which is not an exact continuation never looks like one.
+ * The random state is the seed: it alone draws the data order and the
+ * mock tokens (by sample position), which the checkpoint's position
+ * resumes. */
+static void prm__resumed_parts(const prm_train_opts_t *o, const prm_ckpt_state_t *st) {
+  if (o->no_load_optim)
+    PRM_INFO("no_load_optim: resumed the weights, iteration %lld and data position; the AdamW "
+             "moments start at zero (the learning rate follows the iteration)",
+             (long long)st->iteration);
+  else if (st->no_optim)
+    PRM_WARN("the checkpoint of iteration %lld has no optimizer state (saved with no_save_optim: "
+             "true): the AdamW moments start at zero, so this is not an exact continuation",
+             (long long)st->iteration);
+  if (o->no_load_rng)
+    PRM_INFO("no_load_rng: the checkpoint's random state is not loaded; this run's seed %lld "
+             "draws the data order and mock tokens", (long long)o->seed);
+  else if (st->no_rng)
+    PRM_WARN("the checkpoint of iteration %lld has no random state (saved with no_save_rng: "
+             "true): this run's seed %lld draws the data order and mock tokens",
+             (long long)st->iteration, (long long)o->seed);
+  else if (st->seed != o->seed)
+    PRM_WARN("the checkpoint's random state is seed %lld but this run's seed is %lld: the data "
+             "order and mock tokens follow %lld from here, so this is not an exact "
+             "continuation", (long long)st->seed, (long long)o->seed, (long long)o->seed);
+}
+
 /* The lineage this run's checkpoints carry: the resumed checkpoint's (its
  * writer's for one that has none), or this run's id on a fresh start. */
 static void prm__lineage(const prm_ckpt_state_t *st, const char *run_id, char *out) {
@@ -377,7 +405,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     free(path);
     if (rc) goto done;
   }
-  prm_ckpt_state_t st = {.seed = o->seed};
+  prm_ckpt_state_t st = {.seed = o->seed, .skip_optim = o->no_load_optim};
   if ((rc = prm__start_state(&s, o, resume_dir, own_dir, run_id, &dp, adam_m, adam_v, &st,
                              err)) ||
       (rc = prm__same_start(&dp, resume_dir ? resume_dir : own_dir, st.iteration, err)) ||
@@ -385,6 +413,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     goto done;
   prm__lineage(&st, run_id, lineage);
   prm__tm_resumed(tm, run_dir, st.iteration);
+  if (st.iteration > 0) prm__resumed_parts(o, &st);
   if (s.loaded_iter > 0 && !resume_dir)
     PRM_INFO("starting at step 1 from the weights of iteration %lld with a fresh optimizer "
              "(auto_continue_train: true resumes the optimizer and the data position too)",
@@ -403,6 +432,12 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   else if (s.blend) PRM_INFO("data: %s", prm_blend_describe(s.blend));
   else if (s.data) PRM_INFO("data: %s", prm_dataset_describe(s.data));
   else PRM_INFO("data: mock tokens (mock_data: true)");
+  for (int sp = PRM_SPLIT_VALID; sp < PRM_SPLIT__COUNT; sp++)
+    if (s.sep_data[sp] || s.sep_blend[sp])
+      PRM_INFO("%s data (%s, all of it): %s", sp == PRM_SPLIT_VALID ? "validation" : "test",
+               sp == PRM_SPLIT_VALID ? "valid_data_path" : "test_data_path",
+               s.sep_blend[sp] ? prm_blend_describe(s.sep_blend[sp])
+                               : prm_dataset_describe(s.sep_data[sp]));
   if (o->eval_iters > 0 && (s.data || s.blend) && prm__session_tokens(&s, PRM_SPLIT_VALID) == 0)
     PRM_WARN("eval_iters is %lld but the validation split is empty (split \"%s\"); no evaluation",
              (long long)o->eval_iters, o->split ? o->split : "");
@@ -612,9 +647,9 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
         prm_llama_moe_format(&moe_st, &moe_js, &moe_ln);
       }
     }
-    /* Fine-tuning: the loss is the mean over loss_tokens targets. */
+    /* Fine-tuning and eod_mask_loss: the loss_tokens targets counted. */
     char lt[48] = "";
-    if (s.sft) snprintf(lt, sizeof lt, ",\"loss_tokens\":%lld", (long long)s.loss_tokens);
+    if (s.sft || prm__session_masked(&s, o)) snprintf(lt, sizeof lt, ",\"loss_tokens\":%lld", (long long)s.loss_tokens);
     prm__emit(events,
               "\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld%s,"
               "\"step_ms\":%.3f,\"data_ms\":%.3f%s%s%s%s",
@@ -647,7 +682,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       if (s.pipe) /* the stages' mean wait for messages */
         snprintf(cm + strlen(cm), sizeof cm - strlen(cm), " (pp bubble %.1f)", bubble * 1e3);
       char lts[48] = "";
-      if (s.sft) snprintf(lts, sizeof lts, " (%lld loss tokens)", (long long)s.loss_tokens);
+      if (s.sft || prm__session_masked(&s, o))
+        snprintf(lts, sizeof lts, " (%lld loss tokens)", (long long)s.loss_tokens);
       PRM_INFO("step %lld/%lld | loss %.4f%s | lr %.3e | grad norm %.3f | %.1f ms%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | rss %s",
                (long long)step, (long long)o->train_iters, loss, lts, lr, norm, ms, cm, tps,
                tflops, peak > 0 ? 100.0 * tflops * 1e3 / peak / dp.all_size : 0.0, rss);
@@ -660,7 +696,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (o->eval_iters > 0 && step % o->eval_interval == 0) {
       prm_eval_result_t ev;
       prm__hb_beat(&hb, step, "eval");
-      int erc = prm__evaluate(&s, o, &dp, o->eval_iters, &ev, err);
+      int erc = prm__evaluate(&s, o, &dp, PRM_SPLIT_VALID, o->eval_iters, &ev, err);
       if (erc && erc != PRM_ENOENT) {
         rc = erc;
         goto done;
@@ -686,7 +722,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       double ts = prm_time_now();
       prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
                               .seed = o->seed, .adam_m = adam_m, .adam_v = adam_v,
-                              .tokenizer_config = tok_config};
+                              .tokenizer_config = tok_config, .no_optim = o->no_save_optim,
+                              .no_rng = o->no_save_rng};
       snprintf(now.run_id, sizeof now.run_id, "%s", run_id);
       snprintf(now.lineage, sizeof now.lineage, "%s", lineage);
       if ((rc = prm__zero_save(&dp, m, o, &now, err))) goto done;
@@ -741,7 +778,8 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
           double ts = prm_time_now();
           prm_ckpt_state_t now = {.iteration = step, .consumed_samples = step * o->global_batch,
                                   .seed = o->seed, .adam_m = sam, .adam_v = sav,
-                                  .tokenizer_config = tok_config};
+                                  .tokenizer_config = tok_config, .no_optim = o->no_save_optim,
+                                  .no_rng = o->no_save_rng};
           snprintf(now.run_id, sizeof now.run_id, "%s", run_id);
           snprintf(now.lineage, sizeof now.lineage, "%s", lineage);
           if ((rc = prm_ckpt_save(sm, o->save, step, o->tokenizer_type, o->tokenizer_model, &now,
@@ -768,6 +806,18 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     }
   }
   if ((rc = prm__collect(&as, o, events, tm, 1, &ckpt_waited, err))) goto done;
+  /* As Megatron-LM, the test split (test_data_path's data, or data_path's
+   * share) is evaluated once, after the last step. */
+  if (o->eval_iters > 0 && (s.data || s.blend) && prm__session_tokens(&s, PRM_SPLIT_TEST) > 0) {
+    prm_eval_result_t ev;
+    prm__hb_beat(&hb, o->train_iters, "eval");
+    if ((rc = prm__evaluate(&s, o, &dp, PRM_SPLIT_TEST, o->eval_iters, &ev, err))) goto done;
+    PRM_INFO("test at step %lld | test loss %.4f | perplexity %.3f | %lld tokens",
+             (long long)o->train_iters, ev.loss, ev.perplexity, (long long)ev.tokens);
+    prm__emit(events, "\"event\":\"test\",\"step\":%lld,\"loss\":%.9g,\"perplexity\":%.9g,"
+              "\"tokens\":%lld", (long long)o->train_iters, ev.loss, ev.perplexity,
+              (long long)ev.tokens);
+  }
   char stall[64] = "", hwm[32];
   if (o->save) snprintf(stall, sizeof stall, "; checkpoints stalled training %.2f s", ckpt_waited);
   prm_fmt_bytes(hwm, sizeof hwm, (double)prm_mem_peak_rss());

@@ -27,6 +27,11 @@ o_proj (C, H*D)), and Llama 3.1's RoPE frequency scaling (rope_scaling with
 rope_type llama3: factor, low_freq_factor 1, high_freq_factor 4,
 original_max_position_embeddings 8192, Megatron's use_rope_scaling values),
 written as transformers' _compute_llama3_parameters computes it.
+
+End-of-document loss mask (make-case --eod-tokenizer tok.json): every document
+ends with the tokenizer's EOD id; the loss leaves out the positions whose input
+is EOD and averages each micro-batch's masked mean over the micro-batches
+(Megatron-LM's eod_mask_loss with calculate_per_token_loss false).
 """
 import argparse, json, math, os, struct, sys
 import numpy as np
@@ -221,7 +226,22 @@ def loss_fn(P, cfg, inp, tgt, fwd=forward):
 
 def objective(P, cfg, inp, tgt, mbs):
     """(objective, cross-entropy, aux, z): the mean cross-entropy plus, for MoE, each
-    micro-batch's summed aux and z losses averaged over the micro-batches."""
+    micro-batch's summed aux and z losses averaged over the micro-batches. With an
+    EOD id (eod_mask_loss, Megatron-LM's loss mask and reduction), positions whose
+    input is EOD leave the loss, and the cross-entropy is the mean over the
+    micro-batches of each one's mean over its unmasked targets."""
+    if cfg.get("eod") is not None:
+        total, nmb = 0.0, 0
+        for b in range(0, inp.shape[0], mbs):
+            lg = forward(P, cfg, inp[b:b + mbs])
+            keep = (inp[b:b + mbs] != cfg["eod"]).reshape(-1).to(DT)
+            ce = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt[b:b + mbs].reshape(-1),
+                                                   reduction="none")
+            n = keep.sum()
+            total = total + ((ce * keep).sum() / n if n > 0 else 0.0 * ce.sum())
+            nmb += 1
+        ce = total / nmb
+        return ce, ce, 0.0, 0.0
     if not cfg.get("E"):
         ce = loss_fn(P, cfg, inp, tgt)
         return ce, ce, 0.0, 0.0
@@ -293,6 +313,8 @@ def train(P0, cfg, docs, e, steps, clip):
         opt.step()
         hist.append({"step": s, "loss": loss.item(), "grad_norm": norm.item(), "lr": lr,
                      "clipped": bool(clip > 0 and norm.item() > clip), "aux": lb, "z": zl})
+        if cfg.get("eod") is not None:
+            hist[-1]["loss_tokens"] = int((inp != cfg["eod"]).sum())
     return hist, g1, {k: v.detach() for k, v in P.items()}
 
 
@@ -408,6 +430,13 @@ def cmd_make_case(a):
         arch += "      qk_layernorm: true\n"
     if a.rope_factor:
         arch += "      use_rope_scaling: true\n      rope_scaling_factor: %s\n" % a.rope_factor
+    if a.eod_tokenizer:  # eod_mask_loss: the tokenizer's EOD ends every document
+        tj = json.load(open(a.eod_tokenizer))
+        ids = {t["content"]: t["id"] for t in tj.get("added_tokens", [])}
+        cfg["eod"] = next(ids[k] for k in ("<|endoftext|>", "</s>", "<eos>") if k in ids)
+        assert cfg["eod"] < a.vocab, "the EOD id must be inside --vocab"
+        arch += "      tokenizer_model: %s\n      eod_mask_loss: true\n" % os.path.abspath(a.eod_tokenizer)
+        json.dump({"eod": cfg["eod"]}, open(os.path.join(d, "eod.json"), "w"))
     moe = ""
     if a.experts:
         cfg.update(K=a.topk, Fe=a.moe_ffn or a.ffn, freq=a.moe_freq, Fs=a.shared, aux=a.aux, zc=a.zloss, cap=a.capacity)
@@ -446,9 +475,12 @@ def cmd_make_case(a):
     st_write(os.path.join(d, "hf", "model.safetensors"), P, "F32", {"format": "pt"})
     lens = torch.randint(1, 2 * a.seq + 1, (a.docs,), generator=gen).tolist()
     docs = [torch.randint(0, a.vocab, (n,), generator=gen).numpy() for n in lens]
+    if a.eod_tokenizer:
+        docs = [np.append(x, cfg["eod"]).astype(x.dtype) for x in docs]
     idx_write(os.path.join(d, "data"), docs)
     e = dict(name=a.name or os.path.basename(d), d=d, C=cfg["C"], L=cfg["L"], H=cfg["H"], G=cfg["G"], F=cfg["F"],
-             V=cfg["V"], S=a.seq, untied=str(not a.tied).lower(), eps="1.0e-5", theta=10000, tok=a.tokenizer,
+             V=cfg["V"], S=a.seq, untied=str(not a.tied).lower(), eps="1.0e-5", theta=10000,
+             tok="HuggingFaceTokenizer" if a.eod_tokenizer else a.tokenizer,
              mbs=a.micro_batch, gbs=a.global_batch, steps=a.steps, lr=a.lr, min_lr=a.min_lr, warmup=a.warmup, clip=0,
              moe=moe, arch=arch)
     ev = dict(lr=a.lr, min_lr=a.min_lr, lr_warmup_iters=a.warmup, train_iters=a.steps, weight_decay=0.1,
@@ -471,6 +503,8 @@ def cmd_reference(a):
     cfg = load_config(os.path.join(d, "hf"), e)
     P0 = st_read(os.path.join(d, "hf", "model.safetensors"))
     docs = idx_read(os.path.join(d, "data"))
+    if os.path.exists(os.path.join(d, "eod.json")):
+        cfg["eod"] = json.load(open(os.path.join(d, "eod.json")))["eod"]
     steps = a.steps or e["train_iters"]
     hist, g1, fin = train(P0, cfg, docs, e, steps, e["clip_grad"])
     st_write(os.path.join(d, "ref_grads.safetensors"), g1, "F64")
@@ -532,6 +566,8 @@ def cmd_compare(a):
         tn = a.tol_norm if s == 1 else a.tol_norm_later
         check("step %2d grad_norm (ref %.6f%s)" % (s, h["grad_norm"], ", clipped" if h["clipped"] else ""),
               abs(j["grad_norm"] - h["grad_norm"]) / h["grad_norm"], tn)
+        if "loss_tokens" in h and j.get("loss_tokens") != h["loss_tokens"]:
+            fail("step %2d loss_tokens %s, reference %d" % (s, j.get("loss_tokens"), h["loss_tokens"]))
         if "lr" in j:
             check("step %2d lr (ref %.6g)" % (s, h["lr"]), abs(j["lr"] - h["lr"]) / max(h["lr"], 1e-30), 1e-6)
         if cfg.get("E"):  # the router's losses, events.jsonl "moe": {"aux_loss", "z_loss", "layers"}
@@ -738,6 +774,8 @@ def main():
     m.add_argument("--lr", type=float, default=1e-2)
     m.add_argument("--min-lr", type=float, default=1e-3)
     m.add_argument("--clip", type=float, default=None, help="clip_grad (default: the median unclipped grad norm)")
+    m.add_argument("--eod-tokenizer", help="eod_mask_loss: a tokenizer.json whose EOD token ends every document "
+                   "(HuggingFaceTokenizer); positions whose input is EOD leave the loss")
     m.add_argument("--tokenizer", default="ByteTokenizer", help="tokenizer_type (the ids are given: any type config validate knows)")
     r = sub.add_parser("reference", help="float64 reference run of a case")
     r.add_argument("--case", required=True)
