@@ -190,6 +190,10 @@ static void seeds_tokenizers(void) {
     snprintf(name, sizeof name, "trained-type%d", sel);
     seed("tiktoken", name, sel, ranks.buf, ranks.len);
   }
+  /* export gguf's vocabulary: selector 6 (tokenizer.json) and 7 (ranks)
+   * give the model 304 ids, room for the 300 trained ones. */
+  seed_file("gguf-vocab", "trained-300-json", 6, json);
+  seed("gguf-vocab", "trained-300-ranks", 7, ranks.buf, ranks.len);
   prm_sb_free(&ranks);
   free(txt);
   free(json);
@@ -303,6 +307,14 @@ static void seeds_baseline(void) {
   if (prm_pf_baseline_write(path, &p, "fuzz seed", &err)) die("baseline", &err);
   seed_file("baseline", "written", 0, path);
   seed_file("baseline", "shipped-cpu", 0, PRM_SOURCE_DIR "/configs/baselines/cpu.yaml");
+  /* The projection's hardware: its own files, and baselines for a CPU run
+   * (selector 1) and a GPU run (2; 11 for bf16). */
+  seed_file("projection", "hw-node", 0, FIX "/projection/hw-node.yaml");
+  seed_file("projection", "hw-missing", 0, FIX "/projection/hw-missing.yaml");
+  seed_file("projection", "baseline-cpu", 1, path);
+  seed_file("projection", "shipped-cpu", 1, PRM_SOURCE_DIR "/configs/baselines/cpu.yaml");
+  seed_file("projection", "baseline-gpu-fp32", 2, path);
+  seed_file("projection", "baseline-gpu-bf16", 11, path);
   free(path);
 }
 
