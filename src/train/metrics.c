@@ -178,7 +178,7 @@ static void prm__tm_register(prm__tm_t *tm) {
                                      NULL, prm__step_buckets, (int)(sizeof prm__step_buckets / sizeof prm__step_buckets[0]));
   tm->tps = prm_metrics_gauge(r, "primus_tokens_per_second", "Tokens of the global batch per second of the last step.", NULL);
   tm->tflops = prm_metrics_gauge(r, "primus_tflops", "Model TFLOP/s of the last step, over all ranks.", NULL);
-  tm->mfu = prm_metrics_gauge(r, "primus_mfu", "Model FLOPs utilisation of the last step (0 to 1) against the measured FMA peak.", NULL);
+  tm->mfu = prm_metrics_gauge(r, "primus_mfu", "Model FLOPs utilisation of the last step (0 to 1) against the peak: the CPU's measured FMA peak, or a GPU's data-sheet dense peak.", NULL);
   tm->tokens = prm_metrics_counter(r, "primus_consumed_tokens_total", "Training tokens consumed since the start of the run (resumed runs count from the checkpoint).", NULL);
   tm->samples = prm_metrics_counter(r, "primus_consumed_samples_total", "Training samples consumed since the start of the run.", NULL);
   tm->step = prm_metrics_gauge(r, "primus_train_step", "The last optimizer step that finished.", NULL);

@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include "train-impl.h"
 
+#include "primus/prm_bench.h" /* the GPUs' data-sheet peaks (MFU) */
+
 #include <math.h>
 #include <stdarg.h>
 #include <signal.h>
@@ -30,6 +32,25 @@ static int prm__same_start(prm__dp_t *dp, const char *dir, int64_t iteration, pr
   return 0;
 }
 
+/* MFU's peak in GFLOP/s for one rank: on the CPU the measured FMA peak of
+ * the kernel threads; on a GPU its data sheet's dense peak for the run's
+ * precision (bf16; fp32, or with tf32 TF32's, half the bf16 figure on the
+ * data sheets of Ampere and Hopper). 0 (MFU not reported) for a GPU whose
+ * figures primus does not know. */
+static double prm__mfu_peak_gflops(const prm_dev_t *dev, int on_dev, const prm_train_opts_t *o) {
+  if (!on_dev || dev->kind == PRM_DEV_KIND_CPU)
+    return prm_peak_gflops_per_core() * prm_kernels_threads();
+  prm_bench_dev_peak_t p;
+  prm_bench_dev_peak(dev, &p);
+  const char *what = o->bf16 ? "bf16" : o->tf32 ? "TF32" : "fp32";
+  double t = o->bf16 ? p.bf16_tflops : o->tf32 ? p.bf16_tflops / 2 : p.fp32_tflops;
+  if (t > 0)
+    PRM_INFO("MFU is against %s's dense %s peak, %.1f TFLOP/s (%s)", dev->info.name, what, t,
+             p.source);
+  else
+    PRM_WARN("MFU: no %s peak known for %s (%s); reported as 0", what, dev->info.name, p.source);
+  return t * 1e3;
+}
 
 /* ------------------------------------------------------------------------ */
 /* train pretrain                                                            */
@@ -513,7 +534,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   prm_sb_free(&line);
   if ((rc = prm__session_memory_json(&mem_js, m, &pipe, 2 * obytes, err))) goto done;
 
-  double peak = prm_peak_gflops_per_core() * prm_kernels_threads();
+  double peak = prm__mfu_peak_gflops(s.dev, on_dev, o);
   double flops_step = prm_llama_flops_per_token(c, o->seq_length) * (double)o->global_batch *
                       (double)o->seq_length;
   int64_t tokens_step = o->global_batch * o->seq_length;
