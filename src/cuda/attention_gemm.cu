@@ -27,7 +27,6 @@
  * summed over the heads of each group in head order: no atomics, the same
  * bits every run. */
 #include <math.h>
-#include <string.h>
 
 #include "cuda/cuda-impl.h"
 
@@ -223,13 +222,8 @@ void prm_cu_attention_forward(void *ctx, float *out, float *lse, const float *q,
   int32_t *start = seg ? (int32_t *)(scr + s_bytes + p_bytes) : NULL;
   if (seg && prm_cu_at_segstart(c, op, start, seg, B, T)) return;
   float scale = (float)(1.0 / sqrt((double)D));
-  ag_bases p;
-  memset(&p, 0, sizeof p);
-  p.q = (float *)q;
-  p.k = (float *)k;
-  p.v = (float *)v;
-  p.s1 = S;
-  p.o = out;
+  /* q, k, v, s1, s2, o, dq, dkh, dvh */
+  ag_bases p = {(float *)q, (float *)k, (float *)v, S, NULL, out, NULL, NULL, NULL};
   void **PQ = ptrs + AG_Q * BH, **PK = ptrs + AG_K * BH, **PV = ptrs + AG_V * BH;
   void **PS = ptrs + AG_S1 * BH, **PO = ptrs + AG_O * BH;
   for (int64_t i0 = 0; i0 < T; i0 += bq) {
@@ -285,17 +279,7 @@ void prm_cu_attention_backward(void *ctx, float *dq, float *dk, float *dv, const
     return;
   }
   float scale = (float)(1.0 / sqrt((double)D));
-  ag_bases p;
-  memset(&p, 0, sizeof p);
-  p.q = (float *)q;
-  p.k = (float *)k;
-  p.v = (float *)v;
-  p.s1 = S1;
-  p.s2 = S2;
-  p.o = (float *)dout;
-  p.dq = dq;
-  p.dkh = dkh;
-  p.dvh = dvh;
+  ag_bases p = {(float *)q, (float *)k, (float *)v, S1, S2, (float *)dout, dq, dkh, dvh};
   void **PQ = ptrs + AG_Q * BH, **PK = ptrs + AG_K * BH, **PV = ptrs + AG_V * BH;
   void **P1 = ptrs + AG_S1 * BH, **P2 = ptrs + AG_S2 * BH, **PdO = ptrs + AG_O * BH;
   void **PdQ = ptrs + AG_DQ * BH, **PdK = ptrs + AG_DK * BH, **PdV = ptrs + AG_DV * BH;
