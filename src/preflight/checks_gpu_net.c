@@ -446,6 +446,12 @@ void prm__pf_gpu_memory(prm_pf_run_t *r) {
     prm__pf_add(r, PRM_PF_SKIP, NULL, "no NVIDIA GPU");
     return;
   }
+  const char *no_smi = getenv("PRIMUS_PLATFORM_NO_SMI");
+  int off = 0; /* as the platform detector: SMI tools off */
+  if (no_smi && *no_smi && prm_parse_bool(no_smi, &off) == 0 && off) {
+    prm__pf_add(r, PRM_PF_SKIP, NULL, "PRIMUS_PLATFORM_NO_SMI=%s: nvidia-smi not run", no_smi);
+    return;
+  }
   char *smi = prm_which("nvidia-smi");
   if (!smi) {
     prm__pf_add(r, PRM_PF_SKIP, "install the NVIDIA driver's nvidia-smi to see free memory and ECC errors",

@@ -437,6 +437,10 @@ static void seeds_smi(void) {
                           "--format=csv,noheader,nounits 2>/dev/null", FIX);
   seed_cmd("smi", "detect-nvidia", PRM_SMI_NVIDIA, c);
   free(c);
+  c = prm_xasprintf("sh %s/smi/nvidia-h100/nvidia-smi --query-gpu=" PRM_PF_GPU_MEM_QUERY
+                    " --format=csv,noheader,nounits 2>/dev/null", FIX);
+  seed_cmd("smi", "preflight-gpu-memory", PRM_SMI_NVIDIA, c);
+  free(c);
   c = prm_xasprintf("sh %s/smi/amd-mi300x/amd-smi static --asic --bus --vram --driver --json "
                     "2>/dev/null", FIX);
   seed_cmd("smi", "detect-amd", PRM_SMI_AMD, c);
