@@ -377,7 +377,8 @@ struct prm__dp {
    * parallel one (expert ranges), or none (experts no other rank holds).
    * A group's segments, end to end, are split into its ranks' shards;
    * this rank owns the real ranges [own_lo[k], own_hi[k]) (ascending),
-   * whose gradients and AdamW moments sit at own_at[k] in its shard. */
+   * whose AdamW moments sit at own_at[k] in its shard; their summed
+   * gradients are left in place in the model's gradients. */
   int zero;
   struct prm__zgrp {
     prm_comm_t *comm;      /* borrowed; NULL: the segments of no group */
@@ -389,9 +390,10 @@ struct prm__dp {
   int *zgi;                /* (nz) its group: 0, 1, or -1 (this rank's alone) */
   int nown;
   int64_t *own_lo, *own_hi, *own_at; /* (nown) */
-  int64_t shard_n;         /* elements owned: the gradient shard and each moment */
+  int64_t shard_n;         /* elements owned: each moment's size */
   int64_t shard_lo, shard_hi; /* one range owned (nown 1): it; else 0, 0 */
-  float *gshard;           /* (shard_n) summed gradients, PRM_MEM_GRADS */
+  float *ztmp;             /* (ztmp_n) the blocking ring's receive buffer, PRM_MEM_GRADS */
+  int64_t ztmp_n;          /* the largest shard of a group */
 };
 
 /* Sums gradients over par's data-parallel group (a no-op with one
@@ -415,17 +417,20 @@ int prm__dp_barrier(prm__dp_t *dp, prm_err_t *err);
 /* ---- zero.c: the distributed optimizer (ZeRO-1) over dp's ranks ---- */
 
 /* Turns dp (open, more than one rank; after prm__dp_experts) into ZeRO-1:
- * the segments, the shard layout and the gradient shard (freed by
- * prm__dp_close). */
+ * the segments, the shard layout and, without overlap_grad_reduce, the
+ * ring's buffer (freed by prm__dp_close). */
 int prm__zero_open(prm__dp_t *dp, int64_t nparams, prm_err_t *err);
 void prm__zero_close(prm__dp_t *dp);
 /* Overlapped (overlap_grad_reduce): starts the sum of dp->grads[lo, hi)
- * into the owners' gradient shards, one non-blocking MPI_Ireduce per piece
- * of a segment and an owner, rooted at the owner, appended to dp->reqs
- * (prm__dp_reduce waits for them). */
+ * onto the owners, one non-blocking MPI_Ireduce per piece of a segment
+ * and an owner, rooted at the owner and in place there, appended to
+ * dp->reqs (prm__dp_reduce waits for them). */
 int prm__zero_launch(prm__dp_t *dp, int64_t lo, int64_t hi, prm_err_t *err);
-/* m->grads summed over the ranks into dp->gshard, blocking
- * (prm__dp_reduce calls it without overlap_grad_reduce). */
+/* m->grads summed over the ranks onto the owned ranges, blocking: a ring
+ * reduce-scatter per segment, in place in m->grads (which it leaves
+ * holding partial sums) with one shard-sized receive buffer, so no rank
+ * needs a whole-vector temporary (prm__dp_reduce calls it without
+ * overlap_grad_reduce). */
 int prm__zero_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err);
 /* This rank's share of the squared gradient norm: summed over every rank
  * of the job (dp->all) it is the whole model's, each element counted once

@@ -518,8 +518,10 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     if (dp.nx) /* the experts' shards: over the expert-data-parallel group */
       prm_sb_appendf(&line, "; experts %d/%d", 1, dp.zg[1].comm ? dp.zg[1].size : 1);
     prm_sb_appendf(&line, ")");
-    prm_fmt_bytes(ob, sizeof ob, (double)obytes);
-    prm_sb_appendf(&line, ", gradient shard %s", ob);
+    if (dp.ztmp) {
+      prm_fmt_bytes(ob, sizeof ob, (double)dp.ztmp_n * sizeof(float));
+      prm_sb_appendf(&line, ", reduce-scatter buffer %s", ob);
+    }
   }
   if (as.bytes) {
     prm_fmt_bytes(ob, sizeof ob, 3.0 * (double)as.bytes);

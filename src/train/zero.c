@@ -15,22 +15,28 @@
  * elements), so nothing is padded. Without expert parallelism there is
  * one segment, the whole vector, and one owned range.
  *
- * Gradients are summed into the owners' shards (dp->gshard), so that
- * every rank then holds the summed gradients of its shard only:
+ * Gradients are summed into the owners' shards in place, so that every
+ * rank then holds the summed gradients of its owned ranges in its own
+ * gradient buffer (elsewhere partial sums, never read):
  *  - overlap_grad_reduce: while the last micro-batch's backward runs,
  *    dp.c gathers the final gradient ranges into the same buckets of
  *    ddp_bucket_size as plain data parallel (reverse order, the same on
  *    every rank and step); prm__zero_launch splits each bucket at the
  *    segments' and shards' boundaries and starts one MPI_Ireduce (sum) per
- *    piece, rooted at the piece's owner and received straight into its
- *    gshard. Every element is summed by one reduction with a fixed root
+ *    piece, rooted at the piece's owner and summed in place there. Every
+ *    element is summed by one reduction with a fixed root
  *    and count, so the result does not depend on timing. prm__dp_reduce
  *    waits for all of them after backward; that wait is the exposed
  *    communication.
- *  - otherwise, after backward: with one segment, one blocking
- *    MPI_Reduce_scatter_block over the equal blocks plus an all-reduce of
- *    the tail; with several, the pieces' reductions started at once and
- *    waited for.
+ *  - otherwise, after backward: a ring reduce-scatter of each segment
+ *    over its group, in place in the gradients: in D - 1 steps each rank
+ *    passes one shard's partial sum to the next rank and adds the one it
+ *    receives from the previous rank to its own gradients there, so that
+ *    shard r is summed in the fixed order r + 1, r + 2, ..., r and ends on
+ *    rank r. Its only buffer is one shard-sized receive buffer (ztmp);
+ *    Open MPI's MPI_Reduce_scatter_block, used before, staged the whole
+ *    vector (twice) on the root, which made data-parallel rank 0's peak
+ *    memory higher than without ZeRO-1.
  *
  * The gradient norm is the square root of the shards' sums of squares
  * summed over every rank (each element counted once); clipping and AdamW
@@ -154,19 +160,26 @@ int prm__zero_open(prm__dp_t *dp, int64_t nparams, prm_err_t *err) {
   dp->cap = cap;
   dp->reqs = prm_xrealloc(dp->reqs, (size_t)dp->cap * sizeof *dp->reqs);
   memset(dp->reqs, 0, (size_t)dp->cap * sizeof *dp->reqs);
-  size_t bytes = (size_t)(dp->shard_n ? dp->shard_n : 1) * sizeof(float);
-  dp->gshard = prm_mem_alloc(PRM_MEM_GRADS, bytes);
-  if (!dp->gshard)
-    return prm_errf(err, PRM_ENOMEM, "use_distributed_optimizer: cannot allocate the gradient "
-                    "shard (%zu bytes)", bytes);
+  if (!dp->overlap) { /* the ring's receive buffer: the largest shard */
+    dp->ztmp_n = 1;
+    for (int g = 0; g < 2; g++)
+      if (dp->zg[g].comm) {
+        int64_t a, b;
+        prm__zero_shard(&dp->zg[g], dp->zg[g].size - 1, &a, &b);
+        if (b - a > dp->ztmp_n) dp->ztmp_n = b - a;
+      }
+    dp->ztmp = prm_mem_alloc(PRM_MEM_GRADS, (size_t)dp->ztmp_n * sizeof(float));
+    if (!dp->ztmp)
+      return prm_errf(err, PRM_ENOMEM, "use_distributed_optimizer: cannot allocate the "
+                      "reduce-scatter buffer (%zu bytes)", (size_t)dp->ztmp_n * sizeof(float));
+  }
   return 0;
 }
 
 void prm__zero_close(prm__dp_t *dp) {
-  if (dp->gshard)
-    prm_mem_free(PRM_MEM_GRADS, dp->gshard,
-                 (size_t)(dp->shard_n ? dp->shard_n : 1) * sizeof(float));
-  dp->gshard = NULL;
+  prm_mem_free(PRM_MEM_GRADS, dp->ztmp, (size_t)dp->ztmp_n * sizeof(float));
+  dp->ztmp = NULL;
+  dp->ztmp_n = 0;
   free(dp->zlo);
   free(dp->zhi);
   free(dp->zvb);
@@ -200,17 +213,13 @@ static int prm__zero_pieces(prm__dp_t *dp, int k, int64_t lo, int64_t hi, prm__z
   return 0;
 }
 
-/* Calls fn for every piece of [lo, hi) in a group; copies the pieces of
- * this rank's own segments from grads into the shard when `own`. */
+/* Calls fn for every piece of [lo, hi) in a group (this rank's own
+ * segments have none). */
 static int prm__zero_walk(prm__dp_t *dp, int64_t lo, int64_t hi, prm__zero_piece_fn fn, void *ctx,
-                          int own, prm_err_t *err) {
+                          prm_err_t *err) {
   for (int k = 0; k < dp->nz; k++) {
     int64_t a = dp->zlo[k] > lo ? dp->zlo[k] : lo, b = dp->zhi[k] < hi ? dp->zhi[k] : hi;
-    if (a >= b) continue;
-    if (dp->zgi[k] < 0) {
-      if (own) memcpy(dp->gshard + prm__zero_at(dp, a), dp->grads + a, (size_t)(b - a) * sizeof(float));
-      continue;
-    }
+    if (a >= b || dp->zgi[k] < 0) continue;
     int rc = prm__zero_pieces(dp, k, a, b, fn, ctx, err);
     if (rc) return rc;
   }
@@ -219,8 +228,8 @@ static int prm__zero_walk(prm__dp_t *dp, int64_t lo, int64_t hi, prm__zero_piece
 
 static int prm__zero_ireduce(prm__dp_t *dp, const struct prm__zgrp *g, int r, int64_t a,
                              int64_t b, void *ctx, prm_err_t *err) {
-  (void)ctx;
-  float *dst = r == g->rank ? dp->gshard + prm__zero_at(dp, a) : NULL;
+  (void)ctx; /* in place on the owner (send == recv) */
+  float *dst = r == g->rank ? dp->grads + a : NULL;
   PRM_ASSERT(dp->nreq < dp->cap);
   int rc = prm_comm_ireduce(g->comm, dp->grads + a, dst, b - a, PRM_COMM_F32, PRM_COMM_SUM, r,
                             &dp->reqs[dp->nreq], err);
@@ -229,30 +238,56 @@ static int prm__zero_ireduce(prm__dp_t *dp, const struct prm__zgrp *g, int r, in
 }
 
 int prm__zero_launch(prm__dp_t *dp, int64_t lo, int64_t hi, prm_err_t *err) {
-  return prm__zero_walk(dp, lo, hi, prm__zero_ireduce, NULL, 1, err);
+  return prm__zero_walk(dp, lo, hi, prm__zero_ireduce, NULL, err);
+}
+
+/* Shard c of segment k (its owner's part): [*a, *b) of the flat vector. */
+static void prm__zero_chunk(const prm__dp_t *dp, int k, int c, int64_t *a, int64_t *b) {
+  const struct prm__zgrp *g = &dp->zg[dp->zgi[k]];
+  int64_t va, vb, s0 = dp->zvb[k], s1 = s0 + (dp->zhi[k] - dp->zlo[k]);
+  prm__zero_shard(g, c, &va, &vb);
+  va = va > s0 ? va : s0;
+  vb = vb < s1 ? vb : s1;
+  if (vb < va) vb = va;
+  *a = dp->zlo[k] + (va - s0);
+  *b = dp->zlo[k] + (vb - s0);
+}
+
+/* The ring reduce-scatter of segment k over its group (see above). */
+static int prm__zero_ring(prm__dp_t *dp, float *grads, int k, prm_err_t *err) {
+  const struct prm__zgrp *g = &dp->zg[dp->zgi[k]];
+  int D = g->size, r = g->rank, next = (r + 1) % D, prev = (r + D - 1) % D, rc = 0;
+  for (int s = 0; s < D - 1 && !rc; s++) {
+    int cs = ((r - s - 1) % D + D) % D, cr = ((r - s - 2) % D + D) % D;
+    int64_t sa, sb, ra, rb;
+    prm__zero_chunk(dp, k, cs, &sa, &sb);
+    prm__zero_chunk(dp, k, cr, &ra, &rb);
+    PRM_ASSERT(rb - ra <= dp->ztmp_n);
+    prm_comm_req_t req;
+    memset(&req, 0, sizeof req);
+    if ((rc = prm_comm_isend(g->comm, grads + sa, sb - sa, PRM_COMM_F32, next, s, &req, err)))
+      break;
+    rc = prm_comm_recv(g->comm, dp->ztmp, rb - ra, PRM_COMM_F32, prev, s, err);
+    int wrc = prm_comm_wait(&req, rc ? NULL : err);
+    if (!rc) rc = wrc;
+    if (rc) break;
+    float *dst = grads + ra;
+    for (int64_t i = 0; i < rb - ra; i++) dst[i] += dp->ztmp[i];
+  }
+  return rc;
 }
 
 int prm__zero_reduce(prm__dp_t *dp, prm_llama_t *m, prm_err_t *err) {
-  if (dp->nz == 1 && dp->zgi[0] == 0) { /* one segment: the equal blocks in one call */
-    int64_t block = dp->zg[0].block, tail0 = block * dp->size, tail = m->nparams - tail0;
-    int rc = prm_comm_reduce_scatter(dp->world, m->grads, dp->gshard, block, PRM_COMM_F32,
-                                     PRM_COMM_SUM, err);
-    if (!rc && tail > 0) {
-      rc = prm_comm_allreduce(dp->world, m->grads + tail0, tail, PRM_COMM_F32, PRM_COMM_SUM, err);
-      if (!rc && dp->rank == dp->size - 1)
-        memcpy(dp->gshard + block, m->grads + tail0, (size_t)tail * sizeof(float));
-    }
-    return rc;
+  PRM_ASSERT(dp->ztmp);
+  for (int k = 0; k < dp->nz; k++) {
+    int rc = dp->zgi[k] < 0 ? 0 : prm__zero_ring(dp, m->grads, k, err);
+    if (rc) return rc;
   }
-  dp->grads = m->grads;
-  dp->nreq = 0;
-  int rc = prm__zero_walk(dp, 0, m->nparams, prm__zero_ireduce, NULL, 1, err);
-  int wrc = prm_comm_waitall(dp->reqs, dp->nreq, rc ? NULL : err);
-  dp->nreq = 0;
-  return rc ? rc : wrc;
+  return 0;
 }
 
-/* The parts of tensor t inside the owned ranges: fn(a, b, at). */
+/* For each part [a, b) of tensor t inside the owned ranges (at: its place
+ * in the shard's moments): body. */
 #define PRM__ZERO_PARTS(dp, t, a, b, at, body)                                             \
   for (int k_ = 0; k_ < (dp)->nown; k_++) {                                                \
     int64_t a = (t)->offset > (dp)->own_lo[k_] ? (t)->offset : (dp)->own_lo[k_];           \
@@ -269,7 +304,7 @@ double prm__zero_sumsq(const prm__dp_t *dp, const prm_llama_t *m) {
     const prm_tensor_t *t = &m->tensors[i];
     if (m->tp.pp_size > 1 && t->stage != m->tp.pp_rank) continue; /* a tied embedding's twin */
     if (t->split == PRM_TP_WHOLE && m->tp.size > 1 && m->tp.rank != 0) continue;
-    PRM__ZERO_PARTS(dp, t, a, b, at, ss += prm_sumsq(dp->gshard + at, b - a));
+    PRM__ZERO_PARTS(dp, t, a, b, at, (void)at; ss += prm_sumsq(m->grads + a, b - a));
   }
   return ss;
 }
@@ -295,7 +330,7 @@ int prm__zero_update(prm__dp_t *dp, prm_llama_t *m, float *adam_m, float *adam_v
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
     PRM__ZERO_PARTS(dp, t, a, b, at,
-                    prm_adamw_update(m->params + a, dp->gshard + at, adam_m + at, adam_v + at,
+                    prm_adamw_update(m->params + a, m->grads + a, adam_m + at, adam_v + at,
                                      b - a, (float)lr, (float)o->beta1, (float)o->beta2,
                                      (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f,
                                      step, gscale));
@@ -311,7 +346,7 @@ int prm__zero_update(prm__dp_t *dp, prm_llama_t *m, float *adam_m, float *adam_v
       rc = prm_comm_bcast(dp->world, m->params + tail0, tail, PRM_COMM_F32, dp->size - 1, err);
   } else {
     dp->nreq = 0;
-    rc = prm__zero_walk(dp, 0, m->nparams, prm__zero_ibcast, m->params, 0, err);
+    rc = prm__zero_walk(dp, 0, m->nparams, prm__zero_ibcast, m->params, err);
     int wrc = prm_comm_waitall(dp->reqs, dp->nreq, rc ? NULL : err);
     dp->nreq = 0;
     if (!rc) rc = wrc;
