@@ -43,8 +43,13 @@ static void prm__fwd_install(pid_t child, struct sigaction *saved) {
   sigemptyset(&sa.sa_mask);
   for (int i = 0; i < PRM__NFWD; i++) {
     sigaction(prm__fwd_signals[i], NULL, &saved[i]);
-    /* An ignored signal stays ignored (the child inherited that too). */
-    if (saved[i].sa_handler != SIG_IGN) sigaction(prm__fwd_signals[i], &sa, NULL);
+    /* An ignored signal stays ignored (the child inherited that too), but
+     * SIGINT: a shell starts background jobs with it ignored, and a
+     * `kill -INT` sent to this process is meant for the task, which takes
+     * it as it would running in this process (tasks install their own
+     * handler). */
+    if (saved[i].sa_handler != SIG_IGN || prm__fwd_signals[i] == SIGINT)
+      sigaction(prm__fwd_signals[i], &sa, NULL);
   }
 }
 

@@ -371,6 +371,77 @@ static void prm__mpirun_argv(const prm_launch_t *l, int64_t nproc, const prm_env
 
 /* A rank started by mpirun or srun under a direct launcher that already did
  * the set-up: just run the task. */
+/* ---- an error every rank hits, printed once --------------------------------- */
+
+/* This rank's RUN_DIR/logs/rank-R.error when its launcher folds the ranks'
+ * final errors; empty otherwise. */
+static char prm__rank_err_path[4096];
+
+int prm__rank_defer_error(const char *msg) {
+  if (!prm__rank_err_path[0]) return 0;
+  prm_sb_t sb = {0};
+  prm_sb_appendf(&sb, "%s\n", msg);
+  prm_err_t e = {0};
+  int rc = prm_fs_write_atomic(prm__rank_err_path, sb.buf, sb.len, &e);
+  prm_sb_free(&sb);
+  return rc == 0;
+}
+
+static char *prm__rank_err_file(const char *run_dir, int rank) {
+  return prm_xasprintf("%s/logs/rank-%d.error", run_dir, rank);
+}
+
+/* Ranks as "1", "1-3" or "1, 3, 5-7". */
+static void prm__rank_ranges(const int *r, int n, prm_sb_t *out) {
+  for (int i = 0; i < n;) {
+    int j = i;
+    while (j + 1 < n && r[j + 1] == r[j] + 1) j++;
+    prm_sb_appendf(out, "%s%d", i ? ", " : "", r[i]);
+    if (j > i) prm_sb_appendf(out, "-%d", r[j]);
+    i = j + 1;
+  }
+}
+
+/* After the ranks ended: each distinct final error once, under the lowest
+ * rank that had it, "(same on ranks 1-3)" for the others; the files go. */
+static void prm__fold_rank_errors(const char *run_dir, int nproc) {
+  char **msg = prm_xcalloc((size_t)nproc, sizeof(char *));
+  for (int r = 0; r < nproc; r++) {
+    char *p = prm__rank_err_file(run_dir, r);
+    size_t len = 0;
+    prm_err_t e = {0};
+    if (prm_fs_read_all(p, &msg[r], &len, &e) == 0) {
+      while (len && (msg[r][len - 1] == '\n' || msg[r][len - 1] == '\r')) msg[r][--len] = 0;
+      unlink(p);
+    }
+    free(p);
+  }
+  int *same = prm_xmalloc(sizeof(int) * (size_t)nproc);
+  for (int r = 0; r < nproc; r++) {
+    if (!msg[r]) continue;
+    int n = 0;
+    for (int s = r + 1; s < nproc; s++)
+      if (msg[s] && !strcmp(msg[s], msg[r])) {
+        same[n++] = s;
+        free(msg[s]);
+        msg[s] = NULL;
+      }
+    prm_sb_t line = {0};
+    prm_sb_appendf(&line, "primus: error: [rank %d/%d] %s", r, nproc, msg[r]);
+    if (n) {
+      prm_sb_appendf(&line, " (same on rank%s ", n > 1 ? "s" : "");
+      prm__rank_ranges(same, n, &line);
+      prm_sb_putc(&line, ')');
+    }
+    fprintf(stderr, "%s\n", prm_sb_str(&line));
+    prm_log_files(PRM_LOG_ERROR, "%s", prm_sb_str(&line) + strlen("primus: error: "));
+    prm_sb_free(&line);
+    free(msg[r]);
+  }
+  free(same);
+  free(msg);
+}
+
 static int prm__run_rank(prm_launch_t *l, prm_err_t *err) {
   /* Only this process is a rank: a primus the task starts is a new launch. */
   unsetenv("PRIMUS_LAUNCHED");
@@ -395,7 +466,14 @@ static int prm__run_rank(prm_launch_t *l, prm_err_t *err) {
     rc = prm_log_set_file(lf, err);
     free(lf);
     if (rc) return rc;
+    const char *fold = getenv("PRIMUS_RANK_ERRORS");
+    if (world > 1 && fold && !strcmp(fold, "1")) {
+      char *ef = prm__rank_err_file(run_dir, rank);
+      snprintf(prm__rank_err_path, sizeof prm__rank_err_path, "%s", ef);
+      free(ef);
+    }
   }
+  unsetenv("PRIMUS_RANK_ERRORS"); /* a primus the task starts prints its own */
   const char *share = getenv("PRIMUS_CPU_SHARE");
   if (share && *share) {
     int t = prm__env_int("OMP_NUM_THREADS", 0);
@@ -671,6 +749,15 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
     prm_env_free(&ce);
   } else if (nproc > 1) {
     prm_argv_t cmd = {0};
+    if (run_dir) { /* the ranks' final errors come back here, printed once */
+      setenv("PRIMUS_RANK_ERRORS", "1", 1);
+      prm_env_set(&E, "PRIMUS_RANK_ERRORS", "1");
+      for (int r = 0; r < nproc; r++) {
+        char *ef = prm__rank_err_file(run_dir, r);
+        unlink(ef);
+        free(ef);
+      }
+    }
     prm__mpirun_argv(l, nproc, &E, &task_words, &cmd);
     char *line = prm_argv_join_shell(cmd.n, cmd.v);
     PRM_INFO("launching %lld ranks: %s", (long long)nproc, line);
@@ -681,6 +768,7 @@ static int prm__direct_run(prm_launch_t *l, prm_err_t *err) {
     prm_proc_opts_t po = {.forward_signals = 1};
     rc = prm_proc_run(cmd.v, &po, &st, NULL, err);
     prm_argv_free(&cmd);
+    if (run_dir) prm__fold_rank_errors(run_dir, (int)nproc);
     if (rc) {
       if (!prm_which("mpirun"))
         rc = prm_errf(err, PRM_EDEP, "--nproc %lld needs mpirun (Debian: openmpi-bin)", (long long)nproc);

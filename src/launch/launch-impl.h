@@ -68,6 +68,14 @@ void prm__split_direct_words(int argc, char **argv, prm_argv_t *direct, prm_argv
 /* Prints the environment for --dry-run, secrets masked. */
 void prm__print_env(FILE *f, const prm_env_t *env);
 
+/* An error every rank hits, printed once (direct.c). A rank of a multi-rank
+ * launch that folds errors (PRIMUS_RANK_ERRORS=1, set by the launcher for
+ * mpirun's ranks) writes its final error to RUN_DIR/logs/rank-R.error
+ * instead of the console: returns 1 when it did, 0 when the caller prints
+ * it. The launcher then prints each distinct message once, with the ranks
+ * that had it (prm__fold_rank_errors). */
+int prm__rank_defer_error(const char *msg);
+
 /* rundir.c */
 int prm__rundir_for_task(const prm_launch_t *l, const prm_exp_t *exp, char **out,
                          prm_err_t *err);

@@ -325,7 +325,7 @@ static int prm__is_help(const char *w) { return !strcmp(w, "-h") || !strcmp(w, "
 
 static int prm__fail(int rc, const prm_err_t *err) {
   const char *msg = err->msg[0] ? err->msg : prm_strerror(rc);
-  fprintf(stderr, "primus: error: %s\n", msg);
+  if (!prm__rank_defer_error(msg)) fprintf(stderr, "primus: error: %s\n", msg);
   prm_log_files(PRM_LOG_ERROR, "%s", msg);
   return prm_exit_code(rc);
 }

@@ -107,11 +107,14 @@ static int prm__rundir_make(const prm_launch_t *l, const prm_exp_t *exp, char **
   if (exp)
     return prm_rundir_create(prm_exp_top(exp, "workspace"), prm_exp_top(exp, "work_group"),
                              prm_exp_top(exp, "user_name"), prm_exp_top(exp, "exp_name"), out, err);
-  /* The same defaults as an experiment's (configs/examples): work_group
-   * $PRIMUS_TEAM else "default", user_name $USER else "user". */
+  /* The same defaults as an experiment's (configs/examples): workspace
+   * $PRIMUS_WORKSPACE else ./output, work_group $PRIMUS_TEAM else "default",
+   * user_name $USER else "user"; exp_name <task>-<subtask>. */
   const char *user = getenv("USER"), *team = getenv("PRIMUS_TEAM");
+  const char *ws = getenv("PRIMUS_WORKSPACE");
   char *name = prm_xasprintf("%s-%s", l->task->name, l->sub->name);
-  int rc = prm_rundir_create("./output", team && *team && !strchr(team, '/') ? team : "default",
+  int rc = prm_rundir_create(ws && *ws ? ws : "./output",
+                             team && *team && !strchr(team, '/') ? team : "default",
                              user && *user && !strchr(user, '/') ? user : "user", name, out, err);
   free(name);
   return rc;

@@ -144,7 +144,7 @@ static const prm_subtask_t prm__bench_subs[] = {
      "text and prints the ratio and whether the token counts agree.\n\n"
      "Example:\n"
      "  primus benchmark tokenizer --workers 2 --compare",
-     prm__bench_tok_opts, 0, prm__bench_tokenizer},
+     prm__bench_tok_opts, PRM_SUB_RUN, prm__bench_tokenizer},
     {"gemm", "GEMM throughput of one shape on one or every backend", NULL,
      "Times C = op(A) op(B) (row-major; --dtype bf16: bf16 A and B) through the GEMM table after\n"
      "one warm-up call, for --duration seconds per backend. Columns: avg_ms and\n"
@@ -159,7 +159,7 @@ static const prm_subtask_t prm__bench_subs[] = {
      "  primus benchmark gemm --M 4096 --N 4096 --K 4096 --backend all\n"
      "  primus benchmark gemm --M 512 --N 11008 --K 4096 --trans-b --output-file gemm.csv\n"
      "  primus benchmark gemm --tune --config exp.yaml --output gemm-tune.tsv",
-     prm__bench_gemm_opts, 0, prm__bench_gemm},
+     prm__bench_gemm_opts, PRM_SUB_RUN, prm__bench_gemm},
     {"gemm-dense", "every GEMM of one dense Llama layer and the LM head", NULL,
      "Lists the GEMMs of one transformer layer of a model preset (attn_qkv, attn_out,\n"
      "mlp_gate_up, mlp_down, plus lm_head) for micro_batch_size x seq_length tokens,\n"
@@ -169,7 +169,7 @@ static const prm_subtask_t prm__bench_subs[] = {
      "Examples:\n"
      "  primus benchmark gemm-dense --model llama3_8B --seq-length 2048\n"
      "  primus benchmark gemm-dense --model my_model.yaml --backend all --output-file dense.jsonl",
-     prm__bench_dense_opts, 0, prm__bench_gemm_dense},
+     prm__bench_dense_opts, PRM_SUB_RUN, prm__bench_gemm_dense},
     {"gemm-grouped", "the MoE experts' grouped GEMM against a GEMM per expert", NULL,
      "Times the SwiGLU experts' GEMMs of one MoE layer, --experts groups of each\n"
      "--rows count of tokens: the forward (gate, up, down: 3 products) and the\n"
@@ -181,21 +181,21 @@ static const prm_subtask_t prm__bench_subs[] = {
      "which of the two the engine runs at that size.\n\n"
      "Example:\n"
      "  primus benchmark gemm-grouped --hidden 768 --ffn 2048 --experts 8 --rows 16,64,256,1024",
-     prm__bench_grouped_opts, 0, prm__bench_gemm_grouped},
+     prm__bench_grouped_opts, PRM_SUB_RUN, prm__bench_gemm_grouped},
     {"attention", "forward and backward time of the engine's attention kernels", NULL,
      "Times prm_attention_forward and prm_attention_backward (causal, grouped-query,\n"
      "flash style, fp32) on random inputs. tflops counts the causal half of the\n"
      "scores: forward 2 B H T^2 D FLOPs, backward 2.5 x that.\n\n"
      "Example:\n"
      "  primus benchmark attention --batch 1 --seq 2048 --heads 32 --kv-heads 8 --head-dim 128",
-     prm__bench_attn_opts, 0, prm__bench_attention},
+     prm__bench_attn_opts, PRM_SUB_RUN, prm__bench_attention},
     {"launch", "thread-dispatch latency (the CPU's kernel-launch overhead)", NULL,
      "The median microseconds of an empty OpenMP parallel region over all threads\n"
      "(omp_parallel_region) and of a trivial kernel through the engine's OpenMP\n"
      "pool (kernel_pool_wakeup: a sum of squares over 256 floats in 256 slices).\n\n"
      "Example:\n"
      "  primus benchmark launch --duration 2",
-     prm__bench_launch_opts, 0, prm__bench_launch},
+     prm__bench_launch_opts, PRM_SUB_RUN, prm__bench_launch},
     {"peak", "the CPU's measured fp32 FMA and bf16 dot-product peak", NULL,
      "Runs twelve independent chains of the widest fp32 FMA the CPU has (AVX-512 or\n"
      "AVX2) and, with avx512_bf16, of vdpbf16ps (64 FLOPs each), on one core and on\n"
@@ -206,13 +206,13 @@ static const prm_subtask_t prm__bench_subs[] = {
      "have changed (virtual machines), on a quiet machine.\n\n"
      "Example:\n"
      "  primus benchmark peak -o peak.tsv",
-     prm__bench_peak_opts, 0, prm__bench_peak},
+     prm__bench_peak_opts, PRM_SUB_RUN, prm__bench_peak},
     {"memory", "memory bandwidth (STREAM triad)", NULL,
      "a[i] = b[i] + s c[i] over three arrays of --size-mb each with all threads; the\n"
      "best pass in GB/s counting 3 x the array bytes.\n\n"
      "Example:\n"
      "  primus benchmark memory --size-mb 1024",
-     prm__bench_memory_opts, 0, prm__bench_memory},
+     prm__bench_memory_opts, PRM_SUB_RUN, prm__bench_memory},
     {"kernels", "fused element-wise kernels against their reference twins", NULL,
      "Times the engine's fast element-wise kernels (issue 9) and their reference\n"
      "twins on training shapes with one thread and with all of them: AdamW, add,\n"
@@ -228,7 +228,7 @@ static const prm_subtask_t prm__bench_subs[] = {
      "  primus benchmark kernels\n"
      "  primus benchmark kernels --kernels adamw --params 124000000 -o adamw.jsonl\n"
      "  primus benchmark kernels --rows 64 --seq 32 --vocab 1000 --params 4096 --cold-mb 16 --duration 0.05",
-     prm__bench_kernels_opts, 0, prm__bench_kernels},
+     prm__bench_kernels_opts, PRM_SUB_RUN, prm__bench_kernels},
     {"checkpoint-io", "disk and checkpoint write/read bandwidth in a folder", NULL,
      "disk_write: a file of --size-mb written and fsynced; disk_read: read back after\n"
      "dropping it from the page cache. ckpt_save and ckpt_load: a Llama of about\n"
@@ -236,7 +236,7 @@ static const prm_subtask_t prm__bench_subs[] = {
      "fsync, rename) and loaded back. Everything written is removed.\n\n"
      "Example:\n"
      "  primus benchmark checkpoint-io --dir /scratch/ckpt --size-mb 1024 --output-file io.json",
-     prm__bench_ckpt_opts, 0, prm__bench_ckpt_io},
+     prm__bench_ckpt_opts, PRM_SUB_RUN, prm__bench_ckpt_io},
     {"train", "end-to-end training throughput of an experiment", NULL,
      "Runs the native trainer for --warmup + --iters steps into a temporary run\n"
      "folder (no checkpoints, no evaluation) and reports the mean step time of\n"
@@ -251,29 +251,29 @@ static const prm_subtask_t prm__bench_subs[] = {
      "Example:\n"
      "  primus benchmark train --config configs/examples/llama_tiny-pretrain.yaml mock_data=true --iters 20\n"
      "  primus direct --nproc 2 -- benchmark train --config exp.yaml pipeline_model_parallel_size=2",
-     prm__bench_train_opts, PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED | PRM_SUB_MULTIRANK,
+     prm__bench_train_opts, PRM_SUB_EXPERIMENT | PRM_SUB_EXP_REQUIRED | PRM_SUB_RUN | PRM_SUB_MULTIRANK,
      prm__bench_train},
     {"allreduce", "all-reduce bandwidth between ranks (sum, in place)", NULL,
      PRM__COLL_HELP("MPI_Allreduce (sum, in place)", "2(p-1)/p")
      "  primus direct --nproc 2 -- benchmark allreduce --check\n"
      "  primus direct --nproc 4 -- benchmark allreduce --max-bytes 268435456 -o ar.jsonl",
-     prm__bench_coll_opts, PRM_SUB_MULTIRANK, prm__bench_coll},
+     prm__bench_coll_opts, PRM_SUB_RUN | PRM_SUB_MULTIRANK, prm__bench_coll},
     {"allgather", "all-gather bandwidth between ranks", NULL,
      PRM__COLL_HELP("MPI_Allgather", "(p-1)/p")
      "  primus direct --nproc 2 -- benchmark allgather --check -o ag.csv",
-     prm__bench_coll_opts, PRM_SUB_MULTIRANK, prm__bench_coll},
+     prm__bench_coll_opts, PRM_SUB_RUN | PRM_SUB_MULTIRANK, prm__bench_coll},
     {"reducescatter", "reduce-scatter bandwidth between ranks (sum)", NULL,
      PRM__COLL_HELP("MPI_Reduce_scatter_block (sum)", "(p-1)/p")
      "  primus direct --nproc 2 -- benchmark reducescatter --check",
-     prm__bench_coll_opts, PRM_SUB_MULTIRANK, prm__bench_coll},
+     prm__bench_coll_opts, PRM_SUB_RUN | PRM_SUB_MULTIRANK, prm__bench_coll},
     {"alltoall", "all-to-all bandwidth between ranks", NULL,
      PRM__COLL_HELP("MPI_Alltoall", "(p-1)/p")
      "  primus direct --nproc 2 -- benchmark alltoall --check",
-     prm__bench_coll_opts, PRM_SUB_MULTIRANK, prm__bench_coll},
+     prm__bench_coll_opts, PRM_SUB_RUN | PRM_SUB_MULTIRANK, prm__bench_coll},
     {"broadcast", "broadcast bandwidth from rank 0", NULL,
      PRM__COLL_HELP("MPI_Bcast from rank 0", "1")
      "  primus direct --nproc 2 -- benchmark broadcast --check",
-     prm__bench_coll_opts, PRM_SUB_MULTIRANK, prm__bench_coll},
+     prm__bench_coll_opts, PRM_SUB_RUN | PRM_SUB_MULTIRANK, prm__bench_coll},
     {"overlap", "how much of an all-reduce hides behind a GEMM", NULL,
      "Times a GEMM (M,N,K, cut into --chunks row blocks) alone, a non-blocking\n"
      "all-reduce of --bytes alone, and both: the all-reduce started, the GEMM blocks\n"
@@ -282,7 +282,7 @@ static const prm_subtask_t prm__bench_subs[] = {
      "both) / comm, clipped to [0, 1] (0 with one rank).\n\n"
      "Example:\n"
      "  OMP_NUM_THREADS=1 primus direct --nproc 2 -- benchmark overlap --M 1024 --N 1024 --K 1024 --bytes 16777216",
-     prm__bench_overlap_opts, PRM_SUB_MULTIRANK, prm__bench_overlap},
+     prm__bench_overlap_opts, PRM_SUB_RUN | PRM_SUB_MULTIRANK, prm__bench_overlap},
     {NULL},
 };
 

@@ -156,7 +156,7 @@ static const prm_subtask_t prm__data_subs[] = {
      "  primus data preprocess --input corpus.txt --line-docs --output-prefix data/corpus\n"
      "  primus data preprocess --input 'shards/*.jsonl.zst' --output-prefix data/web \\\n"
      "      --tokenizer-type GPT2BPETokenizer --append-eod --workers 8",
-     prm__pre_opts, 0, prm__data_preprocess},
+     prm__pre_opts, PRM_SUB_RUN, prm__data_preprocess},
     {"train-tokenizer", "learn a byte-level BPE tokenizer and write tokenizer.json", NULL,
      "Splits the inputs with GPT-2's pre-tokenisation, counts the pieces, and\n"
      "merges the most frequent adjacent pair until --vocab-size tokens exist (the\n"
@@ -166,7 +166,7 @@ static const prm_subtask_t prm__data_subs[] = {
      "Example:\n"
      "  primus data train-tokenizer --input ~/.cache/primus/data/brown.txt \\\n"
      "      --vocab-size 8192 --output brown-8k.json",
-     prm__tt_opts, 0, prm__data_train_tokenizer},
+     prm__tt_opts, PRM_SUB_RUN, prm__data_train_tokenizer},
     {NULL},
 };
 

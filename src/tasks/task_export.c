@@ -259,7 +259,7 @@ static const prm_subtask_t prm__export_subs[] = {
      "Examples:\n"
      "  primus export gguf --load output/ckpt --output tiny.gguf\n"
      "  primus export gguf --load output/ckpt/iter_0000200 --output tiny-f16.gguf --dtype f16",
-     prm__export_gguf_opts, 0, prm__export_gguf},
+     prm__export_gguf_opts, PRM_SUB_RUN, prm__export_gguf},
     {"logits", "write primus' logits of every position of a token list (for reference checks)",
      NULL, NULL, prm__logits_opts, PRM_SUB_HIDDEN, prm__export_logits},
     {NULL},

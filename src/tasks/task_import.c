@@ -311,7 +311,7 @@ static const prm_subtask_t prm__import_subs[] = {
      "Examples:\n"
      "  primus import gguf --input tiny.gguf --output ckpt-from-gguf\n"
      "  primus generate --load ckpt-from-gguf --prompt \"the jury\"",
-     prm__import_gguf_opts, 0, prm__import_gguf},
+     prm__import_gguf_opts, PRM_SUB_RUN, prm__import_gguf},
     {NULL},
 };
 

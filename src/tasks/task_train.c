@@ -196,7 +196,7 @@ static const prm_subtask_t prm__gen_subs[] = {
      "Uses a KV cache; greedy when --temperature 0, else samples with top-k/top-p.\n\n"
      "Example:\n"
      "  primus generate --load output/ckpt --prompt \"The jury said\" --max-new-tokens 200",
-     prm__gen_opts, 0, prm__generate},
+     prm__gen_opts, PRM_SUB_RUN, prm__generate},
     {NULL},
 };
 

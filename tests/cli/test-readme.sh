@@ -50,8 +50,8 @@ SAN=
 for cmd in "${CMDS[@]}"; do
   want=0 skip="" line=$cmd
   case $cmd in
-    "primus data train-tokenizer --input corpus.txt --vocab_size 8192 --output tok.json") ;;
-    "primus data preprocess --input 'shards/*.jsonl.zst' --output_prefix data/web --tokenizer_type GPT2BPETokenizer --append_eod --workers 8")
+    "primus data train-tokenizer --input corpus.txt --vocab-size 8192 --output tok.json") ;;
+    "primus data preprocess --input 'shards/*.jsonl.zst' --output-prefix data/web --tokenizer-type GPT2BPETokenizer --append-eod --workers 8")
       if [[ -n $SAN ]]; then skip=$SAN
       elif ! command -v zstd >/dev/null; then skip="zstd is not installed"
       elif ! "$PRIMUS_BIN" benchmark tokenizer --input corpus.txt --repeat 1 >/dev/null 2>&1; then
@@ -72,7 +72,7 @@ for cmd in "${CMDS[@]}"; do
     "primus train posttrain --config configs/examples/llama_tiny-posttrain.yaml")
       line+=" hidden_size=32 num_layers=2 num_attention_heads=4 num_query_groups=2 ffn_hidden_size=64 seq_length=64 max_position_embeddings=64 train_iters=4" ;;
     "primus generate --load output/llama_tiny-pretrain/checkpoints --prompt \"The jury said\" --temperature 0.8")
-      line+=" --max_new_tokens 8" ;;
+      line+=" --max-new-tokens 8" ;;
     "primus export gguf --load output/llama_tiny-pretrain/checkpoints --output tiny.gguf") ;;
     "PRIMUS_FAULT_INJECT=crash:step=150 primus train pretrain --config $EX train_iters=200 save_interval=50 fault_tolerance.max_restarts=2 save=output/fire-drill overwrite_checkpoints=true")
       line="${cmd/step=150/step=3}$(train_args "$cmd")" ;;
@@ -80,7 +80,7 @@ for cmd in "${CMDS[@]}"; do
       # Without a GPU the run stops at once, saying why (exit 2).
       line+="$(train_args "$cmd") save=output/gpu-$RANDOM"; ((GPUS)) || want=2 ;;
     "primus generate --load output/llama_tiny-pretrain/checkpoints --prompt \"The jury said\" --device cuda")
-      line+=" --max_new_tokens 8"; ((GPUS)) || want=2 ;;
+      line+=" --max-new-tokens 8"; ((GPUS)) || want=2 ;;
     "primus env" | "primus config presets" | "primus plugins" | \
     "primus config show --config $EX lr=1e-3" | \
     "primus config validate --config configs/examples/llama3_8B-pretrain.yaml") ;;
@@ -94,14 +94,14 @@ for cmd in "${CMDS[@]}"; do
       line="primus replay $(ls -d output/team/tester/llama_tiny-pretrain/run-* | head -1)" ;;
     "primus completion bash > /etc/bash_completion.d/primus")
       line="primus completion bash > $T/primus.bash" ;;
-    "primus preflight check --expect_gpus 8") want=2 ;; # no GPU here: FAIL is exit 2, as the README says
+    "primus preflight check --expect-gpus 8") want=2 ;; # no GPU here: FAIL is exit 2, as the README says
     "primus preflight calibrate; primus preflight check --perf")
       skip="12-20 s of measurements; tests/cli/test-preflight.sh runs calibrate --quick and check --perf" ;;
     "primus train pretrain --config EXP metrics_port=9464")
       line="primus train pretrain --config $EX metrics_port=$PORT$(train_args "$cmd") save=output/metrics" ;;
-    "primus analyze logs RUN_DIR --kernel_log kern.log")
+    "primus analyze logs RUN_DIR --kernel-log kern.log")
       : > kern.log
-      line="primus analyze logs $(ls -d output/team/tester/llama_tiny-pretrain/run-* | head -1) --kernel_log kern.log" ;;
+      line="primus analyze logs $(ls -d output/team/tester/llama_tiny-pretrain/run-* | head -1) --kernel-log kern.log" ;;
     "primus analyze report RUN_DIR")
       line="primus analyze report $(ls -d output/team/tester/llama_tiny-pretrain/run-* | head -1)" ;;
     "primus benchmark gemm --M 4096 --N 4096 --K 4096 --backend all -o gemm.csv")
