@@ -103,6 +103,14 @@ int prm_slurm_read_failed(const char *run_dir, prm_argv_t *hosts, prm_err_t *err
  * keeps only the last), else `--exclude=h1,h2` appended. No hosts: no
  * change. */
 void prm_slurm_add_exclude(prm_argv_t *flags, const prm_argv_t *hosts);
+/* The value of srun's -N/--nodes (short "N", long "nodes") or -n/--ntasks
+ * ("n", "ntasks") in flags, in any of the forms -N 3, -N3, --nodes 3,
+ * --nodes=3 (the last one wins; a range "2-3" gives its lower end). 0 when
+ * absent or not a number. */
+int64_t prm_slurm_flag_count(const prm_argv_t *flags, const char *shrt, const char *lng);
+/* Sets that flag to value: every occurrence is replaced, or --LONG=VALUE
+ * is appended when there is none. */
+void prm_slurm_set_count(prm_argv_t *flags, const char *shrt, const char *lng, int64_t value);
 
 /* Topology-ordered placement (src/launch/topology.c, docs/launcher.md):
  * a file of `NODE RACK IP` lines. */

@@ -91,6 +91,11 @@ typedef struct {
   int64_t max_restarts;   /* fault_tolerance.max_restarts */
   double backoff_s;       /* fault_tolerance.restart_backoff_s */
   double hang_timeout_s;  /* fault_tolerance.hang_timeout_s; 0: no watchdog */
+  /* Node loss under srun (docs/safe.md "Losing a node"). */
+  int64_t min_nodes;          /* fault_tolerance.min_nodes (default 1) */
+  int64_t max_node_failures;  /* fault_tolerance.max_node_failures (default 1) */
+  int on_node_loss_wait;      /* fault_tolerance.on_node_loss: 0 shrink (default), 1 wait */
+  double node_check_timeout_s; /* fault_tolerance.node_check_timeout_s (default 60) */
 } prm__ft_t;
 /* Reads fault_tolerance.* from the experiment (unset keys count as 0);
  * returns 1 when the ranks are to be supervised. */
@@ -103,6 +108,9 @@ typedef struct {
   char *const *argv;       /* one attempt: the rank child, or mpirun */
   const prm_env_t *env;    /* its environment; PRIMUS_RESTART and
                               PRIMUS_HEARTBEAT_DIR are set per attempt */
+  int srun_words;          /* > 0: argv is srun: argv[0..srun_words-1] are srun and its
+                              flags, argv[srun_words] the primus binary the nodes run;
+                              a fault then runs the node check and may shrink the job */
 } prm__sup_t;
 /* Runs s->argv until it ends without a fault, restarting it after a crash
  * or a hang. Returns the exit code to end with (0, or the positive code the

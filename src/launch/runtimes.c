@@ -53,8 +53,11 @@ static int prm__srun_supervised(const prm_launch_t *l, const prm_argv_t *flags,
   prm_env_from_environ(&env);
   prm_env_set(&env, "PRIMUS_RUN_DIR", run_dir);
   prm_env_set(&env, "PRIMUS_SUPERVISOR", "slurm");
+  /* cmd is srun, the flags, --mpi=pmix when primus added it, then the
+   * inner command (primus direct ...). */
+  int srun_words = 1 + flags->n + !prm_slurm_flags_have_mpi(flags->n, flags->v);
   prm__sup_t sup = {.ft = ft, .run_dir = run_dir, .nranks = prm__srun_ntasks(flags),
-                    .argv = cmd->v, .env = &env};
+                    .argv = cmd->v, .env = &env, .srun_words = srun_words < cmd->n ? srun_words : 0};
   rc = prm__supervise(&sup, err);
   prm_env_free(&env);
   return rc;

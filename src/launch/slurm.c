@@ -660,3 +660,66 @@ void prm_slurm_add_exclude(prm_argv_t *flags, const prm_argv_t *hosts) {
   prm_argv_pushf(flags, "--exclude=%s", prm_sb_str(&list));
   prm_sb_free(&list);
 }
+
+/* ---- resizing a step after a node loss ------------------------------------ */
+
+/* Where flags->v[i] holds a count flag: *val points at its value text and
+ * *vi is the index of the word holding it; 0 when it is not that flag. */
+static int prm__count_at(const prm_argv_t *flags, int i, const char *shrt, const char *lng,
+                         const char **val, int *vi) {
+  const char *f = flags->v[i];
+  size_t ll = strlen(lng);
+  if (f[0] != '-') return 0;
+  if (f[1] == '-') {
+    if (strncmp(f + 2, lng, ll)) return 0;
+    if (f[2 + ll] == '=') {
+      *val = f + 3 + ll, *vi = i;
+      return 1;
+    }
+    if (f[2 + ll] || i + 1 >= flags->n) return 0;
+    *val = flags->v[i + 1], *vi = i + 1;
+    return 1;
+  }
+  if (f[1] != shrt[0]) return 0;
+  if (f[2]) {
+    *val = f + 2, *vi = i;
+    return 1;
+  }
+  if (i + 1 >= flags->n) return 0;
+  *val = flags->v[i + 1], *vi = i + 1;
+  return 1;
+}
+
+int64_t prm_slurm_flag_count(const prm_argv_t *flags, const char *shrt, const char *lng) {
+  int64_t out = 0;
+  for (int i = 0; i < flags->n; i++) {
+    const char *v;
+    int vi;
+    if (!prm__count_at(flags, i, shrt, lng, &v, &vi)) continue;
+    char *num = prm_xstrndup(v, strcspn(v, "-"));
+    int64_t n;
+    out = !prm_parse_i64(num, &n) && n > 0 ? n : 0;
+    free(num);
+    i = vi;
+  }
+  return out;
+}
+
+void prm_slurm_set_count(prm_argv_t *flags, const char *shrt, const char *lng, int64_t value) {
+  int seen = 0;
+  for (int i = 0; i < flags->n; i++) {
+    const char *v;
+    int vi;
+    if (!prm__count_at(flags, i, shrt, lng, &v, &vi)) continue;
+    char *word;
+    if (vi == i) /* -N3 or --nodes=3 */
+      word = prm_xasprintf("%.*s%" PRId64, (int)(v - flags->v[i]), flags->v[i], value);
+    else
+      word = prm_xasprintf("%" PRId64, value);
+    free(flags->v[vi]);
+    flags->v[vi] = word;
+    seen = 1;
+    i = vi;
+  }
+  if (!seen) prm_argv_pushf(flags, "--%s=%" PRId64, lng, value);
+}

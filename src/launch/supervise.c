@@ -29,6 +29,16 @@ int prm__supervise_enabled(const prm_exp_t *exp, prm__ft_t *ft) {
   if (prm_exp_get_f64(exp, "fault_tolerance.hang_timeout_s", &ft->hang_timeout_s) ||
       ft->hang_timeout_s < 0)
     ft->hang_timeout_s = 0;
+  if (prm_exp_get_int(exp, "fault_tolerance.min_nodes", &ft->min_nodes) || ft->min_nodes < 1)
+    ft->min_nodes = 1;
+  if (prm_exp_get_int(exp, "fault_tolerance.max_node_failures", &ft->max_node_failures) ||
+      ft->max_node_failures < 0)
+    ft->max_node_failures = 1;
+  if (prm_exp_get_f64(exp, "fault_tolerance.node_check_timeout_s", &ft->node_check_timeout_s) ||
+      ft->node_check_timeout_s <= 0)
+    ft->node_check_timeout_s = 60;
+  const char *onl = prm_exp_get_str(exp, "fault_tolerance.on_node_loss");
+  ft->on_node_loss_wait = onl && !strcmp(onl, "wait");
   return ft->max_restarts > 0 || ft->hang_timeout_s > 0;
 }
 
@@ -84,8 +94,14 @@ typedef struct {
   pid_t pid;
   long long step;
   char phase[16];
+  char host[32];      /* the rank's host name ("" from an older rank) */
+  char node[32];      /* Slurm's name for its node (the host name outside Slurm) */
   int gone;           /* its process was seen gone while the job still ran */
 } prm__hb_t;
+
+/* The rank runs on this host, so its PID means something here (a rank on
+ * another node has a PID of that node's: never signalled or probed). */
+static int prm__hb_local(const prm__hb_t *h) { return !h->host[0] || !strcmp(h->host, prm_hostname()); }
 
 static void prm__hb_clear(const char *dir) {
   prm_argv_t names = {0};
@@ -99,7 +115,8 @@ static void prm__hb_clear(const char *dir) {
   prm_argv_free(&names);
 }
 
-/* Reads rank-R ("PID STEP PHASE UNIX_MS"); a changed content is progress. */
+/* Reads rank-R ("PID STEP PHASE UNIX_MS HOST NODE", the last two absent in
+ * an older line); a changed content is progress. */
 static void prm__hb_read(const char *dir, int rank, prm__hb_t *h) {
   char name[32], buf[sizeof h->text];
   snprintf(name, sizeof name, "rank-%d", rank);
@@ -117,12 +134,15 @@ static void prm__hb_read(const char *dir, int rank, prm__hb_t *h) {
   h->changed_wall = prm_time_wall();
   int pid;
   long long step, ms;
-  char phase[16];
-  if (sscanf(buf, "%d %lld %15s %lld", &pid, &step, phase, &ms) >= 3) {
+  char phase[16], host[32] = "", node[32] = "";
+  int got = sscanf(buf, "%d %lld %15s %lld %31s %31s", &pid, &step, phase, &ms, host, node);
+  if (got >= 3) {
     h->seen = 1;
     h->pid = pid;
     h->step = step;
     snprintf(h->phase, sizeof h->phase, "%s", phase);
+    snprintf(h->host, sizeof h->host, "%s", got >= 5 ? host : "");
+    snprintf(h->node, sizeof h->node, "%s", got >= 6 ? node : h->host);
   }
 }
 
@@ -146,6 +166,7 @@ typedef struct {
   int attempt, rank;
   const char *cause; /* "crash", "hang", "nan" */
   char detail[160];
+  char host[32];     /* the node it came from ("" unknown) */
   long long step;    /* -1: unknown */
   char *tail;        /* the last lines of the rank's log, or NULL */
 } prm__fault_t;
@@ -189,7 +210,8 @@ static void prm__summary(const prm__fault_t *f, int n, int restarts) {
     char at[48] = "";
     if (f[i].step >= 0 && strcmp(f[i].cause, "hang"))
       snprintf(at, sizeof at, " after step %lld", f[i].step);
-    PRM_WARN("  attempt %d, rank %d: %s - %s%s", f[i].attempt, f[i].rank, f[i].cause, f[i].detail, at);
+    PRM_WARN("  attempt %d, rank %d%s%s: %s - %s%s", f[i].attempt, f[i].rank, f[i].host[0] ? " on " : "", f[i].host,
+             f[i].cause, f[i].detail, at);
     if (!f[i].tail) continue;
     PRM_WARN("    last lines of logs/rank-%d.log:", f[i].rank);
     for (const char *p = f[i].tail; *p;) {
@@ -216,13 +238,15 @@ typedef struct {
   pid_t pid;      /* the job's leader (and group), 0 once reaped */
   int code;       /* its exit code once reaped */
   int forwarded;  /* signals passed on so far */
+  int nranks;     /* ranks of this attempt (fewer after a shrink) */
 } prm__job_t;
 
 static void prm__job_signal(prm__job_t *j, int sig) {
   if (j->pid > 0) kill(-j->pid, sig);
   /* mpirun puts each rank in a group of its own: reach them directly. */
-  for (int r = 0; r < j->s->nranks; r++)
-    if (j->hb[r].seen && j->hb[r].pid != j->pid && prm__pid_alive(j->hb[r].pid))
+  for (int r = 0; r < j->nranks; r++)
+    if (j->hb[r].seen && prm__hb_local(&j->hb[r]) && j->hb[r].pid != j->pid &&
+        prm__pid_alive(j->hb[r].pid))
       kill(j->hb[r].pid, sig);
 }
 
@@ -231,8 +255,8 @@ static void prm__job_reap(prm__job_t *j, double timeout_s) {
 }
 
 static int prm__job_ranks_alive(prm__job_t *j) {
-  for (int r = 0; r < j->s->nranks; r++)
-    if (j->hb[r].seen && prm__pid_alive(j->hb[r].pid)) return 1;
+  for (int r = 0; r < j->nranks; r++)
+    if (j->hb[r].seen && prm__hb_local(&j->hb[r]) && prm__pid_alive(j->hb[r].pid)) return 1;
   return 0;
 }
 
@@ -264,15 +288,155 @@ static void prm__job_forward(prm__job_t *j) {
   prm__job_signal(j, prm__sup_sig);
 }
 
+/* ---- node loss (srun) ------------------------------------------------------ */
+
+static int prm__has(const prm_argv_t *a, const char *s) { return prm_argv_find(a, s) >= 0; }
+
+/* A node name as heartbeats and Slurm spell it (nothing to escape in JSON
+ * or a flag). */
+static int prm__node_ok(const char *s) {
+  if (!*s) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '-' ||
+          *s == '_' || *s == '.'))
+      return 0;
+  return 1;
+}
+
+/* The nodes this attempt's ranks reported, in rank order, once each. */
+static void prm__attempt_nodes(const prm__hb_t *hb, int nranks, prm_argv_t *out) {
+  for (int r = 0; r < nranks; r++)
+    if (hb[r].seen && prm__node_ok(hb[r].node) && !prm__has(out, hb[r].node)) prm_argv_push(out, hb[r].node);
+}
+
+static void prm__json_list(prm_sb_t *sb, const prm_argv_t *a) {
+  prm_sb_putc(sb, '[');
+  for (int i = 0; i < a->n; i++) prm_sb_appendf(sb, "%s\"%s\"", i ? "," : "", a->v[i]);
+  prm_sb_putc(sb, ']');
+}
+
+/* The node check: `srun -N1 -n1 -w NODE --immediate=T PRIMUS preflight
+ * check --host` on every node at once. A node whose check does not end
+ * with exit 0 within node_check_timeout_s - Slurm refuses it (down), it
+ * does not answer (unplugged, hung), or a check fails (exit 2) - is
+ * appended to *failed. Each check writes RUN_DIR/node-check/aA-NODE.log
+ * and its reports into the folder of that name. */
+static void prm__node_check(const prm__sup_t *s, const char *exe, int attempt, const prm_argv_t *nodes,
+                            prm_argv_t *failed) {
+  double t0 = prm_time_now(), limit = s->ft.node_check_timeout_s;
+  char *dir = prm_path_join(s->run_dir, "node-check");
+  prm_fs_mkdir_p(dir, 0755, NULL);
+  pid_t *pid = prm_xcalloc((size_t)nodes->n, sizeof *pid);
+  int *code = prm_xcalloc((size_t)nodes->n, sizeof *code);
+  PRM_WARN("supervisor: checking the %d node%s of the attempt (preflight check --host under srun, at most %g s)",
+           nodes->n, nodes->n == 1 ? "" : "s", limit);
+  for (int i = 0; i < nodes->n; i++) {
+    char *base = prm_xasprintf("%s/a%d-%s", dir, attempt, nodes->v[i]);
+    char *log = prm_xasprintf("%s.log", base);
+    prm_env_t e = {0};
+    for (int k = 0; k < s->env->n; k++) prm_env_set(&e, s->env->keys[k], s->env->vals[k]);
+    static const char *const drop[] = {"PRIMUS_SUPERVISOR", "PRIMUS_HEARTBEAT_DIR", "PRIMUS_RESTART",
+                                       "PRIMUS_RESTART_CAUSES", "PRIMUS_FAULT_INJECT", "SLURM_HOSTFILE"};
+    for (size_t k = 0; k < sizeof drop / sizeof *drop; k++) prm_env_unset(&e, drop[k]);
+    prm_env_set(&e, "PRIMUS_RUN_DIR", base);
+    prm_argv_t envp = {0}, argv = {0};
+    prm_env_to_envp(&e, &envp);
+    prm_argv_push(&argv, "srun");
+    prm_argv_push(&argv, "-N1");
+    prm_argv_push(&argv, "-n1");
+    prm_argv_pushf(&argv, "--nodelist=%s", nodes->v[i]);
+    prm_argv_pushf(&argv, "--immediate=%d", (int)(limit > 2 ? limit / 2 : 1));
+    prm_argv_push(&argv, PRM_SLURM_MPI_DEFAULT);
+    prm_argv_push(&argv, exe);
+    prm_argv_push(&argv, "preflight");
+    prm_argv_push(&argv, "check");
+    prm_argv_push(&argv, "--host");
+    prm_proc_opts_t o = {.envp = envp.v, .new_pgrp = 1, .stdin_path = "/dev/null", .out_path = log,
+                         .parent_death_signal = SIGTERM};
+    prm_err_t e2 = {0};
+    if (prm_proc_spawn(argv.v, &o, &pid[i], &e2)) {
+      pid[i] = 0;
+      code[i] = 127;
+      prm_err_clear(&e2);
+    }
+    prm_argv_free(&argv);
+    prm_argv_free(&envp);
+    prm_env_free(&e);
+    free(log);
+    free(base);
+  }
+  int left = 0;
+  do {
+    left = 0;
+    for (int i = 0; i < nodes->n; i++)
+      if (pid[i] > 0) {
+        if (prm_proc_poll(pid[i], &code[i])) pid[i] = 0;
+        else left++;
+      }
+    if (left) prm__nap(0.1);
+  } while (left && prm_time_now() - t0 < limit);
+  for (int i = 0; i < nodes->n; i++) { /* no answer in time: stop that srun */
+    if (pid[i] <= 0) continue;
+    kill(-pid[i], SIGTERM);
+    if (!prm_proc_wait(pid[i], 3, &code[i])) {
+      kill(-pid[i], SIGKILL);
+      prm_proc_wait(pid[i], -1, &code[i]);
+    }
+    code[i] = -1;
+  }
+  for (int i = 0; i < nodes->n; i++) {
+    char what[64];
+    if (code[i] == 0) snprintf(what, sizeof what, "healthy");
+    else if (code[i] == 2) snprintf(what, sizeof what, "a check failed (exit 2)");
+    else if (code[i] < 0) snprintf(what, sizeof what, "no answer within %g s", limit);
+    else snprintf(what, sizeof what, "unreachable (srun exit %d)", code[i]);
+    if (code[i])
+      PRM_WARN("supervisor: node %s: %s (node-check/a%d-%s.log in the run directory)", nodes->v[i], what,
+               attempt, nodes->v[i]);
+    else PRM_INFO("supervisor: node %s: %s", nodes->v[i], what);
+    if (code[i] && !prm__has(failed, nodes->v[i])) prm_argv_push(failed, nodes->v[i]);
+  }
+  prm_sb_t sb = {0};
+  prm_sb_appendf(&sb, "{\"event\":\"node_check\",\"time\":%.3f,\"attempt\":%d,\"seconds\":%.3f,\"nodes\":",
+                 prm_time_wall(), attempt, prm_time_now() - t0);
+  prm__json_list(&sb, nodes);
+  prm_sb_append(&sb, ",\"failed\":");
+  prm__json_list(&sb, failed);
+  prm_sb_append(&sb, "}\n");
+  prm__event(s->run_dir, prm_sb_str(&sb));
+  prm_sb_free(&sb);
+  free(pid);
+  free(code);
+  free(dir);
+}
+
+/* RUN_DIR/failed_nodes.txt: every node lost so far, one a line (what
+ * `primus slurm --exclude-failed RUN_DIR` reads). */
+static void prm__write_failed(const prm__sup_t *s, const prm_argv_t *lost) {
+  prm_sb_t sb = {0};
+  for (int i = 0; i < lost->n; i++) prm_sb_appendf(&sb, "%s\n", lost->v[i]);
+  char *p = prm_path_join(s->run_dir, "failed_nodes.txt");
+  prm_err_t e = {0};
+  if (prm_fs_write_atomic(p, sb.len ? prm_sb_str(&sb) : "", sb.len, &e)) {
+    PRM_WARN("%s", e.msg);
+    prm_err_clear(&e);
+  }
+  free(p);
+  prm_sb_free(&sb);
+}
+
 /* ---- the loop ------------------------------------------------------------- */
 
-static void prm__fault_event(const prm__sup_t *s, const prm__fault_t *f, double since) {
+static void prm__fault_event(const prm__sup_t *s, const prm__fault_t *f, double when, double since) {
   prm_sb_t sb = {0};
   prm_sb_appendf(&sb, "{\"event\":\"fault\",\"time\":%.3f,\"attempt\":%d,\"rank\":%d,\"cause\":\"%s\",",
-                 prm_time_wall(), f->attempt, f->rank, f->cause);
+                 when, f->attempt, f->rank, f->cause);
+
   prm_sb_appendf(&sb, "\"detail\":\"%s\"", f->detail); /* our own text: nothing to escape */
   if (f->step >= 0) prm_sb_appendf(&sb, ",\"step\":%lld", f->step);
   if (since > 0) prm_sb_appendf(&sb, ",\"since\":%.3f", since);
+  /* A node name (prm__node_ok: nothing to escape). */
+  if (f->host[0]) prm_sb_appendf(&sb, ",\"host\":\"%s\"", f->host);
   prm_sb_append(&sb, "}\n");
   prm__event(s->run_dir, prm_sb_str(&sb));
   prm_sb_free(&sb);
@@ -282,8 +446,12 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
   char *hb_dir = prm_path_join(s->run_dir, "heartbeat");
   prm__hb_t *hb = prm_xcalloc((size_t)s->nranks, sizeof *hb);
   prm__fault_t *faults = NULL;
-  int nfaults = 0, restarts = 0, rc = 0;
+  int nfaults = 0, restarts = 0, rc = 0, nranks = s->nranks;
   struct sigaction saved[PRM__NSIG];
+  /* The command of the next attempt (srun's flags change when the job
+   * shrinks), the nodes lost so far, the nodes of the last attempt. */
+  prm_argv_t cur = {0}, lost = {0}, last_nodes = {0};
+  for (int i = 0; s->argv[i]; i++) prm_argv_push(&cur, s->argv[i]);
   if ((rc = prm_fs_mkdir_p(hb_dir, 0755, err))) goto done;
   prm__sup_signals_install(saved);
   PRM_INFO("supervisor: max_restarts %lld, restart_backoff_s %g, hang_timeout_s %g%s",
@@ -318,10 +486,15 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
       prm__event(s->run_dir, line);
       PRM_WARN("supervisor: restart %d of %lld (PRIMUS_RESTART=%d)", attempt,
                (long long)s->ft.max_restarts, attempt);
+      if (s->srun_words > 0) {
+        char *cmdline = prm_argv_join_shell(cur.n, cur.v);
+        PRM_INFO("supervisor: %s", cmdline);
+        free(cmdline);
+      }
     }
-    prm__job_t j = {.s = s, .hb = hb, .forwarded = prm__sup_nsig};
+    prm__job_t j = {.s = s, .hb = hb, .forwarded = prm__sup_nsig, .nranks = nranks};
     double t0 = prm_time_now();
-    for (int r = 0; r < s->nranks; r++) {
+    for (int r = 0; r < nranks; r++) {
       memset(&hb[r], 0, sizeof hb[r]);
       hb[r].changed = t0;
       hb[r].changed_wall = prm_time_wall();
@@ -330,15 +503,15 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
      * and stop instead of running on unsupervised. */
     prm_proc_opts_t o = {.envp = envp.v, .new_pgrp = 1, .stdin_path = "/dev/null",
                          .parent_death_signal = SIGTERM};
-    rc = prm_proc_spawn(s->argv, &o, &j.pid, err);
+    rc = prm_proc_spawn(cur.v, &o, &j.pid, err);
     prm_argv_free(&envp);
     prm_env_free(&e);
     if (rc) break;
 
-    int hung = -1, first_gone = -1;
+    int hung = -1, first_gone = -1, started = 0;
     for (;;) {
       int ended = prm_proc_poll(j.pid, &j.code);
-      for (int r = 0; r < s->nranks; r++) prm__hb_read(hb_dir, r, &hb[r]);
+      for (int r = 0; r < nranks; r++) prm__hb_read(hb_dir, r, &hb[r]);
       if (ended) {
         if (ended < 0) j.code = 127; /* not our child any more: cannot happen */
         j.pid = 0;
@@ -346,22 +519,32 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
       }
       prm__job_forward(&j);
       double now = prm_time_now();
-      for (int r = 0; r < s->nranks && s->nranks > 1; r++) {
+      for (int r = 0; r < nranks && nranks > 1; r++) {
         prm__hb_t *h = &hb[r];
-        if (h->seen && !h->gone && strcmp(h->phase, "done") && !prm__pid_alive(h->pid)) {
+        if (h->seen && !h->gone && prm__hb_local(h) && strcmp(h->phase, "done") && !prm__pid_alive(h->pid)) {
           h->gone = 1;
           if (first_gone < 0) first_gone = r;
         }
       }
+      /* Under srun the attempt may wait in Slurm's queue before any rank
+       * starts: the clock of the ranks without a heartbeat starts when the
+       * first rank beats (srun starts them together once allocated). */
+      if (s->srun_words > 0 && !started) {
+        for (int r = 0; r < nranks; r++) started |= hb[r].seen;
+        if (started)
+          for (int r = 0; r < nranks; r++)
+            if (!hb[r].seen) hb[r].changed = now, hb[r].changed_wall = prm_time_wall();
+      }
       /* After a signal the ranks are saving to stop: no watchdog then. */
-      if (s->ft.hang_timeout_s > 0 && !prm__sup_nsig)
-        for (int r = 0; r < s->nranks && hung < 0; r++)
+      if (s->ft.hang_timeout_s > 0 && !prm__sup_nsig && (started || !s->srun_words))
+        for (int r = 0; r < nranks && hung < 0; r++)
           if (strcmp(hb[r].phase, "done") && now - hb[r].changed > s->ft.hang_timeout_s) hung = r;
       if (hung >= 0) break;
       prm__nap(PRM__POLL_S);
     }
 
     /* What happened, and is it a fault? */
+    double when = prm_time_wall();
     prm__fault_t f = {.attempt = attempt, .rank = 0, .step = -1};
     double since = 0;
     if (hung >= 0) {
@@ -382,7 +565,7 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
       int code = j.code;
       /* Whatever is left of the attempt goes (mpirun's ranks, grandchildren). */
       int any = 0;
-      for (int r = 0; r < s->nranks; r++) any |= hb[r].seen && prm__pid_alive(hb[r].pid);
+      for (int r = 0; r < nranks; r++) any |= hb[r].seen && prm__hb_local(&hb[r]) && prm__pid_alive(hb[r].pid);
       if (any) prm__job_stop(&j);
       if (prm__sup_nsig) {
         /* Stopped on request (preemption): the code is the answer. */
@@ -394,14 +577,14 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
         break;
       }
       int nan = -1;
-      for (int r = 0; r < s->nranks && nan < 0; r++)
+      for (int r = 0; r < nranks && nan < 0; r++)
         if (hb[r].seen && !strcmp(hb[r].phase, "nan")) nan = r;
       if (nan >= 0) {
         f.rank = nan;
         f.cause = "nan";
         snprintf(f.detail, sizeof f.detail, "stopped on a bad step (nan_policy: stop), exit code %d", code);
       } else {
-        f.rank = s->nranks > 1 && first_gone >= 0 ? first_gone : 0;
+        f.rank = nranks > 1 && first_gone >= 0 ? first_gone : 0;
         f.cause = "crash";
         char name[32];
         if (code > 128 && code < 128 + 65)
@@ -413,11 +596,106 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
       if (nan < 0) PRM_WARN("supervisor: rank %d crashed: %s", f.rank, f.detail);
     }
     f.tail = prm__log_tail(s->run_dir, f.rank, PRM__TAIL);
-    prm__fault_event(s, &f, since);
+    if (s->srun_words > 0 && hb[f.rank].seen && prm__node_ok(hb[f.rank].node))
+      snprintf(f.host, sizeof f.host, "%s", hb[f.rank].node);
+    /* Under srun: which nodes are still fit? Those that are not leave the
+     * job, which goes on without them (docs/safe.md "Losing a node"). */
+    prm_argv_t newly = {0};
+    const char *give_up = NULL;
+    char why[256] = "";
+    if (s->srun_words > 0 && strcmp(f.cause, "nan")) {
+      prm_argv_t nodes = {0};
+      prm__attempt_nodes(hb, nranks, &nodes);
+      for (int i = 0; !nodes.n && i < last_nodes.n; i++) /* no rank beat: the last attempt's, less the lost */
+        if (!prm__has(&lost, last_nodes.v[i])) prm_argv_push(&nodes, last_nodes.v[i]);
+      prm_argv_free(&last_nodes);
+      last_nodes = nodes;
+      if (nodes.n) {
+        prm_argv_t failed = {0};
+        prm__node_check(s, s->argv[s->srun_words], attempt, &nodes, &failed);
+        for (int i = 0; i < failed.n; i++)
+          if (!prm__has(&lost, failed.v[i])) prm_argv_push(&newly, failed.v[i]);
+        prm_argv_free(&failed);
+      }
+      if (newly.n) {
+        /* The fault came from the faulty node: the rank's own when it is
+         * one of them, else the first. */
+        if (!prm__has(&newly, f.host)) {
+          snprintf(f.host, sizeof f.host, "%s", newly.v[0]);
+          for (int r = 0; r < nranks; r++)
+            if (hb[r].seen && !strcmp(hb[r].node, f.host)) {
+              f.rank = r;
+              f.step = hb[r].step;
+              free(f.tail);
+              f.tail = prm__log_tail(s->run_dir, r, PRM__TAIL);
+              break;
+            }
+        }
+        prm_argv_pushv(&lost, newly.n, newly.v);
+        prm__write_failed(s, &lost);
+      }
+    }
+    prm__fault_event(s, &f, when, since);
     faults = prm_xrealloc(faults, (size_t)(nfaults + 1) * sizeof *faults);
     faults[nfaults++] = f;
     if (!strcmp(f.cause, "nan")) {
       rc = 3;
+      prm_argv_free(&newly);
+      break;
+    }
+    if (newly.n) {
+      prm_argv_t flags = {0}, rest = {0};
+      prm_argv_pushv(&flags, s->srun_words - 1, cur.v + 1);
+      prm_argv_pushv(&rest, cur.n - s->srun_words, cur.v + s->srun_words);
+      int64_t was = prm_slurm_flag_count(&flags, "N", "nodes");
+      if (!was) was = last_nodes.n;
+      int64_t still = was, per = was > 0 ? nranks / was : 0;
+      for (int i = 0; i < newly.n; i++) still -= prm__has(&last_nodes, newly.v[i]);
+      if (lost.n > s->ft.max_node_failures) {
+        give_up = "node_failures";
+        snprintf(why, sizeof why, "%d node%s lost (max_node_failures %lld)", lost.n, lost.n == 1 ? "" : "s",
+                 (long long)s->ft.max_node_failures);
+      } else if (!s->ft.on_node_loss_wait && (still < s->ft.min_nodes || per < 1 || still < 1)) {
+        give_up = "min_nodes";
+        snprintf(why, sizeof why, "%lld node%s left of %lld (min_nodes %lld)", (long long)still,
+                 still == 1 ? "" : "s", (long long)was, (long long)s->ft.min_nodes);
+      } else if (!s->ft.on_node_loss_wait) {
+        /* Shrink: the same global batch on fewer data-parallel ranks (the
+         * trainer raises the gradient accumulation itself). */
+        prm_slurm_set_count(&flags, "N", "nodes", still);
+        prm_slurm_set_count(&flags, "n", "ntasks", per * still);
+        prm_slurm_add_exclude(&flags, &lost);
+        prm_argv_free(&cur);
+        prm_argv_push(&cur, s->argv[0]);
+        prm_argv_pushv(&cur, flags.n, flags.v);
+        prm_argv_pushv(&cur, rest.n, rest.v);
+        prm_sb_t sb = {0};
+        prm_sb_appendf(&sb, "{\"event\":\"shrink\",\"time\":%.3f,\"attempt\":%d,\"from_nodes\":%lld,"
+                       "\"to_nodes\":%lld,\"from_ranks\":%d,\"to_ranks\":%lld,\"exclude\":",
+                       prm_time_wall(), attempt + 1, (long long)was, (long long)still, nranks, (long long)(per * still));
+        prm__json_list(&sb, &lost);
+        prm_sb_append(&sb, "}\n");
+        prm__event(s->run_dir, prm_sb_str(&sb));
+        prm_sb_free(&sb);
+        PRM_WARN("supervisor: lost node%s %s: going on with %lld of %lld nodes, %lld ranks (the same global batch, "
+                 "more gradient accumulation a rank)", newly.n == 1 ? "" : "s", f.host, (long long)still,
+                 (long long)was, (long long)(per * still));
+        nranks = (int)(per * still);
+      } else {
+        PRM_WARN("supervisor: lost node %s: on_node_loss is wait: restarting on %lld nodes once Slurm has them",
+                 f.host, (long long)was);
+      }
+      prm_argv_free(&flags);
+      prm_argv_free(&rest);
+    }
+    prm_argv_free(&newly);
+    if (give_up) {
+      char line[384];
+      snprintf(line, sizeof line, "{\"event\":\"give_up\",\"time\":%.3f,\"restarts\":%d,\"reason\":\"%s\"}\n",
+               prm_time_wall(), restarts, give_up);
+      prm__event(s->run_dir, line);
+      rc = prm_errf(err, PRM_ECHILD, "supervisor: giving up: %s; last fault: rank %d %s on %s (%s)", why, f.rank,
+                    f.cause, f.host, f.detail);
       break;
     }
     if (restarts >= s->ft.max_restarts) {
@@ -448,6 +726,9 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
   prm__sup_signals_restore(saved);
   prm__summary(faults, nfaults, restarts);
 done:
+  prm_argv_free(&cur);
+  prm_argv_free(&lost);
+  prm_argv_free(&last_nodes);
   for (int i = 0; i < nfaults; i++) free(faults[i].tail);
   free(faults);
   free(hb);

@@ -187,8 +187,13 @@ void prm__hb_open(prm__hb_t *hb) {
 void prm__hb_beat(prm__hb_t *hb, int64_t step, const char *phase) {
   if (hb->fd < 0) return;
   char line[PRM__HB_LEN + 1];
-  int n = snprintf(line, sizeof line, "%d %lld %s %lld", (int)getpid(), (long long)step, phase,
-                   (long long)(prm_time_wall() * 1e3));
+  /* HOST (this process's host name, which tells the supervisor whether the
+   * PID is one it can see) and NODE (Slurm's name for the node, what srun
+   * -w and --exclude take; the host name outside Slurm). */
+  const char *host = prm_hostname(), *node = getenv("SLURMD_NODENAME");
+  if (!node || !*node || strpbrk(node, " \t\n")) node = host;
+  int n = snprintf(line, sizeof line, "%d %lld %s %lld %.24s %.24s", (int)getpid(), (long long)step,
+                   phase, (long long)(prm_time_wall() * 1e3), host, node);
   if (n < 0 || n >= PRM__HB_LEN) return;
   memset(line + n, ' ', (size_t)(PRM__HB_LEN - 1 - n));
   line[PRM__HB_LEN - 1] = '\n';

@@ -281,7 +281,7 @@ int prm__fault_due(prm__fault_kind_t kind, int64_t step);
  * happens when no such fault is due. */
 void prm__fault_act(prm__fault_kind_t kind, int64_t step);
 
-/* The heartbeat file PRIMUS_HEARTBEAT_DIR/rank-R ("PID STEP PHASE UNIX_MS"),
+/* The heartbeat file PRIMUS_HEARTBEAT_DIR/rank-R ("PID STEP PHASE UNIX_MS HOST NODE"),
  * fd -1 when there is no supervisor. */
 typedef struct {
   int fd;
