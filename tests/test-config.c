@@ -988,8 +988,11 @@ static void test_megatron_keys(void **state) {
   p = write_megatron("zarr.yaml", "llama3_8B", "      ckpt_format: zarr\n");
   load_fails(p, NULL, 0, PRM_ECONFIG, "zarr.yaml:15: ckpt_format: got \"zarr\": accepted as");
   free(p);
+  /* Forced even routing is implemented (random router logits). */
   p = write_megatron("force.yaml", "mixtral_8x7B_v0.1", "      moe_router_force_load_balancing: true\n");
-  load_fails(p, NULL, 0, PRM_ECONFIG, "force.yaml:15: moe_router_force_load_balancing: got \"true\": forced even routing");
+  e = load_ok(p, NULL, 0);
+  assert_int_equal(prm_schema_find("moe_router_force_load_balancing")->cls, PRM_KEY_RUN);
+  prm_exp_free(e);
   free(p);
   p = write_megatron("fp8.yaml", "llama3_8B", "      fp8: hybrid\n");
   load_fails(p, NULL, 0, PRM_ECONFIG, "fp8.yaml:15: fp8: got \"hybrid\": FP8 training");

@@ -57,6 +57,12 @@ typedef struct {
   double aux_coeff;   /* moe_aux_loss_coeff (0 with load balancing "none") */
   double z_coeff;     /* moe_z_loss_coeff */
   double capacity;    /* moe_expert_capacity_factor; 0: no capacity, nothing dropped */
+  /* moe_router_force_load_balancing (Megatron-LM's benchmark aid): the
+   * router's logits are replaced by standard normal draws, seeded by
+   * route_seed and the token's input row (the same in a recomputed
+   * forward); their gradient still reaches the router (straight through). */
+  int force_balance;
+  uint64_t route_seed;
   /* Attention variants; all 0: Llama's. */
   int64_t head_dim;   /* kv_channels (HF head_dim): each head's width D; 0: hidden / heads */
   int qkv_bias;       /* add_qkv_bias: biases on the q/k/v projections (Qwen 2.5) */

@@ -17,6 +17,8 @@
  *   small groups, a backend GEMM per expert for large ones);
  *   the outputs scattered back, weighted by the router weights, plus the
  *   optional shared expert (a dense SwiGLU on every token).
+ *   With moe_router_force_load_balancing the logits are random draws
+ *   (prm__force_logits), their gradient passed straight to the router.
  * The losses the router adds: aux = coeff E sum_e f_e P_e (f_e: the
  * fraction of the N k assignments routed to e, before capacity; P_e: the
  * mean router probability of e) and z = coeff mean_t logsumexp_t^2. They
@@ -208,6 +210,25 @@ static void prm__ep_exchange(prm_llama_t *m, const prm__layer_acts_t *a, float *
 /* Forward                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* moe_router_force_load_balancing: the logits a->rlogit (N,E) replaced by
+ * standard normal draws, one stream per token seeded by route_seed and the
+ * bits of its input row x (N,C), so a recomputed forward draws the same. */
+static void prm__force_logits(const prm_llama_config_t *c, prm__layer_acts_t *a, const float *x,
+                              int64_t N) {
+  int64_t E = c->experts, C = c->hidden;
+  for (int64_t t = 0; t < N; t++) {
+    uint64_t h = c->route_seed ^ 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < C; i++) {
+      uint32_t b;
+      memcpy(&b, x + t * C + i, sizeof b);
+      h = (h ^ b) * 0x100000001b3ull;
+    }
+    prm_rng_t r;
+    prm_rng_seed(&r, h);
+    for (int64_t e = 0; e < E; e++) a->rlogit[t * E + e] = (float)prm_rng_normal(&r);
+  }
+}
+
 /* Router, from the logits a->rlogit: softmax (in double), top k,
  * renormalised weights. */
 static void prm__route(const prm_llama_config_t *c, prm__layer_acts_t *a, int64_t N) {
@@ -313,6 +334,7 @@ void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
   const prm_gemm_t *g = &m->gemm;
   int64_t E = c->experts, K = c->topk, C = c->hidden, Fe = m->Fel, Fs = m->Fsl;
   prm__lin_fwd(m, a->rlogit, x, prm__to16(m, 0, x, N * C), w->router, N, C, E);
+  if (c->force_balance) prm__force_logits(c, a, x, N);
   prm__route(c, a, N);
   prm__dispatch(c, a, N, 1);
   int64_t rows = a->eoff[E], ep = m->tp.ep_size > 1;

@@ -490,6 +490,12 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                                           "moe_router_load_balancing_type: expected aux_loss or "
                                           "none, got \"%s\"", lb), err));
     if (prm_streq(lb, "none")) c->aux_coeff = 0;
+    prm__bool(e, "moe_router_force_load_balancing", 0, &c->force_balance);
+    c->route_seed = (uint64_t)o->seed;
+    if (c->force_balance)
+      PRM_WARN("moe_router_force_load_balancing: true: the router's logits are random draws "
+               "(seed %lld), so tokens spread evenly over the experts and the routing is not "
+               "learned (a benchmark setting, as Megatron-LM's)", (long long)o->seed);
     const char *disp = prm_exp_get_str(e, "moe_token_dispatcher_type");
     if (disp && !prm_streq(disp, "alltoall"))
       return prm__prefix_origin(e, "moe_token_dispatcher_type",

@@ -156,15 +156,45 @@ expect_in "eod_mask_loss on mock tokens said" "eod_mask_loss: true has no effect
 expect_in "bf16 from Primus' module preset" "bf16" "$ERR"
 
 # Mixtral and Qwen 3 MoE as Primus writes them for benchmarks: forced even
-# routing replaces the router's choice, which primus does not do.
-bf16 force.yaml mixtral_8x7B_v0.1.yaml "moe_router_force_load_balancing: true" \
-  "use_turbo_deepep: true" "moe_router_dtype: fp32" "turbo_deepep_num_cu: 64" \
-  "turbo_sync_free_moe_stage: 1" "moe_use_fused_router_with_aux_score: true" "moe_permute_fusion: true"
-run config validate --config force.yaml
-expect_rc "forced load balancing refused" 2
-expect_in "names moe_router_force_load_balancing" \
-  "force.yaml:$(line_of force.yaml moe_router_force_load_balancing): moe_router_force_load_balancing: got \"true\"" "$ERR"
-expect_not_in "the rest accepted" "problems" "$ERR"
+# routing (random router logits from the seed, Megatron-LM's benchmark aid)
+# validates unchanged, trains two small steps and warns that the routing is
+# not learned.
+for m in mixtral_8x7B_v0.1 qwen3_30B_A3B; do
+  bf16 "force-$m.yaml" "$m.yaml" "moe_router_force_load_balancing: true" \
+    "use_turbo_deepep: true" "moe_router_dtype: fp32" "turbo_deepep_num_cu: 64" \
+    "turbo_sync_free_moe_stage: 1" "moe_use_fused_router_with_aux_score: true" "moe_permute_fusion: true"
+  run config validate --config "force-$m.yaml"
+  expect_rc "$m with forced load balancing validates unchanged" 0
+  run train pretrain --config "force-$m.yaml" "${SMALL[@]}" "${MOE[@]}"
+  expect_rc "$m with forced load balancing trains two small steps" 0
+  expect_eq "$m forced: two steps" "$(grep -c '] step [0-9]/2 ' <<<"$ERR")" 2
+  expect_in "$m forced: warned, not learned" "moe_router_force_load_balancing: true: the router's logits are random draws (seed" "$ERR"
+done
+# What it does: the same small MoE run with learned and with forced
+# routing. Forced routing is deterministic (two runs, the same losses and
+# expert counts), spreads the step's 128 assignments (64 tokens x top 2)
+# over the 4 experts of each layer within 16..48, and differs from the
+# learned routing's losses.
+moe_counts() { run_events "$1" | grep '^{"step":1,' | grep -o '"counts":\[[0-9,]*\]' | tr -d '"counts:[]' | paste -sd, -; }
+for r in learned forced forced2; do
+  f=no; [[ $r == forced* ]] && f=true
+  tiny_exp "fb-$r" "num_experts: 4" "moe_router_topk: 2" "moe_ffn_hidden_size: 32" "micro_batch_size: 2" \
+    "global_batch_size: 2" "train_iters: 3" "log_interval: 1" "moe_router_force_load_balancing: ${f/no/false}" \
+    "moe_aux_loss_coeff: 0.0"
+  small_corpus corpus.txt
+  run train pretrain --config "fb-$r.yaml"
+  expect_rc "small MoE, $r routing" 0
+done
+expect_eq "forced routing: three steps logged" "$(run_losses fb-forced | wc -l)" 3
+expect_eq "forced routing: deterministic losses" "$(run_losses fb-forced)" "$(run_losses fb-forced2)"
+expect_eq "forced routing: deterministic counts" "$(moe_counts fb-forced)" "$(moe_counts fb-forced2)"
+C=$(moe_counts fb-forced)
+echo "# forced counts per layer: $C; learned: $(moe_counts fb-learned)"
+if [[ -n $C ]] && awk -v c="$C" 'BEGIN { n = split(c, v, /[ ,]+/); for (i = 1; i <= n; i++) if (v[i] != "" && (v[i] < 16 || v[i] > 48)) exit 1; exit (n < 8) }'; then
+  ok "forced routing spreads the assignments over the experts (16..48 each)"
+else bad "forced routing counts: $C"; fi
+if [[ "$(run_losses fb-forced)" != "$(run_losses fb-learned)" ]]; then ok "forced routing differs from learned routing"
+else bad "forced routing has learned routing's losses"; fi
 
 # ---- the attention variants: Llama 3.1's RoPE scaling, Qwen 2.5's q/k/v
 # biases, Qwen 3's q/k norms and head width (kv_channels 128, kept from the
