@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# test-cluster-slow.sh - a planted slow host on the namespace cluster
+# (scripts/cluster-local.sh, three hosts, brought down by the EXIT trap):
+#   - the baseline: this machine's GEMM figure, measured on the healthy cn1
+#     (`preflight check --perf --quick --only perf.gemm_fp32`);
+#   - `cluster-local.sh throttle DIR cn2 3`: cn2's slurmd and everything it
+#     starts get 3% of one CPU (a cgroup CPU quota);
+#   - `primus preflight bisect` over cn1..cn3 whose group test is a real
+#     `srun -N {n} --nodelist {nodes} ... preflight check --perf` against that
+#     baseline (FAIL below 25% of it) finds exactly cn2 and writes
+#     failed_nodes.txt;
+#   - the next job, `primus slurm srun -N2 -n2 --exclude-failed RUN_DIR`,
+#     runs on cn1 and cn3 and trains.
+# Exit 77 (skipped) without root, namespaces or Slurm.
+source "$(dirname "$0")/lib.sh"
+cd "$T"
+export OMP_NUM_THREADS=1
+unset $(compgen -v SLURM_) PRIMUS_SUPERVISOR PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
+CL=$PRIMUS_SRC/scripts/cluster-local.sh
+C=$T/cluster
+chmod a+x "$T"
+trap '"$CL" down "$C" >/dev/null 2>&1; _cleanup' EXIT
+trap 'exit 130' INT TERM
+
+start=$SECONDS
+UP=$("$CL" up "$C" --hosts 3 2>&1)
+UP_RC=$?
+if [[ $UP_RC == 77 || $UP_RC == 1 ]]; then
+  echo "SKIP: scripts/cluster-local.sh up: exit $UP_RC:"
+  sed 's/^/  /' <<<"$UP" | tail -n 20
+  if [[ -n ${PRIMUS_REQUIRE_SLURM:-} ]]; then bad "PRIMUS_REQUIRE_SLURM is set: a live cluster is required"; finish; exit; fi
+  exit 77
+fi
+expect_eq "cluster-local.sh up" "$UP_RC" 0
+[[ $UP_RC == 0 ]] || { sed 's/^/# /' <<<"$UP"; finish; exit; }
+# crun CMD...: primus on the login host, at most 180 s.
+crun() {
+  OUT=$("$CL" exec "$C" ctl -- timeout -k 5 180 "$PRIMUS_BIN" "$@" 2>"$T/.err" </dev/null)
+  RC=$?
+  ERR=$(cat "$T/.err")
+}
+
+# ---- the baseline, measured on a healthy host ----
+printf 'platform: cpu\ngemm_fp32_gflops: 1.0\n' >"$T/probe.yaml"
+OUT=$("$CL" exec "$C" cn1 -- "$PRIMUS_BIN" preflight check --perf --quick --only perf.gemm_fp32 --baseline "$T/probe.yaml" 2>&1)
+G=$(sed -n 's/^perf\.gemm_fp32 *[A-Z]* *\([0-9.]*\) GFLOP\/s.*/\1/p' <<<"$OUT" | head -1)
+if [[ $G =~ ^[0-9.]+$ ]] && awk -v g="$G" 'BEGIN { exit !(g > 0.5) }'; then ok "cn1's GEMM: $G GFLOP/s (the baseline)"
+else bad "no GEMM figure from cn1: $OUT"; G=10; fi
+printf 'platform: cpu\ngemm_fp32_gflops: %s\n' "$G" >"$T/baseline.yaml"
+
+# ---- cn2 throttled ----
+OUT=$("$CL" throttle "$C" cn2 3 2>&1)
+expect_eq "throttle cn2 to 3% of a CPU" "$?" 0
+CG=$(sed -n 's/.*(\(.*\))$/\1/p' <<<"$OUT")
+expect_in "cn2's slurmd is in the cgroup" "$(cat "$C/run/slurmd-cn2.pid")" "$(cat "$CG/cgroup.procs" 2>/dev/null)"
+
+export PRIMUS_RUN_DIR=$T/bisect-run
+crun preflight bisect --nodes cn1,cn2,cn3 --rounds 1 --timeout 90 -- \
+  srun -N {n} --nodelist {nodes} --ntasks-per-node 1 --mpi=pmix \
+  "$PRIMUS_BIN" preflight check --perf --quick --only perf.gemm_fp32 --baseline "$T/baseline.yaml" --threshold 0.25
+unset PRIMUS_RUN_DIR
+expect_rc "bisect over live srun group tests finds a bad node" 2
+expect_in "exactly cn2" "bad nodes (1): cn2 (accused by every round)" "$OUT"
+expect_eq "failed_nodes.txt" "$(cat "$T/bisect-run/failed_nodes.txt" 2>/dev/null)" cn2
+grep -E '^(  test|round|[0-9]+ group)' <<<"$OUT" | sed 's/^/# /'
+grep -h 'perf.gemm_fp32' "$T"/bisect-run/logs/bisect/test-*.log 2>/dev/null | sort -u | sed 's/^/# /' | head -8
+ok "throttled cn2 ($(grep -h 'perf.gemm_fp32 *FAIL' "$T"/bisect-run/logs/bisect/test-*.log 2>/dev/null | head -1 | sed 's/ *\[.*//; s/  */ /g'))"
+
+# ---- the next job leaves it out ----
+small_corpus corpus.txt
+tiny_exp next "micro_batch_size: 1" "global_batch_size: 4" "train_iters: 4" "log_interval: 2"
+crun slurm srun -N2 -n2 --exclude-failed "$T/bisect-run" -- train pretrain --config next.yaml
+expect_rc "the next job with --exclude-failed" 0
+expect_in "it excludes cn2" "excluding 1 failed node: cn2" "$ERR"
+expect_in "srun --exclude=cn2" "--exclude=cn2" "$(grep 'slurm: srun' <<<"$ERR")"
+NR=$(newest_run next)
+expect_eq "its ranks ran on cn1 and cn3" "$(cat "$NR"/logs/rank-0.log "$NR"/logs/rank-1.log 2>/dev/null | sed -n 's/.*\[rank \([01]\)\/2 \(cn[0-9]\)\].*/\1 \2/p' | sort -u | tr '\n' ' ')" "0 cn1 1 cn3 "
+expect_eq "it trained 4 steps" "$(run_losses next | wc -l)" 4
+ok "whole test in $((SECONDS - start)) s"
+finish
