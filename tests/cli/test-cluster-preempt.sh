@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# test-cluster-preempt.sh - preemption of a multi-host job on the namespace
+# cluster (scripts/cluster-local.sh, three hosts, brought down by the EXIT
+# trap), test-slurm-preempt.sh's approach across hosts:
+#   - `primus slurm sbatch -p low -N2 -n2 --requeue --signal=B:USR1@30`
+#     trains one data-parallel rank on each of two hosts
+#     (auto_continue_train, save == load);
+#   - a job in partition high that wants all three hosts preempts it: the
+#     batch shell (on the first host) gets USR1 and passes it to the srun
+#     step, which passes it to both ranks; they save a checkpoint and exit
+#     4; the script requeues the job (same id, SLURM_RESTART_COUNT=1);
+#   - once the hosts are free it resumes on two hosts from that checkpoint
+#     and ends with weights byte-identical to an uninterrupted 2-rank run
+#     (mpirun on one host); events.jsonl and metadata.json count the
+#     preemption.
+# Exit 77 (skipped) without root, namespaces or Slurm.
+source "$(dirname "$0")/lib.sh"
+cd "$T"
+export OMP_NUM_THREADS=1
+unset $(compgen -v SLURM_) PRIMUS_SUPERVISOR PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
+CL=$PRIMUS_SRC/scripts/cluster-local.sh
+C=$T/cluster
+chmod a+x "$T"
+trap '"$CL" down "$C" >/dev/null 2>&1; _cleanup' EXIT
+trap 'exit 130' INT TERM
+
+start=$SECONDS
+UP=$(CLUSTER_LOCAL_GRACE_TIME=10 CLUSTER_LOCAL_CRED_EXPIRE=5 "$CL" up "$C" --hosts 3 2>&1)
+UP_RC=$?
+if [[ $UP_RC == 77 || $UP_RC == 1 ]]; then
+  echo "SKIP: scripts/cluster-local.sh up: exit $UP_RC:"
+  sed 's/^/  /' <<<"$UP" | tail -n 20
+  if [[ -n ${PRIMUS_REQUIRE_SLURM:-} ]]; then bad "PRIMUS_REQUIRE_SLURM is set: a live cluster is required"; finish; exit; fi
+  exit 77
+fi
+expect_eq "cluster-local.sh up" "$UP_RC" 0
+[[ $UP_RC == 0 ]] || { sed 's/^/# /' <<<"$UP"; finish; exit; }
+CX() { "$CL" exec "$C" ctl -- "$@"; }
+crun() {
+  OUT=$(CX timeout -k 5 120 "$PRIMUS_BIN" "$@" 2>"$T/.err" </dev/null)
+  RC=$?
+  ERR=$(cat "$T/.err")
+}
+wait_for() { # SECONDS WHAT CMD...
+  local limit=$1 what=$2 t0=$SECONDS
+  shift 2
+  while ((SECONDS - t0 < limit)); do
+    "$@" && { ok "$what (after $((SECONDS - t0)) s)"; return 0; }
+    sleep 0.2
+  done
+  bad "$what: not within $limit s"
+  tail -n 15 "$C/log/slurmctld.log" | sed 's/^/# /'
+  return 1
+}
+job_state() { CX squeue -h -j "$1" -t all -o %T 2>/dev/null; }
+
+small_corpus corpus.txt
+STEPS=200
+COMMON=("micro_batch_size: 1" "global_batch_size: 4" "train_iters: $STEPS" "save_interval: 1000" "log_interval: 20" "auto_continue_train: true")
+tiny_exp ref "save: $T/ck-ref" "load: $T/ck-ref" "${COMMON[@]}"
+tiny_exp pre "save: $T/ck-pre" "load: $T/ck-pre" "${COMMON[@]}"
+run direct --nproc 2 -- train pretrain --config ref.yaml
+expect_rc "uninterrupted reference: 2 ranks on one host" 0
+
+crun slurm sbatch -p low -N2 -n2 --requeue --signal=B:USR1@30 -- train pretrain --config pre.yaml
+expect_rc "slurm sbatch -p low -N2 -n2 --requeue --signal=B:USR1@30" 0
+JOB=$(sed -n 's/^Submitted batch job \([0-9][0-9]*\)$/\1/p' <<<"$OUT")
+RD=$(sed -n 's/^run directory: //p' <<<"$OUT")
+if [[ -n $JOB && -d $RD ]]; then ok "job $JOB, run directory $RD"; else bad "no job id or run directory in: $OUT $ERR"; fi
+wait_for 60 "job running on two hosts, past step 20" bash -c "[[ \$(grep -c '^{\"step\"' '$RD/events.jsonl' 2>/dev/null) -ge 20 ]]"
+expect_eq "the job holds two hosts" "$(CX squeue -h -j "${JOB:-0}" -o %N)" "cn[1-2]"
+HIGH=$(CX sbatch --parsable -p high -N3 --exclusive -o "$T/high-%j.out" --wrap 'sleep 3' 2>&1)
+if [[ $HIGH =~ ^[0-9]+$ ]]; then ok "high job $HIGH (all three hosts) submitted"; else bad "sbatch -p high: $HIGH"; fi
+wait_for 40 "the training saw the signal and stopped" grep -q '"event":"preempted"' "$RD/events.jsonl"
+PSTEP=$(grep '"event":"preempted"' "$RD/events.jsonl" | head -1 | sed 's/.*"step":\([0-9]*\).*/\1/')
+if [[ $PSTEP =~ ^[0-9]+$ ]] && ((PSTEP >= 20 && PSTEP < STEPS)); then ok "preempted mid-run, after step $PSTEP"; else bad "preempted at step '$PSTEP'"; fi
+expect_in "preempted by SIGUSR1" '"signal":"SIGUSR1"' "$(cat "$RD/events.jsonl")"
+expect_file "checkpoint of the preemption step" "$T/ck-pre/iter_$(printf %07d "${PSTEP:-0}")/DONE"
+wait_for 40 "high job ran on all three hosts" bash -c "[[ \$('$CL' exec '$C' ctl -- squeue -h -j ${HIGH:-0} -t all -o %T) == COMPLETED ]]"
+wait_for 120 "low job requeued, resumed and completed" bash -c "[[ \$('$CL' exec '$C' ctl -- squeue -h -j ${JOB:-0} -t all -o %T) == COMPLETED ]]"
+crun slurm status "${JOB:-0}"
+expect_in "status: completed" "job $JOB: COMPLETED" "$OUT"
+expect_in "status: one requeue" "restarts: 1" "$OUT"
+SLOG=$(cat "$RD/logs/slurm-$JOB.out" 2>/dev/null)
+expect_in "log: requeued by the batch script" "requeueing job $JOB" "$SLOG"
+expect_in "log: resumed from the preemption checkpoint" "resuming from $T/ck-pre/iter_$(printf %07d "${PSTEP:-0}")" "$SLOG"
+for k in 0 1; do
+  expect_in "rank $k of the resumed run on cn$((k + 1))" "[rank $k/2 cn$((k + 1))]" "$(cat "$RD/logs/rank-$k.log" 2>/dev/null)"
+done
+EV=$(cat "$RD/events.jsonl" 2>/dev/null)
+expect_in "events: requeue" '"event":"requeue","restart_count":1' "$EV"
+expect_eq "every step ran once over both attempts" "$(grep '^{"step"' <<<"$EV" | sed 's/.*"step":\([0-9]*\),.*/\1/' | sort -n | uniq | wc -l) $(grep -c '^{"step"' <<<"$EV")" "$STEPS $STEPS"
+if cmp -s "$T/ck-ref/iter_0000$STEPS/model.safetensors" "$T/ck-pre/iter_0000$STEPS/model.safetensors"; then
+  ok "preempted + requeued 2-host run: weights byte-identical to the uninterrupted 2-rank run"
+else
+  bad "weights differ: $(cmp "$T/ck-ref/iter_0000$STEPS/model.safetensors" "$T/ck-pre/iter_0000$STEPS/model.safetensors" 2>&1)"
+fi
+META=$(tr -d ' \t\n' <"$RD/metadata.json" 2>/dev/null)
+expect_in "metadata: one preemption" '"preemptions":1' "$META"
+expect_in "metadata: the requeue" '"slurm_restart_count":1' "$META"
+ok "whole test in $((SECONDS - start)) s"
+finish
