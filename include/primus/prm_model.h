@@ -175,6 +175,13 @@ typedef struct {
   int pp_size, pp_rank;
   prm_comm_t *pp_comm;
   const int *pp_stage;
+  /* MoE under tensor parallelism (expert_tensor_parallel_size): 0 or size,
+   * each expert's SwiGLU split over the group as the dense MLP is (w1/w3
+   * by rows, w2 by columns; the outputs summed over the group); 1, every
+   * expert whole on every rank of the group (each computes them all on
+   * the group's tokens). The router is whole and a shared expert split,
+   * either way. Not combined with expert parallelism yet. */
+  int etp_size;
 } prm_llama_tp_t;
 
 /* Pointers of one layer's tensors inside a block (params or grads). */
@@ -325,6 +332,11 @@ static inline int prm_llama_on_host(const prm_llama_t *m) { return prm_dev_is_ho
 
 /* PRM_ECONFIG when the model cannot be split over `size` ranks. */
 int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *err);
+/* PRM_ECONFIG when expert_tensor_parallel_size `etp` (0: tp) does not go
+ * with tensor_model_parallel_size `tp` (1 or tp; each expert's width
+ * divisible by it) or is set with expert parallelism `ep` > 1. */
+int prm_llama_etp_check_config(const prm_llama_config_t *c, int tp, int etp, int ep,
+                               prm_err_t *err);
 /* PRM_ECONFIG when the experts cannot be split over `size` ranks (a dense
  * model, or num_experts not a multiple of size). */
 int prm_llama_ep_check_config(const prm_llama_config_t *c, int size, prm_err_t *err);

@@ -70,6 +70,7 @@ typedef struct {
   int tp;                       /* tensor_model_parallel_size (1: off); divides world */
   int ep;                       /* expert_model_parallel_size (1: off); divides the data-
                                  * parallel size and num_experts */
+  int etp;                      /* expert_tensor_parallel_size (0: null, = tp): 1 or tp */
   int pp;                       /* pipeline_model_parallel_size (1: off); world = pp x dp x tp */
   int vpp;                      /* model chunks a pipeline rank holds (1: plain 1F1B) */
   int pp_nsplit;                /* pipeline_layer_split given: pp x vpp counts; 0: balanced */

@@ -100,6 +100,7 @@ static const prm_key_t prm__keys[] = {
     KEY("virtual_pipeline_model_parallel_size", INT, GE1, NULL, 1, 0, "Model chunks per pipeline rank (the interleaved 1F1B schedule); null: one."),
     KEY("num_layers_per_virtual_pipeline_stage", INT, GE1, NULL, 1, 0, "Layers per model chunk of the interleaved schedule (another way to set the chunks); null: one chunk a rank."),
     KEY("expert_model_parallel_size", INT, GE1, NULL, 0, 0, "Expert-parallel group size: ranks that share out the experts of each MoE layer (a subset of the data-parallel group; divides it and num_experts)."),
+    KEY("expert_tensor_parallel_size", INT, GE1, NULL, 1, 0, "MoE with tensor parallelism: null or tensor_model_parallel_size splits each expert's SwiGLU over the tensor-parallel group as the dense MLP; 1 keeps every expert whole on each rank. Not with expert_model_parallel_size > 1 yet."),
     KEY("use_distributed_optimizer", BOOL, ANY, NULL, 0, 0, "Shard optimizer state across data-parallel ranks (ZeRO-1)."),
     KEY("overlap_grad_reduce", BOOL, ANY, NULL, 0, 0, "Overlap gradient all-reduce with the backward pass."),
     /* Native keys: primus' own, with no Megatron equivalent. */
@@ -282,8 +283,7 @@ static const prm_key_t prm__compat[] = {
     UNSUP("moe_router_num_groups", "null", "group-limited routing"),
     UNSUP("moe_router_group_topk", "null", "group-limited routing"),
     UNSUP("moe_input_jitter_eps", "null", "router input jitter"),
-    UNSUP("moe_expert_tensor_parallel_size", "null|1", "expert tensor parallelism"),
-    UNSUP("expert_tensor_parallel_size", "null|1", "expert tensor parallelism"),
+    UNSUP("moe_expert_tensor_parallel_size", "null|1", "this spelling of expert tensor parallelism (use expert_tensor_parallel_size)"),
     UNSUP("context_parallel_size", "1", "context parallelism"),
     UNSUP("num_virtual_stages_per_pipeline_rank", "null", "this spelling of virtual stages (use virtual_pipeline_model_parallel_size)"),
     UNSUP("decoder_first_pipeline_num_layers", "null", "uneven first/last pipeline stages (use pipeline_layer_split)"),

@@ -98,10 +98,6 @@ int prm_llama_config_check(const prm_llama_config_t *c, prm_err_t *err) {
 
 int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *err) {
   if (size <= 1) return 0;
-  if (c->experts)
-    return prm_errf(err, PRM_ECONFIG,
-                    "tensor_model_parallel_size %d: mixture-of-experts models (num_experts %lld) "
-                    "run on one tensor-parallel rank only for now", size, (long long)c->experts);
   if (c->qk_norm)
     return prm_errf(err, PRM_ECONFIG,
                     "tensor_model_parallel_size %d: qk_layernorm's q/k norm weights are shared by "
@@ -113,12 +109,41 @@ int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *
   } split[] = {{"num_attention_heads", c->heads},
                {"num_query_groups", c->groups},
                {"ffn_hidden_size", c->ffn},
-               {"vocab_size", c->vocab}};
+               {"vocab_size", c->vocab},
+               {"moe_shared_expert_intermediate_size", c->experts ? c->shared_ffn : 0}};
   for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
     if (split[i].v % size)
       return prm_errf(err, PRM_ECONFIG,
                       "tensor_model_parallel_size %d must divide %s (%lld): each rank takes an "
                       "equal slice", size, split[i].key, (long long)split[i].v);
+  return 0;
+}
+
+int prm_llama_etp_check_config(const prm_llama_config_t *c, int tp, int etp, int ep,
+                               prm_err_t *err) {
+  if (!c->experts || tp <= 1) {
+    if (etp > 1)
+      return prm_errf(err, PRM_ECONFIG,
+                      "expert_tensor_parallel_size %d needs tensor_model_parallel_size %d and a "
+                      "mixture-of-experts model; set 1 or null", etp, etp);
+    return 0;
+  }
+  if (etp <= 0) etp = tp;
+  if (etp != 1 && etp != tp)
+    return prm_errf(err, PRM_ECONFIG,
+                    "expert_tensor_parallel_size %d: expected 1 (every expert whole on each "
+                    "tensor-parallel rank) or tensor_model_parallel_size (%d, the experts split "
+                    "as the dense MLP)", etp, tp);
+  if (c->moe_ffn % etp)
+    return prm_errf(err, PRM_ECONFIG,
+                    "expert_tensor_parallel_size %d must divide moe_ffn_hidden_size (%lld): each "
+                    "rank takes an equal slice of every expert", etp, (long long)c->moe_ffn);
+  if (ep > 1)
+    return prm_errf(err, PRM_ECONFIG,
+                    "expert_model_parallel_size %d with tensor_model_parallel_size %d: experts "
+                    "both held per expert-parallel rank and split over the tensor-parallel group "
+                    "are not supported yet (their checkpoint gather and slice are not written); "
+                    "use one of the two", ep, tp);
   return 0;
 }
 

@@ -37,11 +37,14 @@ static void prm__add_tensor(prm_llama_t *m, int64_t *off, int64_t *full_off, con
   *full_off += t->full_numel;
 }
 
-/* Expert e's matrix: whole when this rank holds e, else absent (shape 0 x
- * cols, numel 0, at the offset where the held experts start). */
+/* Expert e's matrix: under expert parallelism whole when this rank holds
+ * e, else absent (shape 0 x cols, numel 0, at the offset where the held
+ * experts start); under tensor parallelism split `how` when the experts
+ * are (expert_tensor_parallel_size > 1), whole otherwise. */
 static void prm__add_expert(prm_llama_t *m, int64_t *off, int64_t *full_off, const char *name,
-                            int64_t e, int64_t rows, int64_t cols) {
-  prm__add_tensor(m, off, full_off, name, rows, cols, PRM_TP_EXPERT);
+                            int64_t e, int64_t rows, int64_t cols, prm_tp_split_t how) {
+  if (m->tp.ep_size > 1 || m->tp.etp_size <= 1) how = PRM_TP_EXPERT;
+  prm__add_tensor(m, off, full_off, name, rows, cols, how);
   prm_tensor_t *t = &m->tensors[m->ntensors - 1];
   if (e >= m->e0 && e < m->e0 + m->El) return;
   *off -= t->numel;
@@ -94,13 +97,14 @@ static void prm__layout(prm_llama_t *m) {
         for (int k = 0; k < 3; k++) {
           snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight",
                    (int)l, (int)e, wn[k]);
-          prm__add_expert(m, &off, &full, name, e, k == 1 ? C : Fe, k == 1 ? Fe : C);
+          prm__add_expert(m, &off, &full, name, e, k == 1 ? C : Fe, k == 1 ? Fe : C,
+                          k == 1 ? PRM_TP_COLS : PRM_TP_ROWS);
         }
       }
       if (Fs) {
-        PRM__T("block_sparse_moe.shared_expert.gate_proj.weight", Fs, C, PRM_TP_WHOLE);
-        PRM__T("block_sparse_moe.shared_expert.up_proj.weight", Fs, C, PRM_TP_WHOLE);
-        PRM__T("block_sparse_moe.shared_expert.down_proj.weight", C, Fs, PRM_TP_WHOLE);
+        PRM__T("block_sparse_moe.shared_expert.gate_proj.weight", Fs, C, PRM_TP_ROWS);
+        PRM__T("block_sparse_moe.shared_expert.up_proj.weight", Fs, C, PRM_TP_ROWS);
+        PRM__T("block_sparse_moe.shared_expert.down_proj.weight", C, Fs, PRM_TP_COLS);
       }
     } else {
       PRM__T("mlp.gate_proj.weight", F, C, PRM_TP_ROWS);
@@ -374,6 +378,8 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
   if (dev && (rc = prm__dev_check(c, dev, tp, err))) return rc;
   int esize = tp && tp->ep_size > 1 ? tp->ep_size : 1;
   if ((rc = prm_llama_ep_check_config(c, esize, err))) return rc;
+  int etp = tsize > 1 && c->experts ? (tp->etp_size > 0 ? tp->etp_size : tsize) : 1;
+  if ((rc = prm_llama_etp_check_config(c, tsize, etp, esize, err))) return rc;
   prm_llama_t *m = prm_xcalloc(1, sizeof *m);
   char what[64];
   m->dev = dev ? dev : (m->own_dev = prm_dev_cpu_new(gemm));
@@ -395,6 +401,7 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
     m->tp.rank = tp->rank;
     m->tp.comm = tp->comm;
   }
+  m->tp.etp_size = etp;
   if (esize > 1) {
     m->tp.ep_size = tp->ep_size;
     m->tp.ep_rank = tp->ep_rank;
@@ -409,7 +416,7 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
     memcpy(m->layer_stage, tp->pp_stage, (size_t)c->layers * sizeof *m->layer_stage);
   }
   m->El = c->experts / esize;
-  m->Fel = c->moe_ffn / tsize;
+  m->Fel = c->moe_ffn / etp;
   m->Fsl = c->shared_ffn / tsize;
   m->e0 = m->El * m->tp.ep_rank;
   m->Hl = c->heads / tsize;
@@ -418,18 +425,18 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
   m->Vl = c->vocab / tsize;
   m->v0 = m->Vl * m->tp.rank;
   m->full_nparams = prm_llama_param_count(c);
-  /* This rank's share: the split matrices divided by T, the norms whole. */
+  /* This rank's share: the split matrices divided by T, the norms and the
+   * routers whole, the experts it holds (split or whole). */
   {
     int64_t C = c->hidden, D = prm_llama_head_dim(c);
-    int64_t layer = 2 * C + (m->Hl * D) * C * 2 + 2 * (m->Gl * D) * C + 3 * m->Fl * C;
-    if (c->qkv_bias) layer += m->Hl * D + 2 * m->Gl * D;
-    if (c->qk_norm) layer += 2 * D;
-    m->nparams = m->Vl * C * (c->tied ? 1 : 2) + c->layers * layer + C;
-    if (c->experts) { /* no tensor parallelism: the whole model but the experts held elsewhere */
-      m->nparams = m->full_nparams;
-      for (int64_t l = 0; l < c->layers; l++)
-        if (prm_llama_is_moe(c, l)) m->nparams -= (c->experts - m->El) * 3 * c->moe_ffn * C;
-    }
+    int64_t attn = 2 * C + (m->Hl * D) * C * 2 + 2 * (m->Gl * D) * C;
+    if (c->qkv_bias) attn += m->Hl * D + 2 * m->Gl * D;
+    if (c->qk_norm) attn += 2 * D;
+    m->nparams = m->Vl * C * (c->tied ? 1 : 2) + C;
+    for (int64_t l = 0; l < c->layers; l++)
+      m->nparams += attn + (prm_llama_is_moe(c, l)
+                                ? c->experts * C + m->El * 3 * m->Fel * C + 3 * m->Fsl * C
+                                : 3 * m->Fl * C);
   }
   m->tensors = prm_xcalloc((size_t)(c->layers * (14 + (c->experts ? 4 + 3 * c->experts : 0)) + 3),
                            sizeof *m->tensors);

@@ -37,7 +37,16 @@
  * the inputs' gradients. Capacity and the aux loss's statistics (f_e,
  * P_e) stay per rank, over the rank's own tokens, as Megatron computes
  * them per micro-batch on each rank: the losses equal those of the same
- * data-parallel run without expert parallelism. */
+ * data-parallel run without expert parallelism.
+ *
+ * Tensor parallelism (m->tp.size = T > 1; not with expert parallelism):
+ * the router is whole and every rank routes the same tokens alike. With
+ * m->tp.etp_size > 1 each expert is split as the dense MLP (w1/w3 Fel =
+ * Fe/T rows, w2 Fel columns): eout holds partial outputs, so the combined
+ * output is summed over the group, and in backward so are the router
+ * weights' partial gradients and the input gradient; with etp_size 1 the
+ * experts are whole and only a shared expert's (always split) part is
+ * summed. */
 #include "model-impl.h"
 
 #include <limits.h>
@@ -386,8 +395,12 @@ void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
   } else {
     memset(y, 0, (size_t)(N * C) * sizeof(float));
   }
+  /* Tensor parallel: the shared expert's output is partial (its columns);
+   * so are the experts' when split (summed with it), else whole. */
+  int split = m->tp.size > 1 && m->tp.etp_size > 1;
+  if (!split && Fs) prm__tp_sum(m, y, N * C);
   prm__combine(c, a, y, N);
-  prm__tp_sum(m, y, N * C); /* the experts' columns under tensor parallelism */
+  if (split) prm__tp_sum(m, y, N * C);
   /* The router's losses, over the tokens that count (target >= 0): n of
    * them, fcount[e] of their assignments routed to e. */
   const int32_t *tgt = m->moe_tgt;
@@ -446,6 +459,10 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
     }
     s->mdw[r] = (float)dot;
   }
+  /* Tensor parallel with split experts: eout holds this rank's columns'
+   * share, so the dots are partial: summed over the group. */
+  int split = m->tp.size > 1 && m->tp.etp_size > 1;
+  if (split) prm__tp_sum(m, s->mdw, R);
   /* The experts, each matrix grouped (on their holders under expert parallelism). */
   int ep = m->tp.ep_size > 1;
   if (ep) prm__ep_exchange(m, a, s->mdout, s->mdor, C, 0);
@@ -497,6 +514,9 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
   } else {
     memset(dx, 0, (size_t)(N * C) * sizeof(float));
   }
+  /* Tensor parallel: the partial input gradients (the shared expert's,
+   * the experts' when split) summed over the group, as forward's outputs. */
+  if (!split && Fs) prm__tp_sum(m, dx, N * C);
   for (int64_t r = 0; r < R; r++) {
     int32_t row = a->slot[r];
     if (row < 0) continue;
@@ -504,6 +524,7 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
     const float *v = s->mdxs + (int64_t)row * C;
     for (int64_t i = 0; i < C; i++) d[i] += v[i];
   }
+  if (split) prm__tp_sum(m, dx, N * C);
   /* The router: through the renormalisation, the aux and z losses, and
    * the softmax. w_j = p_j / S gives dL/dp_i = (dw_i - sum_j dw_j w_j) / S
    * for the chosen i; over the n tokens that count, aux adds gs coeff E

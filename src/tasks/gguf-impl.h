@@ -11,7 +11,8 @@
 
 #include <stdint.h>
 
-enum { PRM__DIM_C, PRM__DIM_F, PRM__DIM_V, PRM__DIM_HD, PRM__DIM_GD, PRM__DIM_D, PRM__DIM_NONE };
+enum { PRM__DIM_C, PRM__DIM_F, PRM__DIM_V, PRM__DIM_HD, PRM__DIM_GD, PRM__DIM_D, PRM__DIM_E,
+       PRM__DIM_NONE };
 enum { PRM__PERM_NONE, PRM__PERM_Q, PRM__PERM_K };
 
 /* One tensor: its Hugging Face and GGUF names (layer tensors have "%d"),
@@ -37,11 +38,16 @@ typedef struct {
   int64_t rows, cols; /* cols 0: a vector */
   int perm;
   int64_t numel;
+  /* A Mixtral layer's experts (ffn_{gate,down,up}_exps): nexp > 0 HF
+   * tensors of (rows, cols), hf naming expert e with "%d", stacked into
+   * one GGUF tensor of ne {cols, rows, nexp}; numel counts them all. */
+  int64_t nexp;
 } prm__tname_t;
 
 /* Checks the sizes of s->h (naming file in errors) and sets s->head_dim
- * and s->arch. MoE models are refused, and what llama.cpp's architectures
- * lack (q/k/v biases with q/k norms, RoPE scaling on Qwen). */
+ * and s->arch. What llama.cpp's architectures lack is refused (q/k/v
+ * biases with q/k norms, RoPE scaling on Qwen; MoE models other than
+ * Mixtral's shape: dense layers, a shared expert, the attention variants). */
 int prm__shape_check(prm__shape_t *s, const char *file, prm_err_t *err);
 /* Every tensor of the model in Hugging Face order (the order primus'
  * checkpoints write); *n gets the count. Caller frees. */

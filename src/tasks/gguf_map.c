@@ -50,16 +50,31 @@ static int64_t prm__dim(const prm__shape_t *s, int d) {
   case PRM__DIM_HD: return s->h.num_attention_heads * s->head_dim;
   case PRM__DIM_GD: return s->h.num_key_value_heads * s->head_dim;
   case PRM__DIM_D: return s->head_dim;
+  case PRM__DIM_E: return s->h.num_local_experts;
   default: return 0;
   }
 }
 
 int prm__shape_check(prm__shape_t *s, const char *file, prm_err_t *err) {
   const prm_hf_config_t *h = &s->h;
-  if (h->num_local_experts > 0)
-    return prm_errf(err, PRM_EINVAL, "%s: a mixture-of-experts (Mixtral) model with %lld experts: "
-                    "GGUF export of MoE models is not supported yet", file,
-                    (long long)h->num_local_experts);
+  if (h->num_local_experts > 0) { /* llama.cpp's llama architecture with experts: Mixtral */
+    int dense = h->moe_layer_freq > 1;
+    for (int64_t l = 0; l < h->moe_layers_n; l++) dense |= !h->moe_layers[l];
+    const char *why = dense ? "dense layers between the MoE ones (moe_layer_freq): llama.cpp's "
+                              "Mixtral makes every layer MoE"
+                      : h->shared_expert_intermediate_size > 0
+                          ? "a shared expert: llama.cpp's Mixtral (llama architecture) has none"
+                      : h->qk_norm || h->qkv_bias
+                          ? "q/k norms or q/k/v biases: llama.cpp's MoE variants of qwen2/qwen3 "
+                            "are not written"
+                      : h->num_experts_per_tok < 1 || h->num_experts_per_tok > h->num_local_experts
+                          ? "num_experts_per_tok outside 1..num_local_experts"
+                          : NULL;
+    if (why)
+      return prm_errf(err, PRM_EINVAL, "%s: a mixture-of-experts model with %lld experts and %s; "
+                      "GGUF export of this model is not supported", file,
+                      (long long)h->num_local_experts, why);
+  }
   /* The attention variants live in llama.cpp's qwen2 (biases) and qwen3
    * (q/k norms) architectures; Llama 3.1's scaling is llama's rope_freqs. */
   s->arch = h->qk_norm ? "qwen3" : h->qkv_bias ? "qwen2" : "llama";
@@ -88,6 +103,15 @@ int prm__shape_check(prm__shape_t *s, const char *file, prm_err_t *err) {
   return 0;
 }
 
+/* Mixtral's MoE layer: the router, then each expert matrix stacked over
+ * the experts (HF names with the expert as "%%d" after the layer's). */
+static const prm__map_t prm__map_moe[] = {
+    {"model.layers.%d.block_sparse_moe.gate.weight", "blk.%d.ffn_gate_inp.weight", PRM__DIM_E, PRM__DIM_C, PRM__PERM_NONE},
+    {"model.layers.%d.block_sparse_moe.experts.%%d.w1.weight", "blk.%d.ffn_gate_exps.weight", PRM__DIM_F, PRM__DIM_C, PRM__PERM_NONE},
+    {"model.layers.%d.block_sparse_moe.experts.%%d.w2.weight", "blk.%d.ffn_down_exps.weight", PRM__DIM_C, PRM__DIM_F, PRM__PERM_NONE},
+    {"model.layers.%d.block_sparse_moe.experts.%%d.w3.weight", "blk.%d.ffn_up_exps.weight", PRM__DIM_F, PRM__DIM_C, PRM__PERM_NONE},
+};
+
 static void prm__tname(const prm__map_t *m, int l, const prm__shape_t *s, prm__tname_t *t) {
   snprintf(t->hf, sizeof t->hf, m->hf, l);
   snprintf(t->gguf, sizeof t->gguf, m->gguf, l);
@@ -106,6 +130,17 @@ prm__tname_t *prm__tensor_list(const prm__shape_t *s, int *n) {
   prm__tname(&prm__map_embed, 0, s, &t[k++]);
   for (int l = 0; l < L; l++)
     for (int j = 0; j < PRM__NLAYER_T; j++) {
+      if (s->h.num_local_experts > 0 && j >= 6) { /* Mixtral: the MoE MLP instead */
+        for (int q = 0; j == 6 && q < 4; q++) {
+          prm__tname(&prm__map_moe[q], l, s, &t[k]);
+          if (q) {
+            t[k].nexp = s->h.num_local_experts;
+            t[k].numel *= t[k].nexp;
+          }
+          k++;
+        }
+        continue;
+      }
       prm__tname(&prm__map_layer[j], l, s, &t[k++]);
       if (s->h.qkv_bias && j >= 1 && j <= 3) prm__tname(&prm__map_bias[j - 1], l, s, &t[k++]);
       if (s->h.qk_norm && j == 4)

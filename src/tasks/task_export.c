@@ -64,35 +64,43 @@ static int prm__export_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   bufs = prm_xcalloc((size_t)nt, sizeof(float *));
   for (int i = 0; i < nt; i++) {
     const prm__tname_t *t = &tl[i];
-    const char *file = NULL;
-    const prm_st_tensor_t *st = prm_hf_weights_find(wts, t->hf, &file);
-    if (!st) {
-      rc = prm_errf(err, PRM_EPARSE, "%s: missing tensor %s", dir, t->hf);
-      goto done;
-    }
-    int ok = t->cols ? st->ndim == 2 && st->shape[0] == t->rows && st->shape[1] == t->cols
-                     : st->ndim == 1 && st->shape[0] == t->rows;
-    if (!ok) {
-      rc = prm_errf(err, PRM_EPARSE, "%s: tensor %s: shape [%lld%s%lld] differs from config.json's "
-                    "[%lld, %lld]", file, t->hf, (long long)st->shape[0], st->ndim > 1 ? ", " : "",
-                    st->ndim > 1 ? (long long)st->shape[1] : 0LL, (long long)t->rows,
-                    (long long)t->cols);
-      goto done;
-    }
+    /* One HF tensor, or a Mixtral layer's experts' (nexp of them) stacked. */
+    int64_t nx = t->nexp > 0 ? t->nexp : 1, one = t->numel / nx;
     float *b = prm_xmalloc((size_t)t->numel * sizeof(float));
-    if ((rc = prm_st_read_f32(st, b, t->numel, err))) {
-      free(b);
-      prm_err_prefix(err, "%s", file);
-      goto done;
+    bufs[i] = b;
+    for (int64_t e = 0; e < nx; e++) {
+      char hf[sizeof t->hf + 24];
+      if (t->nexp > 0)
+        snprintf(hf, sizeof hf, t->hf, (int)e);
+      else
+        snprintf(hf, sizeof hf, "%s", t->hf);
+      const char *file = NULL;
+      const prm_st_tensor_t *st = prm_hf_weights_find(wts, hf, &file);
+      if (!st) {
+        rc = prm_errf(err, PRM_EPARSE, "%s: missing tensor %s", dir, hf);
+        goto done;
+      }
+      int ok = t->cols ? st->ndim == 2 && st->shape[0] == t->rows && st->shape[1] == t->cols
+                       : st->ndim == 1 && st->shape[0] == t->rows;
+      if (!ok) {
+        rc = prm_errf(err, PRM_EPARSE, "%s: tensor %s: shape [%lld%s%lld] differs from "
+                      "config.json's [%lld, %lld]", file, hf, (long long)st->shape[0],
+                      st->ndim > 1 ? ", " : "", st->ndim > 1 ? (long long)st->shape[1] : 0LL,
+                      (long long)t->rows, (long long)t->cols);
+        goto done;
+      }
+      if ((rc = prm_st_read_f32(st, b + e * one, one, err))) {
+        prm_err_prefix(err, "%s", file);
+        goto done;
+      }
     }
     if (t->perm != PRM__PERM_NONE) {
       float *p = prm_xmalloc((size_t)t->numel * sizeof(float));
       int64_t nh = t->perm == PRM__PERM_Q ? s.h.num_attention_heads : s.h.num_key_value_heads;
       prm_gguf_permute_qk(p, b, nh, s.head_dim, t->cols, 0);
       free(b);
-      b = p;
+      bufs[i] = p;
     }
-    bufs[i] = b;
   }
 
   /* Metadata, in the order convert_hf_to_gguf.py writes it. */
@@ -126,6 +134,10 @@ static int prm__export_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
     prm_gguf_set_u32(w, PRM__AKEY("attention.value_length"), (uint32_t)s.head_dim);
   }
   prm_gguf_set_u32(w, PRM__AKEY("vocab_size"), (uint32_t)h->vocab_size);
+  if (h->num_local_experts > 0) { /* Mixtral: feed_forward_length is an expert's */
+    prm_gguf_set_u32(w, PRM__AKEY("expert_count"), (uint32_t)h->num_local_experts);
+    prm_gguf_set_u32(w, PRM__AKEY("expert_used_count"), (uint32_t)h->num_experts_per_tok);
+  }
 #undef PRM__AKEY
   prm_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
   prm_gguf_set_str(w, "tokenizer.ggml.pre", "gpt-2");
@@ -138,8 +150,12 @@ static int prm__export_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", 0);
   for (int i = 0; i < nt; i++) {
     const prm__tname_t *t = &tl[i];
-    int64_t ne[2] = {t->cols ? t->cols : t->rows, t->rows};
-    prm_gguf_add_tensor(w, t->gguf, t->cols ? mtype : PRM_GGML_F32, t->cols ? 2 : 1, ne, bufs[i]);
+    int64_t ne[3] = {t->cols ? t->cols : t->rows, t->rows, t->nexp};
+    /* The router stays f32 with --dtype f16 (as convert_hf_to_gguf.py keeps
+     * ffn_gate_inp): its top-k choice is what rounding would move most. */
+    int f32 = !t->cols || strstr(t->gguf, "ffn_gate_inp");
+    prm_gguf_add_tensor(w, t->gguf, f32 ? PRM_GGML_F32 : mtype, t->nexp > 0 ? 3 : t->cols ? 2 : 1,
+                        ne, bufs[i]);
   }
   if (h->rope_factor > 0) {
     /* Llama 3.1's scaling as llama.cpp reads it: rope_freqs (D/2, f32), the
@@ -158,9 +174,13 @@ static int prm__export_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
     prm_gguf_add_tensor(w, "rope_freqs.weight", PRM_GGML_F32, 1, ne, rope_freqs);
   }
   if ((rc = prm_gguf_writer_write(w, output, err))) goto done;
-  PRM_INFO("wrote %s: %d tensors (%s, norms f32), %s vocabulary of %lld tokens%s, from %s", output,
-           nt, dtype, voc.byte_vocab ? "byte" : "BPE", (long long)h->vocab_size,
-           h->tie_word_embeddings ? ", head tied to token_embd" : "", dir);
+  char moe[96] = "";
+  if (h->num_local_experts > 0)
+    snprintf(moe, sizeof moe, ", Mixtral experts: %lld, %lld per token",
+             (long long)h->num_local_experts, (long long)h->num_experts_per_tok);
+  PRM_INFO("wrote %s: %d tensors (%s, norms f32), %s vocabulary of %lld tokens%s%s, from %s",
+           output, nt, dtype, voc.byte_vocab ? "byte" : "BPE", (long long)h->vocab_size,
+           h->tie_word_embeddings ? ", head tied to token_embd" : "", moe, dir);
 done:
   prm_gguf_writer_free(w);
   free(rope_freqs);
@@ -255,7 +275,10 @@ static const prm_subtask_t prm__export_subs[] = {
      "adjacent pairs. With --dtype f16 the matrices are rounded to f16; norm\n"
      "weights stay f32. Models with q/k/v biases or q/k norms are written as\n"
      "llama.cpp's qwen2 or qwen3 (no Q/K permutation), Llama 3.1's RoPE scaling as\n"
-     "a rope_freqs tensor. The file appears only when complete. See docs/interop.md.\n\n"
+     "a rope_freqs tensor. A mixture-of-experts model whose every layer is MoE, with\n"
+     "no shared expert, is written as llama.cpp's Mixtral (llama with expert_count,\n"
+     "ffn_gate_inp and the experts stacked in ffn_{gate,down,up}_exps). The file\n"
+     "appears only when complete. See docs/interop.md.\n\n"
      "Examples:\n"
      "  primus export gguf --load output/ckpt --output tiny.gguf\n"
      "  primus export gguf --load output/ckpt/iter_0000200 --output tiny-f16.gguf --dtype f16",

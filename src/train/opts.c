@@ -541,6 +541,18 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                                         o->pp), err));
   if ((rc = prm_llama_ep_check_config(&o->model, o->ep, err)))
     return prm__prefix_origin(e, "expert_model_parallel_size", err);
+  /* Megatron's expert_tensor_parallel_size: null is tensor_model_parallel_size. */
+  {
+    const char *ek = "expert_tensor_parallel_size";
+    int64_t etp = 0;
+    PRM__I(ek, 0, &etp);
+    if (etp < 0 || etp > 4096)
+      return prm__prefix_origin(e, ek, (prm_errf(err, PRM_ECONFIG, "%s: must be between 1 and "
+                                                 "4096, got %lld", ek, (long long)etp), err));
+    o->etp = (int)etp;
+    if ((rc = prm_llama_etp_check_config(&o->model, o->tp, o->etp, o->ep, err)))
+      return prm__prefix_origin(e, ek, err);
+  }
   int64_t mport = 0;
   PRM__I("metrics_port", 0, &mport);
   if (mport < 0 || mport > 65535)

@@ -331,6 +331,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   if (!(rc = prm__par_open(&par, o, err)) && !(rc = prm__pipe_stages(o, &par, &stages, err))) {
     prm__par_model_tp(&par, &tp);
     tp.pp_stage = stages;
+    tp.etp_size = o->etp; /* MoE under tensor parallelism: experts split (0: = tp) or whole */
     rc = prm__session_open(o, flags, resume_dir || own_dir ? NULL : o->load, PRM_SPLIT_TRAIN, &tp,
                            &s, err);
   }

@@ -12,7 +12,8 @@
 # package is missing); only when that install fails is the test skipped,
 # with the reason. The attention variants (Qwen 2's biases, Qwen 3's q/k
 # norms and head width, Llama 3.1's RoPE scaling) go through llama.cpp's
-# qwen2, qwen3 and llama architectures the same way.
+# qwen2, qwen3 and llama architectures the same way, and a mixture of
+# experts through llama.cpp's Mixtral (llama with experts).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PY=/usr/bin/python3
 NM=$PRIMUS_CACHE/npm/node_modules
@@ -199,6 +200,38 @@ run export gguf --load "$T/qwen3-bias" --output qwen3-bias.gguf
 expect_rc "q/k/v biases with q/k norms: export refused" 2
 expect_in "names both" "add_qkv_bias" "$ERR"
 [[ ! -e qwen3-bias.gguf ]] && ok "nothing written" || bad "a refused export left a file"
+
+# Mixture of experts as llama.cpp's Mixtral (llama with expert_count; the
+# router ffn_gate_inp, the experts stacked in ffn_{gate,down,up}_exps):
+# 4 experts, top 2, every layer MoE, f32 and f16 (the router stays f32).
+MOE=("num_experts: 4" "moe_router_topk: 2" "moe_ffn_hidden_size: 48" "moe_layer_freq: 1"
+  "moe_aux_loss_coeff: 0.01")
+case_variant mixtral "$BYTES" 32 "${MOE[@]}" "untie_embeddings_and_output_weights: true"
+H=$(head -c 4000 mixtral.gguf | tr -c '[:print:]' ' ')
+expect_in "mixtral: expert_count" "llama.expert_count" "$H"
+expect_in "mixtral: expert_used_count" "llama.expert_used_count" "$H"
+for tn in blk.1.ffn_gate_inp.weight blk.1.ffn_gate_exps.weight blk.1.ffn_down_exps.weight \
+  blk.1.ffn_up_exps.weight; do
+  grep -qa "$tn" mixtral.gguf && ok "mixtral: has $tn" || bad "mixtral: no $tn"
+done
+grep -qa "blk.0.ffn_gate.weight" mixtral.gguf && bad "mixtral: a dense ffn_gate" || ok "mixtral: no dense MLP tensors"
+run import gguf --input mixtral.gguf --output "$T/mixtral-imp"
+expect_rc "import of a Mixtral file refused" 2
+expect_in "import says why" "mixture-of-experts" "$ERR"
+# Dense layers between MoE ones, or a shared expert: llama.cpp's Mixtral
+# has neither; refused, saying which, nothing written.
+moe_refused() { # NAME NEEDLE [KEY: VALUE]...
+  local name=$1 needle=$2
+  shift 2
+  tiny_exp "$name" "save: $T/$name" "save_interval: 2" "train_iters: 2" "${MOE[@]}" "$@"
+  run train pretrain --config "$name.yaml"
+  run export gguf --load "$T/$name" --output "$name.gguf"
+  expect_rc "$name: export refused" 2
+  expect_in "$name: says why" "$needle" "$ERR"
+  [[ ! -e $name.gguf ]] && ok "$name: nothing written" || bad "$name: a refused export left a file"
+}
+moe_refused moe-dense "llama.cpp's Mixtral makes every layer MoE" "moe_layer_freq: 2"
+moe_refused moe-shared "a shared expert" "moe_shared_expert_intermediate_size: 32"
 
 tokens "byte vocabulary" byte-tied-gqa.gguf "$(od -An -tu1 -v sample.txt | xargs)"
 run generate --load "$T/byte-tied-gqa-imp" --prompt "the jury" --max_new_tokens 4 --temperature 0

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Mixture of experts with tensor parallel over MPI (issue 28): on a tiny MoE
+# model (4 experts, top 2, both layers MoE, a shared expert, aux and z
+# losses), T = 2 with the experts split over the tensor-parallel group
+# (expert_tensor_parallel_size null, Megatron's default: each expert's
+# w1/w3 by rows, w2 by columns), T = 2 with every expert whole on each rank
+# (expert_tensor_parallel_size: 1), T = 2 with a capacity factor that drops
+# assignments and full recomputation, and T = 2 x D = 2 on 4 ranks follow
+# the one-rank run (per-step losses within 1e-5 relative, whole-model
+# weights within 1e-5 after 6 steps: the checkpoints hold the whole model);
+# parameters per rank fall with the split; a T = 2 checkpoint resumes at
+# T = 1 to the uninterrupted run's weights; bad sizes and T x expert
+# parallel are refused naming the key.
+source "$(dirname "$0")/lib.sh"
+multirank_setup
+
+exp() { moe_exp "$1" "moe_layer_freq: 1" "moe_shared_expert_intermediate_size: 32" "${@:2}"; }
+final() { echo "$T/ck-$1/iter_0000006/model.safetensors"; }
+launch() { # NPROC NAME
+  run direct --nproc "$1" -- train pretrain --config "$2.yaml"
+  expect_rc "$2 on $1 ranks" 0
+}
+# same NAME REF WHAT: NAME's losses and final weights follow REF's.
+same() {
+  local n=$1 ref=$2 what=$3 d w
+  expect_eq "$what: 6 steps logged once" "$(run_losses "$n" | wc -l)" 6
+  d=$(loss_diff "$ref" "$n")
+  if within "$d" 1e-5; then ok "$what: losses within 1e-5 of $ref (worst $d)"; else bad "$what: losses differ from $ref by $d"; fi
+  w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final "$ref")" "$(final "$n")")
+  if within "$w" 1e-5; then ok "$what: whole-model weights within 1e-5 of $ref ($w)"; else bad "$what: weights differ by $w"; fi
+}
+params_kib() { grep -o 'memory: params [0-9.]* KiB' <<<"$1" | head -1 | awk '{print $3}'; }
+
+exp one
+run train pretrain --config one.yaml
+expect_rc "one rank" 0
+P1=$(params_kib "$ERR")
+
+exp tp2 "tensor_model_parallel_size: 2"
+launch 2 tp2
+expect_in "tp2: says it is tensor parallel" "tensor parallel: 2 ranks per group" "$ERR"
+same tp2 one "T = 2, experts split"
+P2=$(params_kib "$ERR")
+expect_in "tp2: the routing is logged" "layer 1: tokens" "$ERR"
+
+exp tp2w "tensor_model_parallel_size: 2" "expert_tensor_parallel_size: 1"
+launch 2 tp2w
+same tp2w one "T = 2, experts whole on each rank"
+PW=$(params_kib "$ERR")
+echo "# parameters per rank: one rank $P1 KiB, T = 2 split $P2 KiB, T = 2 whole experts $PW KiB"
+if [[ -n $P1 && -n $P2 && -n $PW ]] && awk -v a="$P1" -v b="$P2" -v w="$PW" \
+    'BEGIN { exit !(b < 0.55 * a && b > 0.45 * a && w > b && w < a) }'; then
+  ok "parameters per rank: about half with the experts split, between with them whole"
+else
+  bad "parameters per rank: '$P1' '$P2' '$PW' KiB"
+fi
+
+exp one-cap "moe_expert_capacity_factor: 1.0" "recompute_granularity: full"
+run train pretrain --config one-cap.yaml
+expect_rc "one rank, capacity 1 and recomputation" 0
+exp tp2-cap "moe_expert_capacity_factor: 1.0" "recompute_granularity: full" \
+  "tensor_model_parallel_size: 2"
+launch 2 tp2-cap
+same tp2-cap one-cap "T = 2, capacity 1, recomputation"
+if run_events tp2-cap | grep -q '"dropped":[1-9]'; then ok "tp2-cap: assignments dropped"; else
+  bad "tp2-cap: nothing dropped"; fi
+
+exp tp2dp2 "tensor_model_parallel_size: 2"
+launch 4 tp2dp2
+same tp2dp2 one "T = 2 x D = 2"
+
+# A T = 2 checkpoint (step 3) resumed at T = 1 ends on the uninterrupted weights.
+exp half "tensor_model_parallel_size: 2" "train_iters: 3" "save_interval: 3" "save: $T/ck-res"
+launch 2 half
+exp resume "load: $T/ck-res" "save: $T/ck-res" "auto_continue_train: true"
+run train pretrain --config resume.yaml
+expect_rc "T = 2 checkpoint resumed at T = 1" 0
+expect_in "resumed from iteration 3" "iteration 3" "$ERR"
+w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final one)" "$T/ck-res/iter_0000006/model.safetensors")
+if within "$w" 1e-5; then ok "resumed at T = 1: weights within 1e-5 of the uninterrupted run ($w)"; else bad "resume: weights differ by $w"; fi
+
+# Refusals, naming the key.
+refuse() { # NAME NPROC NEEDLE KEY: VALUE...
+  local name=$1 np=$2 needle=$3
+  shift 3
+  exp "bad-$name" "train_iters: 1" "$@"
+  run direct --nproc "$np" -- train pretrain --config "bad-$name.yaml"
+  if [[ $RC == 2 && $ERR == *"$needle"* ]]; then ok "refused: $name"; else
+    bad "refused: $name (exit $RC): '$needle' not in: $ERR"; fi
+}
+refuse "etp 3" 2 "expert_tensor_parallel_size 3: expected 1" "tensor_model_parallel_size: 2" \
+  "expert_tensor_parallel_size: 3"
+refuse "expert width" 2 "must divide moe_ffn_hidden_size (47)" "tensor_model_parallel_size: 2" \
+  "moe_ffn_hidden_size: 47"
+refuse "shared width" 2 "moe_shared_expert_intermediate_size (31)" \
+  "tensor_model_parallel_size: 2" "moe_shared_expert_intermediate_size: 31"
+refuse "with expert parallel" 4 "expert_model_parallel_size 2 with tensor_model_parallel_size 2" \
+  "tensor_model_parallel_size: 2" "expert_model_parallel_size: 2"
+
+finish
