@@ -317,6 +317,7 @@ void prm__moe_infer(const prm_llama_t *m, const prm_llama_layer_t *w, prm__layer
   int64_t E = c->experts, K = c->topk, C = c->hidden, Fe = m->Fel, Fs = m->Fsl;
   PRM_ASSERT(m->tp.size <= 1 && m->tp.ep_size <= 1 && m->El == E);
   prm_linear_forward(g, a->rlogit, x, w->router, N, C, E);
+  if (c->force_balance) prm__force_logits(c, a, x, N); /* as training routes */
   prm__route(c, a, N);
   prm__dispatch(c, a, N, 0);
   int64_t rows = a->eoff[E], ws = 3 * Fe * C;
