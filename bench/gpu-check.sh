@@ -4,7 +4,7 @@
 #
 #   bash .device/run-packed.sh .device/primus.tar.xz bash bench/gpu-check.sh
 #
-# Stages (STAGES="env kernels model parity bf16 bench race" by default; each
+# Stages (STAGES="env kernels model parity dp resume bf16 bench race" by default; each
 # logs to $OUT/<stage>.log and prints one summary line):
 #   env      primus env, nvidia-smi, preflight's gpu.cuda
 #   kernels  test-device --backend cuda: every operator against its CPU kernel,
@@ -14,6 +14,10 @@
 #   parity   `train pretrain` 10 fp32 steps on cuda and on cpu from the same
 #            seed: per-step loss within 1e-5, gradient norm 1e-4, every
 #            tensor of the saved weights within 1e-4 (relative)
+#   dp       two data-parallel ranks sharing the GPU (primus direct --nproc 2,
+#            the machine's mpirun) against one rank: losses within 1e-5
+#   resume   a GPU run's iteration-5 checkpoint resumed on the GPU (the same
+#            losses, bit for bit) and on the CPU (within 1e-5)
 #   bf16     a 300-step llama_tiny curve in bf16 against fp32, both on the
 #            GPU: every step's loss within 2%
 #   bench    issue 24's GPU benchmarks and preflight: benchmark peak (the
@@ -37,7 +41,7 @@ export LD_LIBRARY_PATH=$P/.device/extra:${LD_LIBRARY_PATH:-}
 export PRIMUS_CUDA_MODULE=${PRIMUS_CUDA_MODULE:-$P/build/libprimus-cuda.so}
 export PRIMUS_HOME=$P
 BIN=$P/build/primus
-STAGES=${STAGES:-env kernels model parity bf16 bench race}
+STAGES=${STAGES:-env kernels model parity dp resume bf16 bench race}
 W=$(mktemp -d)
 failed=0
 say() { echo "$*" | tee -a "$OUT/summary.txt"; }
@@ -139,6 +143,55 @@ sys.exit(0 if worst <= 0.02 and f[-1] < f[0] - 0.5 else 1)
 PY
 }
 
+# Two data-parallel ranks sharing the GPU (mpirun through primus direct)
+# against one rank with the same global batch: per-step losses within 1e-5.
+check_dp() {
+  local common=("mock_data: true" "micro_batch_size: 4" "global_batch_size: 8" "train_iters: 8"
+                "lr: 1.0e-3" "lr_warmup_iters: 2" "log_interval: 1" "device: ${GPU_DEVICE:-cuda}")
+  exp dp_one llama_tiny.yaml "${common[@]}"
+  exp dp_two llama_tiny.yaml "${common[@]}"
+  "$BIN" train pretrain --config "$W/dp_one.yaml" || return 1
+  "$BIN" direct --nproc 2 -- train pretrain --config "$W/dp_two.yaml" || return 1
+  python3 - "$(events dp_one)" "$(events dp_two)" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if l.startswith('{"step"')]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if l.startswith('{"step"')]
+assert len(a) == len(b) == 8, (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("1 rank %.6f -> %.6f, 2 ranks %.6f -> %.6f, worst step rel %.2e (bar 1e-5)" % (a[0], a[-1], b[0], b[-1], worst))
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+}
+
+# Resume: 10 steps on the GPU saving at 5; from iteration 5 again on the GPU
+# (bit-exact: the same losses to the last bit) and on the CPU (within 1e-5).
+check_resume() {
+  local common=("mock_data: true" "micro_batch_size: 4" "global_batch_size: 8" "train_iters: 10"
+                "lr: 1.0e-3" "lr_warmup_iters: 2" "log_interval: 1" "save_interval: 5")
+  exp rs_full llama_tiny.yaml "${common[@]}" "device: ${GPU_DEVICE:-cuda}" "save: $W/rs"
+  "$BIN" train pretrain --config "$W/rs_full.yaml" || return 1
+  for d in "${GPU_DEVICE:-cuda}" cpu; do
+    rm -rf "$W/rs-$d" && mkdir -p "$W/rs-$d" && cp -r "$W/rs/iter_0000005" "$W/rs-$d/" &&
+      echo 5 > "$W/rs-$d/latest_checkpointed_iteration.txt" || return 1
+    exp "rs_$d" llama_tiny.yaml "${common[@]}" "device: $d" "load: $W/rs-$d" "save: $W/rs-$d" \
+      "auto_continue_train: true"
+    "$BIN" train pretrain --config "$W/rs_$d.yaml" || return 1
+  done
+  python3 - "$(events rs_full)" "$(events "rs_${GPU_DEVICE:-cuda}")" "$(events rs_cpu)" <<'PY'
+import json, sys
+def steps(p):
+    return {e["step"]: e["loss"] for e in (json.loads(l) for l in open(p) if l.startswith('{"step"'))}
+full, same, cpu = (steps(p) for p in sys.argv[1:4])
+late = [k for k in sorted(full) if k > 5]
+assert late and all(k in same and k in cpu for k in late), (sorted(full), sorted(same), sorted(cpu))
+exact = all(full[k] == same[k] for k in late)
+worst = max(abs(full[k] - cpu[k]) / abs(full[k]) for k in late)
+print("steps %s: same-device resume %s; GPU -> CPU worst rel %.2e (bar 1e-5)"
+      % (late, "bit-exact" if exact else "DIFFERS", worst))
+sys.exit(0 if exact and worst <= 1e-5 else 1)
+PY
+}
+
 check_kernels() {
   local t=$P/build/tests/test-device rc=0
   "$t" --backend cuda || rc=1
@@ -209,12 +262,14 @@ PY
   return $rc
 }
 
-export -f exp events check_env check_parity check_bf16 check_kernels check_bench
+export -f exp events check_env check_parity check_bf16 check_kernels check_dp check_resume check_bench
 export W BIN P OUT GPU_DEVICE=${GPU_DEVICE:-cuda}
 for s in $STAGES; do
   case $s in
     env) stage env 60 check_env ;;
     kernels) stage kernels 180 check_kernels ;;
+    dp) stage dp 120 check_dp ;;
+    resume) stage resume 120 check_resume ;;
     model) stage model 150 "$P/build/tests/test-model-device" --backend cuda ;;
     parity) stage parity 150 check_parity ;;
     bf16) stage bf16 200 check_bf16 ;;
