@@ -599,12 +599,56 @@ static void test_goodput_requeue(void **state) {
   assert_true(g.preempted_s == 0);
 }
 
+/* Resizing a step after a node loss: -N/-n read and rewritten in every
+ * spelling srun takes, other flags untouched. */
+static void test_resize_counts(void **state) {
+  (void)state;
+  prm_argv_t a = {0};
+  prm_argv_push(&a, "-N3");
+  prm_argv_push(&a, "--ntasks-per-node=1");
+  prm_argv_push(&a, "-n");
+  prm_argv_push(&a, "6");
+  prm_argv_push(&a, "--nodelist=cn[1-3]");
+  assert_int_equal(prm_slurm_flag_count(&a, "N", "nodes"), 3);
+  assert_int_equal(prm_slurm_flag_count(&a, "n", "ntasks"), 6);
+  prm_slurm_set_count(&a, "N", "nodes", 2);
+  prm_slurm_set_count(&a, "n", "ntasks", 4);
+  prm_test_assert_argv(&a, (const char *[]){"-N2", "--ntasks-per-node=1", "-n", "4", "--nodelist=cn[1-3]", NULL});
+  prm_argv_free(&a);
+  /* Long spellings; a range gives its lower end; the last one wins. */
+  prm_argv_push(&a, "--nodes=2-4");
+  prm_argv_push(&a, "--ntasks");
+  prm_argv_push(&a, "8");
+  prm_argv_push(&a, "--nodes");
+  prm_argv_push(&a, "3");
+  assert_int_equal(prm_slurm_flag_count(&a, "N", "nodes"), 3);
+  assert_int_equal(prm_slurm_flag_count(&a, "n", "ntasks"), 8);
+  prm_slurm_set_count(&a, "N", "nodes", 1);
+  prm_slurm_set_count(&a, "n", "ntasks", 2);
+  prm_test_assert_argv(&a, (const char *[]){"--nodes=1", "--ntasks", "2", "--nodes", "1", NULL});
+  prm_argv_free(&a);
+  /* Absent (or not a number): 0, and setting appends the long form. */
+  prm_argv_push(&a, "-p");
+  prm_argv_push(&a, "low");
+  prm_argv_push(&a, "--ntasks-per-node=2");
+  assert_int_equal(prm_slurm_flag_count(&a, "N", "nodes"), 0);
+  assert_int_equal(prm_slurm_flag_count(&a, "n", "ntasks"), 0);
+  prm_slurm_set_count(&a, "N", "nodes", 2);
+  prm_slurm_set_count(&a, "n", "ntasks", 4);
+  prm_test_assert_argv(&a, (const char *[]){"-p", "low", "--ntasks-per-node=2", "--nodes=2", "--ntasks=4", NULL});
+  prm_argv_free(&a);
+  prm_argv_push(&a, "-Nx");
+  assert_int_equal(prm_slurm_flag_count(&a, "N", "nodes"), 0);
+  prm_argv_free(&a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nodelist), cmocka_unit_test(test_node_env),
       cmocka_unit_test(test_build),    cmocka_unit_test(test_script),
       cmocka_unit_test(test_jobid),    cmocka_unit_test(test_job),
       cmocka_unit_test(test_exclude_failed), cmocka_unit_test(test_script_signal),
+      cmocka_unit_test(test_resize_counts),
       cmocka_unit_test(test_goodput_requeue),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

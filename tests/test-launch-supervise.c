@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define NEAR(a, b) assert_true(fabs((a) - (b)) < 1e-9)
@@ -396,6 +397,114 @@ static void test_supervise_two_ranks(void **state) {
   free(run);
 }
 
+/* Node loss under srun, with a stand-in `srun` in PATH: called with
+ * --nodelist=NODE it is the node check (node n2 does not answer: exit 1);
+ * otherwise it is the step: one rank a node (-N), heartbeats naming a host
+ * other than this one and the nodes n1..nN; attempt 0 crashes, a later
+ * one finishes. Each call's arguments go to calls.txt. */
+static const char *fake_srun =
+    "#!/bin/sh\n"
+    "echo \"$*\" >> \"$RUN/calls.txt\"\n"
+    "for a; do case $a in --nodelist=n2) exit 1 ;; --nodelist=*) exit 0 ;; esac; done\n"
+    "N=0; prev=; for a; do case $a in -N[0-9]*) N=${a#-N} ;; esac; [ \"$prev\" = -N ] && N=$a; prev=$a; done\n"
+    "r=0; while [ $r -lt $N ]; do\n"
+    "  printf '%d 12 step 0 elsewhere-host n%d\\n' $$ $((r + 1)) > \"$PRIMUS_HEARTBEAT_DIR/rank-$r\"; r=$((r + 1)); done\n"
+    "[ \"$PRIMUS_RESTART\" = 0 ] && exit 9\n"
+    "r=0; while [ $r -lt $N ]; do\n"
+    "  printf '%d 20 done 0 elsewhere-host n%d\\n' $$ $((r + 1)) > \"$PRIMUS_HEARTBEAT_DIR/rank-$r\"; r=$((r + 1)); done\n"
+    "exit 0\n";
+
+static int node_loss_run(const char *name, int64_t min_nodes, char **run_out, prm_err_t *err) {
+  const char *tmp = prm_test_tmpdir();
+  char *run = prm_path_join(tmp, name);
+  char *logs = prm_path_join(run, "logs");
+  assert_int_equal(prm_fs_mkdir_p(logs, 0755, NULL), 0);
+  char *bin = prm_path_join(run, "bin");
+  char *srun = prm_test_write(bin, "srun", fake_srun);
+  assert_int_equal(chmod(srun, 0755), 0);
+  /* The supervisor finds srun in PATH: the stand-in first. */
+  const char *old = getenv("PATH");
+  char *saved = prm_xstrdup(old ? old : "/usr/bin:/bin");
+  char *path = prm_xasprintf("%s:%s", bin, saved);
+  setenv("PATH", path, 1);
+  prm_env_t env = {0};
+  prm_env_from_environ(&env);
+  prm_env_set(&env, "RUN", run);
+  char *argv[] = {"srun", "-N3", "-n3", "--mpi=pmix", "primus", "direct", "--", "train", "pretrain", NULL};
+  prm__sup_t s = {.ft = {.max_restarts = 2, .backoff_s = 0, .min_nodes = min_nodes, .max_node_failures = 1,
+                         .node_check_timeout_s = 20},
+                  .run_dir = run, .nranks = 3, .argv = argv, .env = &env, .srun_words = 4};
+  int rc = prm__supervise(&s, err);
+  setenv("PATH", saved, 1);
+  free(saved);
+  free(path);
+  prm_env_free(&env);
+  free(srun);
+  free(bin);
+  free(logs);
+  *run_out = run;
+  return rc;
+}
+
+static char *read_in(const char *dir, const char *name) {
+  char *p = prm_path_join(dir, name);
+  char *t = prm_test_read(p);
+  free(p);
+  return t;
+}
+
+static void test_supervise_node_loss(void **state) {
+  (void)state;
+  char *run = NULL;
+  prm_err_t err = {0};
+  assert_int_equal(node_loss_run("nodeloss", 2, &run, &err), 0);
+  char *ev = read_in(run, "events.jsonl");
+  /* The node check ran over the attempt's nodes and found n2. */
+  assert_non_null(strstr(ev, "{\"event\":\"node_check\""));
+  assert_non_null(strstr(ev, "\"attempt\":0,"));
+  assert_non_null(strstr(ev, "\"nodes\":[\"n1\",\"n2\",\"n3\"],\"failed\":[\"n2\"]}"));
+  /* The fault names it, and the rank that ran there. */
+  assert_non_null(strstr(ev, "\"attempt\":0,\"rank\":1,\"cause\":\"crash\",\"detail\":\"exit code 9\",\"step\":12,\"host\":\"n2\"}"));
+  assert_non_null(strstr(ev, "\"from_nodes\":3,\"to_nodes\":2,\"from_ranks\":3,\"to_ranks\":2,\"exclude\":[\"n2\"]}"));
+  assert_null(strstr(ev, "give_up"));
+  free(ev);
+  char *failed = read_in(run, "failed_nodes.txt");
+  assert_string_equal(failed, "n2\n");
+  free(failed);
+  /* The step, the node checks (one a node, in any order), the shrunk step. */
+  char *calls = read_in(run, "calls.txt");
+  assert_non_null(strstr(calls, "-N3 -n3 --mpi=pmix primus direct -- train pretrain\n"));
+  assert_non_null(strstr(calls, "-N1 -n1 --nodelist=n2 --immediate=10 --mpi=pmix primus preflight check --host\n"));
+  assert_non_null(strstr(calls, "--nodelist=n1 "));
+  assert_non_null(strstr(calls, "--nodelist=n3 "));
+  const char *last = strstr(calls, "-N2 -n2 --mpi=pmix --exclude=n2 primus direct -- train pretrain\n");
+  assert_non_null(last);
+  assert_string_equal(last + strlen("-N2 -n2 --mpi=pmix --exclude=n2 primus direct -- train pretrain\n"), "");
+  free(calls);
+  /* Both ranks of the shrunk attempt finished. */
+  char *hb = read_in(run, "heartbeat/rank-1");
+  assert_non_null(strstr(hb, " 20 done "));
+  free(hb);
+  free(run);
+}
+
+static void test_supervise_node_loss_min_nodes(void **state) {
+  (void)state;
+  char *run = NULL;
+  prm_err_t err = {0};
+  int rc = node_loss_run("nodeloss-min", 3, &run, &err);
+  assert_int_equal(rc, PRM_ECHILD);
+  assert_int_equal(prm_exit_code(rc), 3);
+  assert_non_null(strstr(err.msg, "giving up: 2 nodes left of 3 (min_nodes 3)"));
+  assert_non_null(strstr(err.msg, "on n2"));
+  char *ev = read_in(run, "events.jsonl");
+  assert_non_null(strstr(ev, "\"reason\":\"min_nodes\"}"));
+  assert_null(strstr(ev, "\"event\":\"shrink\""));
+  assert_null(strstr(ev, "\"event\":\"restart\""));
+  free(ev);
+  free(run);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_goodput_plain),
@@ -408,6 +517,8 @@ int main(void) {
       cmocka_unit_test(test_supervise_no_restart),
       cmocka_unit_test(test_supervise_forwards_signals),
       cmocka_unit_test(test_supervise_two_ranks),
+      cmocka_unit_test(test_supervise_node_loss),
+      cmocka_unit_test(test_supervise_node_loss_min_nodes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
