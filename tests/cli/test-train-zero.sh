@@ -4,13 +4,12 @@
 # P = 2 x D = 2 (tied head: the embedding's gradient added between the
 # ends before the shards are reduced) and, on a MoE model, E = 2 x D = 4
 # (the experts sharded over the expert-data-parallel pairs, the rest over
-# all four) and E = 4 (each rank's experts its own, kept whole) follow the
-# one-rank run with the same global batch over 12 steps: losses within
-# 1e-5 relative per step and whole-model weights within 1e-5 after the
-# run. The memory line shows the optimizer shard: about a quarter of the
+# all four) follow the one-rank run with the same global batch over 12
+# steps: losses within 1e-5 relative per step and whole-model weights
+# within 1e-5 after the run. The memory line shows the optimizer shard: about a quarter of the
 # one-rank optimizer in each layout (half of a half at T = 2 x D = 2 and P
 # = 2 x D = 2; the dense part over 4 and the experts, 2 of 4 a rank, over
-# 2 at E = 2 x D = 4; at E = 4 one expert a rank). Checkpoints hold the whole model and moments
+# 2 at E = 2 x D = 4). Checkpoints hold the whole model and moments
 # whatever the layout: T = 2 x D = 2 -> D = 4, D = 4 -> T = 2 x D = 2, P =
 # 2 x D = 2 -> D = 4 and E = 2 x D = 4 -> D = 4 resume at step 6 and end
 # within 1e-5 of the uninterrupted run; E = 2 x D = 4 resumed at its own
@@ -107,16 +106,13 @@ expect_in "epz: experts sharded over the expert-data-parallel pairs" "experts sh
 expect_in "epz: the memory line names both shards" "(shard 1/4; experts 1/2)" "$ERR"
 quarter "E = 2 x D = 4" "$MONE_OPT"
 same epz mone "E = 2 x D = 4 x ZeRO"
-mexp ep4z "expert_model_parallel_size: 4" "use_distributed_optimizer: true"
-launch 4 ep4z
-expect_in "ep4z: each rank's experts kept whole" "its experts kept whole" "$ERR"
-quarter "E = 4" "$MONE_OPT"
-same ep4z mone "E = 4 x ZeRO"
+# E = D (each rank's experts its own, kept whole): test-train-pp-moe.sh.
 
 # ---- Checkpoints across layouts ----
-exp z4 "use_distributed_optimizer: true"
+exp z4 "use_distributed_optimizer: true" "train_iters: 6"
 launch 4 z4
-same z4 one "D = 4 x ZeRO"
+d=$(loss_diff one z4)
+if within "$d" 1e-5; then ok "D = 4 x ZeRO: 6 steps within 1e-5 of one rank (worst $d)"; else bad "D = 4 x ZeRO: losses differ by $d"; fi
 resume tp-to-z4 tpz 4 exp tp-to-z4 "use_distributed_optimizer: true"
 same tp-to-z4 one "T = 2 x D = 2 -> D = 4 (ZeRO both)" 6
 resume z4-to-tp z4 4 exp z4-to-tp "tensor_model_parallel_size: 2" "use_distributed_optimizer: true"
