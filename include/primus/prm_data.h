@@ -262,10 +262,13 @@ int prm_tokenizer_template(const prm_tokenizer_t *t, const int32_t **pre, int *n
  * "<|endoftext|>"); -1 when there is none. */
 int32_t prm_tokenizer_token_to_id(const prm_tokenizer_t *t, const char *token);
 /* *ids is malloc'd, caller frees. Safe to call from many threads at once on
- * one tokenizer (each thread keeps its own scratch state, about 3 MiB, until
- * the tokenizer is freed). Any byte string is accepted: a run of invalid
- * UTF-8 becomes a piece of its own (BPE over its bytes), so
- * decode(encode(x)) == x for every x. */
+ * one tokenizer (each thread keeps its own scratch state until the
+ * tokenizer is freed: about 3 MiB, 10.5 MiB for a character-level BPE
+ * tokenizer.json). Any byte string is accepted: a run of invalid UTF-8
+ * becomes a piece of its own (BPE over its bytes), so decode(encode(x)) ==
+ * x for every x, except with a tokenizer.json that loses text itself
+ * (lowercasing, unknown tokens, removed pieces: decode then gives what
+ * Hugging Face's decode gives). */
 int prm_tokenizer_encode(const prm_tokenizer_t *t, const char *text, size_t len, int32_t **ids,
                          int64_t *n, prm_err_t *err);
 /* Like prm_tokenizer_encode, but appends to the caller's array *ids of *n

@@ -75,6 +75,7 @@ void prm__bpe_init(prm__bpe_t *b, int mode, int32_t n_ids) {
   b->slots = prm_xcalloc(cap, sizeof *b->slots);
   b->mask = cap - 1;
   for (int i = 0; i < 256; i++) b->byte_id[i] = -1;
+  for (int i = 0; i < 128; i++) b->ascii_id[i] = -1;
 }
 
 void prm__bpe_free(prm__bpe_t *b) {
@@ -218,6 +219,10 @@ static int pair_find(const prm__bpe_t *b, int32_t a, int32_t bb, int32_t *rank, 
 }
 
 int prm__bpe_finish(prm__bpe_t *b, const char *what, prm_err_t *err) {
+  for (int i = 0; i < 128; i++) {
+    unsigned char c = (unsigned char)i;
+    b->ascii_id[i] = prm__bpe_find(b, &c, 1);
+  }
   if (b->charlevel) {
     for (int i = 0; i < 256 && b->byte_fallback; i++) {
       char name[8];
@@ -256,6 +261,12 @@ typedef struct {
  * pieces) faster but a single pass 5-10% slower (more cache misses). */
 enum { CACHE_SLOTS = 1 << 16, CACHE_MAX = 1 << 15, CACHE_BYTES = 1 << 19, CACHE_IDS = 1 << 17,
        CACHE_PIECE = 256 };
+/* Character-level BPE (SentencePiece-style files) pays ~1,900 instructions
+ * to merge a word it has not seen, ten times a cache miss in memory: its
+ * cache is 2^CACHE_BIG_SHIFT times as large (~10 MiB per thread), so a pass
+ * over a corpus the size of Brown (~90,000 distinct words) merges each word
+ * once. */
+enum { CACHE_BIG_SHIFT = 2 };
 
 typedef struct {
   uint64_t h;
@@ -275,6 +286,7 @@ typedef struct {
 
 struct prm__tok_tls {
   hot_slot_t hot[HOT_SLOTS];
+  int shift; /* the piece cache is CACHE_* << shift */
   pcre2_match_data *md;
   int32_t *id, *nxt, *prv;
   uint32_t *gen;
@@ -289,12 +301,13 @@ struct prm__tok_tls {
   size_t ci_len;
 };
 
-prm__tok_tls_t *prm__tok_tls_new(const prm__pretok_t *p) {
+prm__tok_tls_t *prm__tok_tls_new(const prm__pretok_t *p, int big) {
   prm__tok_tls_t *s = prm_xcalloc(1, sizeof *s);
   if (p && p->code) s->md = pcre2_match_data_create_from_pattern(p->code, NULL);
-  s->cslot = prm_xcalloc(CACHE_SLOTS, sizeof *s->cslot);
-  s->cbytes = prm_xmalloc(CACHE_BYTES);
-  s->cids = prm_xmalloc(CACHE_IDS * sizeof *s->cids);
+  s->shift = big ? CACHE_BIG_SHIFT : 0;
+  s->cslot = prm_xcalloc((size_t)CACHE_SLOTS << s->shift, sizeof *s->cslot);
+  s->cbytes = prm_xmalloc((size_t)CACHE_BYTES << s->shift);
+  s->cids = prm_xmalloc(((size_t)CACHE_IDS << s->shift) * sizeof *s->cids);
   return s;
 }
 
@@ -389,33 +402,67 @@ static int merge_loop(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, 
  * one byte. Parts are still indexed by their first byte. */
 static int merge_chars(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, size_t n,
                        prm__ids_t *out) {
-  int32_t last = -1;
+  /* The parts, in order (part k is s->id[k]). */
+  int32_t m = 0;
   int last_unk = 0;
   for (size_t i = 0; i < n;) {
     uint32_t cp;
-    size_t l = prm__utf8_dec(p, n, i, &cp);
-    if (!l) l = 1;
-    int32_t id = prm__bpe_find(b, p + i, l);
-    size_t k = 0, parts = 1;
-    if (id < 0 && b->byte_fallback) parts = l;
-    for (; k < parts; k++) {
-      int32_t at = (int32_t)(i + k);
-      int32_t pid = id >= 0 ? id : b->byte_fallback ? b->byte_id[p[i + k]] : b->unk;
-      if (id < 0 && !b->byte_fallback) {
-        if (pid < 0) return PRM_EINVAL; /* no unk token: refused at load */
-        if (b->fuse_unk && last_unk) continue; /* one unknown for the run */
-      }
-      s->id[at] = pid;
-      s->nxt[at] = -1;
-      s->prv[at] = last;
-      s->gen[at] = 0;
-      if (last >= 0) s->nxt[last] = at;
-      last = at;
+    size_t l;
+    int32_t id;
+    if (p[i] < 0x80) { /* ASCII: one table load */
+      l = 1;
+      id = b->ascii_id[p[i]];
+    } else {
+      l = prm__utf8_dec(p, n, i, &cp);
+      if (!l) l = 1;
+      id = prm__bpe_find(b, p + i, l);
+    }
+    if (id >= 0) {
+      s->id[m++] = id;
+    } else if (b->byte_fallback) {
+      for (size_t k = 0; k < l; k++) s->id[m++] = b->byte_id[p[i + k]];
+    } else {
+      if (b->unk < 0) return PRM_EINVAL; /* no unk token: refused at load */
+      if (!(b->fuse_unk && last_unk)) s->id[m++] = b->unk; /* one unknown for the run */
     }
     last_unk = id < 0 && !b->byte_fallback;
     i += l;
   }
-  for (int32_t i = 0; i >= 0 && s->nxt[i] >= 0; i = s->nxt[i]) try_pair(b, s, p, n, i, s->nxt[i]);
+  if (m <= 64) {
+    /* Short pieces (words): the pair ranks in an array, the lowest (the
+     * leftmost of equals) merged until none is left - the order of the
+     * merge heap without its costs. */
+    int32_t *id = s->id, rank[64], nw[64];
+    for (int32_t k = 0; k + 1 < m; k++)
+      if (!pair_find(b, id[k], id[k + 1], &rank[k], &nw[k])) rank[k] = INT32_MAX;
+    while (m > 1) {
+      int32_t best = 0;
+      for (int32_t k = 1; k + 1 < m; k++)
+        if (rank[k] < rank[best]) best = k;
+      if (rank[best] == INT32_MAX) break;
+      id[best] = nw[best];
+      m--;
+      for (int32_t k = best + 1; k < m; k++) id[k] = id[k + 1];
+      for (int32_t k = best; k + 1 < m; k++) {
+        rank[k] = rank[k + 1];
+        nw[k] = nw[k + 1];
+      }
+      if (best > 0 && !pair_find(b, id[best - 1], id[best], &rank[best - 1], &nw[best - 1]))
+        rank[best - 1] = INT32_MAX;
+      if (best + 1 < m && !pair_find(b, id[best], id[best + 1], &rank[best], &nw[best]))
+        rank[best] = INT32_MAX;
+    }
+    for (int32_t k = 0; k < m; k++)
+      if (prm__ids_push(out, id[k])) return PRM_ENOMEM;
+    return 0;
+  }
+  /* Longer ones through the heap: parts linked by their index. */
+  for (int32_t k = 0; k < m; k++) {
+    s->nxt[k] = k + 1 < m ? k + 1 : -1;
+    s->prv[k] = k - 1;
+    s->gen[k] = 0;
+  }
+  for (int32_t k = 0; k + 1 < m; k++) try_pair(b, s, p, n, k, k + 1);
   return merge_loop(b, s, p, n, out);
 }
 
@@ -462,11 +509,61 @@ static int merge_loop(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, 
   return 0;
 }
 
+/* The piece cache, then the merges (the result cached); e: the hot slot to
+ * fill with hot when the result is one token, or NULL. */
+static int cached_merge(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, size_t n,
+                        prm__ids_t *out, hot_slot_t *e, hot_slot_t hot) {
+  if (n > CACHE_PIECE) return merge_piece(b, s, p, n, out);
+  uint64_t h = prm__tok_hash(p, n);
+  uint32_t cmask = ((uint32_t)CACHE_SLOTS << s->shift) - 1;
+  uint32_t k = (uint32_t)h & cmask;
+  for (;; k = (k + 1) & cmask) {
+    cache_slot_t *c = &s->cslot[k];
+    if (!c->len) break;
+    if (c->h == h && c->len == n && !memcmp(s->cbytes + c->off, p, n)) {
+      if (e && c->nids == 1) {
+        hot.id1 = s->cids[c->ids_off] + 1;
+        *e = hot;
+      }
+      for (uint32_t i = 0; i < c->nids; i++)
+        if (prm__ids_push(out, s->cids[c->ids_off + i])) return PRM_ENOMEM;
+      return 0;
+    }
+  }
+  int64_t before = out->n;
+  int rc = merge_piece(b, s, p, n, out);
+  if (rc) return rc;
+  size_t nids = (size_t)(out->n - before);
+  if (e && nids == 1) {
+    hot.id1 = out->v[before] + 1;
+    *e = hot;
+  }
+  if (s->ccount >= (uint32_t)CACHE_MAX << s->shift ||
+      s->cb_len + n > (size_t)CACHE_BYTES << s->shift ||
+      s->ci_len + nids > (size_t)CACHE_IDS << s->shift) {
+    memset(s->cslot, 0, ((size_t)CACHE_SLOTS << s->shift) * sizeof *s->cslot);
+    s->ccount = 0;
+    s->cb_len = s->ci_len = 0;
+    k = (uint32_t)h & cmask;
+  }
+  s->cslot[k] = (cache_slot_t){h, (uint32_t)s->cb_len, (uint32_t)n, (uint32_t)s->ci_len,
+                               (uint32_t)nids};
+  memcpy(s->cbytes + s->cb_len, p, n);
+  memcpy(s->cids + s->ci_len, out->v + before, nids * sizeof *s->cids);
+  s->cb_len += n;
+  s->ci_len += nids;
+  s->ccount++;
+  return 0;
+}
+
 int prm__bpe_encode_piece(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, size_t n,
                           prm__ids_t *out) {
   if (!n) return 0;
   if (n == 1 && !b->charlevel) return prm__ids_push(out, b->byte_id[p[0]]);
+  /* The hot cache: pieces of up to 16 bytes whose encoding is one token
+   * (whatever found it: the vocabulary, or the merges). */
   if (b->mode == PRM__BPE_RANKS || b->ignore_merges) {
+    /* One token exactly when the vocabulary has the piece. */
     uint64_t k8 = load8(p, n), hh = slot_hash(p, n, k8);
     uint64_t k16 = n > 8 ? load8(p + 8, n - 8) : 0;
     hot_slot_t *e = &s->hot[hh & (HOT_SLOTS - 1)];
@@ -478,35 +575,15 @@ int prm__bpe_encode_piece(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t 
       if (n <= 16) *e = (hot_slot_t){k8, k16, tag, id + 1};
       return prm__ids_push(out, id);
     }
+    return cached_merge(b, s, p, n, out, NULL, (hot_slot_t){0});
   }
-  if (n > CACHE_PIECE) return merge_piece(b, s, p, n, out);
-  uint64_t h = prm__tok_hash(p, n);
-  uint32_t k = (uint32_t)h & (CACHE_SLOTS - 1);
-  for (;; k = (k + 1) & (CACHE_SLOTS - 1)) {
-    cache_slot_t *c = &s->cslot[k];
-    if (!c->len) break;
-    if (c->h == h && c->len == n && !memcmp(s->cbytes + c->off, p, n)) {
-      for (uint32_t i = 0; i < c->nids; i++)
-        if (prm__ids_push(out, s->cids[c->ids_off + i])) return PRM_ENOMEM;
-      return 0;
-    }
-  }
-  int64_t before = out->n;
-  int rc = merge_piece(b, s, p, n, out);
-  if (rc) return rc;
-  size_t nids = (size_t)(out->n - before);
-  if (s->ccount >= CACHE_MAX || s->cb_len + n > CACHE_BYTES || s->ci_len + nids > CACHE_IDS) {
-    memset(s->cslot, 0, CACHE_SLOTS * sizeof *s->cslot);
-    s->ccount = 0;
-    s->cb_len = s->ci_len = 0;
-    k = (uint32_t)h & (CACHE_SLOTS - 1);
-  }
-  s->cslot[k] = (cache_slot_t){h, (uint32_t)s->cb_len, (uint32_t)n, (uint32_t)s->ci_len,
-                               (uint32_t)nids};
-  memcpy(s->cbytes + s->cb_len, p, n);
-  memcpy(s->cids + s->ci_len, out->v + before, nids * sizeof *s->cids);
-  s->cb_len += n;
-  s->ci_len += nids;
-  s->ccount++;
-  return 0;
+  if (n > 16) return cached_merge(b, s, p, n, out, NULL, (hot_slot_t){0});
+  /* The merges decide: a piece that merged into one token is kept hot. */
+  uint64_t k8 = load8(p, n), hh = slot_hash(p, n, k8);
+  uint64_t k16 = n > 8 ? load8(p + 8, n - 8) : 0;
+  hot_slot_t *e = &s->hot[hh & (HOT_SLOTS - 1)];
+  uint32_t tag = slot_tag(hh, n);
+  if (e->id1 && e->tag == tag && e->k8 == k8 && e->k16 == k16)
+    return prm__ids_push(out, e->id1 - 1);
+  return cached_merge(b, s, p, n, out, e, (hot_slot_t){k8, k16, tag, 0});
 }

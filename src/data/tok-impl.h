@@ -184,6 +184,8 @@ typedef struct {
   uint32_t mask;
   int32_t byte_id[256]; /* the id of each single byte (charlevel: its
                          * byte-fallback token), -1 when missing */
+  int32_t ascii_id[128]; /* the ordinary token of each ASCII character, or -1
+                          * (prm__bpe_finish) */
   /* PRM__BPE_PAIRS: (left << 32 | right) -> merge rank and merged id. */
   uint64_t *pkey;
   int32_t *prank, *pnew;
@@ -230,7 +232,9 @@ int prm__bpe_finish(prm__bpe_t *b, const char *what, prm_err_t *err);
 /* Per-thread scratch state: the match data, the merge heap and a bounded
  * cache of recently merged pieces. */
 typedef struct prm__tok_tls prm__tok_tls_t;
-prm__tok_tls_t *prm__tok_tls_new(const prm__pretok_t *p);
+/* big: a piece cache four times as large (character-level BPE, whose
+ * merges cost most). */
+prm__tok_tls_t *prm__tok_tls_new(const prm__pretok_t *p, int big);
 void prm__tok_tls_free(prm__tok_tls_t *s);
 pcre2_match_data *prm__tok_tls_md(prm__tok_tls_t *s);
 

@@ -537,7 +537,7 @@ static prm__tok_tls_t *thread_state(prm_tokenizer_t *t) {
   if (!t->has_key) return NULL;
   prm__tok_tls_t *s = pthread_getspecific(t->key);
   if (s) return s;
-  s = prm__tok_tls_new(&t->pre);
+  s = prm__tok_tls_new(&t->pre, t->bpe.charlevel);
   pthread_mutex_lock(&t->mu);
   if (t->ntls == t->tls_cap) {
     t->tls_cap = t->tls_cap ? 2 * t->tls_cap : 8;
@@ -598,13 +598,15 @@ static int encode_segment(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uin
       memcpy(q, META, 3);
       k = 3;
     }
-    for (size_t i = 0; i < n; i++) {
-      if (p[i] == ' ' && h->space_to_meta) {
-        memcpy(q + k, META, 3);
-        k += 3;
-      } else {
-        q[k++] = p[i];
-      }
+    for (size_t i = 0; i < n;) { /* runs between spaces copied whole */
+      const uint8_t *sp = h->space_to_meta ? memchr(p + i, ' ', n - i) : NULL;
+      size_t e = sp ? (size_t)(sp - p) : n;
+      memcpy(q + k, p + i, e - i);
+      k += e - i;
+      if (!sp) break;
+      memcpy(q + k, META, 3);
+      k += 3;
+      i = e + 1;
     }
     int rc = 0;
     if (h->no_pretok && (h->word_split || h->meta_split)) {
@@ -612,13 +614,16 @@ static int encode_segment(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uin
        * before each U+2581 that follows another character: no merge
        * crosses there (checked at load), and words hit the piece cache. */
       size_t a = 0;
-      for (size_t i = 3; i + 3 <= k && !rc; i++)
-        if (q[i] == 0xE2 && !memcmp(q + i, META, 3) &&
-            (h->meta_split || memcmp(q + i - 3, META, 3))) {
+      for (size_t i = 3; i + 3 <= k && !rc; i++) {
+        const uint8_t *e2 = memchr(q + i, 0xE2, k - 2 - i);
+        if (!e2) break;
+        i = (size_t)(e2 - q);
+        if (!memcmp(q + i, META, 3) && (h->meta_split || memcmp(q + i - 3, META, 3))) {
           rc = prm__bpe_encode_piece(&t->bpe, s, q + a, i - a, out);
           a = i;
           i += 2;
         }
+      }
       if (!rc) rc = prm__bpe_encode_piece(&t->bpe, s, q + a, k - a, out);
     } else {
       rc = h->no_pretok ? prm__bpe_encode_piece(&t->bpe, s, q, k, out)
@@ -660,11 +665,23 @@ static int encode_bpe(const prm_tokenizer_t *t, prm__tok_tls_t *s, const uint8_t
   if (t->gen) return prm__hfp_encode(t->gen, b, s, p, n, out);
   if (!b->n_split) return encode_plain(t, s, p, n, 1, out);
   uint8_t first[256] = {0};
-  for (int k = 0; k < b->n_split; k++) first[(uint8_t)b->arena[b->off[b->split_ids[k]]]] = 1;
+  int nfirst = 0, lead = 0;
+  for (int k = 0; k < b->n_split; k++) {
+    uint8_t c = (uint8_t)b->arena[b->off[b->split_ids[k]]];
+    nfirst += !first[c];
+    first[c] = 1;
+    lead = c;
+  }
   size_t seg = 0;
   int rc;
   for (size_t i = 0; i < n; i++) {
-    if (!first[p[i]]) continue;
+    if (nfirst == 1) { /* one first byte (Llama 2's "<"): memchr finds it */
+      const uint8_t *c = memchr(p + i, lead, n - i);
+      if (!c) break;
+      i = (size_t)(c - p);
+    } else if (!first[p[i]]) {
+      continue;
+    }
     int32_t id = special_at(b, p + i, n - i);
     if (id < 0) continue;
     if ((rc = encode_plain(t, s, p + seg, i - seg, seg == 0, out))) return rc;
@@ -687,7 +704,7 @@ int prm_tokenizer_encode_append(const prm_tokenizer_t *t, const char *text, size
      * and the list of states (under the mutex) change. */
     prm_tokenizer_t *mt = (prm_tokenizer_t *)t;
     prm__tok_tls_t *s = thread_state(mt), *tmp = NULL;
-    if (!s) s = tmp = prm__tok_tls_new(&t->pre);
+    if (!s) s = tmp = prm__tok_tls_new(&t->pre, t->bpe.charlevel);
     rc = encode_bpe(t, s, p, len, &out);
     prm__tok_tls_free(tmp);
   }

@@ -1,6 +1,7 @@
 /* task_bench_sys.c - `benchmark launch` (thread dispatch), `memory`
  * (triad), `checkpoint-io`, `train` (end to end, under MPI too) and
- * `tokenizer` (optionally against gpt-tokenizer in the same run). */
+ * `tokenizer` (optionally against the Rust reference, tiktoken's or Hugging
+ * Face tokenizers', in the same run). */
 #define _GNU_SOURCE
 #include "bench-tasks.h"
 #include "primus/prm_data.h"
@@ -384,7 +385,7 @@ const prm_opt_t prm__bench_tok_opts[] = {
     {"tokenizer_model", 0, PRM_OPT_STR, "FILE", NULL, "its rank file or tokenizer.json (default: GPT-2's from the cache)"},
     {"workers", 'w', PRM_OPT_INT, "N", "1", "threads encoding documents in parallel"},
     {"repeat", 0, PRM_OPT_INT, "N", "3", "runs; the fastest is reported"},
-    {"compare", 0, PRM_OPT_FLAG, NULL, NULL, "also time the npm package gpt-tokenizer (node) on the same text"},
+    {"compare", 0, PRM_OPT_FLAG, NULL, NULL, "also time the Rust reference (tiktoken, or Hugging Face tokenizers for tokenizer.json) on the same text"},
     {"output_file", 'o', PRM_OPT_STR, "FILE", NULL, "also write the results as a table to FILE (.md, .csv, .tsv, .jsonl, .json; - is Markdown on standard output)"},
     {NULL},
 };
@@ -414,27 +415,73 @@ static int64_t prm__encode_lines(const prm_tokenizer_t *tok, char *const *lines,
   return failed ? -1 : total;
 }
 
-/* Runs bench/gpt_tokenizer_speed.cjs; fills seconds and tokens. */
-static int prm__time_gpt_tokenizer(const char *file, int64_t repeat, double *seconds,
-                                   int64_t *tokens, prm_err_t *err) {
-  char *pkg = prm_cache_path("npm/node_modules/gpt-tokenizer");
-  char *script = prm_path_join(prm_home(), "bench/gpt_tokenizer_speed.cjs");
+/* The Rust reference for tokenizer type/model, as bench/tokenizer_ref_speed.mjs
+ * takes it: *kind ("tiktoken", "llama3", "hf") and *arg (an encoding's name
+ * or a file; caller frees). PRM_EINVAL when there is none. */
+static int prm__tok_reference(const char *type, const char *model, const char **kind, char **arg,
+                              prm_err_t *err) {
+  static const char *const encs[] = {"r50k_base", "p50k_base", "cl100k_base", "o200k_base"};
+  *arg = NULL;
+  if (!strcmp(type, "GPT2BPETokenizer") || !strcmp(type, "TiktokenTokenizer") ||
+      !strcmp(type, "TikTokenizer")) {
+    const char *base = model && *model ? strrchr(model, '/') ? strrchr(model, '/') + 1 : model
+                                       : "r50k_base";
+    for (size_t i = 0; i < sizeof encs / sizeof encs[0]; i++)
+      if (strstr(base, encs[i])) *arg = prm_xstrdup(encs[i]);
+    *kind = "tiktoken";
+    if (!*arg)
+      return prm_errf(err, PRM_EINVAL, "benchmark tokenizer --compare: %s: tiktoken's encodings "
+                      "are r50k_base, p50k_base, cl100k_base, o200k_base; name the rank file after "
+                      "one of them", model);
+    return 0;
+  }
+  if (!strcmp(type, "Llama3Tokenizer") || !strcmp(type, "HuggingFaceTokenizer")) {
+    int l3 = !strcmp(type, "Llama3Tokenizer");
+    if (!model || !*model)
+      return prm_errf(err, PRM_EINVAL, "benchmark tokenizer: %s needs --tokenizer-model", type);
+    *kind = l3 ? "llama3" : "hf";
+    if (!prm_fs_is_dir(model)) {
+      *arg = prm_xstrdup(model);
+    } else {
+      *arg = prm_path_join(model, l3 ? "tokenizer.model" : "tokenizer.json");
+      if (l3 && !prm_fs_exists(*arg)) {
+        free(*arg);
+        *arg = prm_path_join(model, "original/tokenizer.model");
+      }
+    }
+    return 0;
+  }
+  return prm_errf(err, PRM_EINVAL, "benchmark tokenizer --compare: no Rust reference for %s "
+                  "(tiktoken's encodings, Llama3Tokenizer and HuggingFaceTokenizer have one)", type);
+}
+
+/* Runs bench/tokenizer_ref_speed.mjs (tiktoken's or Hugging Face tokenizers'
+ * Rust core through its npm package); fills its name, seconds and tokens. */
+static int prm__time_reference(const char *kind, const char *arg, const char *file,
+                               int64_t repeat, char name[64], double *seconds, int64_t *tokens,
+                               prm_err_t *err) {
+  char *nm = prm_cache_path("npm/node_modules");
+  char *pkg = prm_path_join(nm, !strcmp(kind, "hf") ? "tokenizers" : "tiktoken");
+  char *script = prm_path_join(prm_home(), "bench/tokenizer_ref_speed.mjs");
   char rep[32];
   snprintf(rep, sizeof rep, "%lld", (long long)repeat);
-  char *argv[] = {"node", script, pkg, (char *)file, rep, NULL};
+  char *argv[] = {"node", script, nm, (char *)kind, (char *)arg, (char *)file, rep, NULL};
   prm_proc_opts_t o = {.capture = 1, .stdin_path = "/dev/null"};
   int status = 0, rc;
   char *out = NULL;
   if (!prm_fs_is_dir(pkg))
-    rc = prm_errf(err, PRM_EDEP, "%s: gpt-tokenizer is not installed (scripts/deps.sh installs it)", pkg);
+    rc = prm_errf(err, PRM_EDEP, "%s: the reference is not installed (scripts/deps.sh installs it)",
+                  pkg);
   else if ((rc = prm_proc_run(argv, &o, &status, &out, err)) == 0 && status != 0)
     rc = prm_errf(err, PRM_ECHILD, "node %s exited with %d", script, status);
   if (!rc) {
     cJSON *j = cJSON_Parse(out ? out : "");
     cJSON *s = cJSON_GetObjectItem(j, "seconds"), *t = cJSON_GetObjectItem(j, "tokens");
-    if (cJSON_IsNumber(s) && cJSON_IsNumber(t)) {
+    cJSON *nmj = cJSON_GetObjectItem(j, "name");
+    if (cJSON_IsNumber(s) && cJSON_IsNumber(t) && cJSON_IsString(nmj)) {
       *seconds = s->valuedouble;
       *tokens = (int64_t)t->valuedouble;
+      snprintf(name, 64, "%s", nmj->valuestring);
     } else {
       rc = prm_errf(err, PRM_ECHILD, "node %s printed no result: %s", script, out ? out : "");
     }
@@ -443,6 +490,7 @@ static int prm__time_gpt_tokenizer(const char *file, int64_t repeat, double *sec
   free(out);
   free(script);
   free(pkg);
+  free(nm);
   return rc;
 }
 
@@ -511,15 +559,20 @@ int prm__bench_tokenizer(prm_task_ctx_t *ctx, prm_err_t *err) {
   if (prm_args_flag(ctx->args, "compare")) {
     double s = 0;
     int64_t ref_tokens = 0;
-    if ((rc = prm__time_gpt_tokenizer(path, repeat, &s, &ref_tokens, err))) goto done;
+    const char *kind;
+    char *arg = NULL, name[64];
+    rc = prm__tok_reference(type, prm_args_str(ctx->args, "tokenizer_model"), &kind, &arg, err);
+    if (!rc) rc = prm__time_reference(kind, arg, path, repeat, name, &s, &ref_tokens, err);
+    free(arg);
+    if (rc) goto done;
     double ref = (double)len / s / 1e6;
-    fprintf(ctx->out, "npm gpt-tokenizer (r50k_base, node): %lld tokens in %.3f s: %.1f MB/s\n",
+    fprintf(ctx->out, "%s (Rust, npm, 1 thread): %lld tokens in %.3f s: %.1f MB/s\n", name,
             (long long)ref_tokens, s, ref);
-    fprintf(ctx->out, "ratio: primus is %.1fx gpt-tokenizer; token counts %s\n", mbps / ref,
+    fprintf(ctx->out, "ratio: primus is %.1fx %s; token counts %s\n", mbps / ref, name,
             ref_tokens == tokens ? "agree" : "DIFFER");
     prm_table_row(t);
-    prm_table_str(t, "gpt-tokenizer");
-    prm_table_str(t, "r50k_base");
+    prm_table_str(t, !strcmp(kind, "hf") ? "tokenizers" : "tiktoken");
+    prm_table_str(t, name);
     prm_table_int(t, (int64_t)len);
     prm_table_int(t, k);
     prm_table_int(t, ref_tokens);

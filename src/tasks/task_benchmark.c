@@ -137,11 +137,13 @@ int prm__bench_backend_opt(prm_task_ctx_t *ctx, const char *cmd, const char **na
   "Examples:\n"
 
 static const prm_subtask_t prm__bench_subs[] = {
-    {"tokenizer", "encoding speed of a tokenizer, optionally against gpt-tokenizer", NULL,
+    {"tokenizer", "encoding speed of a tokenizer, optionally against its Rust reference", NULL,
      "Encodes a text file one line (document) at a time, with --workers threads,\n"
      "--repeat times, and reports the fastest run in MB/s. --compare also times\n"
-     "the npm package gpt-tokenizer (GPT-2's r50k_base) with node on the same\n"
-     "text and prints the ratio and whether the token counts agree.\n\n"
+     "the canonical Rust implementation on the same text, one thread, through its\n"
+     "npm package with node: tiktoken (WASM build of its Rust core) for the\n"
+     "tiktoken encodings and Llama3Tokenizer, Hugging Face tokenizers for a\n"
+     "tokenizer.json; it prints the ratio and whether the token counts agree.\n\n"
      "Example:\n"
      "  primus benchmark tokenizer --workers 2 --compare",
      prm__bench_tok_opts, PRM_SUB_RUN, prm__bench_tokenizer},

@@ -4,7 +4,8 @@
 # HuggingFaceTokenizer loads; text preprocessed with it decodes back to the
 # input under an independent byte-level decoder (tests/tokenizer/
 # bytelevel_decode.py); `benchmark tokenizer` reports, and with --compare
-# agrees with gpt-tokenizer's token count when node and the package exist.
+# agrees with the Rust references' token counts (tiktoken, Hugging Face
+# tokenizers) when node and the packages exist.
 source "$(dirname "$0")/lib.sh"
 cd "$T"
 PY=/usr/bin/python3
@@ -102,11 +103,21 @@ if [[ -e tok3.json ]]; then bad "nothing written on errors"; else ok "nothing wr
 run benchmark tokenizer --input corpus.txt --tokenizer_type HuggingFaceTokenizer --tokenizer_model tok.json --repeat 1
 expect_rc "benchmark tokenizer" 0
 expect_in "reports MB/s" "MB/s" "$OUT"
-if command -v node >/dev/null && [[ -d $PRIMUS_CACHE/npm/node_modules/gpt-tokenizer ]]; then
+NMD=$PRIMUS_CACHE/npm/node_modules
+if command -v node >/dev/null && [[ -d $NMD/tiktoken && -d $NMD/tokenizers ]]; then
+  # The Rust references in the same run: tiktoken for GPT-2's encoding,
+  # Hugging Face tokenizers for the tokenizer.json trained above.
   run benchmark tokenizer --input corpus.txt --workers 2 --repeat 1 --compare
   expect_rc "benchmark tokenizer --compare" 0
-  expect_in "token counts agree with gpt-tokenizer" "token counts agree" "$OUT"
+  expect_in "token counts agree with tiktoken" "x tiktoken r50k_base; token counts agree" "$OUT"
+  run benchmark tokenizer --input corpus.txt --repeat 1 --compare --tokenizer_type HuggingFaceTokenizer --tokenizer_model tok.json -o cmp.csv
+  expect_rc "benchmark tokenizer --compare (tokenizer.json)" 0
+  expect_in "token counts agree with tokenizers" "tok.json; token counts agree" "$OUT"
+  expect_in "the table has both rows" "tokenizers,tokenizers " "$(cat cmp.csv 2>/dev/null)"
+  run benchmark tokenizer --input corpus.txt --repeat 1 --compare --tokenizer_type ByteTokenizer
+  expect_rc "no reference for ByteTokenizer" 2
+  expect_in "says so" "no Rust reference for ByteTokenizer" "$ERR"
 else
-  echo "SKIP: node or gpt-tokenizer missing: no --compare run"
+  echo "SKIP: node, tiktoken or tokenizers missing: no --compare run"
 fi
 finish
