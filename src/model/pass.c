@@ -321,9 +321,10 @@ double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int
   /* MoE: a training forward records its routing and sets the aux/z
    * losses' gradient weight, as prm_llama_forward_backward does; a pass is
    * counted where it starts, so the stages' counts add up to the
-   * micro-batches. Every token counts in the router's losses: the first
-   * stages have no targets (pre-training's are never ignored; fine-tuning
-   * does not run in a pipeline). */
+   * micro-batches. Every token counts in the router's losses (moe_tgt
+   * stays NULL): a stage's backward recomputes after later micro-batches'
+   * forwards have reused the batch buffers, fine-tuning does not run in a
+   * pipeline and eod_mask_loss is not combined with MoE. */
   m->moe_aux_last = 0;
   if (train) {
     m->moe_record = 1;

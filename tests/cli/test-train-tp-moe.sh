@@ -6,7 +6,7 @@
 # w1/w3 by rows, w2 by columns), T = 2 with every expert whole on each rank
 # (expert_tensor_parallel_size: 1), T = 2 with a capacity factor that drops
 # assignments and full recomputation, and T = 2 x D = 2 on 4 ranks follow
-# the one-rank run (per-step losses within 1e-5 relative, whole-model
+# the one-rank run (bf16 at T = 2: within 1% of bf16 on one rank) (per-step losses within 1e-5 relative, whole-model
 # weights within 1e-5 after 6 steps: the checkpoints hold the whole model);
 # parameters per rank fall with the split; a T = 2 checkpoint resumes at
 # T = 1 to the uninterrupted run's weights; bad sizes and T x expert
@@ -64,6 +64,16 @@ launch 2 tp2-cap
 same tp2-cap one-cap "T = 2, capacity 1, recomputation"
 if run_events tp2-cap | grep -q '"dropped":[1-9]'; then ok "tp2-cap: assignments dropped"; else
   bad "tp2-cap: nothing dropped"; fi
+
+# bf16: the experts' GEMMs on bf16 operands, the split sums in another
+# order: within 1% of bf16 on one rank, as the dense bf16 T = 2 check.
+exp one-bf16 "bf16: true"
+run train pretrain --config one-bf16.yaml
+expect_rc "one rank, bf16" 0
+exp tp2-bf16 "bf16: true" "tensor_model_parallel_size: 2"
+launch 2 tp2-bf16
+d=$(loss_diff one-bf16 tp2-bf16)
+if within "$d" 0.01; then ok "bf16 T = 2 within 1% of bf16 T = 1 (worst $d)"; else bad "bf16 T = 2 differs by $d"; fi
 
 exp tp2dp2 "tensor_model_parallel_size: 2"
 launch 4 tp2dp2
