@@ -93,6 +93,21 @@ static void test_events(void **state) {
   }
   assert_near(rs.mk[3].time, 20.0);
   assert_string_equal(prm_an_marker_name(PRM_AN_MK_CHECKPOINT), "checkpoint");
+  /* The evaluation, kept for the events table. */
+  assert_int_equal(rs.n_ev, 1);
+  assert_int_equal(rs.ev[0].step, 3);
+  assert_near(rs.ev[0].loss, 4.9);
+  assert_near(rs.ev[0].perplexity, 134.3);
+  assert_int_equal(rs.ev[0].tokens, 128);
+  assert_near(rs.ev[0].time, 12.1);
+  prm_an_series_free(&rs);
+  /* An evaluation run's result has no step: listed, not on the chart. */
+  prm_an_series_parse_events(&rs, "{\"event\":\"eval\",\"split\":\"valid\",\"loss\":5.07,"
+                                  "\"perplexity\":159.4,\"tokens\":256,\"iters\":2,\"time\":3.0}\n");
+  assert_int_equal(rs.n_ev, 1);
+  assert_int_equal(rs.ev[0].step, -1);
+  assert_int_equal(rs.s[PRM_AN_SER_EVAL_LOSS].n, 0);
+  assert_int_equal(rs.n_steps, 0);
   prm_an_series_free(&rs);
   /* Nothing at all is no series, no error. */
   prm_an_series_parse_events(&rs, NULL);
@@ -135,6 +150,28 @@ static void test_logs(void **state) {
   assert_near(lo->x[1], 4);
   assert_near(lo->y[1], 3.0);
   assert_near(hi->y[1], 4.0); /* not the replaced 9.0 */
+  prm_an_series_free(&rs);
+  /* MFU for every step some rank logged it: rank 0 (a pipeline stage, say)
+   * logs step 2 with it and step 4 without; rank 1 has 4 and 6. */
+  prm_an_series_parse_log(&rs, 0,
+                          LOGLINE(0, 2, 2.0, 3.5)
+                          "[2026-11-22 16:53:55] [rank 0/2 vm] [INFO] step 4/8 | loss 5.5 | 3.0 ms | rss 1 MiB\n");
+  prm_an_series_parse_log(&rs, 1, LOGLINE(1, 4, 3.0, 2.2) LOGLINE(1, 6, 3.0, 2.4));
+  prm_an_series_parse_log(&rs, 2, LOGLINE(2, 6, 3.0, 9.9)); /* rank 1 is lower: not this one */
+  prm_an_series_finish_logs(&rs);
+  mfu = &rs.s[PRM_AN_SER_MFU];
+  assert_int_equal(mfu->n, 3);
+  assert_near(mfu->x[0], 2);
+  assert_near(mfu->y[0], 3.5);
+  assert_near(mfu->x[1], 4);
+  assert_near(mfu->y[1], 2.2);
+  assert_near(mfu->x[2], 6);
+  assert_near(mfu->y[2], 2.4);
+  prm_an_series_free(&rs);
+  /* No line with MFU at all. */
+  prm_an_series_parse_log(&rs, 0, "[t] [rank 0/1 vm] [INFO] step 1/2 | loss 5.5 | 3.0 ms | rss 1 MiB\n");
+  prm_an_series_finish_logs(&rs);
+  assert_int_equal(rs.s[PRM_AN_SER_MFU].n, 0);
   prm_an_series_free(&rs);
   /* A parse that is never finished is freed all the same. */
   prm_an_series_parse_log(&rs, 0, LOGLINE(0, 2, 2.0, 3.5));
@@ -384,6 +421,116 @@ static void test_page_missing(void **state) {
   free(dir);
 }
 
+/* The marker labels of every chart: above the plot (y below its top, 80),
+ * so never on a curve, and no two in one row overlapping; returns how many. */
+static int check_labels(const char *html) {
+  enum { MAXL = 4096 };
+  static double lx[MAXL], lw[MAXL], ly[MAXL];
+  static int chart[MAXL];
+  int n = 0, c = -1;
+  for (const char *p = html; (p = strstr(p, "<svg class=\"chart\"")) != NULL; p++) {
+    c++;
+    const char *end = strstr(p, "</svg>");
+    for (const char *q = p; (q = strstr(q, "class=\"mklabel\"")) != NULL && q < end; q++) {
+      double x, y, w;
+      assert_int_equal(sscanf(q, "class=\"mklabel\" x=\"%lf\" y=\"%lf\" data-w=\"%lf\"", &x, &y, &w), 3);
+      assert_true(y < 80 - 3); /* the plot's top is y 80 */
+      assert_true(y > 40);     /* below the legend */
+      assert_true(x - w / 2 >= 0 && x + w / 2 <= 640);
+      assert_true(n < MAXL);
+      lx[n] = x, lw[n] = w, ly[n] = y, chart[n] = c;
+      n++;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      if (chart[i] == chart[j] && ly[i] == ly[j] && fabs(lx[i] - lx[j]) < 0.5 * (lw[i] + lw[j]))
+        fail_msg("labels at x %.1f and %.1f (widths %.1f, %.1f) overlap in row y %.1f", lx[i], lx[j], lw[i],
+                 lw[j], ly[i]);
+  return n;
+}
+
+static void test_page_layout(void **state) {
+  (void)state;
+  /* 40 steps with a checkpoint every other step, faults and restarts close
+   * together, evaluations, and a long command line. */
+  char *dir = prm_xasprintf("%s/crowded", prm_test_tmpdir());
+  prm_sb_t ev = {0};
+  for (int s = 1; s <= 40; s++) {
+    prm_sb_appendf(&ev, "{\"step\":%d,\"loss\":%g,\"lr\":0.001,\"grad_norm\":1,\"tokens\":1000,"
+                        "\"step_ms\":10,\"time\":%d}\n", s, 5 - 0.05 * s, 100 + s);
+    if (s % 2 == 0) prm_sb_appendf(&ev, "{\"event\":\"checkpoint\",\"step\":%d,\"seconds\":0.1}\n", s);
+    if (s == 7 || s == 8 || s == 21)
+      prm_sb_appendf(&ev, "{\"event\":\"fault\",\"step\":%d,\"rank\":1,\"cause\":\"crash\"}\n", s);
+    if (s == 8 || s == 22) prm_sb_appendf(&ev, "{\"event\":\"restart\",\"step\":%d,\"attempt\":1}\n", s);
+    if (s % 10 == 0)
+      prm_sb_appendf(&ev, "{\"event\":\"eval\",\"step\":%d,\"loss\":%g,\"perplexity\":90,\"tokens\":128}\n", s,
+                     4.9 - 0.04 * s);
+  }
+  free(prm_test_write(dir, "events.jsonl", prm_sb_str(&ev)));
+  prm_sb_free(&ev);
+  free(prm_test_write(dir, "metadata.json",
+                      "{\"exit_code\": 0, \"command_line\": \"primus direct --nproc 2 -- train pretrain "
+                      "--config configs/examples/llama_tiny-pretrain.yaml train_iters=40 save=/scratch/a/long/"
+                      "folder log_interval=1\"}\n"));
+  int data = -1;
+  char *html = report_of(dir, "crowded.html", &data);
+  assert_self_contained(html);
+  /* The command line is its own block that wraps at spaces (pre-wrap, no
+   * break-all). */
+  assert_non_null(strstr(html, "<code class=\"cmd\" id=\"command\">primus direct --nproc 2"));
+  assert_non_null(strstr(html, ".cmd{display:block;white-space:pre-wrap;word-break:normal;"));
+  assert_null(strstr(html, "break-all"));
+  /* Labels off the curves and off each other; the rare kinds get theirs
+   * (on the charts with data: no logs here, so no MFU). */
+  assert_int_equal(data, PRM_AN_REPORT_CHARTS - 1);
+  int labels = check_labels(html);
+  assert_true(labels >= data * 10);
+  assert_int_equal(count(html, ">fault r1</text>"), 3 * data);
+  assert_int_equal(count(html, ">restart 1</text>"), 2 * data);
+  /* The evaluations are in the events table, in step order:
+   * 20 checkpoints, 3 faults, 2 restarts, 4 evaluations. */
+  assert_non_null(strstr(html, "<h2>Events (29)</h2>"));
+  assert_int_equal(count(html, "<tr class=\"eval\">"), 4);
+  const char *e10 = strstr(html, "<tr class=\"eval\"><td>10</td>");
+  const char *c10 = strstr(html, "<td>10</td><td style=\"color:#2e7d32\">checkpoint");
+  const char *c12 = strstr(html, "<td>12</td><td style=\"color:#2e7d32\">checkpoint");
+  assert_non_null(e10);
+  assert_non_null(c10);
+  assert_non_null(c12);
+  assert_true(c10 < e10 && e10 < c12);
+  assert_non_null(strstr(e10, "valid loss 4.5000, perplexity 90.000, 128 tokens"));
+  free(html);
+  free(dir);
+
+  /* A recorded run too. */
+  html = report_of(PRM_TEST_FIXTURES "/runs/hang-recovered", "hang2.html", &data);
+  assert_true(check_labels(html) > 0);
+  free(html);
+}
+
+static void test_page_eval_only(void **state) {
+  (void)state;
+  /* `primus eval`: one eval event without a step, no step lines. */
+  char *dir = prm_xasprintf("%s/evalrun", prm_test_tmpdir());
+  free(prm_test_write(dir, "metadata.json", "{\"exit_code\": 0, \"task\": \"eval\", \"subtask\": \"run\"}\n"));
+  free(prm_test_write(dir, "events.jsonl",
+                      "{\"event\":\"eval\",\"split\":\"valid\",\"loss\":5.07116201,\"perplexity\":159.359397,"
+                      "\"tokens\":256,\"iters\":2,\"time\":1795735957.871}\n"));
+  int data = 0;
+  char *html = report_of(dir, "eval.html", &data);
+  assert_int_equal(data, -1);
+  assert_int_equal(count(html, "<svg class=\"chart\""), 0); /* not six empty charts */
+  assert_null(strstr(html, ">no data</text>"));
+  assert_non_null(strstr(html, "<h2>Evaluation</h2>"));
+  assert_non_null(strstr(html, "<tr><td>-</td><td>5.0712</td><td>159.359</td><td>256</td>"));
+  assert_non_null(strstr(html, "<div class=\"k\">valid loss</div><div class=\"v\">5.0712</div>"));
+  assert_non_null(strstr(html, "<div class=\"k\">perplexity</div><div class=\"v\">159.359</div>"));
+  assert_null(strstr(html, "mean MFU"));
+  free(html);
+  free(dir);
+}
+
 static void test_bad_dirs(void **state) {
   (void)state;
   prm_err_t err = {0};
@@ -410,6 +557,7 @@ int main(void) {
   setenv("TZ", "UTC", 1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_events),     cmocka_unit_test(test_logs),       cmocka_unit_test(test_recorded_runs),
+      cmocka_unit_test(test_page_layout), cmocka_unit_test(test_page_eval_only),
       cmocka_unit_test(test_escape),     cmocka_unit_test(test_svg_num),    cmocka_unit_test(test_ticks),
       cmocka_unit_test(test_svg_path),   cmocka_unit_test(test_page_full),  cmocka_unit_test(test_page_missing),
       cmocka_unit_test(test_bad_dirs),

@@ -280,7 +280,8 @@ typedef enum {
   PRM_AN_SER_LR,
   PRM_AN_SER_GRAD_NORM,
   PRM_AN_SER_TOKENS_S,  /* tokens / step_ms of each step line */
-  PRM_AN_SER_MFU,       /* percent, from the step lines of the lowest rank's log */
+  PRM_AN_SER_MFU,       /* percent, from the step lines of the logs: per step, the lowest
+                           rank whose line has it */
   PRM_AN_SER_STEP_MS,   /* step_ms of each step line (rank 0) */
   PRM_AN_SER_STEP_MIN,  /* per-rank spread of the logged step times ("... | 2.1 ms |"): */
   PRM_AN_SER_STEP_MAX,  /* min and max over the ranks that logged the step (two or more) */
@@ -310,6 +311,14 @@ typedef struct {
   char detail[200]; /* the long form: cause, detail, seconds */
 } prm_an_marker_t;
 
+/* One "event":"eval" of events.jsonl, for the events table. */
+typedef struct {
+  int64_t step;      /* the step it followed; -1 for an eval-only run (no step) */
+  double loss, perplexity; /* NAN when absent */
+  int64_t tokens;    /* -1 when absent */
+  double time;       /* Unix seconds; 0 when not known */
+} prm_an_eval_t;
+
 /* What a run directory holds for the charts; zero-initialise, fill with
  * prm_an_series_read (or the parse functions), free with
  * prm_an_series_free. */
@@ -317,6 +326,8 @@ typedef struct {
   prm_an_series_t s[PRM_AN__SERIES];
   prm_an_marker_t *mk;
   int n_mk, cap_mk;
+  prm_an_eval_t *ev; /* the evaluations, in file order */
+  int n_ev, cap_ev;
   int64_t n_steps;   /* step lines in events.jsonl (repeats included) */
   int64_t last_step; /* highest step of a step line; 0 when none */
   int64_t skipped;   /* step lines marked "skipped" */
@@ -372,7 +383,8 @@ enum { PRM_AN_REPORT_CHARTS = 6 }; /* loss, lr, grad norm, tokens/s, MFU, step t
 
 /* The self-contained page (inline CSS, SVG and a small script, nothing
  * loaded from elsewhere); caller frees. *with_data gets the number of
- * charts that had points (may be NULL). */
+ * charts that had points, or -1 for an evaluation run (eval events, no step
+ * lines), whose page lists its results instead of charts (may be NULL). */
 char *prm_an_report_html(const prm_an_report_in_t *in, int *with_data);
 /* Analyses RUN_DIR (as prm_an_run, without dmesg) and writes the page to
  * out_path, or RUN_DIR/report.html when NULL, atomically. *written (may be

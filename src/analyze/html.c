@@ -123,7 +123,11 @@ static const char prm__an_css[] =
     "Roboto,Helvetica,Arial,sans-serif}"
     "main{max-width:1400px;margin:0 auto;padding:20px 24px 40px}"
     "h1{font-size:22px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 10px}"
-    ".sub{color:var(--muted);word-break:break-all}"
+    ".sub{color:var(--muted);overflow-wrap:anywhere}"
+    /* The command line wraps at its spaces; a single word longer than the
+     * line (a long path) breaks only where it must. */
+    ".cmd{display:block;white-space:pre-wrap;word-break:normal;overflow-wrap:break-word;"
+    "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}"
     ".diag{margin:14px 0;padding:10px 14px;border-radius:8px;border-left:5px solid #888;background:#fff;"
     "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:13px}"
     ".diag.succeeded{border-color:#2e7d32}.diag.recovered{border-color:#ef6c00}.diag.failed{border-color:#c62828}"
@@ -139,7 +143,8 @@ static const char prm__an_css[] =
     "svg .tick{font-size:11px;fill:#5f6b7a}svg .axis-label{font-size:11px;fill:#5f6b7a}"
     "svg .line{fill:none;stroke-width:1.8;stroke-linejoin:round;stroke-linecap:round}"
     "svg .band{fill:#ff7f0e;fill-opacity:.22;stroke:none}"
-    "svg .mkline{stroke-width:1.2;stroke-dasharray:4 3;opacity:.85}svg .mklabel{font-size:10px}"
+    "svg .mkline{stroke-width:1.2;stroke-dasharray:4 3;opacity:.85}svg .mktick{stroke-width:.8;opacity:.6}"
+    "svg .mklabel{font-size:10px}"
     "svg .legend-text{font-size:11px;fill:#1d2330}svg .note{font-size:11px;fill:#c62828}"
     "svg .nodata{font-size:18px;fill:#9aa4b2;font-weight:600}svg .nodata-why{font-size:11px;fill:#9aa4b2}"
     ".mklegend{display:flex;flex-wrap:wrap;gap:14px;margin:0 0 10px;color:var(--muted);font-size:12px}"
@@ -198,7 +203,7 @@ char *prm_an_report_html(const prm_an_report_in_t *in, int *with_data) {
   prm_an_html_escape(&o, in->run_dir);
   const char *cmd = prm__an_jstr(meta, "command_line");
   if (cmd) {
-    prm_sb_append(&o, "<br><code>");
+    prm_sb_append(&o, "<code class=\"cmd\" id=\"command\">");
     prm_an_html_escape(&o, cmd);
     prm_sb_append(&o, "</code>");
   }
@@ -207,8 +212,21 @@ char *prm_an_report_html(const prm_an_report_in_t *in, int *with_data) {
   prm_an_html_escape(&o, in->summary ? in->summary : "no diagnosis");
   prm_sb_append(&o, "</div>\n");
 
-  /* Key figures. */
+  /* Key figures: an evaluation run's results, or the training's. */
+  const cJSON *gp = cJSON_GetObjectItemCaseSensitive(meta, "goodput");
+  int eval_only = rs->n_steps == 0 && rs->n_ev > 0;
   prm_sb_append(&o, "<div class=\"cards\" id=\"summary\">\n");
+  const prm_an_eval_t *last_ev = NULL;
+  for (int k = rs->n_ev - 1; k >= 0 && !last_ev; k--)
+    if (isfinite(rs->ev[k].loss)) last_ev = &rs->ev[k];
+  if (eval_only) {
+    prm__an_fmt(v, sizeof v, "%.4f", last_ev ? last_ev->loss : NAN);
+    prm__an_card(&o, "valid loss", last_ev ? v : "no data", rs->n_ev > 1 ? "the last evaluation" : NULL);
+    prm__an_fmt(v, sizeof v, "%.3f", last_ev ? last_ev->perplexity : NAN);
+    prm__an_card(&o, "perplexity", last_ev && isfinite(last_ev->perplexity) ? v : "no data", NULL);
+    snprintf(v, sizeof v, "%lld", last_ev ? (long long)last_ev->tokens : -1LL);
+    prm__an_card(&o, "tokens evaluated", last_ev && last_ev->tokens >= 0 ? v : "no data", NULL);
+  } else {
   snprintf(v, sizeof v, "%lld", (long long)rs->last_step);
   snprintf(note, sizeof note, "%lld step lines%s", (long long)rs->n_steps,
            rs->skipped ? ", some skipped" : "");
@@ -216,7 +234,7 @@ char *prm_an_report_html(const prm_an_report_in_t *in, int *with_data) {
   if (prm__an_last(&rs->s[PRM_AN_SER_LOSS], &x)) prm__an_fmt(v, sizeof v, "%.4f", x);
   else snprintf(v, sizeof v, "no data");
   prm__an_card(&o, "final train loss", v, NULL);
-  if (prm__an_last(&rs->s[PRM_AN_SER_EVAL_LOSS], &x)) prm__an_fmt(v, sizeof v, "%.4f", x);
+  if (last_ev) prm__an_fmt(v, sizeof v, "%.4f", last_ev->loss);
   else snprintf(v, sizeof v, "no data");
   prm__an_card(&o, "final eval loss", v, NULL);
   if (prm__an_mean_tps(rs, &x)) prm__an_fmt(v, sizeof v, "%.0f", x);
@@ -225,10 +243,10 @@ char *prm_an_report_html(const prm_an_report_in_t *in, int *with_data) {
   if (prm__an_mean(&rs->s[PRM_AN_SER_MFU], &x)) prm__an_fmt(v, sizeof v, "%.1f%%", x);
   else snprintf(v, sizeof v, "no data");
   prm__an_card(&o, "mean MFU", v, "logged steps, after the first");
-  const cJSON *gp = cJSON_GetObjectItemCaseSensitive(meta, "goodput");
   if (prm__an_jnum(gp, "goodput", &x)) prm__an_fmt(v, sizeof v, "%.1f%%", 100 * x);
   else snprintf(v, sizeof v, "no data");
   prm__an_card(&o, "goodput", v, "productive step time / wall time");
+  } /* training */
   if (prm__an_jnum(meta, "exit_code", &x)) snprintf(v, sizeof v, "%d", (int)x);
   else snprintf(v, sizeof v, "unknown");
   prm__an_card(&o, "exit status", v, in->outcome);
@@ -237,7 +255,29 @@ char *prm_an_report_html(const prm_an_report_in_t *in, int *with_data) {
   prm__an_card(&o, "wall time", v, NULL);
   prm_sb_append(&o, "</div>\n");
 
+  /* An evaluation run (`primus eval`: eval events, no step lines): its
+   * results instead of charts with nothing to draw. */
+  if (eval_only) {
+    prm_sb_append(&o, "<h2>Evaluation</h2>\n<table class=\"events\" id=\"evals\"><tr><th>step</th>"
+                      "<th>valid loss</th><th>perplexity</th><th>tokens</th><th>time</th></tr>\n");
+    for (int k = 0; k < rs->n_ev; k++) {
+      const prm_an_eval_t *e = &rs->ev[k];
+      char st[24] = "-", lo[32] = "-", pp[32] = "-", tk[24] = "-", when[32] = "-";
+      if (e->step >= 0) snprintf(st, sizeof st, "%lld", (long long)e->step);
+      if (isfinite(e->loss)) snprintf(lo, sizeof lo, "%.4f", e->loss);
+      if (isfinite(e->perplexity)) snprintf(pp, sizeof pp, "%.3f", e->perplexity);
+      if (e->tokens >= 0) snprintf(tk, sizeof tk, "%lld", (long long)e->tokens);
+      if (e->time > 0) prm_time_format(when, sizeof when, "%Y-%m-%d %H:%M:%S", e->time);
+      prm_sb_appendf(&o, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", st, lo, pp,
+                     tk, when);
+    }
+    prm_sb_append(&o, "</table>\n<p class=\"sub\">An evaluation run: no training steps, so no training "
+                      "curves.</p>\n");
+    if (with_data) *with_data = -1;
+  }
+
   /* Charts. */
+  if (!eval_only) {
   prm_sb_append(&o, "<h2>Training curves</h2>\n<div class=\"mklegend\">");
   int kinds[PRM_AN__MARKERS] = {0};
   for (int k = 0; k < rs->n_mk; k++) kinds[rs->mk[k].kind]++;
@@ -277,6 +317,7 @@ char *prm_an_report_html(const prm_an_report_in_t *in, int *with_data) {
   }
   prm_sb_append(&o, "</div>\n");
   if (with_data) *with_data = data;
+  } /* !eval_only */
 
   /* Tables: configuration, run, platform, goodput, events. */
   prm_sb_append(&o, "<h2>Run</h2>\n<div class=\"tables\">\n<table id=\"config\"><caption>Configuration");
@@ -365,22 +406,49 @@ char *prm_an_report_html(const prm_an_report_in_t *in, int *with_data) {
   }
   prm_sb_append(&o, "</table>\n</div>\n");
 
-  prm_sb_appendf(&o, "<h2>Events (%d)</h2>\n", rs->n_mk);
-  if (rs->n_mk) {
+  /* Events: the markers and the evaluations, by step (an eval-only run's
+   * evaluations are its own table above). */
+  int n_ev = eval_only ? 0 : rs->n_ev, n_rows = rs->n_mk + n_ev;
+  prm_sb_appendf(&o, "<h2>Events (%d)</h2>\n", n_rows);
+  if (n_rows) {
     prm_sb_append(&o, "<table class=\"events\" id=\"events\"><tr><th>step</th><th>event</th><th>time</th>"
                       "<th>detail</th></tr>\n");
-    for (int k = 0; k < rs->n_mk; k++) {
-      const prm_an_marker_t *m = &rs->mk[k];
+    /* Rows: k < n_mk a marker, else evaluation k - n_mk; stable by step. */
+    int *row = prm_xmalloc(sizeof(int) * (size_t)n_rows);
+    for (int k = 0; k < n_rows; k++) row[k] = k;
+#define PRM__ROW_STEP(k) ((k) < rs->n_mk ? rs->mk[k].step : rs->ev[(k) - rs->n_mk].step)
+    for (int k = 1; k < n_rows; k++)
+      for (int j = k; j > 0 && PRM__ROW_STEP(row[j - 1]) > PRM__ROW_STEP(row[j]); j--) {
+        int t = row[j];
+        row[j] = row[j - 1];
+        row[j - 1] = t;
+      }
+#undef PRM__ROW_STEP
+    for (int i = 0; i < n_rows; i++) {
+      int k = row[i];
       char when[32] = "";
-      if (m->time > 0) prm_time_format(when, sizeof when, "%Y-%m-%d %H:%M:%S", m->time);
-      prm_sb_appendf(&o, "<tr><td>%lld</td><td style=\"color:%s\">%s</td><td>%s</td><td>", (long long)m->step,
-                     prm__an_mk_colors[m->kind], prm_an_marker_name(m->kind), when);
-      prm_an_html_escape(&o, m->detail);
+      if (k < rs->n_mk) {
+        const prm_an_marker_t *m = &rs->mk[k];
+        if (m->time > 0) prm_time_format(when, sizeof when, "%Y-%m-%d %H:%M:%S", m->time);
+        prm_sb_appendf(&o, "<tr><td>%lld</td><td style=\"color:%s\">%s</td><td>%s</td><td>", (long long)m->step,
+                       prm__an_mk_colors[m->kind], prm_an_marker_name(m->kind), when);
+        prm_an_html_escape(&o, m->detail);
+      } else {
+        const prm_an_eval_t *e = &rs->ev[k - rs->n_mk];
+        if (e->time > 0) prm_time_format(when, sizeof when, "%Y-%m-%d %H:%M:%S", e->time);
+        prm_sb_appendf(&o, "<tr class=\"eval\"><td>%lld</td><td style=\"color:#d62728\">eval</td><td>%s</td><td>",
+                       (long long)e->step, when);
+        prm_sb_appendf(&o, "valid loss %.4f", e->loss);
+        if (isfinite(e->perplexity)) prm_sb_appendf(&o, ", perplexity %.3f", e->perplexity);
+        if (e->tokens >= 0) prm_sb_appendf(&o, ", %lld tokens", (long long)e->tokens);
+      }
       prm_sb_append(&o, "</td></tr>\n");
     }
+    free(row);
     prm_sb_append(&o, "</table>\n");
   } else {
-    prm_sb_append(&o, "<p class=\"sub\">No checkpoints, restarts, faults or alerts in events.jsonl.</p>\n");
+    prm_sb_append(&o, "<p class=\"sub\">No evaluations, checkpoints, restarts, faults or alerts in "
+                      "events.jsonl.</p>\n");
   }
   char now[32];
   prm_time_format(now, sizeof now, "%Y-%m-%d %H:%M:%S", prm_time_wall());

@@ -67,7 +67,18 @@ static void prm__an_event(prm_an_runseries_t *rs, const cJSON *o, const char *na
   if (!isfinite(t)) t = 0;
   prm_an_marker_t *m = NULL;
   if (!strcmp(name, "eval")) {
-    prm__an_push(&rs->s[PRM_AN_SER_EVAL_LOSS], (double)at, prm__an_num(o, "loss"));
+    /* An eval-only run (`primus eval`) has no step: no point on the chart. */
+    if (step >= 0) prm__an_push(&rs->s[PRM_AN_SER_EVAL_LOSS], (double)at, prm__an_num(o, "loss"));
+    if (rs->n_ev == rs->cap_ev) {
+      rs->cap_ev = rs->cap_ev ? 2 * rs->cap_ev : 16;
+      rs->ev = prm_xrealloc(rs->ev, (size_t)rs->cap_ev * sizeof *rs->ev);
+    }
+    double tok = prm__an_num(o, "tokens");
+    rs->ev[rs->n_ev++] = (prm_an_eval_t){.step = step >= 0 ? at : -1,
+                                          .loss = prm__an_num(o, "loss"),
+                                          .perplexity = prm__an_num(o, "perplexity"),
+                                          .tokens = tok >= 0 ? prm__an_i64(tok, -1) : -1,
+                                          .time = t};
   } else if (!strcmp(name, "checkpoint")) {
     m = prm__an_marker(rs, PRM_AN_MK_CHECKPOINT, at, t);
     snprintf(m->label, sizeof m->label, "ckpt %lld", (long long)at);
@@ -167,6 +178,14 @@ typedef struct {
   int n, cap;
 } prm__an_logsteps_t;
 
+static void prm__an_logsteps_add(prm__an_logsteps_t *ls, const prm__an_logstep_t *e) {
+  if (ls->n == ls->cap) {
+    ls->cap = ls->cap ? 2 * ls->cap : 64;
+    ls->v = prm_xrealloc(ls->v, (size_t)ls->cap * sizeof *ls->v);
+  }
+  ls->v[ls->n++] = *e;
+}
+
 static prm__an_logsteps_t *prm__an_logs(prm_an_runseries_t *rs) {
   if (!rs->pending) rs->pending = prm_xcalloc(1, sizeof(prm__an_logsteps_t));
   return rs->pending;
@@ -206,11 +225,7 @@ void prm_an_series_parse_log(prm_an_runseries_t *rs, int rank, const char *text)
     p += len + (nl ? 1 : 0);
     prm__an_logstep_t e = {.rank = rank, .seq = ls->n};
     if (!prm__an_step_line(line, &e.step, &e.ms, &e.mfu)) continue;
-    if (ls->n == ls->cap) {
-      ls->cap = ls->cap ? 2 * ls->cap : 64;
-      ls->v = prm_xrealloc(ls->v, (size_t)ls->cap * sizeof *ls->v);
-    }
-    ls->v[ls->n++] = e;
+    prm__an_logsteps_add(ls, &e);
     any = 1;
   }
   if (any) rs->rank_logs++;
@@ -227,14 +242,39 @@ void prm_an_series_finish_logs(prm_an_runseries_t *rs) {
   prm__an_logsteps_t *ls = rs->pending;
   if (!ls) return; /* no log was parsed */
   rs->pending = NULL;
-  int low = -1; /* the lowest rank that logged: its MFU is the run's */
+  /* MFU: every step some rank logged it, from the lowest such rank (a rank
+   * whose lines lack it, a pipeline stage, does not hide the others'), in
+   * that rank's log order (a restart's repeated steps go back, like the
+   * events). The lowest rank with any MFU leads; steps only another rank
+   * has are taken from the lowest rank that has them. */
+  int low = -1;
   for (int i = 0; i < ls->n; i++)
-    if (low < 0 || ls->v[i].rank < low) low = ls->v[i].rank;
-  /* MFU in log order (a restart's repeated steps go back, like the events). */
+    if (isfinite(ls->v[i].mfu) && (low < 0 || ls->v[i].rank < low)) low = ls->v[i].rank;
+  prm__an_logsteps_t lead = {0}, rest = {0};
   for (int i = 0; i < ls->n; i++)
-    if (ls->v[i].rank == low && isfinite(ls->v[i].mfu))
-      prm__an_push(&rs->s[PRM_AN_SER_MFU], (double)ls->v[i].step, ls->v[i].mfu);
+    if (ls->v[i].rank == low && isfinite(ls->v[i].mfu)) prm__an_logsteps_add(&lead, &ls->v[i]);
   if (ls->n) qsort(ls->v, (size_t)ls->n, sizeof *ls->v, prm__an_cmp_logstep);
+  /* Sorted by step, then rank: per step, the lowest rank with MFU, unless it
+   * is the leading one (already in lead). */
+  for (int i = 0; i < ls->n && low >= 0;) {
+    int j = i, pick = -1;
+    for (; j < ls->n && ls->v[j].step == ls->v[i].step; j++)
+      if (pick < 0 && isfinite(ls->v[j].mfu)) pick = ls->v[j].rank;
+    if (pick >= 0 && pick != low)
+      for (int k = i; k < j; k++)
+        if (ls->v[k].rank == pick && isfinite(ls->v[k].mfu)) prm__an_logsteps_add(&rest, &ls->v[k]);
+    i = j;
+  }
+  int r = 0;
+  for (int i = 0; i < lead.n; i++) {
+    for (; r < rest.n && rest.v[r].step < lead.v[i].step; r++) /* the others' steps before it */
+      prm__an_push(&rs->s[PRM_AN_SER_MFU], (double)rest.v[r].step, rest.v[r].mfu);
+    prm__an_push(&rs->s[PRM_AN_SER_MFU], (double)lead.v[i].step, lead.v[i].mfu);
+  }
+  for (; r < rest.n; r++) prm__an_push(&rs->s[PRM_AN_SER_MFU], (double)rest.v[r].step, rest.v[r].mfu);
+  free(lead.v);
+  free(rest.v);
+
   /* Per step: each rank's last logged time; the band needs two ranks. */
   for (int i = 0; i < ls->n;) {
     int j = i;
@@ -299,5 +339,6 @@ void prm_an_series_free(prm_an_runseries_t *rs) {
     free(rs->s[i].y);
   }
   free(rs->mk);
+  free(rs->ev);
   memset(rs, 0, sizeof *rs);
 }

@@ -151,7 +151,10 @@ static void prm__an_label(char *buf, size_t n, double v, double step) {
 /* Charts                                                                    */
 /* ------------------------------------------------------------------------ */
 
-enum { PRM__W = 640, PRM__H = 290, PRM__ML = 66, PRM__MR = 18, PRM__MT = 50, PRM__MB = 44 };
+/* The top margin holds the title (y 20), the legend (y 36) and a lane of
+ * PRM__LANES rows for the marker labels just above the plot, so that no
+ * label sits on a curve. */
+enum { PRM__W = 640, PRM__H = 314, PRM__ML = 66, PRM__MR = 18, PRM__MT = 80, PRM__MB = 44, PRM__LANES = 3 };
 
 const char *const prm__an_mk_colors[] = {"#2e7d32", "#6a1b9a", "#c62828", "#ef6c00",
                                                 "#ad1457", "#4527a0", "#455a64", "#212121"};
@@ -364,10 +367,32 @@ int prm__an_chart(prm_sb_t *out, const prm__an_chart_t *c, const prm_an_runserie
     }
   }
   prm_sb_append(out, "</g>");
-  /* Markers: a dashed line each; labels on at most 16, staggered in rows. */
-  int every = rs->n_mk > 16 ? (rs->n_mk + 15) / 16 : 1;
-  for (int k = 0; k < rs->n_mk; k++) {
-    const prm_an_marker_t *m = &rs->mk[k];
+  /* Markers: a dashed line each through the plot; its label in the lane
+   * above the plot, centred on the line, in the lowest row where it
+   * touches no other label, joined to the plot by a thin line. Labels are
+   * placed rarest kind first (faults and restarts before checkpoints), then
+   * by step; one with no room left keeps only its tooltip (the legend above
+   * the charts counts every kind). */
+  int n = rs->n_mk;
+  int *order = prm_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+  for (int k = 0; k < n; k++) order[k] = k;
+#define PRM__MK_BEFORE(a, b)                                                                       \
+  ((rs->mk[a].kind == PRM_AN_MK_CHECKPOINT) != (rs->mk[b].kind == PRM_AN_MK_CHECKPOINT)              \
+       ? rs->mk[b].kind == PRM_AN_MK_CHECKPOINT                                                      \
+       : rs->mk[a].step < rs->mk[b].step)
+  for (int k = 1; k < n; k++) /* insertion sort: stable */
+    for (int j = k; j > 0 && PRM__MK_BEFORE(order[j], order[j - 1]); j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+#undef PRM__MK_BEFORE
+  /* The placed labels' [left, right] per row; at most 64 a row fit 640 px. */
+  enum { PRM__ROW_MAX = 64 };
+  double span[PRM__LANES][PRM__ROW_MAX][2];
+  int nspan[PRM__LANES] = {0};
+  for (int i = 0; i < n; i++) {
+    const prm_an_marker_t *m = &rs->mk[order[i]];
     double x = prm_an_scale_map(&sx, (double)m->step);
     const char *color = prm__an_mk_colors[m->kind];
     prm_sb_appendf(out, "<g class=\"marker mk-%s\">", prm_an_marker_name(m->kind));
@@ -377,19 +402,38 @@ int prm__an_chart(prm_sb_t *out, const prm__an_chart_t *c, const prm_an_runserie
     prm_sb_append(out, "<title>");
     prm_an_html_escape(out, m->detail);
     prm_sb_append(out, "</title>");
-    if (k % every == 0) {
-      int right = x > x1 - 70;
-      double ty = y0 + 11 + (double)((k / every) % 3) * 12;
+    /* 10 px text: about 6 px a character, a little more for safety. */
+    double w = 6.2 * (double)strlen(m->label) + 2;
+    double lx = x - 0.5 * w;
+    if (lx < 2) lx = 2;
+    if (lx + w > PRM__W - 2) lx = PRM__W - 2 - w;
+    int row = -1;
+    for (int r = 0; r < PRM__LANES && row < 0 && m->label[0]; r++) {
+      int free_here = nspan[r] < PRM__ROW_MAX;
+      for (int q = 0; q < nspan[r] && free_here; q++)
+        free_here = lx >= span[r][q][1] + 4 || lx + w + 4 <= span[r][q][0];
+      if (free_here) row = r;
+    }
+    if (row >= 0) {
+      span[row][nspan[row]][0] = lx;
+      span[row][nspan[row]][1] = lx + w;
+      nspan[row]++;
+      double ty = y0 - 5 - 12.0 * row;
+      snprintf(attrs, sizeof attrs, "stroke=\"%s\" class=\"mktick\"", color);
+      prm__an_line(out, x, ty + 2, x, y0, attrs);
       prm_sb_append(out, "<text class=\"mklabel\" x=\"");
-      prm_an_svg_num(out, right ? x - 3 : x + 3);
+      prm_an_svg_num(out, lx + 0.5 * w);
       prm_sb_append(out, "\" y=\"");
       prm_an_svg_num(out, ty);
-      prm_sb_appendf(out, "\" fill=\"%s\"%s>", color, right ? " text-anchor=\"end\"" : "");
+      prm_sb_append(out, "\" data-w=\"");
+      prm_an_svg_num(out, w);
+      prm_sb_appendf(out, "\" fill=\"%s\" text-anchor=\"middle\">", color);
       prm_an_html_escape(out, m->label);
       prm_sb_append(out, "</text>");
     }
     prm_sb_append(out, "</g>");
   }
+  free(order);
   /* Legend, under the title. */
   double lx = x0;
   for (int l = 0; l < c->n_lines; l++) {

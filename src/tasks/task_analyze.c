@@ -75,7 +75,10 @@ static int prm__an_report_run(prm_task_ctx_t *ctx, prm_err_t *err) {
   char *path = NULL;
   int charts = 0;
   int rc = prm_an_report_write(prm_args_pos(ctx->args, 0), prm_args_str(ctx->args, "output"), &path, &charts, err);
-  if (!rc) fprintf(ctx->out, "written: %s (%d of %d charts with data)\n", path, charts, PRM_AN_REPORT_CHARTS);
+  if (!rc && charts < 0)
+    fprintf(ctx->out, "written: %s (an evaluation run: its results, no training charts)\n", path);
+  else if (!rc)
+    fprintf(ctx->out, "written: %s (%d of %d charts with data)\n", path, charts, PRM_AN_REPORT_CHARTS);
   free(path);
   return rc;
 }

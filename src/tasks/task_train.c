@@ -6,6 +6,7 @@
 #include "tasks-impl.h"
 #include "primus/prm_train.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,6 +132,24 @@ static int prm__eval(prm_task_ctx_t *ctx, prm_err_t *err) {
                              "\"tokens\": %lld, \"iters\": %lld}\n",
                              r.loss, r.perplexity, (long long)r.tokens, (long long)r.iters);
   fputs(json, ctx->out);
+  PRM_INFO("eval | valid loss %.4f | perplexity %.3f | %lld tokens", r.loss, r.perplexity,
+           (long long)r.tokens);
+  /* The run directory's events.jsonl gets the result as a training run's
+   * evaluations are recorded (no step: an evaluation run), for
+   * `analyze report`. */
+  if (ctx->run_dir && isfinite(r.loss)) {
+    char *ev = prm_path_join(ctx->run_dir, "events.jsonl");
+    FILE *f = fopen(ev, "a");
+    if (f) {
+      fprintf(f, "{\"event\":\"eval\",\"split\":\"valid\",\"loss\":%.9g,\"perplexity\":%.9g,\"tokens\":%lld,"
+                 "\"iters\":%lld,\"time\":%.3f}\n",
+              r.loss, r.perplexity, (long long)r.tokens, (long long)r.iters, prm_time_wall());
+      if (fclose(f)) PRM_WARN("%s: cannot write the evaluation event", ev);
+    } else {
+      PRM_WARN("%s: cannot open: the report will not show this evaluation", ev);
+    }
+    free(ev);
+  }
   const char *out = prm_args_str(ctx->args, "output");
   if (out) rc = prm_fs_write_atomic(out, json, strlen(json), err);
   free(json);

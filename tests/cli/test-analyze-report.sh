@@ -105,6 +105,35 @@ P
 )
 expect_eq "screenshot: a 1280x2000 PNG of some substance (>50 KB)" "$PNG" "True 1280 2000 True"
 
+# ---- the layout fixes: the command line, labels, evals in the events ----
+expect_in "the command line in its own wrapping block" '<code class="cmd" id="command">' "$HTML"
+expect_not_in "no break-all (the command wraps at spaces)" 'break-all' "$HTML"
+LABEL_Y=$(grep -o 'class="mklabel" x="[0-9.]*" y="[0-9.]*"' "$H" | sed 's/.*y="\([0-9.]*\)"/\1/' | sort -un | tr '\n' ' ')
+if [[ -n $LABEL_Y ]] && awk -v ys="$LABEL_Y" 'BEGIN { n = split(ys, y, " "); for (i = 1; i <= n; i++) if (y[i] >= 77) exit 1 }'; then
+  ok "marker labels above the plot (rows at y $LABEL_Y)"
+else
+  bad "marker labels inside the plot or missing: y $LABEL_Y"
+fi
+expect_eq "the evaluations in the events table" "$(grep -o '<tr class="eval">' "$H" | wc -l)" "$(grep -c '"event":"eval"' "$RD/events.jsonl")"
+expect_in "with their loss" '<td style="color:#d62728">eval</td>' "$HTML"
+expect_in "MFU plotted" 'id="chart-mfu" data-points="' "$HTML"
+expect_not_in "MFU has points" 'id="chart-mfu" data-points="0"' "$HTML"
+
+# ---- an evaluation run: its results, not six empty charts ----
+run eval --config rep.yaml --load "$T/ckpt"
+expect_rc "primus eval of the run's checkpoint" 0
+ERD=$(newest_run rep)
+expect_in "the eval run recorded its result" '"event":"eval","split":"valid","loss":' "$(cat "$ERD/events.jsonl" 2>/dev/null)"
+run analyze report "$ERD" --output "$T/eval.html"
+expect_rc "report of an evaluation run" 0
+expect_in "says what it wrote" "written: $T/eval.html (an evaluation run: its results, no training charts)" "$OUT"
+EH=$(cat "$T/eval.html")
+expect_eq "no charts" "$(grep -o '<svg class="chart"' "$T/eval.html" | wc -l)" 0
+expect_in "the results table" '<h2>Evaluation</h2>' "$EH"
+expect_in "the valid loss card" '<div class="k">valid loss</div><div class="v">' "$EH"
+chrome "$T/eval-dom.html" --dump-dom "file://$T/eval.html"
+expect_in "rendered: no charts, no error" "charts=0 with_data=0 errors=0" "$(cat "$T/eval-dom.html")"
+
 # ---- a run without series: every chart says "no data" ----
 mkdir -p "$T/bare"
 cp "$RD/metadata.json" "$T/bare/"
