@@ -12,9 +12,10 @@
 # 2 at E = 2 x D = 4). Checkpoints hold the whole model and moments
 # whatever the layout: T = 2 x D = 2 -> D = 4, D = 4 -> T = 2 x D = 2, P =
 # 2 x D = 2 -> D = 4 and E = 2 x D = 4 -> D = 4 resume at step 6 and end
-# within 1e-5 of the uninterrupted run; E = 2 x D = 4 resumed at its own
-# layout ends byte-identical to its uninterrupted run (the moments come
-# back exactly).
+# within 1e-5 of the uninterrupted run; a NaN planted on rank 3 of E = 2 x
+# D = 4 at step 8 rolls every rank back to step 6 (nan_policy: rollback),
+# and the replay ends byte-identical to the fault-free run (the moments
+# come back exactly).
 source "$(dirname "$0")/lib.sh"
 multirank_setup
 
@@ -121,8 +122,12 @@ resume pp-to-z4 ppz 4 exp pp-to-z4 "use_distributed_optimizer: true"
 same pp-to-z4 one "P = 2 x D = 2 -> D = 4 (ZeRO both)" 6
 resume ep-to-z4 epz 4 mexp ep-to-z4 "use_distributed_optimizer: true"
 same ep-to-z4 mone "E = 2 x D = 4 -> D = 4 (ZeRO both)" 6
-resume ep-to-ep epz 4 mexp ep-to-ep "expert_model_parallel_size: 2" "use_distributed_optimizer: true" \
-  "overlap_grad_reduce: true" "ddp_bucket_size: 3000"
-if cmp -s "$(final epz)" "$(final ep-to-ep)"; then ok "E = 2 x D = 4 x ZeRO resumed at its layout: byte-identical"
-else bad "E = 2 x D = 4 x ZeRO resumed at its layout differs from the uninterrupted run"; fi
+
+# ---- A NaN on one rank: every rank rolls back to step 6 and replays ----
+mexp epnan "expert_model_parallel_size: 2" "use_distributed_optimizer: true" \
+  "overlap_grad_reduce: true" "ddp_bucket_size: 3000" "fault_tolerance: {nan_policy: rollback}"
+PRIMUS_FAULT_INJECT=nan:rank=3:step=8 launch 4 epnan
+expect_in "epnan: rolled back" '"event":"rollback","from_step":8,"to_step":6' "$(run_events epnan)"
+if cmp -s "$(final epz)" "$(final epnan)"; then ok "E = 2 x D = 4 x ZeRO rolled back and replayed: byte-identical to the fault-free run"
+else bad "E = 2 x D = 4 x ZeRO after the rollback differs from the fault-free run"; fi
 finish
