@@ -103,14 +103,15 @@ static void test_config_check(void **state) {
   c.rope_high = 1; /* not above low_freq_factor */
   assert_int_equal(prm_llama_config_check(&c, &err), PRM_ECONFIG);
   assert_non_null(strstr(err.msg, "high_freq_factor"));
-  /* q/k norms are refused under tensor parallelism (partial gradients);
-   * biases split with their matrices. */
+  /* q/k norms run under tensor parallelism (their gradient summed over the
+   * group, tests/cli/test-train-tp-qknorm.sh); biases split with their
+   * matrices; sizes must still divide. */
   c = arch_cfg(1);
-  assert_int_equal(prm_llama_tp_check_config(&c, 2, &err), PRM_ECONFIG);
-  assert_non_null(strstr(err.msg, "qk_layernorm"));
-  c.qk_norm = 0;
   c.vocab = 24;
   assert_int_equal(prm_llama_tp_check_config(&c, 2, &err), 0);
+  c.vocab = 25;
+  assert_int_equal(prm_llama_tp_check_config(&c, 2, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "vocab_size"));
 }
 
 /* The variants' tensors: Hugging Face's names in Qwen's order, their

@@ -34,7 +34,7 @@ static const prm_key_t prm__keys[] = {
     KEY("init_method_std", FLOAT, GE0, NULL, 0, 0, "Standard deviation of the normal weight initialisation."),
     KEY("kv_channels", INT, GE1, NULL, 1, 0, "Width of each attention head (Qwen 3: 128 at any hidden size); null: hidden_size / num_attention_heads."),
     KEY("add_qkv_bias", BOOL, ANY, NULL, 0, 0, "Biases on the query, key and value projections (Qwen 2.5; Hugging Face's q_proj.bias ...)."),
-    KEY("qk_layernorm", BOOL, ANY, NULL, 0, 0, "RMSNorm on each head's queries and keys before RoPE (Qwen 3; q_norm/k_norm); not with tensor parallelism yet."),
+    KEY("qk_layernorm", BOOL, ANY, NULL, 0, 0, "RMSNorm on each head's queries and keys before RoPE (Qwen 3; q_norm/k_norm), also under tensor parallelism."),
     KEY("use_rope_scaling", BOOL, ANY, NULL, 0, 0, "Llama 3.1's RoPE frequency scaling (rope_type llama3: low/high frequency factors 1 and 4 over 8192 original positions)."),
     KEY("rope_scaling_factor", FLOAT, GE0, NULL, 0, 0, "Llama 3.1's RoPE scaling factor (with use_rope_scaling)."),
     /* Mixture of experts. */

@@ -98,11 +98,6 @@ int prm_llama_config_check(const prm_llama_config_t *c, prm_err_t *err) {
 
 int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *err) {
   if (size <= 1) return 0;
-  if (c->qk_norm)
-    return prm_errf(err, PRM_ECONFIG,
-                    "tensor_model_parallel_size %d: qk_layernorm's q/k norm weights are shared by "
-                    "every head, so each rank's gradient is partial; not supported with tensor "
-                    "parallelism yet", size);
   struct {
     const char *key;
     int64_t v;

@@ -245,6 +245,7 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
     if (c->qk_norm) {
       a->dqn = prm__carve(base, &cur, N * HD);
       a->dkn = prm__carve(base, &cur, N * GD);
+      if (m->tp.size > 1) a->dqkw = prm__carve(base, &cur, 2 * D);
     }
     if (c->experts) prm__moe_carve_scratch(m, a, base, &cur);
   }

@@ -52,6 +52,9 @@ struct prm_llama_acts {
   float *dq, *datt;          /* (N,H*D) x 2 */
   float *dk, *dv;            /* (N,G*D) x 2 */
   float *dqn, *dkn;          /* qk_norm: gradients of q, k before their norms; else NULL */
+  float *dqkw;               /* qk_norm under tensor parallelism: (2 D) a pass' q/k norm
+                              * weight gradients over this rank's heads, summed over the
+                              * group before they are added; else NULL */
   float *dh, *dgate, *dup;   /* (N,F) x 3 */
   float *mdout, *mdxs;       /* MoE: (R,C) x 2 */
   float *mdor, *mdxr;        /* MoE, experts' side: (Rr,C) x 2 (mdout, mdxs without EP) */

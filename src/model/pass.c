@@ -125,8 +125,23 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
   if (w->qn) { /* through the q/k norms (their backward adds to dx) */
     prm_dev_zero(d, s->dqn, (size_t)(N * HD) * sizeof(float), NULL);
     prm_dev_zero(d, s->dkn, (size_t)(N * GD) * sizeof(float), NULL);
-    prm_dev_rmsnorm_backward(d, s->dqn, dw->qn, s->dq, a->qraw, w->qn, a->qrstd, N * H, D);
-    prm_dev_rmsnorm_backward(d, s->dkn, dw->kn, s->dk, a->kraw, w->kn, a->krstd, N * G, D);
+    /* Under tensor parallelism each rank norms its own heads with the
+     * whole (replicated) weights: their gradient is the sum over the group's
+     * heads, so this pass' part is summed before it is added, and every rank
+     * holds the same gradient, as for the other whole tensors. */
+    float *gq = dw->qn, *gk = dw->kn;
+    if (s->dqkw) {
+      prm_dev_zero(d, s->dqkw, (size_t)(2 * D) * sizeof(float), NULL);
+      gq = s->dqkw;
+      gk = s->dqkw + D;
+    }
+    prm_dev_rmsnorm_backward(d, s->dqn, gq, s->dq, a->qraw, w->qn, a->qrstd, N * H, D);
+    prm_dev_rmsnorm_backward(d, s->dkn, gk, s->dk, a->kraw, w->kn, a->krstd, N * G, D);
+    if (s->dqkw) {
+      prm__tp_sum(m, s->dqkw, 2 * D);
+      prm_dev_add(d, dw->qn, dw->qn, s->dqkw, D);
+      prm_dev_add(d, dw->kn, dw->kn, s->dqkw + D, D);
+    }
     dq = s->dqn;
     dk = s->dkn;
   }
