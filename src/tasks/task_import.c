@@ -1,4 +1,5 @@
-/* task_import.c - `import gguf`: an f32/f16 llama GGUF back into a
+/* task_import.c - `import gguf`: an f32/f16 llama, qwen2 or qwen3 GGUF
+ * (Llama 3.1's rope_freqs as rope_scaling) back into a
  * checkpoint folder (Hugging Face layout), undoing export's Q/K
  * permutation; with the tokenizer's tokens and merges written back as a
  * tokenizer.json. docs/interop.md describes the layout. */
@@ -89,8 +90,81 @@ static int prm__write_tokenizer_json(const char *path, const prm_gguf_kv_t *toks
   return rc;
 }
 
+/* Llama 3.1's RoPE scaling from llama.cpp's rope_freqs (D/2 factors each
+ * inverse frequency is divided by: 1 for short wavelengths, the factor for
+ * long ones, a blend between), into s->h's rope_scaling: the factor is the
+ * largest, low/high_freq_factor Llama 3.1's 1 and 4 (the values Megatron-LM
+ * and primus use), original_max_position_embeddings solved from a blended
+ * element (else 8192, or the smallest power of two, that puts the
+ * frequencies in the same bands). Every element must then be what
+ * `export gguf` computes from those values, else PRM_EPARSE naming it. */
+static int prm__rope_freqs_import(prm_gguf_file_t *g, const prm_gguf_tensor_t *rf,
+                                  prm__shape_t *s, const char *input, prm_err_t *err) {
+  int64_t D = s->head_dim, half = D / 2;
+  if (strcmp(s->arch, "llama"))
+    return prm_errf(err, PRM_EPARSE, "%s: rope_freqs.weight in a %s file: llama.cpp reads it for "
+                    "llama only", input, s->arch);
+  if (rf->ndim != 1 || rf->ne[0] != half)
+    return prm_errf(err, PRM_EPARSE, "%s: rope_freqs.weight: expected %lld values (head size "
+                    "%lld / 2)", input, (long long)half, (long long)D);
+  float *v = prm_xmalloc((size_t)(half ? half : 1) * sizeof(float));
+  int rc = prm_gguf_read_f32(g, rf, v, half, err);
+  double f = 1.0, lo = 1.0, hi = 4.0, theta = s->h.rope_theta, orig = -1;
+  for (int64_t i = 0; !rc && i < half; i++) {
+    if (!(v[i] >= 1.0f && v[i] < 1e6f))
+      rc = prm_errf(err, PRM_EPARSE, "%s: rope_freqs.weight[%lld] is %g; expected a factor >= 1",
+                    input, (long long)i, (double)v[i]);
+    else if (v[i] > f)
+      f = v[i];
+  }
+  if (rc || f == 1.0) { /* all ones: no scaling */
+    free(v);
+    return rc;
+  }
+  f = prm__f32_decimal(f);
+  double lb = 0, ub = INFINITY;
+  for (int64_t i = 0; i < half; i++) {
+    double wl = 2.0 * M_PI / pow(theta, -2.0 * (double)i / (double)D);
+    if (v[i] == 1.0f) {
+      lb = fmax(lb, wl * hi);
+    } else if ((double)v[i] == f || v[i] == (float)f) {
+      ub = fmin(ub, wl * lo);
+    } else if (orig < 0) { /* blended: 1/v = (1 - sm)/f + sm */
+      double sm = (1.0 / v[i] - 1.0 / f) / (1.0 - 1.0 / f);
+      orig = round(wl * (sm * (hi - lo) + lo));
+    }
+  }
+  if (orig < 0) {
+    orig = 8192;
+    if (!(lb < orig && orig < ub)) {
+      orig = 1;
+      while (orig <= lb) orig *= 2;
+      if (!(orig < ub)) orig = floor((lb + ub) / 2);
+    }
+  }
+  for (int64_t i = 0; !rc && i < half; i++) {
+    double inv = pow(theta, -2.0 * (double)i / (double)D);
+    double wl = 2.0 * M_PI / inv, sm = (orig / wl - lo) / (hi - lo);
+    float want = wl < orig / hi ? 1.0f : wl > orig / lo ? (float)f : (float)(1.0 / ((1.0 - sm) / f + sm));
+    if (fabsf(want - v[i]) > 1e-6f * want)
+      rc = prm_errf(err, PRM_EPARSE, "%s: rope_freqs.weight[%lld] is %.9g, but Llama 3.1's "
+                    "scaling (factor %g, low_freq_factor 1, high_freq_factor 4, "
+                    "original_max_position_embeddings %.0f) gives %.9g", input, (long long)i,
+                    (double)v[i], f, orig, (double)want);
+  }
+  free(v);
+  if (rc) return rc;
+  s->h.rope_factor = f;
+  s->h.rope_low = lo;
+  s->h.rope_high = hi;
+  s->h.rope_orig = (int64_t)orig;
+  PRM_INFO("%s: rope_freqs.weight is Llama 3.1's RoPE scaling: factor %g, low_freq_factor 1, "
+           "high_freq_factor 4, original_max_position_embeddings %.0f", input, f, orig);
+  return 0;
+}
+
 static const prm_opt_t prm__import_gguf_opts[] = {
-    {"input", 'i', PRM_OPT_STR, "FILE", NULL, "an f32/f16 llama GGUF file (required)"},
+    {"input", 'i', PRM_OPT_STR, "FILE", NULL, "an f32/f16 llama, qwen2 or qwen3 GGUF file (required)"},
     {"output", 'o', PRM_OPT_STR, "DIR", NULL, "the checkpoint folder to create (required; must not exist)"},
     {NULL},
 };
@@ -115,32 +189,38 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   int rc = prm_gguf_open(input, &g, err);
   if (rc) return rc;
   if ((rc = prm_gguf_get_str(g, "general.architecture", &arch, err))) goto done;
-  if (strcmp(arch, "llama")) {
-    rc = prm_errf(err, PRM_EPARSE, "%s: general.architecture is \"%s\"; only llama is supported",
-                  input, arch);
+  /* llama, and llama.cpp's qwen2 (q/k/v biases) and qwen3 (q/k norms),
+   * each with its keys under its own name. */
+  if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3")) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: general.architecture is \"%s\"; llama, qwen2 and qwen3 "
+                  "are supported", input, arch);
     goto done;
   }
-  uint64_t C, L, F, H, G, ctxlen = 2048, rot;
+  char key[96];
+#define PRM__AKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+  uint64_t C, L, F, H, G, ctxlen = 2048, rot, kdim = 0;
   double eps, theta = 10000.0;
-  if ((rc = prm_gguf_get_uint(g, "llama.embedding_length", &C, err)) ||
-      (rc = prm_gguf_get_uint(g, "llama.block_count", &L, err)) ||
-      (rc = prm_gguf_get_uint(g, "llama.feed_forward_length", &F, err)) ||
-      (rc = prm_gguf_get_uint(g, "llama.attention.head_count", &H, err)) ||
-      (rc = prm_gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps, err)))
+  if ((rc = prm_gguf_get_uint(g, PRM__AKEY("embedding_length"), &C, err)) ||
+      (rc = prm_gguf_get_uint(g, PRM__AKEY("block_count"), &L, err)) ||
+      (rc = prm_gguf_get_uint(g, PRM__AKEY("feed_forward_length"), &F, err)) ||
+      (rc = prm_gguf_get_uint(g, PRM__AKEY("attention.head_count"), &H, err)) ||
+      (rc = prm_gguf_get_float(g, PRM__AKEY("attention.layer_norm_rms_epsilon"), &eps, err)))
     goto done;
   G = H;
-  if ((prm_gguf_find_kv(g, "llama.attention.head_count_kv") &&
-       (rc = prm_gguf_get_uint(g, "llama.attention.head_count_kv", &G, err))) ||
-      (prm_gguf_find_kv(g, "llama.context_length") &&
-       (rc = prm_gguf_get_uint(g, "llama.context_length", &ctxlen, err))) ||
-      (prm_gguf_find_kv(g, "llama.rope.freq_base") &&
-       (rc = prm_gguf_get_float(g, "llama.rope.freq_base", &theta, err))))
+  if ((prm_gguf_find_kv(g, PRM__AKEY("attention.head_count_kv")) &&
+       (rc = prm_gguf_get_uint(g, key, &G, err))) ||
+      (prm_gguf_find_kv(g, PRM__AKEY("context_length")) &&
+       (rc = prm_gguf_get_uint(g, key, &ctxlen, err))) ||
+      (prm_gguf_find_kv(g, PRM__AKEY("rope.freq_base")) &&
+       (rc = prm_gguf_get_float(g, key, &theta, err))) ||
+      (prm_gguf_find_kv(g, PRM__AKEY("attention.key_length")) &&
+       (rc = prm_gguf_get_uint(g, key, &kdim, err))))
     goto done;
   uint64_t experts = 0;
-  if (prm_gguf_find_kv(g, "llama.expert_count") &&
-      !prm_gguf_get_uint(g, "llama.expert_count", &experts, NULL) && experts > 0) {
-    rc = prm_errf(err, PRM_EPARSE, "%s: llama.expert_count is %llu: mixture-of-experts models are "
-                  "not supported", input, (unsigned long long)experts);
+  if (prm_gguf_find_kv(g, PRM__AKEY("expert_count")) &&
+      !prm_gguf_get_uint(g, key, &experts, NULL) && experts > 0) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: %s is %llu: mixture-of-experts models are not supported",
+                  input, key, (unsigned long long)experts);
     goto done;
   }
   const prm_gguf_tensor_t *emb = prm_gguf_find_tensor(g, "token_embd.weight");
@@ -150,8 +230,8 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   }
   const int64_t lim = (int64_t)1 << 31;
   if (C >= (uint64_t)lim || L >= 100000 || F >= (uint64_t)lim || H >= (uint64_t)lim ||
-      G >= (uint64_t)lim || ctxlen >= (uint64_t)lim) {
-    rc = prm_errf(err, PRM_EPARSE, "%s: a llama.* size is out of range", input);
+      G >= (uint64_t)lim || ctxlen >= (uint64_t)lim || kdim >= (uint64_t)lim) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: a %s.* size is out of range", input, arch);
     goto done;
   }
   s.h.hidden_size = (int64_t)C;
@@ -165,13 +245,23 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   s.h.rope_theta = prm__f32_decimal(theta);
   s.h.tie_word_embeddings = prm_gguf_find_tensor(g, "output.weight") == NULL;
   s.h.bos_token_id = s.h.eos_token_id = -1;
+  s.h.qkv_bias = !strcmp(arch, "qwen2");
+  s.h.qk_norm = !strcmp(arch, "qwen3");
+  s.h.head_dim = (int64_t)kdim; /* attention.key_length: a head width of its own */
   if ((rc = prm__shape_check(&s, input, err))) goto done;
-  if (prm_gguf_find_kv(g, "llama.rope.dimension_count") &&
-      (rc = prm_gguf_get_uint(g, "llama.rope.dimension_count", &rot, err)) == 0 &&
+  if (strcmp(s.arch, arch)) { /* cannot happen for the three: a guard */
+    rc = prm_errf(err, PRM_EPARSE, "%s: architecture %s read as %s", input, arch, s.arch);
+    goto done;
+  }
+  /* Llama 3.1's RoPE scaling: llama.cpp's rope_freqs. */
+  const prm_gguf_tensor_t *rf = prm_gguf_find_tensor(g, "rope_freqs.weight");
+  if (rf && (rc = prm__rope_freqs_import(g, rf, &s, input, err))) goto done;
+  if (prm_gguf_find_kv(g, PRM__AKEY("rope.dimension_count")) &&
+      (rc = prm_gguf_get_uint(g, key, &rot, err)) == 0 &&
       rot != (uint64_t)s.head_dim) {
-    rc = prm_errf(err, PRM_EPARSE, "%s: llama.rope.dimension_count %llu is not the head size "
-                  "%lld; partial rotary embeddings are not supported", input,
-                  (unsigned long long)rot, (long long)s.head_dim);
+    rc = prm_errf(err, PRM_EPARSE, "%s: %s %llu is not the head size %lld; partial rotary "
+                  "embeddings are not supported", input, key, (unsigned long long)rot,
+                  (long long)s.head_dim);
     goto done;
   }
   if (rc) goto done;
@@ -225,9 +315,9 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
     int ok = t->cols ? gt->ndim == 2 && gt->ne[0] == t->cols && gt->ne[1] == t->rows
                      : gt->ndim == 1 && gt->ne[0] == t->rows;
     if (!ok) {
-      rc = prm_errf(err, PRM_EPARSE, "%s: tensor %s: ne [%lld, %lld] does not match the llama.* "
+      rc = prm_errf(err, PRM_EPARSE, "%s: tensor %s: ne [%lld, %lld] does not match the %s.* "
                     "keys (expected [%lld, %lld])", input, t->gguf, (long long)gt->ne[0],
-                    (long long)gt->ne[1], (long long)(t->cols ? t->cols : t->rows),
+                    (long long)gt->ne[1], arch, (long long)(t->cols ? t->cols : t->rows),
                     (long long)(t->cols ? t->rows : 1));
       goto done;
     }
@@ -257,6 +347,7 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
     const char *gn = prm_gguf_tensor_at(g, i)->name;
     int used = 0;
     for (int k = 0; k < nt && !used; k++) used = !strcmp(tl[k].gguf, gn);
+    used |= rf && !strcmp(gn, "rope_freqs.weight");
     if (!used) PRM_WARN("%s: tensor %s is not part of primus' Llama and is left out", input, gn);
   }
 
@@ -286,6 +377,7 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   PRM_INFO("wrote %s: %d tensors, vocabulary %lld (%s), %lld layers, from %s", output, nt,
            (long long)s.h.vocab_size, s.h.tokenizer_type[0] ? s.h.tokenizer_type : "no tokenizer",
            (long long)L, input);
+#undef PRM__AKEY
 done:
   if (bufs)
     for (int i = 0; i < nt; i++) free(bufs[i]);
@@ -299,9 +391,10 @@ done:
 }
 
 static const prm_subtask_t prm__import_subs[] = {
-    {"gguf", "read an f32/f16 llama GGUF file into a checkpoint folder", NULL,
-     "Reads a GGUF file with general.architecture llama and f32 or f16 tensors and\n"
-     "writes a checkpoint folder in the Hugging Face layout (config.json,\n"
+    {"gguf", "read an f32/f16 llama, qwen2 or qwen3 GGUF file into a checkpoint folder", NULL,
+     "Reads a GGUF file with general.architecture llama, qwen2 (q/k/v biases) or qwen3\n"
+     "(q/k norms) and f32 or f16 tensors (a llama file's rope_freqs as Llama 3.1's\n"
+     "rope_scaling) and writes a checkpoint folder in the Hugging Face layout (config.json,\n"
      "model.safetensors in f32; tokenizer.json for a gpt2 vocabulary with merges;\n"
      "primus_tokenizer_type ByteTokenizer for the byte vocabulary). Q and K rows\n"
      "are permuted back to Hugging Face's rotate-half layout, so export gguf of the\n"

@@ -143,7 +143,28 @@ printf 'Café 1984 -- naïve!\n\ttabs  and   spaces\n' >> sample.txt
 # biases (llama.cpp's qwen2), Qwen 3's q/k norms with heads of 16 over
 # hidden 32 (qwen3, key_length), Llama 3.1's RoPE scaling on a context
 # long enough to reach its blended and slowed bands (llama with
-# rope_freqs). Import reads llama files only: these are refused by name.
+# rope_freqs). Each imports back (qwen2 and qwen3 as such, rope_freqs as
+# Hugging Face's rope_scaling) to the same model.safetensors, and exports
+# again to the same GGUF file, in f32 and f16.
+# roundtrip NAME CKPT: import NAME.gguf and NAME-f16.gguf and export again.
+roundtrip() {
+  local name=$1 ck=$2 dt
+  for dt in f32 f16; do
+    local f=$name.gguf
+    [[ $dt == f16 ]] && f=$name-f16.gguf
+    run import gguf --input "$f" --output "$T/$name-imp-$dt"
+    expect_rc "$name: import gguf ($dt)" 0
+    if [[ $dt == f32 ]]; then
+      if cmp -s "$ck/model.safetensors" "$T/$name-imp-$dt/model.safetensors"; then
+        ok "$name: import gives back model.safetensors byte for byte"
+      else bad "$name: imported model.safetensors differs"; fi
+    fi
+    run export gguf --load "$T/$name-imp-$dt" --output "$name-$dt-again.gguf" --dtype "$dt" --name "$name"
+    expect_rc "$name: export the import ($dt)" 0
+    if cmp -s "$f" "$name-$dt-again.gguf"; then ok "$name: export(import(gguf)) == gguf ($dt)"
+    else bad "$name: export(import(gguf)) differs ($dt)"; fi
+  done
+}
 case_variant() { # NAME TOKENS SEQ [KEY: VALUE]...
   local name=$1 toks=$2 seq=$3
   shift 3
@@ -161,14 +182,19 @@ case_variant() { # NAME TOKENS SEQ [KEY: VALUE]...
 }
 case_variant qwen2-bias "$BYTES" 32 "add_qkv_bias: true" "untie_embeddings_and_output_weights: true"
 expect_in "qwen2-bias: architecture qwen2" "qwen2" "$(head -c 200 qwen2-bias.gguf | tr -c '[:print:]' ' ')"
-run import gguf --input qwen2-bias.gguf --output "$T/qwen2-imp"
-expect_rc "import of a qwen2 file refused" 2
-expect_in "import names the architecture" 'general.architecture is "qwen2"' "$ERR"
+roundtrip qwen2-bias "$T/qwen2-bias/iter_0000020"
+expect_in "qwen2-bias: imported as qwen2" '"model_type":"qwen2"' "$(tr -d ' \t\n' <"$T/qwen2-bias-imp-f32/config.json" 2>/dev/null)"
 case_variant qwen3-norm "$BYTES" 32 "qk_layernorm: true" "kv_channels: 16"
 expect_in "qwen3-norm: architecture qwen3" "qwen3" "$(head -c 200 qwen3-norm.gguf | tr -c '[:print:]' ' ')"
+roundtrip qwen3-norm "$T/qwen3-norm/iter_0000020"
+expect_in "qwen3-norm: imported as qwen3 with head_dim 16" '"head_dim":16' "$(tr -d ' \t\n' <"$T/qwen3-norm-imp-f32/config.json" 2>/dev/null)"
 LONG=$(printf 'the jury said the grand county election produced no evidence that any irregularities took place the jury further said' | od -An -tu1 -v | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
 case_variant llama31-rope "$LONG" 128 "use_rope_scaling: true" "rope_scaling_factor: 8.0" \
   "micro_batch_size: 1" "global_batch_size: 1" "rotary_base: 500000"
+roundtrip llama31-rope "$T/llama31-rope/iter_0000020"
+expect_in "llama31-rope: rope_freqs imported as rope_scaling" \
+  '"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":8192}' \
+  "$(tr -d ' \t\n' <"$T/llama31-rope-imp-f32/config.json" 2>/dev/null)"
 # Over 8192 original positions the scaling barely moves these logits (a
 # few 1e-6), so the same weights with original_max_position_embeddings 32
 # (every band within the context) check it where it shows; without the
@@ -188,6 +214,14 @@ done
 run export gguf --load "$T/llama31-short" --output llama31-short.gguf --name llama31-short
 expect_rc "llama31-short: export gguf" 0
 check_llama "llama31-short" llama31-short.gguf "$T/llama31-short" "$LONG" 256 1e-4
+# Its rope_freqs have no blended band: import picks an original context
+# that puts every frequency in the same band, so the function, the weights
+# and the re-export are the same.
+run import gguf --input llama31-short.gguf --output "$T/llama31-short-imp"
+expect_rc "llama31-short: import gguf" 0
+run export gguf --load "$T/llama31-short-imp" --output llama31-short-again.gguf --name llama31-short
+if cmp -s llama31-short.gguf llama31-short-again.gguf; then ok "llama31-short: export(import(gguf)) == gguf"
+else bad "llama31-short: export(import(gguf)) differs"; fi
 run export logits --load "$T/llama31-plain" --tokens "$LONG" --output "$T/llama31-plain.prm"
 d=$(maxdiff "$T/llama31-plain.prm" "$T/llama31-short.ll")
 awk -v x="$d" 'BEGIN { exit !(x + 0 > 1e-4) }' && ok "unscaled RoPE is off by more than the check's 1e-4 ($d)" ||
