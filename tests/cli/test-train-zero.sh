@@ -4,12 +4,14 @@
 # P = 2 x D = 2 (tied head: the embedding's gradient added between the
 # ends before the shards are reduced) and, on a MoE model, E = 2 x D = 4
 # (the experts sharded over the expert-data-parallel pairs, the rest over
-# all four) follow the one-rank run with the same global batch over 12
-# steps: losses within 1e-5 relative per step and whole-model weights
-# within 1e-5 after the run. The memory line shows the optimizer shard: about a quarter of the
-# one-rank optimizer in each layout (half of a half at T = 2 x D = 2 and P
-# = 2 x D = 2; the dense part over 4 and the experts, 2 of 4 a rank, over
-# 2 at E = 2 x D = 4). Checkpoints hold the whole model and moments
+# all four) and T = 2 x D = 2 (the experts split over the tensor-parallel
+# pair) follow the one-rank run with the same global batch over 12 steps:
+# losses within 1e-5 relative per step and whole-model weights within
+# 1e-5 after the run. The memory line shows the optimizer shard: about a
+# quarter of the one-rank optimizer in each layout (half of a half at T =
+# 2 x D = 2 and P = 2 x D = 2; the dense part over 4 and the experts, 2 of
+# 4 a rank, over 2 at E = 2 x D = 4). Checkpoints hold the whole model and
+# moments
 # whatever the layout: T = 2 x D = 2 -> D = 4, D = 4 -> T = 2 x D = 2, P =
 # 2 x D = 2 -> D = 4 and E = 2 x D = 4 -> D = 4 resume at step 6 and end
 # within 1e-5 of the uninterrupted run; a NaN planted on rank 3 of E = 2 x
@@ -108,6 +110,12 @@ expect_in "epz: the memory line names both shards" "(shard 1/4; experts 1/2)" "$
 quarter "E = 2 x D = 4" "$MONE_OPT"
 same epz mone "E = 2 x D = 4 x ZeRO"
 # E = D (each rank's experts its own, kept whole): test-train-pp-moe.sh.
+# MoE x T = 2 x D = 2 (the experts split over the tensor-parallel pair;
+# tensor and expert parallel at once are refused, see docs/train.md).
+mexp tpmz "tensor_model_parallel_size: 2" "use_distributed_optimizer: true"
+launch 4 tpmz
+expect_in "tpmz: ZeRO-1 over the data-parallel pair" "data parallel: 2 ranks with the distributed optimizer (ZeRO-1)" "$ERR"
+same tpmz mone "MoE x T = 2 x D = 2 x ZeRO"
 
 # ---- Checkpoints across layouts ----
 exp z4 "use_distributed_optimizer: true" "train_iters: 6"
