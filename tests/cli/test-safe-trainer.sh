@@ -141,9 +141,10 @@ mkdir hb
 exp beat
 PRIMUS_HEARTBEAT_DIR=$T/hb run train pretrain --config beat.yaml train_iters=4
 expect_rc "run with a heartbeat" 0
-read -r hpid hstep hphase hms < hb/rank-0
+read -r hpid hstep hphase hms hhost hnode < hb/rank-0
 expect_eq "heartbeat: last step and phase" "$hstep $hphase" "4 done"
-if [[ $hpid =~ ^[0-9]+$ && $hms =~ ^[0-9]{13}$ ]]; then ok "heartbeat has a pid and a time in ms"
+if [[ $hpid =~ ^[0-9]+$ && $hms =~ ^[0-9]{13}$ && -n $hhost && -n $hnode ]]; then
+  ok "heartbeat has a pid, a time in ms, the host and the node"
 else bad "heartbeat record: $(cat hb/rank-0)"; fi
 exp restart
 sed -i '/auto_continue_train/d; /load:/d' restart.yaml
