@@ -284,9 +284,9 @@ static void test_dev_spec(void **state) {
    * GPU names what is missing (exit 2). */
   prm_dev_t *d = NULL;
   prm_err_t err = {0};
-  assert_int_equal(prm_bench_dev_open("tpu", &d, &err), PRM_ECONFIG);
+  assert_int_equal(prm_bench_dev_open("tpu", 0, &d, &err), PRM_ECONFIG);
   assert_null(d);
-  assert_int_equal(prm_bench_dev_open("cpu", &d, &err), 0);
+  assert_int_equal(prm_bench_dev_open("cpu", 0, &d, &err), 0);
   assert_int_equal(d->kind, PRM_DEV_KIND_CPU);
   prm_bench_dev_peak(d, &p);
   assert_true(p.fp32_tflops > 0);

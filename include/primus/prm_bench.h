@@ -256,10 +256,11 @@ void prm_bench_dev_peak(const prm_dev_t *d, prm_bench_dev_peak_t *out);
 double prm_bench_dev_peak_for(const prm_bench_dev_peak_t *p, int bf16);
 
 /* Opens the device `want` names ("auto", "cpu", "cuda"; NULL: auto) for a
- * benchmark, the CPU backend with the best GEMM built in; errors as
- * prm_dev_open (cuda without a GPU: PRM_EPLATFORM naming what is missing).
- * Close with prm_dev_close. */
-int prm_bench_dev_open(const char *want, prm_dev_t **out, prm_err_t *err);
+ * benchmark, the CPU backend with the best GEMM built in; a GPU: the one of
+ * `local_rank` (this rank's index on its node, as training takes it);
+ * errors as prm_dev_open (cuda without a GPU: PRM_EPLATFORM naming what is
+ * missing). Close with prm_dev_close. */
+int prm_bench_dev_open(const char *want, int local_rank, prm_dev_t **out, prm_err_t *err);
 
 /* C = op(A) op(B) on the device (prm_dev_sgemm, or prm_dev_gemm_bf16 with
  * o->bf16), o->backend ignored: one warm-up call, then batches of calls

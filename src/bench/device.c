@@ -73,9 +73,9 @@ double prm_bench_dev_peak_for(const prm_bench_dev_peak_t *p, int bf16) {
 /* Opening                                                                   */
 /* ------------------------------------------------------------------------ */
 
-int prm_bench_dev_open(const char *want, prm_dev_t **out, prm_err_t *err) {
+int prm_bench_dev_open(const char *want, int local_rank, prm_dev_t **out, prm_err_t *err) {
   *out = NULL;
-  prm_dev_opts_t o = {.want = want};
+  prm_dev_opts_t o = {.want = want, .local_rank = local_rank};
   int rc = prm_gemm_init(&o.gemm, NULL, err); /* the CPU backend's GEMM: the best built in */
   if (!rc) rc = prm_dev_open(&o, out, err);
   return rc;

@@ -76,7 +76,7 @@ int prm_pf_gpu_perf_measure(int quick, double v[PRM_PF__METRICS], char *why, siz
   int test = tagged && !strcmp(tagged, "1");
   prm_dev_t *d = NULL;
   prm_err_t e = {0};
-  if (prm_bench_dev_open(test ? "cpu" : "cuda", &d, &e)) {
+  if (prm_bench_dev_open(test ? "cpu" : "cuda", 0, &d, &e)) {
     snprintf(why, nwhy, "no GPU device: %s", e.msg);
     return -1;
   }

@@ -70,7 +70,7 @@ int prm__bench_peak(prm_task_ctx_t *ctx, prm_err_t *err) {
    * probes run); auto takes only a GPU. */
   const char *want = prm_args_str(ctx->args, "device");
   prm_dev_t *dev = NULL;
-  if ((rc = prm_bench_dev_open(want ? want : "auto", &dev, err)))
+  if ((rc = prm_bench_dev_open(want ? want : "auto", ctx->local_rank, &dev, err)))
     return prm_err_prefix(err, "benchmark peak --device %s", want ? want : "auto"), rc;
   if (dev->kind == PRM_DEV_KIND_CPU && !(want && !strcmp(want, "cpu"))) {
     if (!want || !strcmp(want, "auto")) PRM_INFO("benchmark peak: no GPU device (%s)", dev->why);
@@ -319,7 +319,7 @@ int prm__bench_train(prm_task_ctx_t *ctx, prm_err_t *err) {
   /* The device training will take, for its peak: opened once here (auto
    * may fall back to the CPU) and closed before the run opens its own. */
   prm_dev_t *dev = NULL;
-  if ((rc = prm_bench_dev_open(o.device, &dev, err)))
+  if ((rc = prm_bench_dev_open(o.device, ctx->local_rank, &dev, err)))
     return prm_err_prefix(err, "benchmark train --device %s", o.device ? o.device : "auto"), rc;
   int on_dev = want || dev->kind != PRM_DEV_KIND_CPU;
   prm_bench_dev_peak_t pk;

@@ -40,7 +40,7 @@ int prm__bench_device_opt(prm_task_ctx_t *ctx, const char *cmd, prm_dev_t **d, p
   *d = NULL;
   const char *want = prm_args_str(ctx->args, "device");
   if (!want) return 0;
-  int rc = prm_bench_dev_open(want, d, err);
+  int rc = prm_bench_dev_open(want, ctx->local_rank, d, err);
   if (rc) return prm_err_prefix(err, "benchmark %s --device %s", cmd, want), rc;
   prm_sb_t sb = {0};
   prm_dev_describe(*d, &sb);
