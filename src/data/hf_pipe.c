@@ -796,6 +796,7 @@ void prm__hfp_decode(const prm__hfp_t *h, const prm__bpe_t *b, const int32_t *id
     case D_STRIP:
       for (size_t i = 0; i < t.n; i++) {
         prm_sb_t *x = &t.v[i];
+        if (!x->len) continue;
         size_t cl = strlen(d->a), a = 0, z = x->len;
         for (int r = 0; r < d->left && cl && a + cl <= z && !memcmp(x->buf + a, d->a, cl); r++)
           a += cl;
