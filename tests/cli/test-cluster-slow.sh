@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # test-cluster-slow.sh - a planted slow host on the namespace cluster
 # (scripts/cluster-local.sh, three hosts, brought down by the EXIT trap):
-#   - the baseline: this machine's GEMM figure, measured on the healthy cn1
-#     (`preflight check --perf --quick --only perf.gemm_fp32`);
-#   - `cluster-local.sh throttle DIR cn2 3`: cn2's slurmd and everything it
-#     starts get 3% of one CPU (a cgroup CPU quota);
+#   - the baseline: this machine's GEMM figure, the best of three on the
+#     healthy cn1 (`preflight check --perf --quick --only perf.gemm_fp32`);
+#   - `cluster-local.sh throttle DIR cn2 1`: cn2's slurmd and everything it
+#     starts get 1% of one CPU (a cgroup CPU quota);
 #   - `primus preflight bisect` over cn1..cn3 whose group test is a real
 #     `srun -N {n} --nodelist {nodes} ... preflight check --perf` against that
-#     baseline (FAIL below 25% of it) finds exactly cn2 and writes
+#     baseline (FAIL below 10% of it) finds exactly cn2 and writes
 #     failed_nodes.txt;
 #   - the next job, `primus slurm srun -N2 -n2 --exclude-failed RUN_DIR`,
 #     runs on cn1 and cn3 and trains.
@@ -49,23 +49,28 @@ crun() {
 }
 
 # ---- the baseline, measured on a healthy host ----
+# The best of three: the machine is shared, and a figure taken while other
+# work runs would make the baseline, and with it the bar, too low.
 printf 'platform: cpu\ngemm_fp32_gflops: 1.0\n' >"$T/probe.yaml"
-OUT=$("$CL" exec "$C" cn1 -- "$PRIMUS_BIN" preflight check --perf --quick --only perf.gemm_fp32 --baseline "$T/probe.yaml" 2>&1)
-G=$(sed -n 's/^perf\.gemm_fp32 *[A-Z]* *\([0-9.]*\) GFLOP\/s.*/\1/p' <<<"$OUT" | head -1)
+OUT=$(for i in 1 2 3; do "$CL" exec "$C" cn1 -- "$PRIMUS_BIN" preflight check --perf --quick --only perf.gemm_fp32 --baseline "$T/probe.yaml" 2>&1; done)
+G=$(sed -n 's/^perf\.gemm_fp32 *[A-Z]* *\([0-9.]*\) GFLOP\/s.*/\1/p' <<<"$OUT" | sort -g | tail -1)
 if [[ $G =~ ^[0-9.]+$ ]] && awk -v g="$G" 'BEGIN { exit !(g > 0.5) }'; then ok "cn1's GEMM: $G GFLOP/s (the baseline)"
 else bad "no GEMM figure from cn1: $OUT"; G=10; fi
 printf 'platform: cpu\ngemm_fp32_gflops: %s\n' "$G" >"$T/baseline.yaml"
 
 # ---- cn2 throttled ----
-OUT=$("$CL" throttle "$C" cn2 3 2>&1)
-expect_eq "throttle cn2 to 3% of a CPU" "$?" 0
+# 1% of a CPU: a GEMM there reaches ~4% of the idle baseline, where a
+# healthy host on this shared 2-core machine was seen as low as 12% of it
+# (under the full test suite); the bar is 10%.
+OUT=$("$CL" throttle "$C" cn2 1 2>&1)
+expect_eq "throttle cn2 to 1% of a CPU" "$?" 0
 CG=$(sed -n 's/.*(\(.*\))$/\1/p' <<<"$OUT")
 expect_in "cn2's slurmd is in the cgroup" "$(cat "$C/run/slurmd-cn2.pid")" "$(cat "$CG/cgroup.procs" 2>/dev/null)"
 
 export PRIMUS_RUN_DIR=$T/bisect-run
 crun preflight bisect --nodes cn1,cn2,cn3 --rounds 1 --timeout 90 -- \
   srun -N {n} --nodelist {nodes} --ntasks-per-node 1 --mpi=pmix \
-  "$PRIMUS_BIN" preflight check --perf --quick --only perf.gemm_fp32 --baseline "$T/baseline.yaml" --threshold 0.25
+  "$PRIMUS_BIN" preflight check --perf --quick --only perf.gemm_fp32 --baseline "$T/baseline.yaml" --threshold 0.1
 unset PRIMUS_RUN_DIR
 expect_rc "bisect over live srun group tests finds a bad node" 2
 expect_in "exactly cn2" "bad nodes (1): cn2 (accused by every round)" "$OUT"

@@ -143,6 +143,8 @@ PRIMUS_HEARTBEAT_DIR=$T/hb run train pretrain --config beat.yaml train_iters=4
 expect_rc "run with a heartbeat" 0
 read -r hpid hstep hphase hms hhost hnode < hb/rank-0
 expect_eq "heartbeat: last step and phase" "$hstep $hphase" "4 done"
+# Outside Slurm the node is the host name (under srun, SLURMD_NODENAME).
+expect_eq "heartbeat: host and node" "$hhost $hnode" "$(hostname) $(hostname)"
 if [[ $hpid =~ ^[0-9]+$ && $hms =~ ^[0-9]{13}$ && -n $hhost && -n $hnode ]]; then
   ok "heartbeat has a pid, a time in ms, the host and the node"
 else bad "heartbeat record: $(cat hb/rank-0)"; fi
