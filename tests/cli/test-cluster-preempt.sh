@@ -63,8 +63,10 @@ wait_for() { # SECONDS WHAT CMD...
 job_state() { CX squeue -h -j "$1" -t all -o %T 2>/dev/null; }
 
 small_corpus corpus.txt
-STEPS=200
-COMMON=("micro_batch_size: 1" "global_batch_size: 4" "train_iters: $STEPS" "save_interval: 1000" "log_interval: 20" "auto_continue_train: true")
+# 1000 steps of 8 micro-batches a rank (seconds at least: 200 steps of 2
+# once ended before the high job arrived, 300 of 8 were preempted at 191).
+STEPS=1000
+COMMON=("micro_batch_size: 1" "global_batch_size: 16" "train_iters: $STEPS" "save_interval: 1000" "log_interval: 100" "auto_continue_train: true")
 tiny_exp ref "save: $T/ck-ref" "load: $T/ck-ref" "${COMMON[@]}"
 tiny_exp pre "save: $T/ck-pre" "load: $T/ck-pre" "${COMMON[@]}"
 run direct --nproc 2 -- train pretrain --config ref.yaml
@@ -98,10 +100,10 @@ done
 EV=$(cat "$RD/events.jsonl" 2>/dev/null)
 expect_in "events: requeue" '"event":"requeue","restart_count":1' "$EV"
 expect_eq "every step ran once over both attempts" "$(grep '^{"step"' <<<"$EV" | sed 's/.*"step":\([0-9]*\),.*/\1/' | sort -n | uniq | wc -l) $(grep -c '^{"step"' <<<"$EV")" "$STEPS $STEPS"
-if cmp -s "$T/ck-ref/iter_0000$STEPS/model.safetensors" "$T/ck-pre/iter_0000$STEPS/model.safetensors"; then
+if cmp -s "$T/ck-ref/iter_$(printf %07d $STEPS)/model.safetensors" "$T/ck-pre/iter_$(printf %07d $STEPS)/model.safetensors"; then
   ok "preempted + requeued 2-host run: weights byte-identical to the uninterrupted 2-rank run"
 else
-  bad "weights differ: $(cmp "$T/ck-ref/iter_0000$STEPS/model.safetensors" "$T/ck-pre/iter_0000$STEPS/model.safetensors" 2>&1)"
+  bad "weights differ: $(cmp "$T/ck-ref/iter_$(printf %07d $STEPS)/model.safetensors" "$T/ck-pre/iter_$(printf %07d $STEPS)/model.safetensors" 2>&1)"
 fi
 META=$(tr -d ' \t\n' <"$RD/metadata.json" 2>/dev/null)
 expect_in "metadata: one preemption" '"preemptions":1' "$META"
