@@ -87,8 +87,9 @@ static int prm__pf_check_node(prm_task_ctx_t *ctx, prm_pf_opts_t *o, const char 
 
 /* Started as several ranks (mpirun, srun): one check per node, gathered on
  * rank 0, which alone writes the node files and the report. Every rank
- * finalises MPI before it returns, so the exit code (2 on rank 0 when a
- * node FAILs) is only a verdict: mpirun does not stop the job for it. */
+ * finalises MPI before it returns, and only rank 0 exits non-zero (2 when
+ * a node FAILs or a rank could not check), so the exit code is a verdict
+ * that comes after rank 0's report. */
 static int prm__pf_check_ranks(prm_task_ctx_t *ctx, prm_pf_opts_t *o, const char *node,
                                prm_err_t *node_err, prm_err_t *err) {
   prm_comm_t *w;
@@ -127,10 +128,10 @@ static int prm__pf_check_ranks(prm_task_ctx_t *ctx, prm_pf_opts_t *o, const char
   /* An MPI failure leaves MPI up: the exit hook then skips finalising and
    * the launcher stops the other ranks. */
   if (rc && !verdict_err) return rc;
-  if (rc == 0 && local.code && me != 0) {
-    *err = local;
-    rc = local.code;
-  }
+  /* A rank that could not check its node said why in its log, and rank 0
+   * reports it in the verdict and exits non-zero: that rank itself exits 0.
+   * Its own non-zero exit would make mpirun stop rank 0 before rank 0
+   * printed the verdict (seen on a loaded machine). */
   prm_err_t ferr = {0};
   if (prm_comm_finalize(&ferr)) PRM_WARN("%s", ferr.msg);
   if (rc) return rc;
