@@ -873,9 +873,23 @@ done:
     /* A signal that arrived after the last poll is taken here, so that
      * unblocking does not deliver it to the restored disposition. */
     prm__preempt_poll(&preempt_set);
-    prm__preempt_mask(SIG_UNBLOCK, &preempt_set);
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGUSR1, &old_usr1, NULL);
+    if (prm__preempt_signal) {
+      /* Preempted: the checkpoint is saved and the run is ending. Slurm
+       * repeats the preemption signal while the job is up; one that came
+       * after the old disposition was back killed a rank that had saved
+       * (exit 138 instead of 4: the batch script did not requeue). */
+      struct sigaction ign;
+      memset(&ign, 0, sizeof ign);
+      ign.sa_handler = SIG_IGN;
+      sigemptyset(&ign.sa_mask);
+      sigaction(SIGTERM, &ign, NULL);
+      sigaction(SIGUSR1, &ign, NULL);
+      prm__preempt_mask(SIG_UNBLOCK, &preempt_set);
+    } else {
+      prm__preempt_mask(SIG_UNBLOCK, &preempt_set);
+      sigaction(SIGTERM, &old_term, NULL);
+      sigaction(SIGUSR1, &old_usr1, NULL);
+    }
   }
   if (events) fclose(events);
   prm__hb_close(&hb);
