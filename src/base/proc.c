@@ -22,6 +22,8 @@ extern char **environ;
 /* The child that prm_proc_run with forward_signals waits for: the one piece
  * of mutable global state here, because a signal handler has no context. */
 static volatile sig_atomic_t prm__fwd_child;
+/* Set once a signal was passed on to that child (see prm__fwd_restore). */
+static volatile sig_atomic_t prm__fwd_sent;
 
 static const int prm__fwd_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 #define PRM__NFWD ((int)(sizeof prm__fwd_signals / sizeof prm__fwd_signals[0]))
@@ -31,7 +33,10 @@ static void prm__fwd_handler(int sig, siginfo_t *info, void *uctx) {
   /* SI_KERNEL: typed at the terminal, so the child has it already. */
   if (info && info->si_code == SI_KERNEL) return;
   pid_t pid = (pid_t)prm__fwd_child;
-  if (pid > 0) kill(pid, sig);
+  if (pid > 0) {
+    kill(pid, sig);
+    prm__fwd_sent = 1;
+  }
 }
 
 static void prm__fwd_install(pid_t child, struct sigaction *saved) {
@@ -53,9 +58,26 @@ static void prm__fwd_install(pid_t child, struct sigaction *saved) {
   }
 }
 
+/* After the child ended. SIGUSR1/SIGUSR2 (a scheduler's preemption or
+ * time-limit warning) are only ever meant for the task: once one was passed
+ * on, further copies are ignored rather than given back their default
+ * action, which would end this process while it finishes. Slurm repeats
+ * the preemption signal while a job is up, and a copy arriving here killed
+ * the launcher of a rank that had saved and exited 4 (srun saw 138: no
+ * requeue). */
 static void prm__fwd_restore(const struct sigaction *saved) {
-  for (int i = 0; i < PRM__NFWD; i++) sigaction(prm__fwd_signals[i], &saved[i], NULL);
+  struct sigaction ign;
+  memset(&ign, 0, sizeof ign);
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  for (int i = 0; i < PRM__NFWD; i++) {
+    int s = prm__fwd_signals[i];
+    int keep_off = prm__fwd_sent && (s == SIGUSR1 || s == SIGUSR2) &&
+                   saved[i].sa_handler == SIG_DFL;
+    sigaction(s, keep_off ? &ign : &saved[i], NULL);
+  }
   prm__fwd_child = 0;
+  prm__fwd_sent = 0;
 }
 
 /* ---- starting, waiting and replacing -------------------------------------- */
