@@ -313,6 +313,39 @@ void prm_attention_decode(float *out /* (Tq,H,D) */, const float *q /* (Tq,H,D) 
                           const float *kc /* (Tk,G,D) */, const float *vc /* (Tk,G,D) */,
                           int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D);
 
+/* Ring attention's pieces (context parallel; src/kernels/attention_cp.c):
+ * attention of query rows against one block of keys, every row and key
+ * carrying its position in the whole sequence (qpos (Tq), kpos (Tk), the
+ * same for each of the B sequences, increasing): row i sees key j iff
+ * kpos[j] <= qpos[i]. merge 0: out and lse get the block's result (rows
+ * that see no key: out 0, lse -inf); merge 1: it is merged into them, so
+ * that after every block out and lse are those of all the keys. */
+void prm_attention_part_forward(float *out /* (B,Tq,H,D) */, float *lse /* (B,H,Tq) */,
+                                const float *q /* (B,Tq,H,D) */, const float *k /* (B,Tk,G,D) */,
+                                const float *v /* (B,Tk,G,D) */, const int32_t *qpos /* (Tq) */,
+                                const int32_t *kpos /* (Tk) */, int64_t B, int64_t Tq, int64_t Tk,
+                                int64_t H, int64_t G, int64_t D, int merge);
+/* out, lse <- the softmax over the keys of both (out, lse) and (out2,
+ * lse2), each the attention of the same rows over disjoint keys: the
+ * log-sum-exp merge of ring attention. */
+void prm_attention_merge(float *out /* (B,T,H,D) */, float *lse /* (B,H,T) */,
+                         const float *out2 /* (B,T,H,D) */, const float *lse2 /* (B,H,T) */,
+                         int64_t B, int64_t T, int64_t H, int64_t D);
+/* di[b,h,i] = dout . out of each row: the backward's row term. */
+void prm_attention_rowdot(float *di /* (B,H,T) */, const float *dout /* (B,T,H,D) */,
+                          const float *out /* (B,T,H,D) */, int64_t B, int64_t T, int64_t H,
+                          int64_t D);
+/* One block's share of the gradients, ADDED to dq, dk, dv: lse and di are
+ * the rows' final ones (over every block), so the shares of all blocks sum
+ * to the whole backward. */
+void prm_attention_part_backward(float *dq /* (B,Tq,H,D) */, float *dk /* (B,Tk,G,D) */,
+                                 float *dv /* (B,Tk,G,D) */, const float *dout /* (B,Tq,H,D) */,
+                                 const float *q, const float *k, const float *v,
+                                 const float *lse /* (B,H,Tq) */, const float *di /* (B,H,Tq) */,
+                                 const int32_t *qpos /* (Tq) */, const int32_t *kpos /* (Tk) */,
+                                 int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G,
+                                 int64_t D);
+
 /* ------------------------------------------------------------------------ */
 /* Cross-entropy                                                             */
 /* ------------------------------------------------------------------------ */

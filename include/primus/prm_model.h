@@ -182,6 +182,12 @@ typedef struct {
    * the group's tokens). The router is whole and a shared expert split,
    * either way. Not combined with expert parallelism yet. */
   int etp_size;
+  /* Context parallel (context_parallel_size, src/model/cp.c): the group's
+   * cp_size ranks each hold 1/cp_size of every sequence, chunks r and
+   * 2 cp_size - 1 - r of its 2 cp_size equal chunks; attention runs as a
+   * ring over the group. cp_size 1 (or 0): whole sequences. */
+  int cp_size, cp_rank;
+  prm_comm_t *cp_comm; /* the group (borrowed), NULL when cp_size <= 1 */
 } prm_llama_tp_t;
 
 /* Pointers of one layer's tensors inside a block (params or grads). */
@@ -209,7 +215,8 @@ enum {
 typedef struct prm_llama {
   prm_llama_config_t cfg;
   unsigned flags;
-  int64_t B, T;          /* micro-batch rows and sequence length the buffers fit */
+  int64_t B, T;          /* micro-batch rows and sequence length the buffers fit (under
+                          * context parallelism the rank's T / cp_size rows of each) */
   prm_gemm_t gemm;
   /* The device every pass computes on (borrowed, or own_dev: a CPU device
    * over `gemm` made by prm_llama_new_tp). On a device with its own memory
@@ -268,6 +275,13 @@ typedef struct prm_llama {
   int64_t Fel, Fsl;      /* tensor parallelism: each expert's and the shared expert's
                           * SwiGLU columns on this rank (moe_ffn, shared_ffn over T) */
   int64_t full_nparams;  /* prm_llama_param_count: the whole model */
+  /* Context parallel (cp.c; NULL without): every rank's positions, rank
+   * j's T at cp_posall + j T; this rank's for each sequence (B,T), which
+   * rotate q and k; the ring's blocks (cp_bytes): keys/values in flight
+   * and their gradients on the way back. */
+  int32_t *cp_posall, *cp_pos;
+  float *cp_buf;
+  size_t cp_bytes;
   int tp_rc;
   prm_err_t tp_err;
   double tp_seconds;     /* time spent in the group's collectives (the caller resets it) */

@@ -72,6 +72,7 @@ typedef struct {
                                  * parallel size and num_experts */
   int etp;                      /* expert_tensor_parallel_size (0: null, = tp): 1 or tp */
   int pp;                       /* pipeline_model_parallel_size (1: off); world = pp x dp x tp */
+  int cp;                       /* context_parallel_size (1: off); world = pp x dp x cp x tp */
   int vpp;                      /* model chunks a pipeline rank holds (1: plain 1F1B) */
   int pp_nsplit;                /* pipeline_layer_split given: pp x vpp counts; 0: balanced */
   int64_t pp_split[PRM_PP_MAX];

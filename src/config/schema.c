@@ -99,6 +99,7 @@ static const prm_key_t prm__keys[] = {
     KEY("pipeline_model_parallel_size", INT, GE1, NULL, 0, 0, "Pipeline-parallel stages."),
     KEY("virtual_pipeline_model_parallel_size", INT, GE1, NULL, 1, 0, "Model chunks per pipeline rank (the interleaved 1F1B schedule); null: one."),
     KEY("num_layers_per_virtual_pipeline_stage", INT, GE1, NULL, 1, 0, "Layers per model chunk of the interleaved schedule (another way to set the chunks); null: one chunk a rank."),
+    KEY("context_parallel_size", INT, GE1, NULL, 0, 0, "Context-parallel group size: ranks that share each sequence (each holds 2 of its 2N chunks, attention as a ring); seq_length divides by 2N. With data and tensor parallel and the distributed optimizer; not yet with pipeline or expert parallel, MoE or fine-tuning."),
     KEY("expert_model_parallel_size", INT, GE1, NULL, 0, 0, "Expert-parallel group size: ranks that share out the experts of each MoE layer (a subset of the data-parallel group; divides it and num_experts)."),
     KEY("expert_tensor_parallel_size", INT, GE1, NULL, 1, 0, "MoE with tensor parallelism: null or tensor_model_parallel_size splits each expert's SwiGLU over the tensor-parallel group as the dense MLP; 1 keeps every expert whole on each rank. Not with expert_model_parallel_size > 1 yet."),
     KEY("use_distributed_optimizer", BOOL, ANY, NULL, 0, 0, "Shard optimizer state across data-parallel ranks (ZeRO-1)."),

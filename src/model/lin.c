@@ -179,6 +179,10 @@ static int prm__attn16(const prm_llama_t *m) {
  * attention runs in bf16. */
 void prm__attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B) {
   int64_t T = m->T, N = B * T, D = prm_llama_head_dim(&m->cfg), H = m->Hl, G = m->Gl;
+  if (m->tp.cp_size > 1) { /* ring attention over the sequence's ranks, fp32 (cp.c) */
+    prm__cp_attn_fwd(m, a, B);
+    return;
+  }
   if (!prm__attn16(m)) {
     prm_dev_attention_forward(m->dev, a->att, a->lse, a->q, a->k, a->v, m->pass_seg, B, T, H, G,
                               D);
@@ -196,6 +200,10 @@ void prm__attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B) {
 void prm__attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B) {
   int64_t T = m->T, N = B * T, D = prm_llama_head_dim(&m->cfg), H = m->Hl, G = m->Gl;
   prm_llama_acts_t *s = m->acts;
+  if (m->tp.cp_size > 1) {
+    prm__cp_attn_bwd(m, a, B);
+    return;
+  }
   if (!prm__attn16(m)) {
     prm_dev_attention_backward(m->dev, s->dq, s->dk, s->dv, s->datt, a->q, a->k, a->v, a->att,
                                a->lse, m->pass_seg, B, T, H, G, D);

@@ -358,6 +358,7 @@ static int prm__dev_check(const prm_llama_config_t *c, const prm_dev_t *dev,
   else if (tp && tp->size > 1) key = "tensor_model_parallel_size";
   else if (tp && tp->ep_size > 1) key = "expert_model_parallel_size";
   else if (tp && tp->pp_size > 1) key = "pipeline_model_parallel_size";
+  else if (tp && tp->cp_size > 1) key = "context_parallel_size";
   if (!key) return 0;
   return prm_errf(err, PRM_ECONFIG, "%s: not on the %s device yet (device: cpu runs it)", key,
                   dev->i->name);
@@ -377,6 +378,12 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
                     "seq_length %lld must be between 1 and max_position_embeddings %lld",
                     (long long)T, (long long)c->max_pos);
   if (dev && (rc = prm__dev_check(c, dev, tp, err))) return rc;
+  int csize = tp && tp->cp_size > 1 ? tp->cp_size : 1;
+  PRM_ASSERT(csize == 1 || (tp->cp_comm && tp->cp_rank >= 0 && tp->cp_rank < csize));
+  if (csize > 1 && T % (2 * csize))
+    return prm_errf(err, PRM_ECONFIG,
+                    "seq_length %lld must be a multiple of 2 x context_parallel_size = %d (each "
+                    "rank holds two equal chunks of every sequence)", (long long)T, 2 * csize);
   int esize = tp && tp->ep_size > 1 ? tp->ep_size : 1;
   if ((rc = prm_llama_ep_check_config(c, esize, err))) return rc;
   int etp = tsize > 1 && c->experts ? (tp->etp_size > 0 ? tp->etp_size : tsize) : 1;
@@ -393,7 +400,7 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
   m->cfg = *c;
   m->flags = flags;
   m->B = B;
-  m->T = T;
+  m->T = T / csize; /* context parallel: this rank's rows of each sequence */
   m->gemm = *gemm;
   PRM_ASSERT(esize == 1 || (tp->ep_comm && tp->ep_rank >= 0 && tp->ep_rank < esize));
   m->tp = (prm_llama_tp_t){.size = 1, .rank = 0, .comm = NULL, .ep_size = 1, .pp_size = 1};
@@ -403,6 +410,11 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
     m->tp.comm = tp->comm;
   }
   m->tp.etp_size = etp;
+  m->tp.cp_size = csize;
+  if (csize > 1) {
+    m->tp.cp_rank = tp->cp_rank;
+    m->tp.cp_comm = tp->cp_comm;
+  }
   if (esize > 1) {
     m->tp.ep_size = tp->ep_size;
     m->tp.ep_rank = tp->ep_rank;
@@ -526,6 +538,10 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
   m->nslots = 1;
   if (prm__acts_new(m, &m->slots[0], what, sizeof what)) goto fail_nomem;
   m->acts = m->slots[0];
+  if (csize > 1 && prm__cp_new(m)) {
+    snprintf(what, sizeof what, "context-parallel ring buffers");
+    goto fail_nomem;
+  }
   *out = m;
   return 0;
 
@@ -560,6 +576,7 @@ void prm_llama_free(prm_llama_t *m) {
   prm_dev_free(m->dev, PRM_MEM_SCRATCH, m->ones, (size_t)m->nones * sizeof(float));
   for (int k = 0; k < m->nslots; k++) prm__acts_free(m, m->slots[k]);
   free(m->slots);
+  prm__cp_free(m);
   free(m->tensors);
   free(m->layer);
   free(m->layer_t0);
@@ -694,6 +711,13 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
   }
   if (m->tp.size > 1)
     prm_sb_appendf(out, " (tensor-parallel shard %d of %d)", m->tp.rank + 1, m->tp.size);
+  if (m->tp.cp_size > 1) {
+    char r[32];
+    prm_fmt_bytes(r, sizeof r, (double)m->cp_bytes);
+    prm_sb_appendf(out, " (context-parallel rank %d of %d: %lld of %lld tokens of each sequence, "
+                   "ring buffers %s)", m->tp.cp_rank + 1, m->tp.cp_size, (long long)m->T,
+                   (long long)(m->T * m->tp.cp_size), r);
+  }
   if (m->tp.pp_size > 1)
     prm_sb_appendf(out, " (pipeline stage %d of %d: %lld of %lld parameters)", m->tp.pp_rank,
                    m->tp.pp_size, (long long)m->nparams, (long long)m->full_nparams);

@@ -102,6 +102,19 @@ void prm__lin_bwd(prm_llama_t *m, float *dx, float *dw, const float *dy, const p
 void prm__attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B);
 void prm__attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B);
 
+/* ---- cp.c: context parallelism ---- */
+
+/* The positions and ring buffers of a context-parallel model (m->tp.cp_size
+ * > 1, m->T already the rank's share); PRM_ENOMEM. Freed by prm__cp_free. */
+int prm__cp_new(prm_llama_t *m);
+void prm__cp_free(prm_llama_t *m);
+/* Ring attention of one layer: a->att, a->lse over the whole sequence from
+ * this rank's a->q and every rank's a->k, a->v; backward: m->acts' dq, dk,
+ * dv (overwritten) from datt, dk/dv of the other ranks' queries summed in.
+ * Communication errors are kept in m->tp_rc, as the tensor-parallel sums'. */
+void prm__cp_attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B);
+void prm__cp_attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B);
+
 /* ---- moe.c: the mixture-of-experts MLP ---- */
 
 /* Rows the experts of this rank compute at most in a pass over N tokens:

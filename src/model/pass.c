@@ -180,7 +180,8 @@ static void prm__pass_ids(prm_llama_t *m, const int32_t *tokens, const int32_t *
   *dtok = tokens;
   *dtgt = targets;
   m->pass_seg = m->pack_seg;
-  m->pass_pos = m->pack_pos;
+  /* Context parallel: the rank's rows sit at their chunks' positions. */
+  m->pass_pos = m->pack_pos ? m->pack_pos : m->cp_pos;
   if (prm_dev_is_host(m->dev)) return;
   size_t bytes = (size_t)(B * m->T) * sizeof(int32_t);
   prm_err_t err = {0};

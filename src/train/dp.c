@@ -31,7 +31,7 @@ int prm__dp_open(prm__dp_t *dp, const prm_train_opts_t *o, const prm__par_t *par
                  int64_t nparams, prm_err_t *err) {
   (void)err;
   memset(dp, 0, sizeof *dp);
-  dp->size = 1;
+  dp->size = dp->dsize = 1;
   dp->overlap = o->overlap_grad_reduce;
   dp->bucket = o->ddp_bucket_size > 0 ? o->ddp_bucket_size : nparams;
   dp->rlo = 0;
@@ -43,6 +43,9 @@ int prm__dp_open(prm__dp_t *dp, const prm_train_opts_t *o, const prm__par_t *par
   dp->world = par->dp;
   dp->rank = par->dp_rank;
   dp->size = par->dp_size;
+  int cp = par->cp_size > 1 ? par->cp_size : 1;
+  dp->drank = dp->rank / cp;
+  dp->dsize = dp->size / cp;
   /* At most one request per bucket, plus the tail. */
   dp->cap = (int)((nparams + dp->bucket - 1) / dp->bucket) + 2;
   dp->reqs = prm_xcalloc((size_t)dp->cap, sizeof *dp->reqs);

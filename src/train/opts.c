@@ -244,6 +244,45 @@ static int prm__engine_keys(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   return 0;
 }
 
+/* context_parallel_size (src/model/cp.c): the key, and what it does not
+ * combine with yet, each refusal naming the other key. */
+static int prm__context_parallel(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *err) {
+  const char *k = "context_parallel_size";
+  int64_t cp = 1;
+  o->cp = 1;
+  int rc = prm__int(e, k, 1, &cp, err);
+  if (rc) return prm__prefix_origin(e, k, err);
+  if (cp < 1 || cp > 4096)
+    return prm__prefix_origin(e, k, (prm_errf(err, PRM_ECONFIG, "%s: must be between 1 and 4096, "
+                                              "got %lld", k, (long long)cp), err));
+  if (cp == 1) return 0;
+  const char *other = NULL, *why = NULL;
+  if (o->seq_length % (2 * cp))
+    return prm__prefix_origin(e, k, (prm_errf(err, PRM_ECONFIG, "%s %lld: seq_length %lld must be "
+                                              "a multiple of 2 x %lld = %lld (each rank holds two "
+                                              "equal chunks of every sequence)", k, (long long)cp,
+                                              (long long)o->seq_length, (long long)cp,
+                                              (long long)(2 * cp)), err));
+  if (o->sft)
+    other = "post_trainer", why = "fine-tuning's packed and padded sequences (segment ids across "
+                                  "the ring) are not split yet";
+  else if (o->pp > 1)
+    other = "pipeline_model_parallel_size", why = "the pipeline's stages are not split by context "
+                                                  "yet";
+  else if (o->ep > 1)
+    other = "expert_model_parallel_size", why = "expert parallel is not combined with it yet";
+  else if (o->model.experts)
+    other = "num_experts", why = "the router's load-balancing losses would count each rank's "
+                                 "rows alone";
+  if (other)
+    return prm__prefix_origin(e, k, (prm_errf(err, PRM_ECONFIG, "%s %lld with %s: not supported "
+                                              "(%s); context parallel runs with data and tensor "
+                                              "parallel and the distributed optimizer", k,
+                                              (long long)cp, other, why), err));
+  o->cp = (int)cp;
+  return 0;
+}
+
 int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *err) {
   memset(o, 0, sizeof *o);
   prm_llama_config_t *c = &o->model;
@@ -541,6 +580,7 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                                         o->pp), err));
   if ((rc = prm_llama_ep_check_config(&o->model, o->ep, err)))
     return prm__prefix_origin(e, "expert_model_parallel_size", err);
+  if ((rc = prm__context_parallel(e, o, err))) return rc;
   /* Megatron's expert_tensor_parallel_size: null is tensor_model_parallel_size. */
   {
     const char *ek = "expert_tensor_parallel_size";

@@ -17,7 +17,14 @@
  * (d % E + 1) El)); the ranks that hold the same experts (the same d % E,
  * D / E of them) form the expert-data-parallel group over which those
  * experts' gradients are summed (prm__par_open_ep). In a pipeline both
- * stay inside a stage: each stage's experts are its own. */
+ * stay inside a stage: each stage's experts are its own.
+ *
+ * Context parallelism (context_parallel_size CP) sits between tensor and
+ * data parallel, as in Megatron: world = P x D x CP x T. Its ranks hold
+ * the same weights and see different rows of the same sequences, so for
+ * the weights they are data-parallel ranks: dp_size and dp_rank here count
+ * CP x D and the gradient sums (dp.c, zero.c) run over both; the data
+ * share is taken by dp_rank / CP of dp_size / CP (prm__dp_t.drank). */
 #define _GNU_SOURCE
 #include "train-impl.h"
 
@@ -25,10 +32,10 @@
 
 static int prm__par_layout(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *err) {
   memset(p, 0, sizeof *p);
-  int T = o->tp > 1 ? o->tp : 1, P = o->pp > 1 ? o->pp : 1;
-  p->tp_size = p->dp_size = p->pp_size = p->size = 1;
+  int T = o->tp > 1 ? o->tp : 1, P = o->pp > 1 ? o->pp : 1, CP = o->cp > 1 ? o->cp : 1;
+  p->tp_size = p->dp_size = p->pp_size = p->cp_size = p->size = 1;
   /* What the layout asks for, named as the experiment names it. */
-  char what[128];
+  char what[160];
   if (P == 1)
     snprintf(what, sizeof what, "tensor_model_parallel_size %d", T);
   else if (T == 1)
@@ -36,19 +43,25 @@ static int prm__par_layout(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *
   else
     snprintf(what, sizeof what, "tensor_model_parallel_size %d x pipeline_model_parallel_size %d",
              T, P);
+  if (CP > 1) { /* named alone, or after what else divides the world */
+    size_t len = strlen(what);
+    if (T == 1 && P == 1) len = 0;
+    snprintf(what + len, sizeof what - len, "%scontext_parallel_size %d", len ? " x " : "", CP);
+  }
+  int TPC = T * P * CP;
   if (o->world <= 1) {
     if (o->ep > 1)
       return prm_errf(err, PRM_ECONFIG,
                       "expert_model_parallel_size %d needs %d ranks or a multiple (this run has "
                       "1): start it with --nproc %d", o->ep, o->ep, o->ep);
-    if (T > 1 || P > 1)
+    if (TPC > 1)
       return prm_errf(err, PRM_ECONFIG, "%s needs %d ranks or a multiple (this run has 1): start "
-                      "it with --nproc %d", what, T * P, T * P);
+                      "it with --nproc %d", what, TPC, TPC);
     return 0;
   }
-  if (o->world % (T * P))
+  if (o->world % TPC)
     return prm_errf(err, PRM_ECONFIG, "%s must divide the %d ranks (world = pipeline x data x "
-                    "tensor parallel)", what, o->world);
+                    "%stensor parallel)", what, o->world, CP > 1 ? "context x " : "");
   int rc = prm_comm_world(&p->world, err);
   if (rc) return rc;
   int w = prm_comm_rank(p->world), size = prm_comm_size(p->world);
@@ -63,6 +76,18 @@ static int prm__par_layout(prm__par_t *p, const prm_train_opts_t *o, prm_err_t *
   p->dp_size = size / (T * P);
   p->dp_rank = (w / T) % p->dp_size;
   p->pp_rank = w / (T * p->dp_size);
+  if (CP > 1) {
+    /* Context parallel: the data-parallel index d above is c + CP d' for
+     * context-parallel rank c of data-parallel rank d' (Megatron's order:
+     * tensor, context, data, pipeline), so the gradients are summed over
+     * both at once; the group of c holds the same d', stage and tensor
+     * rank. */
+    p->cp_size = CP;
+    p->cp_rank = p->dp_rank % CP;
+    if ((rc = prm_comm_split(p->world, (p->pp_rank * (p->dp_size / CP) + p->dp_rank / CP) * T +
+                                           p->tp_rank, w, "cp", &p->cp, err)))
+      return rc;
+  }
   if (P > 1) {
     /* One pipeline per (data-parallel, tensor-parallel) pair, ordered by stage. */
     if ((rc = prm_comm_split(p->world, w % (T * p->dp_size), w, "pp", &p->pp, err))) return rc;
@@ -114,6 +139,7 @@ void prm__par_close(prm__par_t *p) {
   if (p->dp != p->world) prm_comm_free(p->dp);
   prm_comm_free(p->tp);
   prm_comm_free(p->pp);
+  prm_comm_free(p->cp);
   memset(p, 0, sizeof *p);
 }
 
@@ -128,4 +154,7 @@ void prm__par_model_tp(const prm__par_t *p, prm_llama_tp_t *tp) {
   tp->pp_rank = p->pp_rank;
   tp->pp_comm = p->pp;
   tp->pp_stage = NULL; /* the caller's (prm__pipe_stages) */
+  tp->cp_size = p->cp_size > 1 ? p->cp_size : 1;
+  tp->cp_rank = p->cp_rank;
+  tp->cp_comm = p->cp;
 }

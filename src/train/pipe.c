@@ -318,7 +318,7 @@ int prm__pipe_accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t
   prm__pipe_t *pp = s->pipe;
   prm_llama_t *m = s->model;
   int64_t G = o->global_batch, B = o->micro_batch, S = o->seq_length;
-  int64_t share = G / dp->size, begin = step0 * G + dp->rank * share;
+  int64_t share = G / dp->dsize, begin = step0 * G + dp->drank * share;
   PRM_ASSERT(share / B == pp->M);
   float scale = (float)(1.0 / ((double)G * (double)S));
   double sum[2] = {0, 0}; /* the loss (weighted), eod_mask_loss's unmasked targets */
@@ -359,7 +359,7 @@ int prm__pipe_evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *
   prm__pipe_t *pp = s->pipe;
   prm_llama_t *m = s->model;
   int64_t G = o->global_batch, B = o->micro_batch;
-  int64_t share = dp ? G / dp->size : G, rank = dp ? dp->rank : 0;
+  int64_t share = dp ? G / dp->dsize : G, rank = dp ? dp->drank : 0;
   int P = pp->size, C = P * pp->virt, next = (pp->rank + 1) % P, prev = (pp->rank + P - 1) % P;
   int64_t n = B * o->seq_length * m->cfg.hidden;
   int rc = 0;

@@ -252,7 +252,21 @@ int64_t prm__session_tokens(const prm__session_t *s, prm_split_t split) {
   return s->data ? prm_dataset_tokens(s->data, split) : 0;
 }
 
-/* Fills tokens/targets (B,S) with sequences first .. first+B-1 of a split. */
+/* Context parallel: x (B,S) -> the rank's rows (B, S/N) in place, chunks r
+ * and 2N - 1 - r of the 2N chunks of each sequence (src/model/cp.c). Every
+ * row moves to a place at or before its own, after the rows read before
+ * it: memmove in order is safe. */
+static void prm__cp_slice(int32_t *x, int64_t B, int64_t S, int N, int r) {
+  int64_t c = S / (2 * N), Tl = S / N;
+  for (int64_t b = 0; b < B; b++) {
+    memmove(x + b * Tl, x + b * S + r * c, (size_t)c * sizeof(int32_t));
+    memmove(x + b * Tl + c, x + b * S + (2 * N - 1 - r) * c, (size_t)c * sizeof(int32_t));
+  }
+}
+
+/* Fills tokens/targets (B,S) with sequences first .. first+B-1 of a split
+ * (context parallel: the rank's rows of them, batch_tokens still counting
+ * the whole sequences'). */
 void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_t split,
                         int64_t first, int64_t B) {
   int64_t S = o->seq_length;
@@ -287,6 +301,11 @@ void prm__session_batch(prm__session_t *s, const prm_train_opts_t *o, prm_split_
         s->targets[j] = -1;
         s->batch_tokens--;
       }
+  const prm_llama_tp_t *tp = &s->model->tp;
+  if (tp->cp_size > 1) {
+    prm__cp_slice(s->tokens, B, S, tp->cp_size, tp->cp_rank);
+    prm__cp_slice(s->targets, B, S, tp->cp_size, tp->cp_rank);
+  }
 }
 
 int prm__session_masked(const prm__session_t *s, const prm_train_opts_t *o) {
@@ -304,7 +323,7 @@ double prm__session_mb_scale(const prm__session_t *s, const prm_train_opts_t *o)
 int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
                            int64_t step0, double *loss, prm_err_t *err) {
   int64_t G = o->global_batch, B = o->micro_batch, S = o->seq_length;
-  int64_t share = G / dp->size, begin = step0 * G + dp->rank * share;
+  int64_t share = G / dp->dsize, begin = step0 * G + dp->drank * share;
   /* The loss is the mean over the global batch's loss tokens: G x S in
    * pre-training; in fine-tuning every rank counts them over the whole
    * batch (the examples are in memory), so all ranks scale alike. */
@@ -342,7 +361,9 @@ int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
       double w = prm__session_mb_scale(s, o);
       /* The micro-batch's mean over its unmasked targets, weighted. */
       sum += w * prm_llama_forward_backward(s->model, s->tokens, s->targets, B, (float)w, &count);
-      counted += (double)s->batch_tokens;
+      /* Context parallel: the micro-batch's count is the whole sequences',
+       * counted once over the group. */
+      if (s->model->tp.cp_rank == 0) counted += (double)s->batch_tokens;
     } else {
       sum += prm_llama_forward_backward(s->model, s->tokens, s->targets, B, scale, &count);
     }
@@ -393,7 +414,7 @@ int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, p
   memset(res, 0, sizeof *res);
   if ((s->data || s->blend) && prm__session_tokens(s, split) == 0) return PRM_ENOENT;
   int64_t G = o->global_batch, B = o->micro_batch;
-  int64_t share = dp ? G / dp->size : G, rank = dp ? dp->rank : 0;
+  int64_t share = dp ? G / dp->dsize : G, rank = dp ? dp->drank : 0;
   double sum[2] = {0, 0}; /* loss, tokens */
   prm_llama_params_changed(s->model); /* the last step's update */
   int rc = 0;
@@ -426,6 +447,9 @@ int prm__evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp, p
 
 int prm_train_grads(const prm_train_opts_t *o, const char *out_path, prm_err_t *err) {
   prm__session_t s;
+  if (o->cp > 1)
+    return prm_errf(err, PRM_ECONFIG, "context_parallel_size %d: train grads runs whole sequences "
+                    "(set it to 1)", o->cp);
   int rc = prm__session_open(o, PRM_LLAMA_TRAIN | (o->recompute ? PRM_LLAMA_RECOMPUTE : 0) |
                                     (o->bf16 ? PRM_LLAMA_BF16 : 0),
                              o->load, PRM_SPLIT_TRAIN, NULL, &s, err);

@@ -25,6 +25,10 @@ typedef struct {
   prm_comm_t *ep;      /* the expert-parallel group (owned); NULL when E = 1 */
   prm_comm_t *edp;     /* the ranks holding the same experts (owned); NULL when D = E or E = 1 */
   int ep_size, ep_rank;
+  /* Context parallel (context_parallel_size CP): dp_size/dp_rank above count
+   * CP x D ranks, context-parallel rank cp_rank = dp_rank % CP. */
+  prm_comm_t *cp;      /* the ranks sharing each sequence (owned); NULL when CP = 1 */
+  int cp_size, cp_rank;
 } prm__par_t;
 /* Joins MPI when o->world > 1 and splits it (world = P x D x T, the
  * expert-parallel groups inside D); PRM_ECONFIG when T x P or E do not
@@ -349,7 +353,8 @@ int prm__asave_finish(prm__asave_t *a, int block, prm__asave_done_t *done, prm_e
 struct prm__dp {
   prm_comm_t *world;       /* the data-parallel group (borrowed); NULL: one rank */
   prm_comm_t *all;         /* every rank of the job (borrowed); NULL: one rank alone */
-  int rank, size;          /* in the data-parallel group */
+  int rank, size;          /* in the data-parallel group (context parallel: CP x D) */
+  int drank, dsize;        /* the share of each batch: rank / CP of size / CP */
   int all_rank, all_size;  /* in the job */
   int overlap;             /* overlap_grad_reduce: buckets during backward */
   int64_t bucket;          /* parameters per bucket */

@@ -393,11 +393,11 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       goto done;
     }
   }
-  if (o->global_batch % (o->micro_batch * dp.size)) {
+  if (o->global_batch % (o->micro_batch * dp.dsize)) {
     rc = prm_errf(err, PRM_ECONFIG,
                   "global_batch_size %lld is not a multiple of micro_batch_size %lld x %d "
                   "data-parallel ranks",
-                  (long long)o->global_batch, (long long)o->micro_batch, dp.size);
+                  (long long)o->global_batch, (long long)o->micro_batch, dp.dsize);
     goto done;
   }
   /* Every rank holds the same weights (and, without ZeRO-1, optimizer):
@@ -466,8 +466,14 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
   PRM_INFO("batch: global %lld x seq %lld = %lld tokens/step, micro-batch %lld, %lld accumulation steps x %d data-parallel rank%s; GEMM %s, %d threads",
            (long long)o->global_batch, (long long)o->seq_length,
            (long long)(o->global_batch * o->seq_length), (long long)o->micro_batch,
-           (long long)(o->global_batch / o->micro_batch / dp.size), dp.size, dp.size == 1 ? "" : "s",
+           (long long)(o->global_batch / o->micro_batch / dp.dsize), dp.dsize, dp.dsize == 1 ? "" : "s",
            s.gemm.i->name, prm_kernels_threads());
+  if (par.cp_size > 1)
+    PRM_INFO("context parallel: %d ranks per sequence (this is rank %d: %lld of its %lld tokens, "
+             "chunks %d and %d of %d); attention as a ring over the group; gradients summed over "
+             "the %d context x data-parallel ranks", par.cp_size, par.cp_rank, (long long)m->T,
+             (long long)o->seq_length, par.cp_rank, 2 * par.cp_size - 1 - par.cp_rank,
+             2 * par.cp_size, par.dp_size);
   if (par.tp_size > 1)
     PRM_INFO("tensor parallel: %d ranks per group (this is rank %d of group %d: %lld of %lld "
              "parameters, %lld/%lld heads, %lld/%lld kv groups, ffn %lld/%lld, vocab rows "
