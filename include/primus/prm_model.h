@@ -297,6 +297,10 @@ typedef struct prm_llama {
    * aux and z losses are taken over the tokens whose target is not
    * ignored (>= 0), as the cross-entropy is. */
   const int32_t *moe_tgt;
+  /* prm_llama_set_router_weight: < 0 (the default) the above; >= 0 a
+   * training pass takes the router's losses over every token of the
+   * micro-batch, their gradient weighted by this. */
+  double moe_router_w;
   double moe_aux_last;   /* aux + z losses of the last forward, summed over MoE layers */
   int64_t *moe_counts;   /* (L,E) tokens routed to each expert (before capacity) */
   int64_t *moe_dropped;  /* (L) assignments dropped over capacity */
@@ -480,6 +484,14 @@ void prm_llama_moe_format(const prm_llama_moe_stats_t *s, prm_sb_t *json, prm_sb
  * part of the returned cross-entropy): the training objective is
  * loss / tokens + this, per micro-batch. */
 double prm_llama_moe_aux_loss(const prm_llama_t *m);
+/* Megatron-LM's router losses under a loss mask (eod_mask_loss): with w >=
+ * 0 the passes that follow take the aux and z losses over every token of
+ * a micro-batch, whatever its targets (the router sees no loss mask), and
+ * weight their gradient by w (1 / the global batch's micro-batches), not
+ * by grad_scale x the tokens that count. w < 0 restores the default
+ * (fine-tuning's: the router's losses over the tokens whose target counts,
+ * each one's share). */
+void prm_llama_set_router_weight(prm_llama_t *m, double w);
 
 /* Memory the model holds, by category, as one line. */
 void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out);

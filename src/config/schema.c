@@ -117,7 +117,7 @@ static const prm_key_t prm__keys[] = {
     KEY("metrics_bind", STR, ANY, NULL, 0, 1, "Address the metrics endpoint listens on."),
     KEY("alert_throughput_window_s", FLOAT, 60, 604800, NULL, 0, 1, "Seconds of trailing wall time whose throughput the throughput alert compares a step with."),
     KEY("alert_throughput_fraction", FLOAT, 0, BELOW1, NULL, 0, 1, "The throughput alert fires below this fraction of the trailing window's throughput; 0 turns it off."),
-    KEY("fault_tolerance.max_restarts", INT, GE0, NULL, 0, 1, "Restarts the supervisor allows before giving up."),
+    KEY("fault_tolerance.max_restarts", INT, GE0, NULL, 0, 1, "Restarts the supervisor allows before giving up; with this and hang_timeout_s both 0 the ranks run unsupervised."),
     KEY("fault_tolerance.restart_backoff_s", FLOAT, GE0, NULL, 0, 1, "Seconds to wait before a restart."),
     KEY("fault_tolerance.hang_timeout_s", FLOAT, GE0, NULL, 0, 1, "Seconds without a heartbeat before a rank counts as hung; 0 turns the watchdog off."),
     KEY("fault_tolerance.on_node_loss", ENUM, ANY, "shrink|wait", 0, 1, "Under primus slurm srun, when the node check after a fault finds nodes lost: shrink (go on without them, the same global batch on fewer data-parallel ranks) or wait (restart at the same size once Slurm has the nodes again)."),

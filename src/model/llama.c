@@ -390,6 +390,7 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
   if ((rc = prm_llama_etp_check_config(c, tsize, etp, esize, err))) return rc;
   prm_llama_t *m = prm_xcalloc(1, sizeof *m);
   char what[64];
+  m->moe_router_w = -1.0; /* the router's losses over the tokens that count */
   m->dev = dev ? dev : (m->own_dev = prm_dev_cpu_new(gemm));
   if (!prm_dev_is_host(m->dev) && (flags & PRM_LLAMA_BF16)) {
     /* bf16 on a GPU: attention in fp32, no CPU weight packs (issue 24 has

@@ -567,6 +567,8 @@ void prm__moe_backward(prm_llama_t *m, const prm_llama_layer_t *w, const prm_lla
 
 double prm_llama_moe_aux_loss(const prm_llama_t *m) { return m->moe_aux_last; }
 
+void prm_llama_set_router_weight(prm_llama_t *m, double w) { m->moe_router_w = w < 0 ? -1.0 : w; }
+
 int prm_llama_moe_stats(prm_llama_t *m, prm_llama_moe_stats_t *out) {
   const prm_llama_config_t *c = &m->cfg;
   memset(out, 0, sizeof *out);

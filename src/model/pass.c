@@ -239,7 +239,9 @@ double prm_llama_forward(prm_llama_t *m, const int32_t *tokens, const int32_t *t
   const int32_t *dtok, *dtgt;
   prm__pass_ids(m, tokens, targets, B, &dtok, &dtgt);
   prm__refresh16(m);
-  m->moe_tgt = targets; /* the router's losses over the tokens that count */
+  /* the router's losses over the tokens that count (every token under a
+   * loss mask, prm_llama_set_router_weight) */
+  m->moe_tgt = m->moe_router_w >= 0 ? NULL : targets;
   prm__forward_layers(m, dtok, B);
   m->moe_tgt = NULL;
   return prm__head(m, NULL, NULL, count, dtgt, targets, B * m->T, 0.0f);
@@ -258,12 +260,15 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   /* MoE: record this pass' routing; the aux/z losses are taken over the
    * tokens that count (target >= 0), n of them, and their gradient weighs
    * grad_scale n: each such token's share of the objective, as its
-   * cross-entropy's (N in pre-training, where every token counts). */
+   * cross-entropy's (N in pre-training, where every token counts). Under
+   * a loss mask (moe_router_w >= 0, Megatron-LM's eod_mask_loss) over
+   * every token, weighted moe_router_w. */
   int64_t n = 0;
   for (int64_t i = 0; i < N && targets; i++) n += targets[i] >= 0;
+  int every = m->moe_router_w >= 0;
   m->moe_record = 1;
-  m->moe_tgt = targets;
-  m->moe_gscale = grad_scale * (float)(targets ? n : N);
+  m->moe_tgt = every ? NULL : targets;
+  m->moe_gscale = every ? (float)m->moe_router_w : grad_scale * (float)(targets ? n : N);
   prm__forward_layers(m, dtok, B);
   m->moe_record = 0;
   m->moe_passes++;
@@ -339,12 +344,14 @@ double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int
    * counted where it starts, so the stages' counts add up to the
    * micro-batches. Every token counts in the router's losses (moe_tgt
    * stays NULL): a stage's backward recomputes after later micro-batches'
-   * forwards have reused the batch buffers, fine-tuning does not run in a
-   * pipeline and eod_mask_loss is not combined with MoE. */
+   * forwards have reused the batch buffers, and fine-tuning does not run
+   * in a pipeline. Their weight is grad_scale N (1 / micro-batches in
+   * pre-training), or moe_router_w under eod_mask_loss's loss mask, where
+   * grad_scale is 1 / the unmasked targets of the micro-batch instead. */
   m->moe_aux_last = 0;
   if (train) {
     m->moe_record = 1;
-    m->moe_gscale = grad_scale * (float)N;
+    m->moe_gscale = m->moe_router_w >= 0 ? (float)m->moe_router_w : grad_scale * (float)N;
     if (lo == 0) m->moe_passes++;
   }
   for (int64_t l = lo; l < hi; l++)

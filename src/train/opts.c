@@ -221,10 +221,6 @@ static int prm__engine_keys(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
     /* Megatron-LM's loss mask: the positions whose input token is the
      * tokenizer's EOD (the prediction of the next document's first token
      * from the previous document's end) leave the loss. */
-    if (o->model.experts)
-      return prm__key_err(e, "eod_mask_loss", err,
-                          "true with num_experts: the router losses' weighting under a loss "
-                          "mask is not implemented in primus yet");
     prm_tokenizer_t *tok = NULL;
     int rc = prm_tokenizer_open(o->tokenizer_type, o->tokenizer_model, &tok, err);
     if (rc) return prm__prefix_origin(e, "tokenizer_type", err);

@@ -186,6 +186,12 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
     if (rc == PRM_ENOMEM && !prm_dev_is_host(s->dev)) prm__nomem_hint(o, flags, s, tp, err);
     goto fail;
   }
+  /* eod_mask_loss with MoE, as Megatron-LM: the router sees no loss mask,
+   * so its aux and z losses take every token of a micro-batch, each
+   * micro-batch's weighing 1 / the global batch's micro-batches (what
+   * grad_scale x N is without a mask). */
+  if (prm__session_masked(s, o) && o->model.experts)
+    prm_llama_set_router_weight(s->model, (double)o->micro_batch / (double)o->global_batch);
   if (load) {
     char *dir = NULL;
     if ((rc = prm_ckpt_resolve(load, &dir, &s->loaded_iter, err))) goto fail;

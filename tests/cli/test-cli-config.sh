@@ -104,4 +104,57 @@ echo "some text" > "$T/data.txt"
 run config validate --config "$PRIMUS_SRC/configs/examples/llama_tiny-pretrain.yaml" data_path="$T/data.txt"
 expect_rc "validate: a plain text file is data" 0
 
+# docs/config.md's "Module keys" table: each key's default is the value the
+# module preset (configs/modules/native/pre_trainer.yaml) gives it, as
+# `config show` resolves it (numbers compared as numbers). Keys a model
+# preset sets are left out; at least 70 keys must be compared.
+cat > "$T/c/bare.yaml" <<Y
+exp_name: bare
+modules:
+  pre_trainer:
+    framework: native
+    config: pre_trainer.yaml
+    model: llama_tiny.yaml
+Y
+run config show --config "$T/c/bare.yaml"
+expect_rc "config show for the defaults" 0
+if /usr/bin/python3 - "$PRIMUS_SRC/docs/config.md" "$OUT" >"$T/defaults.log" 2>&1 <<'PYEOF'; then
+import re, sys
+doc, show = open(sys.argv[1]).read(), sys.argv[2].splitlines()
+vals, stack, base = {}, [], None
+for ln in show:
+    if base is None:
+        if re.match(r"^\s+overrides:\s*$", ln):
+            base = len(ln) - len(ln.lstrip()) + 2
+        continue
+    m = re.match(r"^(\s*)([A-Za-z0-9_]+):\s*(.*?)\s*(?:#\s*(.*))?$", ln)
+    if not m or len(m.group(1)) < base:
+        break
+    depth = (len(m.group(1)) - base) // 2
+    stack = stack[:depth] + [m.group(2)]
+    if m.group(3):
+        vals[".".join(stack)] = (m.group(3), m.group(4) or "")
+def norm(v):
+    v = v.strip().strip('"').strip("'")
+    try:
+        return repr(float(v))
+    except ValueError:
+        return v
+n = bad = 0
+for m in re.finditer(r"^\| `([^`]+)` \| [^|]* \| [^|]* \| `([^`]*)` \|", doc, re.M):
+    k, d = m.group(1), m.group(2)
+    if k not in vals or "modules/native/pre_trainer.yaml" not in vals[k][1]:
+        continue
+    n += 1
+    if norm(d) != norm(vals[k][0]):
+        bad += 1
+        print("%s: docs/config.md says %s, the preset (%s) %s" % (k, d, vals[k][1], vals[k][0]))
+print("%d keys compared, %d differ" % (n, bad))
+sys.exit(0 if n >= 70 and bad == 0 else 1)
+PYEOF
+  ok "docs/config.md's defaults are the module preset's ($(tail -1 "$T/defaults.log"))"
+else
+  bad "docs/config.md's defaults differ from the module preset: $(cat "$T/defaults.log")"
+fi
+
 finish

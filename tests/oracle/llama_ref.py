@@ -31,7 +31,9 @@ written as transformers' _compute_llama3_parameters computes it.
 End-of-document loss mask (make-case --eod-tokenizer tok.json): every document
 ends with the tokenizer's EOD id; the loss leaves out the positions whose input
 is EOD and averages each micro-batch's masked mean over the micro-batches
-(Megatron-LM's eod_mask_loss with calculate_per_token_loss false).
+(Megatron-LM's eod_mask_loss with calculate_per_token_loss false); with MoE the
+router's aux and z losses still take every token of a micro-batch, as
+Megatron-LM's router (it sees no loss mask).
 """
 import argparse, json, math, os, struct, sys
 import numpy as np
@@ -230,18 +232,21 @@ def objective(P, cfg, inp, tgt, mbs):
     EOD id (eod_mask_loss, Megatron-LM's loss mask and reduction), positions whose
     input is EOD leave the loss, and the cross-entropy is the mean over the
     micro-batches of each one's mean over its unmasked targets."""
-    if cfg.get("eod") is not None:
-        total, nmb = 0.0, 0
+    if cfg.get("eod") is not None:  # MoE: the router's losses over every token (no mask there)
+        total, lb, zl, nmb = 0.0, 0.0, 0.0, 0
         for b in range(0, inp.shape[0], mbs):
-            lg = forward(P, cfg, inp[b:b + mbs])
+            aux = []
+            lg = forward(P, cfg, inp[b:b + mbs], aux)
             keep = (inp[b:b + mbs] != cfg["eod"]).reshape(-1).to(DT)
             ce = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt[b:b + mbs].reshape(-1),
                                                    reduction="none")
             n = keep.sum()
             total = total + ((ce * keep).sum() / n if n > 0 else 0.0 * ce.sum())
+            lb = lb + sum(a["aux"] for a in aux)
+            zl = zl + sum(a["z"] for a in aux)
             nmb += 1
         ce = total / nmb
-        return ce, ce, 0.0, 0.0
+        return ce + (lb + zl) / nmb, ce, float(lb) / nmb, float(zl) / nmb
     if not cfg.get("E"):
         ce = loss_fn(P, cfg, inp, tgt)
         return ce, ce, 0.0, 0.0
