@@ -7,8 +7,10 @@
 # Stages (STAGES="env kernels model parity dp resume bf16 bench race" by default; each
 # logs to $OUT/<stage>.log and prints one summary line):
 #   env      primus env, nvidia-smi, preflight's gpu.cuda
-#   kernels  test-device --backend cuda: every operator against its CPU kernel,
-#            then attention again with the tiled kernels and with 16-row strips
+#   kernels  test-device --backend cuda: every operator against its CPU kernel
+#            (bf16 attention and the fused operators too), then attention
+#            again with the tiled kernels and (fp32 and bf16) with 16-row
+#            strips, and the fused operators with PRIMUS_DEVICE_UNFUSED=1
 #   model    test-model-device --backend cuda: the model against the CPU model
 #            (losses 1e-5, gradients and 10 AdamW steps 1e-4, KV cache)
 #   parity   `train pretrain` 10 fp32 steps on cuda and on cpu from the same
@@ -19,7 +21,8 @@
 #   resume   a GPU run's iteration-5 checkpoint resumed on the GPU (the same
 #            losses, bit for bit) and on the CPU (within 1e-5)
 #   bf16     a 300-step llama_tiny curve in bf16 against fp32, both on the
-#            GPU: every step's loss within 2%
+#            GPU: every step's loss within 2%; and the bf16 curve again with
+#            PRIMUS_DEVICE_UNFUSED=1: the same losses and norms bit for bit
 #   bench    issue 24's GPU benchmarks and preflight: benchmark peak (the
 #            GPU's bf16/fp32 8192^3 GEMM and 1 GiB copy), gemm, attention,
 #            memory and train with --device cuda (tables as jsonl/csv under
@@ -28,7 +31,8 @@
 #            above its data-sheet peak); preflight calibrate into a private
 #            HOME, then check --perf --only perf.gpu_ against it (no FAIL)
 #            and gpu.memory
-#   race     bench/gpu_race.sh: primus (GEMM and tiled attention) against
+#   race     bench/gpu_race.sh: primus (and its variants without each of
+#            issue 24's changes, and primus-before without all) against
 #            PyTorch eager and compiled at llama_124M, seq 1024, micro-batch
 #            16, bf16 (RACE_VARIANTS picks the variants)
 # Exit status: the number of stages that failed.
@@ -130,8 +134,15 @@ check_bf16() {
                 "log_interval: 50" "device: ${GPU_DEVICE:-cuda}")
   exp b_fp32 llama_tiny.yaml "${common[@]}"
   exp b_bf16 llama_tiny.yaml "${common[@]}" "bf16: true"
+  exp b_bf16u llama_tiny.yaml "${common[@]}" "bf16: true"
   "$BIN" train pretrain --config "$W/b_fp32.yaml" || return 1
   "$BIN" train pretrain --config "$W/b_bf16.yaml" || return 1
+  # The fused operators' twins: the same curve bit for bit.
+  PRIMUS_DEVICE_UNFUSED=1 "$BIN" train pretrain --config "$W/b_bf16u.yaml" || return 1
+  cmp <(grep '^{"step"' "$(events b_bf16)" | sed 's/.*"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/\1 \2/') \
+      <(grep '^{"step"' "$(events b_bf16u)" | sed 's/.*"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/\1 \2/') ||
+    { echo "bf16: fused and unfused (PRIMUS_DEVICE_UNFUSED=1) curves differ"; return 1; }
+  echo "bf16: fused and unfused curves identical"
   python3 - "$(events b_fp32)" "$(events b_bf16)" <<'PY'
 import json, sys
 f = [json.loads(l)["loss"] for l in open(sys.argv[1]) if l.startswith('{"step"')]
@@ -197,8 +208,10 @@ check_kernels() {
   "$t" --backend cuda || rc=1
   echo "== attention, PRIMUS_CUDA_ATTENTION=tiled"
   PRIMUS_CUDA_ATTENTION=tiled "$t" --backend cuda --only test_attention || rc=1
-  echo "== attention, PRIMUS_CUDA_ATTENTION_STRIP=16"
-  PRIMUS_CUDA_ATTENTION_STRIP=16 "$t" --backend cuda --only test_attention || rc=1
+  echo "== attention (fp32 and bf16), PRIMUS_CUDA_ATTENTION_STRIP=16"
+  PRIMUS_CUDA_ATTENTION_STRIP=16 "$t" --backend cuda --only 'test_attention*' || rc=1
+  echo "== the fused operators' twins, PRIMUS_DEVICE_UNFUSED=1 (the harness flips it itself too)"
+  PRIMUS_DEVICE_UNFUSED=1 "$t" --backend cuda --only test_fused || rc=1
   return $rc
 }
 
@@ -272,9 +285,9 @@ for s in $STAGES; do
     resume) stage resume 120 check_resume ;;
     model) stage model 150 "$P/build/tests/test-model-device" --backend cuda ;;
     parity) stage parity 150 check_parity ;;
-    bf16) stage bf16 200 check_bf16 ;;
+    bf16) stage bf16 260 check_bf16 ;;
     bench) stage bench 150 check_bench ;;
-    race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" VARIANTS="${RACE_VARIANTS:-primus primus-tf32 primus-tiled torch torch-compile}" bash bench/gpu_race.sh ;;
+    race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" VARIANTS="${RACE_VARIANTS:-primus primus-before primus-unfused primus-attn32 primus-head32 torch torch-compile}" bash bench/gpu_race.sh ;;
     *) say "unknown stage $s"; failed=$((failed + 1)) ;;
   esac
 done

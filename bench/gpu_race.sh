@@ -10,10 +10,18 @@
 #   bash bench/gpu_race.sh                       # primus, torch eager, torch.compile
 #   VARIANTS="primus torch" STEPS=15 bash bench/gpu_race.sh
 #
-# Knobs: VARIANTS (primus primus-fp32 primus-tiled primus-tf32 torch
-# torch-compile; primus-tiled is bf16 with the CUDA module's tiled attention,
-# primus-tf32 bf16 with TF32 for the GEMMs left in fp32: attention and the
-# LM head), STEPS (20; the
+# Knobs: VARIANTS (primus primus-before primus-unfused primus-attn32
+# primus-head32 primus-tf32 primus-tiled primus-fp32 torch torch-compile).
+# primus is bf16 as it trains by default: attention on bf16 operands
+# (tensor cores), the LM head on bf16 operands, the fused operators (AdamW
+# writing the bf16 weights, RMSNorm and SwiGLU writing their GEMMs' bf16
+# operands). Each of issue 24's changes has a variant without it, for A/B
+# in the same run: primus-unfused (PRIMUS_DEVICE_UNFUSED=1), primus-attn32
+# (bf16_attention: fp32, attention's products in fp32), primus-head32
+# (PRIMUS_DEVICE_HEAD_FP32=1); primus-before has all three (the engine
+# before issue 24's GPU work), primus-tf32 is primus-before with TF32 in
+# its fp32 GEMMs, primus-tiled primus-before with the tiled attention
+# kernels (PRIMUS_CUDA_ATTENTION=tiled). STEPS (20; the
 # first WARMUP=5 untimed), SEQ (1024), BATCH (16), PEAK_TFLOPS (the dense
 # bf16 peak MFU is against; default 989.4, an H100 SXM's), PRIMUS (the
 # binary, default: primus on PATH), PY (python3 with torch and CUDA), OUT,
@@ -37,8 +45,8 @@ row() { # NAME MS PEAK_BYTES
              n, ms, tps, 100 * tps * f / 1e12 / P, pk / 2^30 }' | tee -a "$OUT/race.md"
 }
 
-primus_run() { # NAME BF16 [TF32]
-  local name=$1 bf16=$2 tf32=${3:-false} d=$OUT/$1
+primus_run() { # NAME BF16 [TF32 [BF16_ATTENTION]]
+  local name=$1 bf16=$2 tf32=${3:-false} attn=${4:-auto} d=$OUT/$1
   mkdir -p "$d"
   cat > "$d/exp.yaml" <<Y
 work_group: race
@@ -62,6 +70,7 @@ modules:
       eval_iters: 0
       bf16: $bf16
       tf32: $tf32
+      bf16_attention: $attn
 Y
   "$PRIMUS" train pretrain --config "$d/exp.yaml" > "$d/log.txt" 2>&1 || { echo "$name failed: $(tail -2 "$d/log.txt")"; return; }
   local ev ms peak
@@ -91,9 +100,13 @@ echo "|----------------|-----------|------------|--------|---------------|" | te
 for v in $VARIANTS; do
   case $v in
     primus) primus_run primus-bf16 true ;;
+    primus-unfused) PRIMUS_DEVICE_UNFUSED=1 primus_run primus-unfused true ;;
+    primus-attn32) primus_run primus-attn32 true false fp32 ;;
+    primus-head32) PRIMUS_DEVICE_HEAD_FP32=1 primus_run primus-head32 true ;;
+    primus-before) PRIMUS_DEVICE_UNFUSED=1 PRIMUS_DEVICE_HEAD_FP32=1 primus_run primus-before true false fp32 ;;
     primus-fp32) primus_run primus-fp32 false ;;
-    primus-tiled) PRIMUS_CUDA_ATTENTION=tiled primus_run primus-tiled true ;;
-    primus-tf32) primus_run primus-bf16-tf32 true true ;;
+    primus-tiled) PRIMUS_DEVICE_UNFUSED=1 PRIMUS_DEVICE_HEAD_FP32=1 PRIMUS_CUDA_ATTENTION=tiled primus_run primus-tiled true false fp32 ;;
+    primus-tf32) PRIMUS_DEVICE_UNFUSED=1 PRIMUS_DEVICE_HEAD_FP32=1 primus_run primus-bf16-tf32 true true fp32 ;;
     torch) torch_run torch-eager --bf16 ;;
     torch-compile) torch_run torch-compile --bf16 --compile ;;
     *) echo "unknown variant $v" ;;

@@ -461,6 +461,90 @@ static void test_attention(void **state) {
                                           with 16-row strips too) */
 }
 
+/* bf16 attention (the optional attention_*_bf16 members) on one shape,
+ * against the CPU's bf16 kernels (attention16.c) on the same bf16 inputs:
+ * bit for bit on the CPU backends; on a GPU within the rounding of P and
+ * dS to bf16 (the device rounds its own fp32 P, whose last bits differ
+ * from the CPU's, so an element of P can land one bf16 step away). The
+ * backward twice gives the same bits. */
+static void attention_bf16_case(int64_t B, int64_t T, int64_t H, int64_t G, int64_t D,
+                                int packed) {
+  prm_rng_t r;
+  prm_rng_seed(&r, (uint64_t)(B * 7000 + T * 10 + H + G + D + packed));
+  int64_t nq = B * T * H * D, nk = B * T * G * D, nl = B * H * T;
+  float *qf = falloc(nq), *kf = falloc(nk), *vf = falloc(nk), *df = falloc(nq);
+  float *out = falloc(nq), *lse = falloc(nl), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
+  float *got = falloc(nq), *got2 = falloc(nk), *again = falloc(nk);
+  prm_bf16_t *q = prm_xcalloc((size_t)nq, 2), *k = prm_xcalloc((size_t)nk, 2);
+  prm_bf16_t *v = prm_xcalloc((size_t)nk, 2), *dout = prm_xcalloc((size_t)nq, 2);
+  int32_t *seg = NULL;
+  randn(qf, nq, &r, 1.5);
+  randn(kf, nk, &r, 1.5);
+  randn(vf, nk, &r, 1);
+  randn(df, nq, &r, 1);
+  prm_f32_to_bf16(q, qf, nq);
+  prm_f32_to_bf16(k, kf, nk);
+  prm_f32_to_bf16(v, vf, nk);
+  prm_f32_to_bf16(dout, df, nq);
+  if (packed) {
+    seg = prm_xcalloc((size_t)(B * T), 4);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = 0; t < T; t++) seg[b * T + t] = (int32_t)(t < T / 3 ? 1 : t < T / 2 + 3 ? 2 : 3);
+  }
+  void *d_q = dup_dev(q, nq * 2), *d_k = dup_dev(k, nk * 2), *d_v = dup_dev(v, nk * 2);
+  void *d_do = dup_dev(dout, nq * 2);
+  int32_t *d_seg = seg ? dup_dev(seg, B * T * 4) : NULL;
+  float *d_out = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nq * 4);
+  float *d_lse = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nl * 4);
+  float *d_dq = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nq * 4);
+  float *d_dk = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nk * 4);
+  float *d_dv = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nk * 4);
+
+  prm_dev_attention_forward_bf16(g_dev, d_out, d_lse, d_q, d_k, d_v, d_seg, B, T, H, G, D);
+  prm_attention_forward_bf16(out, lse, q, k, v, seg, B, T, H, G, D);
+  fetch(got, d_out, nq * 4);
+  check("attention_forward_bf16 out", got, out, nq, 8e-3);
+  fetch(got, d_lse, nl * 4);
+  check("attention_forward_bf16 lse", got, lse, nl, 1e-5);
+
+  float *d_out_ref = dup_dev(out, nq * 4), *d_lse_ref = dup_dev(lse, nl * 4);
+  prm_attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, lse, seg, B, T, H, G, D);
+  prm_dev_attention_backward_bf16(g_dev, d_dq, d_dk, d_dv, d_do, d_q, d_k, d_v, d_out_ref,
+                                  d_lse_ref, d_seg, B, T, H, G, D);
+  fetch(got, d_dq, nq * 4);
+  check("attention_backward_bf16 dq", got, dq, nq, 1.5e-2);
+  fetch(got2, d_dk, nk * 4);
+  check("attention_backward_bf16 dk", got2, dk, nk, 1.5e-2);
+  fetch(got, d_dv, nk * 4);
+  check("attention_backward_bf16 dv", got, dv, nk, 8e-3);
+  prm_dev_attention_backward_bf16(g_dev, d_dq, d_dk, d_dv, d_do, d_q, d_k, d_v, d_out_ref,
+                                  d_lse_ref, d_seg, B, T, H, G, D);
+  fetch(again, d_dk, nk * 4);
+  check_same("attention_backward_bf16 dk", again, got2, nk);
+  fetch(again, d_dv, nk * 4);
+  check_same("attention_backward_bf16 dv", again, got, nk);
+
+  dfree(d_q, nq * 2), dfree(d_k, nk * 2), dfree(d_v, nk * 2), dfree(d_do, nq * 2);
+  if (d_seg) dfree(d_seg, B * T * 4);
+  dfree(d_out, nq * 4), dfree(d_lse, nl * 4), dfree(d_dq, nq * 4), dfree(d_dk, nk * 4);
+  dfree(d_dv, nk * 4), dfree(d_out_ref, nq * 4), dfree(d_lse_ref, nl * 4);
+  free(qf), free(kf), free(vf), free(df), free(out), free(lse), free(dq), free(dk), free(dv);
+  free(got), free(got2), free(again), free(q), free(k), free(v), free(dout), free(seg);
+}
+
+static void test_attention_bf16(void **state) {
+  (void)state;
+  if (!prm_dev_has_attention_bf16(g_dev)) {
+    printf("%s has no bf16 attention: bf16 runs keep attention in fp32\n", g_dev->i->name);
+    assert_true(g_dev->kind != PRM_DEV_KIND_CPU); /* the CPU backends have it */
+    return;
+  }
+  attention_bf16_case(2, 37, 4, 2, 64, 0);  /* GQA, T not a multiple of any block */
+  attention_bf16_case(1, 70, 3, 3, 32, 0);  /* MHA, small heads */
+  attention_bf16_case(1, 20, 2, 2, 128, 0); /* the largest head size */
+  attention_bf16_case(1, 150, 4, 2, 64, 1); /* GQA and segments across query strips */
+}
+
 static void test_attention_decode(void **state) {
   (void)state;
   int64_t Tk = 29, Tq = 4, H = 4, G = 2, D = 64;
@@ -582,6 +666,138 @@ static void test_adamw_reductions(void **state) {
   prm_dev_free(g_dev, PRM_MEM_OPTIM, d_m, n * 4);
   prm_dev_free(g_dev, PRM_MEM_OPTIM, d_v, n * 4);
   free(p), free(g), free(m), free(v), free(got);
+}
+
+/* The fused operators (issue 24) against their unfused twins: the
+ * multi-tensor AdamW with the bf16 copy, RMSNorm and SwiGLU writing their
+ * bf16 copies. The fused member and the twin (the same device with
+ * PRIMUS_DEVICE_UNFUSED's flag set) give the same bits; the AdamW bits are
+ * also the CPU's on every backend (as the single-tensor adamw). */
+static void test_fused(void **state) {
+  (void)state;
+  prm_err_t err = {0};
+  int keep = g_dev->unfused;
+  /* Segments: odd sizes, one empty, one without a bf16 copy, a tensor
+   * larger than the CUDA module's 65536-element chunk, three weight decays. */
+  prm_dev_adamw_seg_t segs[] = {{0, 70001, 0.1f, 1}, {70001, 0, 0.1f, 1}, {70001, 33, 0.0f, 0},
+                                {70034, 4099, 0.1f, 1}, {74133, 517, 0.05f, 1}};
+  int nseg = 5;
+  int64_t n = 74650;
+  prm_rng_t r;
+  prm_rng_seed(&r, 12);
+  float *p = falloc(n), *g = falloc(n), *m = falloc(n), *v = falloc(n), *got = falloc(n);
+  prm_bf16_t *p16 = prm_xcalloc((size_t)n, 2), *got16 = prm_xcalloc((size_t)n, 2);
+  randn(p, n, &r, 1);
+  float *d_p[2], *d_m[2], *d_v[2];
+  prm_bf16_t *d_16[2];
+  for (int t = 0; t < 2; t++) {
+    d_p[t] = dup_dev(p, n * 4);
+    d_m[t] = prm_dev_alloc(g_dev, PRM_MEM_OTHER, n * 4);
+    d_v[t] = prm_dev_alloc(g_dev, PRM_MEM_OTHER, n * 4);
+    d_16[t] = prm_dev_alloc(g_dev, PRM_MEM_OTHER, n * 2);
+  }
+  float *d_g = prm_dev_alloc(g_dev, PRM_MEM_OTHER, n * 4);
+  for (int64_t step = 1; step <= 3; step++) {
+    randn(g, n, &r, 0.1);
+    assert_int_equal(prm_dev_upload(g_dev, d_g, g, n * 4, &err), 0);
+    if (step == 3) segs[4].wd = 0.2f; /* a changed table (the CUDA module caches it) */
+    for (int t = 0; t < 2; t++) { /* t 0: fused, 1: the twin */
+      g_dev->unfused = t;
+      prm_dev_adamw_multi(g_dev, d_p[t], d_g, d_m[t], d_v[t], d_16[t], segs, nseg, 1e-3f, 0.9f,
+                          0.95f, 1e-8f, step, 0.7f);
+    }
+    for (int i = 0; i < nseg; i++) {
+      prm_dev_adamw_seg_t *sg = &segs[i];
+      prm_adamw_update(p + sg->offset, g + sg->offset, m + sg->offset, v + sg->offset, sg->numel,
+                       1e-3f, 0.9f, 0.95f, 1e-8f, sg->wd, step, 0.7f);
+      if (sg->bf16) prm_f32_to_bf16(p16 + sg->offset, p + sg->offset, sg->numel);
+    }
+  }
+  g_dev->unfused = keep;
+  for (int t = 0; t < 2; t++) {
+    fetch(got, d_p[t], n * 4);
+    assert_memory_equal(got, p, (size_t)n * 4);
+    fetch(got, d_m[t], n * 4);
+    assert_memory_equal(got, m, (size_t)n * 4);
+    fetch(got, d_v[t], n * 4);
+    assert_memory_equal(got, v, (size_t)n * 4);
+    fetch(got16, d_16[t], n * 2);
+    assert_memory_equal(got16, p16, (size_t)n * 2); /* the unmarked segment stays 0 */
+  }
+  /* More distinct weight decays than the CUDA module's one launch takes. */
+  prm_dev_adamw_seg_t many[10];
+  for (int i = 0; i < 10; i++) many[i] = (prm_dev_adamw_seg_t){i * 100, 100, 0.01f * (float)i, 1};
+  prm_dev_adamw_multi(g_dev, d_p[0], d_g, d_m[0], d_v[0], d_16[0], many, 10, 1e-3f, 0.9f, 0.95f,
+                      1e-8f, 4, 1.0f);
+  for (int i = 0; i < 10; i++) {
+    prm_adamw_update(p + i * 100, g + i * 100, m + i * 100, v + i * 100, 100, 1e-3f, 0.9f, 0.95f,
+                     1e-8f, many[i].wd, 4, 1.0f);
+    prm_f32_to_bf16(p16 + i * 100, p + i * 100, 100);
+  }
+  fetch(got, d_p[0], n * 4);
+  assert_memory_equal(got, p, (size_t)n * 4);
+  fetch(got16, d_16[0], n * 2);
+  assert_memory_equal(got16, p16, (size_t)n * 2);
+  for (int t = 0; t < 2; t++) {
+    dfree(d_p[t], n * 4), dfree(d_m[t], n * 4), dfree(d_v[t], n * 4), dfree(d_16[t], n * 2);
+  }
+  dfree(d_g, n * 4);
+
+  /* RMSNorm (plain, and with the add in place) and SwiGLU with the bf16
+   * copy: fused and twin the same bits; the fp32 result against the CPU
+   * kernel, the copy the bf16 of the device's own fp32 result. */
+  int64_t N = 67, C = 200, nn = N * C;
+  float *x = falloc(nn), *b = falloc(nn), *w = falloc(C), *out = falloc(nn), *rstd = falloc(N);
+  float *sum = falloc(nn), *ref16f = falloc(nn);
+  prm_bf16_t *ref16 = prm_xcalloc((size_t)nn, 2), *h16a = prm_xcalloc((size_t)nn, 2);
+  randn(x, nn, &r, 2);
+  randn(b, nn, &r, 1);
+  randn(w, C, &r, 1);
+  float *d_w = dup_dev(w, C * 4), *d_b = dup_dev(b, nn * 4);
+  for (int variant = 0; variant < 3; variant++) { /* rmsnorm, add_rmsnorm in place, swiglu */
+    float *res[2];
+    prm_bf16_t *res16[2];
+    for (int t = 0; t < 2; t++) {
+      float *d_x = dup_dev(x, nn * 4);
+      float *d_o = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nn * 4);
+      float *d_r = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * 4);
+      prm_bf16_t *d_16o = prm_dev_alloc(g_dev, PRM_MEM_OTHER, nn * 2);
+      g_dev->unfused = t;
+      if (variant == 0)
+        prm_dev_rmsnorm_forward16(g_dev, NULL, d_o, d_16o, d_r, d_x, NULL, d_w, N, C, 1e-5f);
+      else if (variant == 1)
+        prm_dev_rmsnorm_forward16(g_dev, d_x, d_o, d_16o, d_r, d_x, d_b, d_w, N, C, 1e-5f);
+      else
+        prm_dev_swiglu_forward16(g_dev, d_o, d_16o, d_x, d_b, nn);
+      g_dev->unfused = keep;
+      res[t] = falloc(nn);
+      res16[t] = prm_xcalloc((size_t)nn, 2);
+      fetch(res[t], d_o, nn * 4);
+      fetch(res16[t], d_16o, nn * 2);
+      if (variant == 1) { /* the sum, in place over x */
+        fetch(got, d_x, nn * 4);
+        prm_add(sum, x, b, nn);
+        assert_memory_equal(got, sum, (size_t)nn * 4);
+      }
+      dfree(d_x, nn * 4), dfree(d_o, nn * 4), dfree(d_r, N * 4), dfree(d_16o, nn * 2);
+    }
+    const char *what[] = {"rmsnorm_forward16", "add rmsnorm_forward16", "swiglu_forward16"};
+    assert_memory_equal(res[0], res[1], (size_t)nn * 4);
+    assert_memory_equal(res16[0], res16[1], (size_t)nn * 2);
+    prm_f32_to_bf16(h16a, res[0], nn);
+    assert_memory_equal(res16[0], h16a, (size_t)nn * 2);
+    if (variant == 0) prm_rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f);
+    else if (variant == 1) prm_add_rmsnorm_forward(sum, out, rstd, x, b, w, N, C, 1e-5f);
+    else prm_swiglu_forward(out, x, b, nn);
+    check(what[variant], res[0], out, nn, 2e-6);
+    prm_f32_to_bf16(ref16, out, nn);
+    prm_bf16_to_f32(ref16f, ref16, nn);
+    if (g_exact) assert_memory_equal(res16[0], ref16, (size_t)nn * 2);
+    for (int t = 0; t < 2; t++) free(res[t]), free(res16[t]);
+  }
+  dfree(d_w, C * 4), dfree(d_b, nn * 4);
+  free(x), free(b), free(w), free(out), free(rstd), free(sum), free(ref16f), free(ref16), free(h16a);
+  free(p), free(g), free(m), free(v), free(got), free(p16), free(got16);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -806,7 +1022,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_rope),          cmocka_unit_test(test_swiglu_add),
       cmocka_unit_test(test_attention),     cmocka_unit_test(test_attention_decode),
       cmocka_unit_test(test_xent),          cmocka_unit_test(test_lmhead_xent),
-      cmocka_unit_test(test_adamw_reductions), cmocka_unit_test(test_open),
+      cmocka_unit_test(test_adamw_reductions), cmocka_unit_test(test_attention_bf16),
+      cmocka_unit_test(test_fused),         cmocka_unit_test(test_open),
       cmocka_unit_test(test_timer),         cmocka_unit_test(test_bench),
   };
   rc = cmocka_run_group_tests(tests, NULL, NULL);

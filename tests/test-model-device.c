@@ -2,7 +2,8 @@
  * on the CPU: from the same weights and batches, the losses, every
  * gradient, ten AdamW steps with clipping, and KV-cache logits. fp32 with
  * grouped-query and multi-head attention, tied and untied heads, full
- * recomputation, packed sequences and bf16; and a model with every
+ * recomputation, packed sequences and bf16 (fp32 or bf16 attention, the
+ * fused AdamW that writes the bf16 weights); and a model with every
  * attention variant on (q/k/v biases, q/k norms, heads of width 48 over
  * hidden 128, Llama 3.1's RoPE scaling).
  *
@@ -170,18 +171,98 @@ static void test_fp32_mha_tied(void **s) { (void)s; pass_case(cfg(4, 1), 0, 0); 
 static void test_recompute(void **s) { (void)s; pass_case(cfg(2, 0), PRM_LLAMA_RECOMPUTE, 0); }
 static void test_packed(void **s) { (void)s; pass_case(cfg(2, 0), 0, 1); }
 
-/* bf16: a device keeps attention and the LM head in fp32 (the CPU runs
- * the head on bf16 operands), so the CPU's bf16 model with fp32 attention
- * is close, not equal, on every backend: loss within 1e-2, gradients
- * within 1e-1 of their largest. */
+/* bf16 with fp32 attention (bf16_attention: fp32): the device's model
+ * rounds the same operands at the same places as the CPU's (the LM head
+ * on bf16 operands on both), so on the tagged backend the same bits; on a
+ * GPU close (rounding of the fp32 values before each bf16 rounding
+ * differs): loss within 1e-2, gradients within 1e-1 of their largest. */
 static void test_bf16(void **s) {
   (void)s;
-  int keep = g_exact;
-  g_exact = 0;
   g_loose = 1000;
   pass_case(cfg(2, 0), PRM_LLAMA_BF16 | PRM_LLAMA_ATTN_FP32, 0);
-  g_exact = keep;
   g_loose = 1;
+}
+
+/* bf16 with bf16 attention on both (the device's attention_*_bf16
+ * members, the CPU's attention16.c kernels), plain and packed: the same
+ * bits on the tagged backend, the tolerances above on a GPU. */
+static void test_bf16_attention(void **s) {
+  (void)s;
+  g_loose = 1000;
+  pass_case(cfg(2, 0), PRM_LLAMA_BF16, 0);
+  pass_case(cfg(4, 1), PRM_LLAMA_BF16, 1);
+  g_loose = 1;
+}
+
+/* bf16 training steps with the fused AdamW that writes the bf16 weights
+ * (prm_dev_adamw_multi with params16, then prm_llama_params16_synced: the
+ * next pass rounds nothing) against its unfused twin (AdamW per tensor,
+ * prm_llama_params_changed, the pass rounding params16 again): the same
+ * bits at every step on every device. */
+static void test_fused_steps(void **state) {
+  (void)state;
+  prm_llama_config_t c = cfg(2, 0);
+  int64_t B = 2, T = 24, N = B * T;
+  prm_err_t err = {0};
+  prm_llama_t *cpu, *dev[2];
+  build_pair(c, B, T, PRM_LLAMA_TRAIN | PRM_LLAMA_BF16, &cpu, &dev[0]);
+  assert_int_equal(prm_llama_new_dev(&c, B, T, PRM_LLAMA_TRAIN | PRM_LLAMA_BF16, &g_gemm, g_dev,
+                                     NULL, &dev[1], &err), 0);
+  assert_int_equal(prm_llama_params_set(dev[1], cpu->params, &err), 0);
+  int64_t n = cpu->nparams;
+  size_t bytes = (size_t)n * sizeof(float);
+  float *mom[2][2];
+  for (int t = 0; t < 2; t++)
+    for (int j = 0; j < 2; j++) assert_non_null(mom[t][j] = prm_dev_alloc(g_dev, PRM_MEM_OPTIM, bytes));
+  prm_dev_adamw_seg_t *segs = prm_xcalloc((size_t)cpu->ntensors, sizeof *segs);
+  for (int i = 0; i < cpu->ntensors; i++) {
+    const prm_tensor_t *t = &cpu->tensors[i];
+    segs[i] = (prm_dev_adamw_seg_t){t->offset, t->numel, t->decay ? 0.1f : 0.0f, t->ndim == 2};
+  }
+  int32_t *tok = prm_xcalloc((size_t)N, 4), *tgt = prm_xcalloc((size_t)N, 4);
+  int keep = g_dev->unfused;
+  for (int64_t step = 1; step <= 4; step++) {
+    tokens(tok, N, c.vocab, 300 + (uint64_t)step);
+    tokens(tgt, N, c.vocab, 400 + (uint64_t)step);
+    double loss[2];
+    for (int t = 0; t < 2; t++) { /* t 0: fused, 1: the twin */
+      prm_llama_t *m = dev[t];
+      int64_t cnt;
+      prm_llama_zero_grad(m);
+      loss[t] = prm_llama_forward_backward(m, tok, tgt, B, 1.0f / (float)N, &cnt);
+      g_dev->unfused = t;
+      prm_dev_adamw_multi(g_dev, m->params, m->grads, mom[t][0], mom[t][1], t ? NULL : m->params16,
+                          segs, m->ntensors, 1e-2f, 0.9f, 0.95f, 1e-8f, step, 1.0f);
+      g_dev->unfused = keep;
+      if (t == 0) prm_llama_params16_synced(m);
+      else prm_llama_params_changed(m);
+      assert_int_equal(prm_llama_tp_check(m, &err), 0);
+    }
+    if (loss[0] != loss[1]) {
+      fprintf(stderr, "step %lld: fused %.17g, unfused %.17g\n", (long long)step, loss[0], loss[1]);
+      fail();
+    }
+  }
+  float *p0 = prm_xcalloc((size_t)n, 4), *p1 = prm_xcalloc((size_t)n, 4);
+  assert_int_equal(prm_llama_params_get(dev[0], p0, &err), 0);
+  assert_int_equal(prm_llama_params_get(dev[1], p1, &err), 0);
+  assert_memory_equal(p0, p1, bytes);
+  /* The fused copy is what a refresh makes from the weights. */
+  prm_bf16_t *h0 = prm_xcalloc((size_t)n, 2), *h1 = prm_xcalloc((size_t)n, 2);
+  int64_t cnt;
+  prm_llama_forward(dev[1], tok, tgt, B, &cnt); /* the twin rounds its last update */
+  assert_int_equal(prm_dev_download(g_dev, h0, dev[0]->params16, (size_t)n * 2, &err), 0);
+  assert_int_equal(prm_dev_download(g_dev, h1, dev[1]->params16, (size_t)n * 2, &err), 0);
+  for (int i = 0; i < cpu->ntensors; i++) {
+    const prm_tensor_t *t = &cpu->tensors[i];
+    if (t->ndim == 2) assert_memory_equal(h0 + t->offset, h1 + t->offset, (size_t)t->numel * 2);
+  }
+  for (int t = 0; t < 2; t++)
+    for (int j = 0; j < 2; j++) prm_dev_free(g_dev, PRM_MEM_OPTIM, mom[t][j], bytes);
+  free(segs), free(tok), free(tgt), free(p0), free(p1), free(h0), free(h1);
+  prm_llama_free(cpu);
+  prm_llama_free(dev[0]);
+  prm_llama_free(dev[1]);
 }
 
 /* Ten AdamW steps with clipping: the trainer's step, written out. */
@@ -321,7 +402,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fp32_gqa_untied), cmocka_unit_test(test_fp32_mha_tied),
       cmocka_unit_test(test_recompute),       cmocka_unit_test(test_packed),
-      cmocka_unit_test(test_bf16),            cmocka_unit_test(test_adamw_steps),
+      cmocka_unit_test(test_bf16),            cmocka_unit_test(test_bf16_attention),
+      cmocka_unit_test(test_fused_steps),     cmocka_unit_test(test_adamw_steps),
       cmocka_unit_test(test_kv_cache),        cmocka_unit_test(test_arch),
       cmocka_unit_test(test_refused),
   };

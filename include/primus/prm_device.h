@@ -48,6 +48,10 @@ typedef struct prm_dev {
   char module[512];      /* the module's path; "" for the CPU */
   char why[512];         /* how it was chosen, for the log ("auto: ...") */
   prm_dev_info_t info;   /* filled at open */
+  /* PRIMUS_DEVICE_UNFUSED=1 at open: the fused members (adamw_multi,
+   * rmsnorm_forward16, swiglu_forward16) are not called; their unfused
+   * twins run instead (the same bits; an A/B switch for the benchmarks). */
+  int unfused;
 } prm_dev_t;
 
 typedef struct {
@@ -243,6 +247,48 @@ static inline void prm_dev_scale(const prm_dev_t *d, float *x, int64_t n, float 
   d->i->scale(d->ctx, x, n, s);
 }
 
+/* ---- bf16 and fused operators (issue 24; device-abi.h) ---- */
+
+/* 1 when the backend has bf16 attention (both directions). */
+static inline int prm_dev_has_attention_bf16(const prm_dev_t *d) {
+  return d->i->attention_forward_bf16 && d->i->attention_backward_bf16;
+}
+/* The backend's bf16 attention (prm_dev_has_attention_bf16 must hold). */
+static inline void prm_dev_attention_forward_bf16(const prm_dev_t *d, float *out, float *lse,
+                                                  const prm_bf16_t *q, const prm_bf16_t *k,
+                                                  const prm_bf16_t *v, const int32_t *seg,
+                                                  int64_t B, int64_t T, int64_t H, int64_t G,
+                                                  int64_t D) {
+  d->i->attention_forward_bf16(d->ctx, out, lse, q, k, v, seg, B, T, H, G, D);
+}
+static inline void prm_dev_attention_backward_bf16(const prm_dev_t *d, float *dq, float *dk,
+                                                   float *dv, const prm_bf16_t *dout,
+                                                   const prm_bf16_t *q, const prm_bf16_t *k,
+                                                   const prm_bf16_t *v, const float *out,
+                                                   const float *lse, const int32_t *seg,
+                                                   int64_t B, int64_t T, int64_t H, int64_t G,
+                                                   int64_t D) {
+  d->i->attention_backward_bf16(d->ctx, dq, dk, dv, dout, q, k, v, out, lse, seg, B, T, H, G, D);
+}
+/* 1 when prm_dev_adamw_multi / _forward16 below run the backend's fused
+ * member (not PRIMUS_DEVICE_UNFUSED=1, and the member is there). */
+static inline int prm_dev_fused(const prm_dev_t *d, int has_member) {
+  return has_member && !d->unfused;
+}
+/* AdamW over the segments of one block, and the bf16 copy (p16) of those
+ * marked bf16: the fused member, or adamw per segment then f32_to_bf16
+ * (the same bits). */
+void prm_dev_adamw_multi(const prm_dev_t *d, float *p, const float *g, float *m, float *v,
+                         prm_bf16_t *p16, const prm_dev_adamw_seg_t *segs, int nseg, float lr,
+                         float beta1, float beta2, float eps, int64_t step, float gscale);
+/* (add_)rmsnorm_forward and out16 = bf16(out) (b NULL: no add). */
+void prm_dev_rmsnorm_forward16(const prm_dev_t *d, float *sum, float *out, prm_bf16_t *out16,
+                               float *rstd, const float *a, const float *b, const float *w,
+                               int64_t N, int64_t C, float eps);
+/* swiglu_forward and h16 = bf16(h). */
+void prm_dev_swiglu_forward16(const prm_dev_t *d, float *h, prm_bf16_t *h16, const float *gate,
+                              const float *up, int64_t n);
+
 /* The LM head fused with its loss on the device, prm_lmhead_xent's
  * contract: over chunks of `chunk` rows, logits = x W^T into scratch
  * (chunk,V), per-row losses into losses (N), then with dx/dw dlogits in
@@ -253,6 +299,17 @@ double prm_dev_lmhead_xent(const prm_dev_t *d, float *dx, float *dw, int64_t *co
                            const float *x, const float *w, const int32_t *targets,
                            const int32_t *host_targets, int64_t N, int64_t C, int64_t V,
                            float grad_scale, float *scratch, float *losses, int64_t chunk);
+
+/* The same in bf16 mixed precision, as the CPU's bf16 head
+ * (prm__tp_lmhead_xent with bf16 weights): x rounded once into x16 (N,C),
+ * logits = x16 W16^T (bf16 GEMM, fp32 logits), the loss and dlogits in
+ * fp32, dlogits rounded into d16 (chunk,V), dx = d16 W16, dw += d16^T x16.
+ * w16: the head's bf16 weight; x16, d16: bf16 device scratch. */
+double prm_dev_lmhead_xent16(const prm_dev_t *d, float *dx, float *dw, int64_t *count,
+                             const float *x, const prm_bf16_t *w16, const int32_t *targets,
+                             const int32_t *host_targets, int64_t N, int64_t C, int64_t V,
+                             float grad_scale, float *scratch, float *losses, int64_t chunk,
+                             prm_bf16_t *x16, prm_bf16_t *d16);
 
 #ifdef __cplusplus
 }

@@ -232,6 +232,8 @@ typedef struct prm_llama {
   float *params;         /* (nparams) */
   prm_bf16_t *params16;  /* PRM_LLAMA_BF16: the matrices rounded to bf16 (same offsets), else NULL */
   int stale16;           /* params changed since params16 was rounded */
+  int head_fp32;         /* bf16 on a device: the LM head in fp32 all the same
+                          * (PRIMUS_DEVICE_HEAD_FP32=1, an A/B switch) */
   int64_t ver16;         /* times params16 was rounded */
   /* PRM_LLAMA_BF16: per tensor (2 i + which), its bf16 matrix packed for
    * the product that multiplies by W^T (which 0: the forward, the logits)
@@ -392,6 +394,13 @@ void prm_llama_zero_grad(prm_llama_t *m);
 /* The parameters changed (an optimizer step, a load): with PRM_LLAMA_BF16
  * the next pass rounds them into params16 again. Built models start stale. */
 void prm_llama_params_changed(prm_llama_t *m);
+/* The parameters changed and params16 was written with them (an optimizer
+ * step that wrote the bf16 copy in the same pass: prm_dev_adamw_multi with
+ * params16): the next pass uses params16 as it is. No-op without bf16. */
+void prm_llama_params16_synced(prm_llama_t *m);
+/* 1 when PRIMUS_DEVICE_HEAD_FP32=1: bf16 models on a device keep the LM
+ * head in fp32 (the twin of its bf16 head, for A/B runs). */
+int prm_llama_dev_head_fp32(void);
 
 /* Forward over B x T tokens (B <= the B the model was built for). Returns
  * the summed cross-entropy over unmasked targets (target < 0 is masked) and

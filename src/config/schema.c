@@ -65,7 +65,7 @@ static const prm_key_t prm__keys[] = {
     KEY("adam_eps", FLOAT, 0, 1, NULL, 0, 0, "AdamW denominator epsilon."),
     KEY("clip_grad", FLOAT, GE0, NULL, 0, 0, "Clip the global gradient norm to this; 0 turns clipping off."),
     KEY("bf16", BOOL, ANY, NULL, 0, 0, "Compute in bfloat16 with fp32 master weights."),
-    KEY("bf16_attention", ENUM, ANY, "auto|bf16|fp32", 0, 0, "With bf16, the attention kernels: bf16 (vdpbf16ps products on bf16 q, k, v), fp32 (the fp32 kernels), or auto: bf16 only where the CPU's measured vdpbf16ps peak reaches its fp32 FMA peak."),
+    KEY("bf16_attention", ENUM, ANY, "auto|bf16|fp32", 0, 0, "With bf16, the attention kernels: bf16 (vdpbf16ps products on bf16 q, k, v), fp32 (the fp32 kernels), or auto: on the CPU bf16 only where its measured vdpbf16ps peak reaches its fp32 FMA peak, on a GPU bf16 (tensor cores)."),
     KEY("device", ENUM, ANY, "auto|cpu|cuda", 0, 0, "Where training computes: cuda (the GPU of this rank's local index, through the libprimus-cuda.so module), cpu, or auto: the GPU when the module loads and sees one, else the CPU (the log says which and why)."),
     KEY("tf32", BOOL, ANY, NULL, 0, 0, "On a GPU, let fp32 GEMMs use TF32 tensor cores (faster, 10-bit mantissa products); off keeps fp32 arithmetic."),
     KEY("bf16_pack_weights", BOOL, ANY, NULL, 0, 0, "With bf16, keep the layers' weights in the GEMM library's blocked layouts too, as the head's always are: two more bf16 copies (4 bytes a weight) for layer products about 10% faster."),

@@ -12,12 +12,26 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cuda/vendor.h"
 #include "device/device-abi.h"
 
 /* Parts of the fixed two-stage double reductions (sumsq, sum). */
 #define PRM_CU_RED_PARTS 1024
+
+/* The multi-tensor AdamW (ops.cu): a block per chunk of at most
+ * PRM_CU_ADAMW_CHUNK elements of one tensor, and at most PRM_CU_ADAMW_WDS
+ * distinct weight decays in one launch (a model has two: 0 and
+ * weight_decay). */
+#define PRM_CU_ADAMW_CHUNK 65536
+#define PRM_CU_ADAMW_WDS 8
+typedef struct {
+  int64_t offset; /* first element */
+  int32_t count;  /* elements */
+  int16_t wd;     /* index of the weight decay */
+  int16_t bf16;   /* 1: write the bf16 copy */
+} prm_cu_adamw_chunk;
 
 typedef struct {
   int ordinal;
@@ -43,6 +57,14 @@ typedef struct {
   /* The benchmarks' timer: two events on the stream, made on first use. */
   gpuEvent_t ev_start, ev_stop;
   int have_events;
+  /* The multi-tensor AdamW's chunk table on the device (counted under
+   * OPTIM) and the segments it was made from (host), reused while the
+   * segments stay the same. */
+  prm_cu_adamw_chunk *adamw_chunks;
+  size_t adamw_bytes;
+  prm_dev_adamw_seg_t *adamw_segs;
+  int adamw_nseg, adamw_p16;
+  int64_t adamw_nchunks;
   int failed;
   char err[512];
   const char *last_op; /* the last operator queued, for async failures */
@@ -67,6 +89,25 @@ void prm_cu_enter(prm_cu_ctx *c, const char *op);
  * (stream-ordered: the previous user's kernels are done with it when the
  * next kernel runs). NULL with a recorded failure when it cannot grow. */
 void *prm_cu_scratch(prm_cu_ctx *c, const char *op, size_t bytes);
+
+/* fp32 -> bf16 as prm_f32_to_bf16: round to nearest even on the bit
+ * pattern (exact IEEE rounding for finite values, denormals included, the
+ * largest finite values carrying over to Inf), NaN kept with the quiet bit
+ * set. Host and device (ops.cu, attention_gemm.cu). */
+__host__ __device__ static inline uint16_t prm_cu_bf16_round(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+__host__ __device__ static inline float prm_cu_bf16_widen(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
 
 /* Launch shapes: a 1-D grid over n elements, capped (grid-stride loops). */
 static inline unsigned prm_cu_blocks(int64_t n, int threads) {
@@ -115,6 +156,14 @@ void prm_cu_xent(void *ctx, float *losses, float *dlogits, const float *logits,
                  const int32_t *targets, int64_t N, int64_t V, float scale);
 void prm_cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float wd, int64_t step, float gscale);
+void prm_cu_adamw_multi(void *ctx, float *p, const float *g, float *m, float *v,
+                        prm_dev_bf16_t *p16, const prm_dev_adamw_seg_t *segs, int nseg, float lr,
+                        float beta1, float beta2, float eps, int64_t step, float gscale);
+void prm_cu_rmsnorm_forward16(void *ctx, float *sum, float *out, prm_dev_bf16_t *out16,
+                              float *rstd, const float *a, const float *b, const float *w,
+                              int64_t N, int64_t C, float eps);
+void prm_cu_swiglu_forward16(void *ctx, float *h, prm_dev_bf16_t *h16, const float *gate,
+                             const float *up, int64_t n);
 void prm_cu_sumsq(void *ctx, double *out, const float *x, int64_t n);
 void prm_cu_sum(void *ctx, double *out, const float *x, int64_t n);
 void prm_cu_scale(void *ctx, float *x, int64_t n, float s);
@@ -146,6 +195,17 @@ void prm_cu_attention_decode(void *ctx, float *out, const float *q, const float 
  * the first position of each position's run of equal segment ids; rowdot
  * queues Di[(b H + h) T + i] = dout . out of row (b, i, h). Both return 0
  * or -1 (failure recorded). */
+/* attention_gemm.cu: the GEMM path on bf16 q, k, v (dout): bf16 operands
+ * on the tensor cores, fp32 accumulation and results. */
+void prm_cu_attention_forward_bf16(void *ctx, float *out, float *lse, const prm_dev_bf16_t *q,
+                                   const prm_dev_bf16_t *k, const prm_dev_bf16_t *v,
+                                   const int32_t *seg, int64_t B, int64_t T, int64_t H, int64_t G,
+                                   int64_t D);
+void prm_cu_attention_backward_bf16(void *ctx, float *dq, float *dk, float *dv,
+                                    const prm_dev_bf16_t *dout, const prm_dev_bf16_t *q,
+                                    const prm_dev_bf16_t *k, const prm_dev_bf16_t *v,
+                                    const float *out, const float *lse, const int32_t *seg,
+                                    int64_t B, int64_t T, int64_t H, int64_t G, int64_t D);
 int prm_cu_at_shape_ok(prm_cu_ctx *c, const char *op, int64_t B, int64_t T, int64_t H,
                        int64_t G, int64_t D);
 int prm_cu_at_segstart(prm_cu_ctx *c, const char *op, int32_t *start, const int32_t *seg,

@@ -117,6 +117,8 @@ static void prm_cu_close(void *ctx) {
   gpuSetDevice(c->ordinal);
   gpuStreamSynchronize(c->stream);
   if (c->scratch) gpuFree(c->scratch);
+  if (c->adamw_chunks) gpuFree(c->adamw_chunks);
+  free(c->adamw_segs);
   if (c->h_red) gpuFreeHost(c->h_red);
   if (c->d_red) gpuFree(c->d_red);
   if (c->blas) gpublasDestroy(c->blas);
@@ -452,6 +454,11 @@ static const prm_dev_i prm_cu_table = {
     .scale = prm_cu_scale,
     .timer_start = prm_cu_timer_start,
     .timer_stop = prm_cu_timer_stop,
+    .attention_forward_bf16 = prm_cu_attention_forward_bf16,
+    .attention_backward_bf16 = prm_cu_attention_backward_bf16,
+    .adamw_multi = prm_cu_adamw_multi,
+    .rmsnorm_forward16 = prm_cu_rmsnorm_forward16,
+    .swiglu_forward16 = prm_cu_swiglu_forward16,
 };
 
 /* An empty kernel whose attributes the entry point asks for (see there). */

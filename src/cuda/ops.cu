@@ -9,6 +9,7 @@
  * results are bit-identical to the CPU (conversions, embedding backward,
  * AdamW); the others differ by rounding only (order of sums, FMA). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda-impl.h"
@@ -58,25 +59,6 @@ __device__ static T prm_cu_block_max(T v, T *sh) {
   T r = sh[0];
   __syncthreads();
   return r;
-}
-
-/* fp32 -> bf16 as prm_f32_to_bf16: round to nearest even on the bit
- * pattern (exact IEEE rounding for finite values, denormals included, the
- * largest finite values carrying over to Inf), NaN kept with the quiet bit
- * set. Host and device, so the host can check it against primus. */
-__host__ __device__ static inline uint16_t prm_cu_bf16_round(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-__host__ __device__ static inline float prm_cu_bf16_widen(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
 }
 
 /* Rejects shapes the launch arithmetic cannot hold (rows are grid.x). */
@@ -207,9 +189,9 @@ void prm_cu_embedding_backward(void *ctx, float *dwte, const float *dout, const 
  * reference. With b (the fused add): the row is a + b, stored to sum first
  * (each thread reads and writes only its own columns, so sum may alias a or
  * b), then normalised from the stored values. */
-__global__ static void prm_cu_k_rmsnorm_fwd(float *sum, float *out, float *rstd, const float *a,
-                                            const float *b, const float *w, int64_t C,
-                                            float eps) {
+__global__ static void prm_cu_k_rmsnorm_fwd(float *sum, float *out, uint16_t *out16, float *rstd,
+                                            const float *a, const float *b, const float *w,
+                                            int64_t C, float eps) {
   __shared__ double sh[PRM_CU_THREADS];
   int64_t n = blockIdx.x;
   const float *ar = a + n * C;
@@ -229,6 +211,15 @@ __global__ static void prm_cu_k_rmsnorm_fwd(float *sum, float *out, float *rstd,
   if (threadIdx.x == 0) rstd[n] = r;
   const float *xr = br ? sr : ar;
   float *o = out + n * C;
+  if (out16) { /* the fused bf16 copy: the same value, then rounded */
+    uint16_t *o16 = out16 + n * C;
+    for (int64_t col = threadIdx.x; col < C; col += blockDim.x) {
+      float y = xr[col] * r * w[col];
+      o[col] = y;
+      o16[col] = prm_cu_bf16_round(y);
+    }
+    return;
+  }
   for (int64_t col = threadIdx.x; col < C; col += blockDim.x) o[col] = xr[col] * r * w[col];
 }
 
@@ -281,8 +272,8 @@ void prm_cu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *x, 
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "rmsnorm_forward");
   if (!prm_cu_rows_ok(c, "rmsnorm_forward", N, C) || N == 0 || C == 0) return;
-  prm_cu_k_rmsnorm_fwd<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(NULL, out, rstd, x, NULL,
-                                                                      w, C, eps);
+  prm_cu_k_rmsnorm_fwd<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(NULL, out, NULL, rstd, x,
+                                                                      NULL, w, C, eps);
   prm_cu_check(c, "rmsnorm_forward");
 }
 
@@ -291,9 +282,20 @@ void prm_cu_add_rmsnorm_forward(void *ctx, float *sum, float *out, float *rstd, 
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "add_rmsnorm_forward");
   if (!prm_cu_rows_ok(c, "add_rmsnorm_forward", N, C) || N == 0 || C == 0) return;
-  prm_cu_k_rmsnorm_fwd<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(sum, out, rstd, a, b, w, C,
-                                                                      eps);
+  prm_cu_k_rmsnorm_fwd<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(sum, out, NULL, rstd, a, b,
+                                                                      w, C, eps);
   prm_cu_check(c, "add_rmsnorm_forward");
+}
+
+void prm_cu_rmsnorm_forward16(void *ctx, float *sum, float *out, prm_dev_bf16_t *out16,
+                              float *rstd, const float *a, const float *b, const float *w,
+                              int64_t N, int64_t C, float eps) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "rmsnorm_forward16");
+  if (!prm_cu_rows_ok(c, "rmsnorm_forward16", N, C) || N == 0 || C == 0) return;
+  prm_cu_k_rmsnorm_fwd<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(b ? sum : NULL, out, out16,
+                                                                      rstd, a, b, w, C, eps);
+  prm_cu_check(c, "rmsnorm_forward16");
 }
 
 void prm_cu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dout, const float *x,
@@ -372,6 +374,16 @@ __global__ static void prm_cu_k_swiglu_fwd(float *h, const float *gate, const fl
   PRM_CU_FOR(i, n) h[i] = gate[i] * prm_cu_sigmoid(gate[i]) * up[i];
 }
 
+/* The same h, and its bf16 copy. */
+__global__ static void prm_cu_k_swiglu_fwd16(float *h, uint16_t *h16, const float *gate,
+                                             const float *up, int64_t n) {
+  PRM_CU_FOR(i, n) {
+    float y = gate[i] * prm_cu_sigmoid(gate[i]) * up[i];
+    h[i] = y;
+    h16[i] = prm_cu_bf16_round(y);
+  }
+}
+
 __global__ static void prm_cu_k_swiglu_bwd(float *dgate, float *dup, const float *dh,
                                            const float *gate, const float *up, int64_t n) {
   PRM_CU_FOR(i, n) {
@@ -396,6 +408,16 @@ void prm_cu_swiglu_forward(void *ctx, float *h, const float *gate, const float *
   prm_cu_k_swiglu_fwd<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(
       h, gate, up, n);
   prm_cu_check(c, "swiglu_forward");
+}
+
+void prm_cu_swiglu_forward16(void *ctx, float *h, prm_dev_bf16_t *h16, const float *gate,
+                             const float *up, int64_t n) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "swiglu_forward16");
+  if (n <= 0) return;
+  prm_cu_k_swiglu_fwd16<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(
+      h, h16, gate, up, n);
+  prm_cu_check(c, "swiglu_forward16");
 }
 
 void prm_cu_swiglu_backward(void *ctx, float *dgate, float *dup, const float *dh,
@@ -500,28 +522,52 @@ typedef struct {
  * those of the CPU's (which keeps products and sums separate). This needs
  * the build's defaults: no --use_fast_math, -ftz=false (denormals kept, as
  * on the CPU), IEEE division and square root. */
+/* One element's update; returns the new p[i] (stored too). */
+__device__ static inline float prm_cu_adamw_one(float *p, const float *g, float *m, float *v,
+                                                int64_t i, const prm_cu_adamw_k &k, float decay) {
+  float gi = __fmul_rn(g[i], k.gscale);
+  float mi = __fadd_rn(__fmul_rn(m[i], k.beta1), __fmul_rn(k.omb1, gi));
+  float vi = __fadd_rn(__fmul_rn(v[i], k.beta2), __fmul_rn(__fmul_rn(k.omb2, gi), gi));
+  m[i] = mi;
+  v[i] = vi;
+  float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+  float pi = __fsub_rn(__fmul_rn(p[i], decay), __fmul_rn(k.step_size, __fdiv_rn(mi, denom)));
+  p[i] = pi;
+  return pi;
+}
+
 __global__ static void prm_cu_k_adamw(float *p, const float *g, float *m, float *v, int64_t n,
                                       prm_cu_adamw_k k) {
-  PRM_CU_FOR(i, n) {
-    float gi = __fmul_rn(g[i], k.gscale);
-    float mi = __fadd_rn(__fmul_rn(m[i], k.beta1), __fmul_rn(k.omb1, gi));
-    float vi = __fadd_rn(__fmul_rn(v[i], k.beta2), __fmul_rn(__fmul_rn(k.omb2, gi), gi));
-    m[i] = mi;
-    v[i] = vi;
-    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
-    p[i] = __fsub_rn(__fmul_rn(p[i], k.decay), __fmul_rn(k.step_size, __fdiv_rn(mi, denom)));
+  PRM_CU_FOR(i, n) prm_cu_adamw_one(p, g, m, v, i, k, k.decay);
+}
+
+/* The multi-tensor AdamW's per-call scalars: prm_cu_adamw_k (its decay
+ * unused) and the decay factor of each distinct weight decay. */
+typedef struct {
+  prm_cu_adamw_k k;
+  float decay[PRM_CU_ADAMW_WDS];
+} prm_cu_adamw_multi_k;
+
+/* Grid (chunks), block 256: block x owns chunk x of the table (at most
+ * PRM_CU_ADAMW_CHUNK elements of one tensor); thread t its elements t,
+ * t + 256, ... Each updates as prm_cu_k_adamw with its tensor's decay and
+ * writes the bf16 copy where the chunk's tensor has one. */
+__global__ static void prm_cu_k_adamw_multi(float *p, const float *g, float *m, float *v,
+                                            uint16_t *p16, const prm_cu_adamw_chunk *chunks,
+                                            prm_cu_adamw_multi_k k) {
+  prm_cu_adamw_chunk ch = chunks[blockIdx.x];
+  float decay = k.decay[ch.wd];
+  int64_t end = ch.offset + ch.count;
+  uint16_t *q = ch.bf16 ? p16 : NULL;
+  for (int64_t i = ch.offset + threadIdx.x; i < end; i += blockDim.x) {
+    float pi = prm_cu_adamw_one(p, g, m, v, i, k.k, decay);
+    if (q) q[i] = prm_cu_bf16_round(pi);
   }
 }
 
-void prm_cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float wd, int64_t step, float gscale) {
-  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
-  prm_cu_enter(c, "adamw");
-  if (step < 1) {
-    prm_cu_fail(c, "adamw: step %lld (must be >= 1)", (long long)step);
-    return;
-  }
-  if (n <= 0) return;
+/* The scalars of one call, as the CPU reference computes them. */
+static prm_cu_adamw_k prm_cu_adamw_scalars(float lr, float beta1, float beta2, float eps, float wd,
+                                           int64_t step, float gscale) {
   double bc1 = 1.0 - pow((double)beta1, (double)step);
   double bc2 = 1.0 - pow((double)beta2, (double)step);
   prm_cu_adamw_k k;
@@ -534,9 +580,144 @@ void prm_cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, int64
   k.omb2 = (float)(1.0 - (double)beta2);
   k.eps = eps;
   k.gscale = gscale;
+  return k;
+}
+
+void prm_cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, int64_t step, float gscale) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "adamw");
+  if (step < 1) {
+    prm_cu_fail(c, "adamw: step %lld (must be >= 1)", (long long)step);
+    return;
+  }
+  if (n <= 0) return;
+  prm_cu_adamw_k k = prm_cu_adamw_scalars(lr, beta1, beta2, eps, wd, step, gscale);
   prm_cu_k_adamw<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(p, g, m, v,
                                                                                     n, k);
   prm_cu_check(c, "adamw");
+}
+
+/* The chunk table of segs (on the device, in c->adamw_chunks), made again
+ * only when the segments differ from the last call's (the trainer passes
+ * the same ones every step); the distinct weight decays into wds. Returns
+ * the chunk count, 0 with nothing to do, or -1 (failure recorded, or more
+ * than PRM_CU_ADAMW_WDS distinct weight decays: the caller falls back). */
+static int64_t prm_cu_adamw_table(prm_cu_ctx *c, const prm_dev_adamw_seg_t *segs, int nseg,
+                                  int p16, float *wds, int *nwd) {
+  size_t sbytes = (size_t)nseg * sizeof *segs;
+  *nwd = 0;
+  for (int i = 0; i < nseg; i++) {
+    int j = 0;
+    while (j < *nwd && memcmp(&wds[j], &segs[i].wd, sizeof(float))) j++;
+    if (j == *nwd) {
+      if (*nwd == PRM_CU_ADAMW_WDS) return -1;
+      wds[(*nwd)++] = segs[i].wd;
+    }
+  }
+  if (c->adamw_segs && c->adamw_nseg == nseg && c->adamw_p16 == p16 &&
+      !memcmp(c->adamw_segs, segs, sbytes))
+    return c->adamw_nchunks;
+  int64_t n = 0;
+  for (int i = 0; i < nseg; i++)
+    if (segs[i].numel > 0) n += (segs[i].numel + PRM_CU_ADAMW_CHUNK - 1) / PRM_CU_ADAMW_CHUNK;
+  if (n > 0x7fffffff) {
+    prm_cu_fail(c, "adamw_multi: %lld chunks exceed the grid", (long long)n);
+    return -1;
+  }
+  prm_cu_adamw_chunk *h =
+      (prm_cu_adamw_chunk *)calloc((size_t)(n ? n : 1), sizeof(prm_cu_adamw_chunk));
+  void *keep = malloc(sbytes ? sbytes : 1);
+  if (!h || !keep) {
+    free(h), free(keep);
+    prm_cu_fail(c, "adamw_multi: out of host memory for %lld chunks", (long long)n);
+    return -1;
+  }
+  int64_t x = 0;
+  for (int i = 0; i < nseg; i++) {
+    int w = 0;
+    while (memcmp(&wds[w], &segs[i].wd, sizeof(float))) w++;
+    for (int64_t o = 0; o < segs[i].numel; o += PRM_CU_ADAMW_CHUNK, x++) {
+      int64_t left = segs[i].numel - o;
+      h[x].offset = segs[i].offset + o;
+      h[x].count = (int32_t)(left < PRM_CU_ADAMW_CHUNK ? left : PRM_CU_ADAMW_CHUNK);
+      h[x].wd = (int16_t)w;
+      h[x].bf16 = (int16_t)(p16 && segs[i].bf16);
+    }
+  }
+  /* The old table may still be read by a queued update: wait first. */
+  gpuError_t e = gpuStreamSynchronize(c->stream);
+  size_t bytes = (size_t)(n ? n : 1) * sizeof(prm_cu_adamw_chunk);
+  if (e == gpuSuccess && bytes > c->adamw_bytes) {
+    if (c->adamw_chunks) {
+      gpuFree(c->adamw_chunks);
+      c->in_use[PRM_DEV_MEM_OPTIM] -= c->adamw_bytes;
+    }
+    c->adamw_chunks = NULL;
+    c->adamw_bytes = 0;
+    e = gpuMalloc((void **)&c->adamw_chunks, bytes);
+    if (e == gpuSuccess) {
+      c->adamw_bytes = bytes;
+      c->in_use[PRM_DEV_MEM_OPTIM] += bytes;
+      if (c->in_use[PRM_DEV_MEM_OPTIM] > c->peak[PRM_DEV_MEM_OPTIM])
+        c->peak[PRM_DEV_MEM_OPTIM] = c->in_use[PRM_DEV_MEM_OPTIM];
+    }
+  }
+  /* A pageable source: the synchronize below makes sure the copy is done
+   * before h is freed. */
+  if (e == gpuSuccess)
+    e = gpuMemcpyAsync(c->adamw_chunks, h, bytes, gpuMemcpyHostToDevice, c->stream);
+  if (e == gpuSuccess) e = gpuStreamSynchronize(c->stream);
+  free(h);
+  if (e != gpuSuccess) {
+    free(keep);
+    gpuGetLastError();
+    prm_cu_fail(c, "adamw_multi: the chunk table (%zu bytes): %s (%s)", bytes, gpuGetErrorString(e),
+                gpuGetErrorName(e));
+    free(c->adamw_segs);
+    c->adamw_segs = NULL;
+    return -1;
+  }
+  memcpy(keep, segs, sbytes);
+  free(c->adamw_segs);
+  c->adamw_segs = (prm_dev_adamw_seg_t *)keep;
+  c->adamw_nseg = nseg;
+  c->adamw_p16 = p16;
+  c->adamw_nchunks = n;
+  return n;
+}
+
+void prm_cu_adamw_multi(void *ctx, float *p, const float *g, float *m, float *v,
+                        prm_dev_bf16_t *p16, const prm_dev_adamw_seg_t *segs, int nseg, float lr,
+                        float beta1, float beta2, float eps, int64_t step, float gscale) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "adamw_multi");
+  if (step < 1) {
+    prm_cu_fail(c, "adamw_multi: step %lld (must be >= 1)", (long long)step);
+    return;
+  }
+  float wds[PRM_CU_ADAMW_WDS];
+  int nwd = 0;
+  int64_t n = nseg > 0 ? prm_cu_adamw_table(c, segs, nseg, p16 != NULL, wds, &nwd) : 0;
+  if (n < 0 && c->failed) return;
+  if (n < 0) { /* many distinct weight decays: one launch per tensor */
+    for (int i = 0; i < nseg; i++) {
+      if (segs[i].numel <= 0) continue;
+      prm_cu_adamw(ctx, p + segs[i].offset, g + segs[i].offset, m + segs[i].offset,
+                   v + segs[i].offset, segs[i].numel, lr, beta1, beta2, eps, segs[i].wd, step,
+                   gscale);
+      if (p16 && segs[i].bf16)
+        prm_cu_f32_to_bf16(ctx, p16 + segs[i].offset, p + segs[i].offset, segs[i].numel);
+    }
+    return;
+  }
+  if (n == 0) return;
+  prm_cu_adamw_multi_k k;
+  k.k = prm_cu_adamw_scalars(lr, beta1, beta2, eps, 0.0f, step, gscale);
+  for (int w = 0; w < nwd; w++) k.decay[w] = prm_cu_adamw_scalars(lr, beta1, beta2, eps, wds[w], step, gscale).decay;
+  prm_cu_k_adamw_multi<<<(unsigned)n, PRM_CU_THREADS, 0, c->stream>>>(p, g, m, v, p16,
+                                                                      c->adamw_chunks, k);
+  prm_cu_check(c, "adamw_multi");
 }
 
 /* ======================================================================== */

@@ -199,6 +199,55 @@ static void prm__cpu_scale(void *ctx, float *x, int64_t n, float s) {
   prm_scale(x, n, s);
 }
 
+/* The bf16 and fused members (ABI 3): the CPU kernels they stand for, in
+ * the unfused order, so a fused call gives the unfused bits. */
+static void prm__cpu_attn_fwd16(void *ctx, float *out, float *lse, const prm_dev_bf16_t *q,
+                                const prm_dev_bf16_t *k, const prm_dev_bf16_t *v,
+                                const int32_t *seg, int64_t B, int64_t T, int64_t H, int64_t G,
+                                int64_t D) {
+  (void)ctx;
+  prm_attention_forward_bf16(out, lse, q, k, v, seg, B, T, H, G, D);
+}
+
+static void prm__cpu_attn_bwd16(void *ctx, float *dq, float *dk, float *dv,
+                                const prm_dev_bf16_t *dout, const prm_dev_bf16_t *q,
+                                const prm_dev_bf16_t *k, const prm_dev_bf16_t *v, const float *out,
+                                const float *lse, const int32_t *seg, int64_t B, int64_t T,
+                                int64_t H, int64_t G, int64_t D) {
+  (void)ctx;
+  prm_attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, lse, seg, B, T, H, G, D);
+}
+
+static void prm__cpu_adamw_multi(void *ctx, float *p, const float *g, float *m, float *v,
+                                 prm_dev_bf16_t *p16, const prm_dev_adamw_seg_t *segs, int nseg,
+                                 float lr, float b1, float b2, float eps, int64_t step,
+                                 float gscale) {
+  (void)ctx;
+  for (int i = 0; i < nseg; i++) {
+    const prm_dev_adamw_seg_t *s = &segs[i];
+    if (s->numel <= 0) continue;
+    prm_adamw_update(p + s->offset, g + s->offset, m + s->offset, v + s->offset, s->numel, lr, b1,
+                     b2, eps, s->wd, step, gscale);
+    if (p16 && s->bf16) prm_f32_to_bf16(p16 + s->offset, p + s->offset, s->numel);
+  }
+}
+
+static void prm__cpu_rms_fwd16(void *ctx, float *sum, float *out, prm_dev_bf16_t *out16,
+                               float *rstd, const float *a, const float *b, const float *w,
+                               int64_t N, int64_t C, float eps) {
+  (void)ctx;
+  if (b) prm_add_rmsnorm_forward(sum, out, rstd, a, b, w, N, C, eps);
+  else prm_rmsnorm_forward(out, rstd, a, w, N, C, eps);
+  prm_f32_to_bf16(out16, out, N * C);
+}
+
+static void prm__cpu_swiglu_fwd16(void *ctx, float *h, prm_dev_bf16_t *h16, const float *gate,
+                                  const float *up, int64_t n) {
+  (void)ctx;
+  prm_swiglu_forward(h, gate, up, n);
+  prm_f32_to_bf16(h16, h, n);
+}
+
 static const prm_dev_i prm__cpu_i = {
     .name = "cpu",
     .abi = PRM_DEV_ABI_VERSION,
@@ -235,6 +284,11 @@ static const prm_dev_i prm__cpu_i = {
     .sumsq = prm__cpu_sumsq,
     .sum = prm__cpu_sum,
     .scale = prm__cpu_scale,
+    .attention_forward_bf16 = prm__cpu_attn_fwd16,
+    .attention_backward_bf16 = prm__cpu_attn_bwd16,
+    .adamw_multi = prm__cpu_adamw_multi,
+    .rmsnorm_forward16 = prm__cpu_rms_fwd16,
+    .swiglu_forward16 = prm__cpu_swiglu_fwd16,
 };
 
 const prm_dev_i *prm__dev_cpu_table(void) { return &prm__cpu_i; }

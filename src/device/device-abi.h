@@ -36,8 +36,10 @@ extern "C" {
 
 /* Bump when the table or the entry point changes: the core refuses a
  * module of another version by name. 2: the optional device timer
- * (timer_start, timer_stop) at the end of the table. */
-#define PRM_DEV_ABI_VERSION 2
+ * (timer_start, timer_stop) at the end of the table. 3: the optional bf16
+ * and fused members after it (attention_forward_bf16 ... swiglu_forward16,
+ * issue 24). */
+#define PRM_DEV_ABI_VERSION 3
 
 /* The module's one exported symbol, looked up with dlsym. */
 #define PRM_DEV_ENTRY_NAME "prm_device_module_open"
@@ -72,6 +74,16 @@ typedef struct {
 
 /* bf16 storage as in prm_kernels.h (the upper half of an fp32). */
 typedef uint16_t prm_dev_bf16_t;
+
+/* One tensor of the multi-tensor AdamW (adamw_multi): elements
+ * [offset, offset + numel) of p, g, m, v (and p16), its weight decay, and
+ * whether p16 gets the bf16 copy of the updated values. */
+typedef struct {
+  int64_t offset;
+  int64_t numel;
+  float wd;
+  int32_t bf16;
+} prm_dev_adamw_seg_t;
 
 /* One backend. `ctx` is the backend's own state (owned by it, freed by
  * close). A member marked optional may be NULL: the core then does
@@ -192,6 +204,43 @@ typedef struct prm_dev_i {
    * sync (the CPU, whose operators return when done). */
   int (*timer_start)(void *ctx);
   int (*timer_stop)(void *ctx, double *ms);
+
+  /* ---- bf16 and fused operators (issue 24), each optional ---- */
+  /* Attention on bf16 q, k, v (and dout): prm_attention_forward_bf16 /
+   * prm_attention_backward_bf16's contract (fp32 accumulation, softmax
+   * statistics, out, lse and gradients; P and dS rounded to bf16 only as
+   * operands of the products after them). NULL: the core keeps bf16 runs'
+   * attention in fp32 (attention_forward/backward). */
+  void (*attention_forward_bf16)(void *ctx, float *out /* (B,T,H,D) */, float *lse /* (B,H,T) */,
+                                 const prm_dev_bf16_t *q /* (B,T,H,D) */,
+                                 const prm_dev_bf16_t *k /* (B,T,G,D) */,
+                                 const prm_dev_bf16_t *v /* (B,T,G,D) */,
+                                 const int32_t *seg /* (B,T) or NULL */, int64_t B, int64_t T,
+                                 int64_t H, int64_t G, int64_t D);
+  void (*attention_backward_bf16)(void *ctx, float *dq, float *dk, float *dv,
+                                  const prm_dev_bf16_t *dout, const prm_dev_bf16_t *q,
+                                  const prm_dev_bf16_t *k, const prm_dev_bf16_t *v,
+                                  const float *out, const float *lse, const int32_t *seg,
+                                  int64_t B, int64_t T, int64_t H, int64_t G, int64_t D);
+  /* AdamW over many tensors of one block in one pass: for each of the
+   * nseg segments (segs: host memory, read before the call returns) the
+   * adamw member's update with the segment's weight decay, and where
+   * seg.bf16 and p16 are set also p16 = bf16(p) of the new values (the
+   * bits f32_to_bf16 gives). The same bits as adamw per segment followed
+   * by f32_to_bf16. NULL: the core calls those. */
+  void (*adamw_multi)(void *ctx, float *p, const float *g, float *m, float *v,
+                      prm_dev_bf16_t *p16 /* or NULL */, const prm_dev_adamw_seg_t *segs,
+                      int nseg, float lr, float beta1, float beta2, float eps, int64_t step,
+                      float gscale);
+  /* rmsnorm_forward (b NULL) or add_rmsnorm_forward (b set; sum may alias
+   * a or b) that also writes out16 = bf16(out): the bits of the operator
+   * followed by f32_to_bf16. NULL: the core calls those two. */
+  void (*rmsnorm_forward16)(void *ctx, float *sum, float *out, prm_dev_bf16_t *out16, float *rstd,
+                            const float *a, const float *b, const float *w, int64_t N, int64_t C,
+                            float eps);
+  /* swiglu_forward that also writes h16 = bf16(h). NULL: the two calls. */
+  void (*swiglu_forward16)(void *ctx, float *h, prm_dev_bf16_t *h16, const float *gate,
+                           const float *up, int64_t n);
 } prm_dev_i;
 
 /* The entry point of a backend module: opens device `ordinal` of the

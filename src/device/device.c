@@ -196,6 +196,8 @@ int prm_dev_open(const prm_dev_opts_t *o, prm_dev_t **out, prm_err_t *err) {
     }
   }
   d->i->info(d->ctx, &d->info);
+  const char *uf = getenv("PRIMUS_DEVICE_UNFUSED");
+  d->unfused = uf && !strcmp(uf, "1");
   *out = d;
   return 0;
 }
@@ -344,6 +346,44 @@ void prm_dev_linear_backward(const prm_dev_t *d, float *dx, float *dw, const flo
   if (dw) d->i->sgemm(d->ctx, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dw, in);
 }
 
+void prm_dev_adamw_multi(const prm_dev_t *d, float *p, const float *g, float *m, float *v,
+                         prm_bf16_t *p16, const prm_dev_adamw_seg_t *segs, int nseg, float lr,
+                         float beta1, float beta2, float eps, int64_t step, float gscale) {
+  if (prm_dev_fused(d, d->i->adamw_multi != NULL)) {
+    d->i->adamw_multi(d->ctx, p, g, m, v, p16, segs, nseg, lr, beta1, beta2, eps, step, gscale);
+    return;
+  }
+  for (int i = 0; i < nseg; i++) {
+    const prm_dev_adamw_seg_t *s = &segs[i];
+    if (s->numel <= 0) continue;
+    d->i->adamw(d->ctx, p + s->offset, g + s->offset, m + s->offset, v + s->offset, s->numel, lr,
+                beta1, beta2, eps, s->wd, step, gscale);
+    if (p16 && s->bf16) d->i->f32_to_bf16(d->ctx, p16 + s->offset, p + s->offset, s->numel);
+  }
+}
+
+void prm_dev_rmsnorm_forward16(const prm_dev_t *d, float *sum, float *out, prm_bf16_t *out16,
+                               float *rstd, const float *a, const float *b, const float *w,
+                               int64_t N, int64_t C, float eps) {
+  if (prm_dev_fused(d, d->i->rmsnorm_forward16 != NULL)) {
+    d->i->rmsnorm_forward16(d->ctx, sum, out, out16, rstd, a, b, w, N, C, eps);
+    return;
+  }
+  if (b) d->i->add_rmsnorm_forward(d->ctx, sum, out, rstd, a, b, w, N, C, eps);
+  else d->i->rmsnorm_forward(d->ctx, out, rstd, a, w, N, C, eps);
+  d->i->f32_to_bf16(d->ctx, out16, out, N * C);
+}
+
+void prm_dev_swiglu_forward16(const prm_dev_t *d, float *h, prm_bf16_t *h16, const float *gate,
+                              const float *up, int64_t n) {
+  if (prm_dev_fused(d, d->i->swiglu_forward16 != NULL)) {
+    d->i->swiglu_forward16(d->ctx, h, h16, gate, up, n);
+    return;
+  }
+  d->i->swiglu_forward(d->ctx, h, gate, up, n);
+  d->i->f32_to_bf16(d->ctx, h16, h, n);
+}
+
 double prm_dev_lmhead_xent(const prm_dev_t *d, float *dx, float *dw, int64_t *count,
                            const float *x, const float *w, const int32_t *targets,
                            const int32_t *host_targets, int64_t N, int64_t C, int64_t V,
@@ -363,6 +403,33 @@ double prm_dev_lmhead_xent(const prm_dev_t *d, float *dx, float *dw, int64_t *co
     /* dx_chunk (rows,C) = dlogits W; dw (V,C) += dlogits^T x_chunk. */
     if (dx) d->i->sgemm(d->ctx, 0, 0, rows, C, V, 1.0f, scratch, V, w, C, 0.0f, dx + n0 * C, C);
     if (dw) d->i->sgemm(d->ctx, 1, 0, V, C, rows, 1.0f, scratch, V, xc, C, 1.0f, dw, C);
+  }
+  if (count) *count = cnt;
+  double total = 0;
+  d->i->sum(d->ctx, &total, losses, N);
+  return total;
+}
+
+double prm_dev_lmhead_xent16(const prm_dev_t *d, float *dx, float *dw, int64_t *count,
+                             const float *x, const prm_bf16_t *w16, const int32_t *targets,
+                             const int32_t *host_targets, int64_t N, int64_t C, int64_t V,
+                             float grad_scale, float *scratch, float *losses, int64_t chunk,
+                             prm_bf16_t *x16, prm_bf16_t *d16) {
+  PRM_ASSERT(chunk > 0);
+  int64_t cnt = 0;
+  for (int64_t n = 0; n < N; n++) cnt += host_targets[n] >= 0;
+  int grads = dx || dw;
+  d->i->f32_to_bf16(d->ctx, x16, x, N * C);
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    int64_t rows = N - n0 < chunk ? N - n0 : chunk;
+    const prm_bf16_t *xc = x16 + n0 * C;
+    d->i->gemm_bf16(d->ctx, 0, 1, rows, V, C, 1.0f, xc, C, w16, C, 0.0f, scratch, V);
+    d->i->xent(d->ctx, losses + n0, grads ? scratch : NULL, scratch, targets + n0, rows, V,
+               grad_scale);
+    if (!grads) continue;
+    d->i->f32_to_bf16(d->ctx, d16, scratch, rows * V);
+    if (dx) d->i->gemm_bf16(d->ctx, 0, 0, rows, C, V, 1.0f, d16, V, w16, C, 0.0f, dx + n0 * C, C);
+    if (dw) d->i->gemm_bf16(d->ctx, 1, 0, V, C, rows, 1.0f, d16, V, xc, C, 1.0f, dw, C);
   }
   if (count) *count = cnt;
   double total = 0;

@@ -117,6 +117,33 @@ static void t_sumsq(void *ctx, double *o, const float *x, int64_t n) { cpu()->su
 static void t_sum(void *ctx, double *o, const float *x, int64_t n) { cpu()->sum(ctx, o, U(x), n); }
 static void t_scale(void *ctx, float *x, int64_t n, float s) { cpu()->scale(ctx, U(x), n, s); }
 
+static void t_att_f16(void *ctx, float *o, float *l, const prm_dev_bf16_t *q,
+                      const prm_dev_bf16_t *k, const prm_dev_bf16_t *v, const int32_t *seg,
+                      int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
+  cpu()->attention_forward_bf16(ctx, U(o), U(l), U(q), U(k), U(v), U(seg), B, T, H, G, D);
+}
+static void t_att_b16(void *ctx, float *dq, float *dk, float *dv, const prm_dev_bf16_t *d,
+                      const prm_dev_bf16_t *q, const prm_dev_bf16_t *k, const prm_dev_bf16_t *v,
+                      const float *o, const float *l, const int32_t *seg, int64_t B, int64_t T,
+                      int64_t H, int64_t G, int64_t D) {
+  cpu()->attention_backward_bf16(ctx, U(dq), U(dk), U(dv), U(d), U(q), U(k), U(v), U(o), U(l),
+                                 U(seg), B, T, H, G, D);
+}
+static void t_adamw_multi(void *ctx, float *p, const float *g, float *m, float *v,
+                          prm_dev_bf16_t *p16, const prm_dev_adamw_seg_t *segs, int nseg, float lr,
+                          float b1, float b2, float eps, int64_t step, float gs) {
+  /* segs is host memory, as the ABI says. */
+  cpu()->adamw_multi(ctx, U(p), U(g), U(m), U(v), U(p16), segs, nseg, lr, b1, b2, eps, step, gs);
+}
+static void t_rms_f16(void *ctx, float *s, float *o, prm_dev_bf16_t *o16, float *r, const float *a,
+                      const float *b, const float *w, int64_t N, int64_t C, float eps) {
+  cpu()->rmsnorm_forward16(ctx, U(s), U(o), U(o16), U(r), U(a), U(b), U(w), N, C, eps);
+}
+static void t_swi_f16(void *ctx, float *h, prm_dev_bf16_t *h16, const float *g, const float *u,
+                      int64_t n) {
+  cpu()->swiglu_forward16(ctx, U(h), U(h16), U(g), U(u), n);
+}
+
 static prm_dev_i prm__tagged_i;
 
 const prm_dev_i *prm__dev_tagged_table(void) {
@@ -134,6 +161,9 @@ const prm_dev_i *prm__dev_tagged_table(void) {
   t->swiglu_forward = t_swi_f, t->swiglu_backward = t_swi_b, t->add = t_add;
   t->attention_forward = t_att_f, t->attention_backward = t_att_b, t->attention_decode = t_att_d;
   t->xent = t_xent, t->adamw = t_adamw, t->sumsq = t_sumsq, t->sum = t_sum, t->scale = t_scale;
+  t->attention_forward_bf16 = t_att_f16, t->attention_backward_bf16 = t_att_b16;
+  t->adamw_multi = t_adamw_multi, t->rmsnorm_forward16 = t_rms_f16;
+  t->swiglu_forward16 = t_swi_f16;
   t->name = "tagged";
   return t;
 }

@@ -8,9 +8,11 @@
  * scratch slots just before use (slot 0: the layer input x, slot 1: the
  * output gradient dy). Attention takes q, k, v (and in backward dO)
  * rounded into the same two slots, once per layer and pass, and runs the
- * bf16 kernels (attention16.c), unless PRM_LLAMA_ATTN_FP32 keeps it on the
- * fp32 kernels (where vdpbf16ps is slower than fp32 FMAs: the trainer's
- * bf16_attention). Everything else - norms, softmax statistics, the loss,
+ * bf16 kernels (attention16.c; on a GPU the device's attention_*_bf16,
+ * tensor cores), unless PRM_LLAMA_ATTN_FP32 keeps it on the fp32 kernels
+ * (where vdpbf16ps is slower than fp32 FMAs: the trainer's bf16_attention).
+ * The norms and SwiGLU that feed a GEMM write its bf16 operand in the same
+ * pass where the device can (prm__norm16, prm__swiglu16). Everything else - norms, softmax statistics, the loss,
  * gradients, AdamW - stays fp32. Without PRM_LLAMA_BF16 every function is
  * the plain fp32 call.
  *
@@ -111,6 +113,12 @@ double prm__pk16_bytes(const prm_llama_t *m, double *head) {
 
 void prm_llama_params_changed(prm_llama_t *m) { m->stale16 = 1; }
 
+void prm_llama_params16_synced(prm_llama_t *m) {
+  if (!m->params16) return;
+  m->stale16 = 0;
+  m->ver16++; /* packed copies (the CPU's) are stale */
+}
+
 const prm_bf16_t *prm__to16(prm_llama_t *m, int slot, const float *x, int64_t n) {
   if (!m->params16) return NULL;
   prm_llama_acts_t *a = m->acts;
@@ -118,6 +126,31 @@ const prm_bf16_t *prm__to16(prm_llama_t *m, int slot, const float *x, int64_t n)
   PRM_ASSERT(n <= a->n16[slot]);
   prm_dev_f32_to_bf16(m->dev, a->x16[slot], x, n);
   return a->x16[slot];
+}
+
+const prm_bf16_t *prm__norm16(prm_llama_t *m, float *sum, float *out, float *rstd, const float *a,
+                              const float *b, const float *w, int64_t N, int64_t C, float eps) {
+  if (!m->params16) {
+    if (b) prm_dev_add_rmsnorm_forward(m->dev, sum, out, rstd, a, b, w, N, C, eps);
+    else prm_dev_rmsnorm_forward(m->dev, out, rstd, a, w, N, C, eps);
+    return NULL;
+  }
+  prm_llama_acts_t *s = m->acts;
+  PRM_ASSERT(N * C <= s->n16[0]);
+  prm_dev_rmsnorm_forward16(m->dev, sum, out, s->x16[0], rstd, a, b, w, N, C, eps);
+  return s->x16[0];
+}
+
+const prm_bf16_t *prm__swiglu16(prm_llama_t *m, float *h, const float *gate, const float *up,
+                                int64_t n) {
+  if (!m->params16) {
+    prm_dev_swiglu_forward(m->dev, h, gate, up, n);
+    return NULL;
+  }
+  prm_llama_acts_t *s = m->acts;
+  PRM_ASSERT(n <= s->n16[0]);
+  prm_dev_swiglu_forward16(m->dev, h, s->x16[0], gate, up, n);
+  return s->x16[0];
 }
 
 void prm__lin_fwd(prm_llama_t *m, float *y, const float *x, const prm_bf16_t *x16, const float *w,
@@ -191,6 +224,14 @@ void prm__attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B) {
   prm_llama_acts_t *s = m->acts;
   PRM_ASSERT(N * (H + G) * D <= s->n16[0] && N * G * D <= s->n16[1]);
   prm_bf16_t *q16 = s->x16[0], *k16 = q16 + N * H * D, *v16 = s->x16[1];
+  if (!prm_dev_is_host(m->dev)) { /* the device's bf16 attention (llama.c checked it has one) */
+    prm_dev_f32_to_bf16(m->dev, q16, a->q, N * H * D);
+    prm_dev_f32_to_bf16(m->dev, k16, a->k, N * G * D);
+    prm_dev_f32_to_bf16(m->dev, v16, a->v, N * G * D);
+    prm_dev_attention_forward_bf16(m->dev, a->att, a->lse, q16, k16, v16, m->pass_seg, B, T, H, G,
+                                   D);
+    return;
+  }
   prm_f32_to_bf16(q16, a->q, N * H * D);
   prm_f32_to_bf16(k16, a->k, N * G * D);
   prm_f32_to_bf16(v16, a->v, N * G * D);
@@ -211,6 +252,15 @@ void prm__attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B) {
   }
   PRM_ASSERT(N * (H + G) * D <= s->n16[0] && N * (H + G) * D <= s->n16[1]);
   prm_bf16_t *q16 = s->x16[0], *k16 = q16 + N * H * D, *d16 = s->x16[1], *v16 = d16 + N * H * D;
+  if (!prm_dev_is_host(m->dev)) {
+    prm_dev_f32_to_bf16(m->dev, q16, a->q, N * H * D);
+    prm_dev_f32_to_bf16(m->dev, k16, a->k, N * G * D);
+    prm_dev_f32_to_bf16(m->dev, v16, a->v, N * G * D);
+    prm_dev_f32_to_bf16(m->dev, d16, s->datt, N * H * D);
+    prm_dev_attention_backward_bf16(m->dev, s->dq, s->dk, s->dv, d16, q16, k16, v16, a->att,
+                                    a->lse, m->pass_seg, B, T, H, G, D);
+    return;
+  }
   prm_f32_to_bf16(q16, a->q, N * H * D);
   prm_f32_to_bf16(k16, a->k, N * G * D);
   prm_f32_to_bf16(v16, a->v, N * G * D);

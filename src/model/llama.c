@@ -364,6 +364,11 @@ static int prm__dev_check(const prm_llama_config_t *c, const prm_dev_t *dev,
                   dev->i->name);
 }
 
+int prm_llama_dev_head_fp32(void) {
+  const char *hf = getenv("PRIMUS_DEVICE_HEAD_FP32");
+  return hf && !strcmp(hf, "1");
+}
+
 int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
                       const prm_gemm_t *gemm, const prm_dev_t *dev, const prm_llama_tp_t *tp,
                       prm_llama_t **out, prm_err_t *err) {
@@ -393,10 +398,11 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
   m->moe_router_w = -1.0; /* the router's losses over the tokens that count */
   m->dev = dev ? dev : (m->own_dev = prm_dev_cpu_new(gemm));
   if (!prm_dev_is_host(m->dev) && (flags & PRM_LLAMA_BF16)) {
-    /* bf16 on a GPU: attention in fp32, no CPU weight packs (issue 24 has
-     * the bf16 kernels). */
-    flags |= PRM_LLAMA_ATTN_FP32;
+    /* bf16 on a GPU: no CPU weight packs; attention in fp32 where the
+     * device has no bf16 attention. */
+    if (!prm_dev_has_attention_bf16(m->dev)) flags |= PRM_LLAMA_ATTN_FP32;
     flags &= ~(unsigned)PRM_LLAMA_PACK16;
+    m->head_fp32 = prm_llama_dev_head_fp32();
   }
   m->cfg = *c;
   m->flags = flags;
@@ -698,7 +704,8 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
     if (m->flags & PRM_LLAMA_ATTN_FP32)
       prm_sb_appendf(out, ", bf16 weights %s, fp32 attention", h);
     else
-      prm_sb_appendf(out, ", bf16 weights %s, bf16 attention (%s)", h, prm_attention_bf16_isa());
+      prm_sb_appendf(out, ", bf16 weights %s, bf16 attention (%s)", h,
+                     prm_dev_is_host(m->dev) ? prm_attention_bf16_isa() : m->dev->i->name);
     /* lin.c: oneDNN keeps the packed weights in two blocked copies each
      * (about the bf16 size each, made at the first pass). */
     double head, all = prm__pk16_bytes(m, &head);

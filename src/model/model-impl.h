@@ -88,6 +88,14 @@ double prm__pk16_bytes(const prm_llama_t *m, double *head);
 /* x (n values) rounded to bf16 into operand slot 0 (an input) or 1 (an
  * output gradient); NULL in fp32, where the lin calls use x itself. */
 const prm_bf16_t *prm__to16(prm_llama_t *m, int slot, const float *x, int64_t n);
+/* (add_)rmsnorm_forward (b NULL: without the add) and, in bf16, the bf16
+ * copy of out in operand slot 0, returned (NULL in fp32): one fused pass
+ * where the device has one (prm_dev_rmsnorm_forward16). */
+const prm_bf16_t *prm__norm16(prm_llama_t *m, float *sum, float *out, float *rstd, const float *a,
+                              const float *b, const float *w, int64_t N, int64_t C, float eps);
+/* swiglu_forward and, in bf16, h's bf16 copy in slot 0 (returned). */
+const prm_bf16_t *prm__swiglu16(prm_llama_t *m, float *h, const float *gate, const float *up,
+                                int64_t n);
 /* prm_linear_forward / prm_linear_backward, with bf16 operands when x16
  * (dy16) is not NULL: x16 = prm__to16(x), dy16 = prm__to16(dy). */
 void prm__lin_fwd(prm_llama_t *m, float *y, const float *x, const prm_bf16_t *x16, const float *w,
@@ -98,7 +106,9 @@ void prm__lin_bwd(prm_llama_t *m, float *dx, float *dw, const float *dy, const p
 /* Attention of one layer, forward (a->att, a->lse from a->q, k, v) and
  * backward (m->acts' dq, dk, dv from datt): prm_attention_*_seg in fp32,
  * prm_attention_*_bf16 on bf16 copies in the operand slots with
- * PRM_LLAMA_BF16. */
+ * PRM_LLAMA_BF16 (on a device with its own memory, the device's
+ * attention_*_bf16 members; llama.c sets PRM_LLAMA_ATTN_FP32 where it has
+ * none). */
 void prm__attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B);
 void prm__attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B);
 

@@ -42,8 +42,7 @@ static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
   const prm_bf16_t *x16; /* the bf16 copy of a layer input; NULL in fp32 (lin.c) */
 
   const prm_dev_t *d = m->dev;
-  prm_dev_rmsnorm_forward(d, a->ln1, a->rstd1, x, w->ln1, N, C, (float)c->norm_eps);
-  x16 = prm__to16(m, 0, a->ln1, N * C);
+  x16 = prm__norm16(m, NULL, a->ln1, a->rstd1, x, NULL, w->ln1, N, C, (float)c->norm_eps);
   /* With q/k norms the projections land in qraw/kraw, normalised into q/k. */
   float *q = w->qn ? a->qraw : a->q, *k = w->qn ? a->kraw : a->k;
   prm__lin_fwd(m, q, a->ln1, x16, w->wq, N, C, HD);
@@ -63,20 +62,20 @@ static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
   prm__attn_fwd(m, a, B);
   prm__lin_fwd(m, a->mid, a->att, prm__to16(m, 0, a->att, N * HD), w->wo, N, HD, C);
   prm__tp_sum(m, a->mid, N * C);
-  /* mid = x + attention; ln2 = rmsnorm(mid), in one pass. */
-  prm_dev_add_rmsnorm_forward(d, a->mid, a->ln2, a->rstd2, a->mid, x, w->ln2, N, C,
-                              (float)c->norm_eps);
-
+  /* mid = x + attention; ln2 = rmsnorm(mid), in one pass (with ln2's bf16
+   * copy for the dense MLP's GEMMs). */
   if (w->router) { /* a mixture-of-experts MLP (moe.c; host memory only) */
+    prm_dev_add_rmsnorm_forward(d, a->mid, a->ln2, a->rstd2, a->mid, x, w->ln2, N, C,
+                                (float)c->norm_eps);
     prm__moe_forward(m, w - m->layer, w, a, a->ln2, y, N);
     prm_add(y, y, a->mid, N * C);
     return;
   }
-  x16 = prm__to16(m, 0, a->ln2, N * C);
+  x16 = prm__norm16(m, a->mid, a->ln2, a->rstd2, a->mid, x, w->ln2, N, C, (float)c->norm_eps);
   prm__lin_fwd(m, a->gate, a->ln2, x16, w->wgate, N, C, F);
   prm__lin_fwd(m, a->up, a->ln2, x16, w->wup, N, C, F);
-  prm_dev_swiglu_forward(d, a->h, a->gate, a->up, N * F);
-  prm__lin_fwd(m, y, a->h, prm__to16(m, 0, a->h, N * F), w->wdown, N, F, C);
+  x16 = prm__swiglu16(m, a->h, a->gate, a->up, N * F);
+  prm__lin_fwd(m, y, a->h, x16, w->wdown, N, F, C);
   prm__tp_sum(m, y, N * C);
   prm_dev_add(d, y, y, a->mid, N * C);
 }
@@ -208,6 +207,10 @@ static double prm__head(prm_llama_t *m, float *dx, float *dw, int64_t *count, co
                         const int32_t *targets, int64_t N, float grad_scale) {
   const prm_llama_config_t *c = &m->cfg;
   prm_llama_acts_t *a = m->acts;
+  if (!prm_dev_is_host(m->dev) && m->params16 && !m->head_fp32) /* bf16 operands, as the CPU's */
+    return prm_dev_lmhead_xent16(m->dev, dx, dw, count, a->lnf, prm__w16(m, m->head), tgt, targets,
+                                 N, c->hidden, c->vocab, grad_scale, a->logits, m->dloss, a->chunk,
+                                 a->x16[0], a->x16[1]);
   if (!prm_dev_is_host(m->dev))
     return prm_dev_lmhead_xent(m->dev, dx, dw, count, a->lnf, m->head, tgt, targets, N, c->hidden,
                                c->vocab, grad_scale, a->logits, m->dloss, a->chunk);

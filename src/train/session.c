@@ -176,11 +176,20 @@ int prm__session_open(const prm_train_opts_t *o, unsigned flags, const char *loa
              "leave the loss; each micro-batch's loss is the mean over its other targets",
              (int)o->eod_id, o->tokenizer_type);
   if ((rc = prm__session_device(o, &s->gemm, &s->dev, err))) goto fail;
-  if ((flags & PRM_LLAMA_BF16) && prm_dev_is_host(s->dev))
+  if ((flags & PRM_LLAMA_BF16) && prm_dev_is_host(s->dev)) {
     flags |= prm__bf16_attention(o) | (o->bf16_pack ? PRM_LLAMA_PACK16 : 0);
-  else if (flags & PRM_LLAMA_BF16)
-    PRM_INFO("bf16: on %s, attention and the LM head in fp32 (bf16 GEMMs elsewhere)",
-             s->dev->i->name);
+  } else if (flags & PRM_LLAMA_BF16) {
+    /* A GPU: bf16 attention (tensor cores) unless bf16_attention: fp32 or
+     * the backend has none. */
+    int a16 = o->bf16_attention != 0 && prm_dev_has_attention_bf16(s->dev);
+    if (!a16) flags |= PRM_LLAMA_ATTN_FP32;
+    PRM_INFO("bf16: on %s, attention in %s (bf16_attention: %s%s), the LM head in %s, bf16 "
+             "GEMMs elsewhere%s", s->dev->i->name, a16 ? "bf16" : "fp32",
+             o->bf16_attention < 0 ? "auto" : o->bf16_attention ? "bf16" : "fp32",
+             o->bf16_attention != 0 && !a16 ? "; the device has no bf16 attention" : "",
+             prm_llama_dev_head_fp32() ? "fp32 (PRIMUS_DEVICE_HEAD_FP32=1)" : "bf16",
+             s->dev->unfused ? "; PRIMUS_DEVICE_UNFUSED=1: unfused operators" : "");
+  }
   if ((rc = prm_llama_new_dev(&o->model, o->micro_batch, o->seq_length, flags, &s->gemm, s->dev,
                               tp, &s->model, err))) {
     if (rc == PRM_ENOMEM && !prm_dev_is_host(s->dev)) prm__nomem_hint(o, flags, s, tp, err);
@@ -346,7 +355,10 @@ int prm__accumulate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *dp,
   int masked = prm__session_masked(s, o);
   if (s->pipe) return prm__pipe_accumulate(s, o, dp, step0, loss, err);
   prm_llama_zero_grad(s->model);
-  prm_llama_params_changed(s->model); /* updated, loaded or rolled back since the last step */
+  /* Updated, loaded or rolled back since the last step; unless the update
+   * wrote the bf16 copy too (a load or rollback marks it stale itself). */
+  if (!s->synced16) prm_llama_params_changed(s->model);
+  s->synced16 = 0;
   s->model->tp_seconds = 0;
   s->model->ep_seconds = 0;
   s->data_s = 0;

@@ -136,6 +136,9 @@ typedef struct {
   /* Pipeline parallel: this rank's stage (borrowed); NULL with one stage,
    * where the whole-model passes run. */
   prm__pipe_t *pipe;
+  /* The last optimizer step wrote the model's bf16 copy too (the device's
+   * fused AdamW): the next prm__accumulate keeps it. */
+  int synced16;
 } prm__session_t;
 
 /* Opens the data (the `need` split must have tokens), builds the model with

@@ -348,6 +348,7 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
    * adam_m/adam_v are their host copies, filled for checkpoints and read
    * back after a resume or rollback (prm__moments_to/from_device). */
   float *dm = NULL, *dv = NULL;
+  prm_dev_adamw_seg_t *segs = NULL; /* the device's multi-tensor AdamW, made at the first step */
   int on_dev = !prm_llama_on_host(s.model);
   size_t obytes = 0;
   char *tok_config = NULL; /* tokenizer_config.json of every checkpoint (BPE runs) */
@@ -636,13 +637,26 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
       if ((rc = prm__zero_update(&dp, m, adam_m, adam_v, o, lr, gscale, step, err))) goto done;
     } else if (!skip && on_dev) {
       prm__bad_push(&bad, loss);
-      for (int i = 0; i < m->ntensors; i++) {
-        const prm_tensor_t *t = &m->tensors[i];
-        prm_dev_adamw(s.dev, m->params + t->offset, m->grads + t->offset, dm + t->offset,
-                      dv + t->offset, t->numel, (float)lr, (float)o->beta1, (float)o->beta2,
-                      (float)o->eps, t->decay ? (float)o->weight_decay : 0.0f, step, gscale);
+      /* Every tensor in one pass where the device has one (adamw_multi),
+       * which in bf16 also writes the matrices' bf16 copy, so the next
+       * pass does not round them again; else AdamW per tensor. */
+      if (!segs) {
+        segs = prm_xcalloc((size_t)m->ntensors, sizeof *segs);
+        for (int i = 0; i < m->ntensors; i++) {
+          const prm_tensor_t *t = &m->tensors[i];
+          segs[i] = (prm_dev_adamw_seg_t){.offset = t->offset, .numel = t->numel,
+                                          .wd = t->decay ? (float)o->weight_decay : 0.0f,
+                                          .bf16 = t->ndim == 2};
+        }
       }
+      prm_dev_adamw_multi(s.dev, m->params, m->grads, dm, dv, m->params16, segs, m->ntensors,
+                          (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, step,
+                          gscale);
       if ((rc = prm_dev_sync(s.dev, err))) goto done;
+      if (m->params16) {
+        prm_llama_params16_synced(m);
+        s.synced16 = 1;
+      }
     } else if (!skip) {
       prm__bad_push(&bad, loss);
       for (int i = 0; i < m->ntensors; i++) {
@@ -871,6 +885,7 @@ done:
     prm__asave_finish(&as, 1, &d, &e2);
   }
   prm__asave_free(&as);
+  free(segs);
   prm__tm_close(tm);
   prm__dp_close(&dp);
   prm__pipe_close(&pipe);

@@ -84,14 +84,26 @@ tiny_exp rc3 "${common[@]}" "recompute_granularity: full" "train_iters: 3" "save
 run train pretrain --config rc3.yaml
 same_curve "loaded weights: the same steps as on the cpu" "$(curve "$(events rc2)")" "$(curve "$(events rc3)")"
 
-# bf16: attention and the head stay fp32 off the host; it trains.
+# bf16: attention takes the device's bf16 members and the LM head bf16
+# operands (as on the CPU); it trains. The fused operators (AdamW writing the bf16
+# weights, norms and SwiGLU writing their bf16 copies) give the bits of
+# their unfused twins (PRIMUS_DEVICE_UNFUSED=1): the same curve exactly.
 tiny_exp b16 "${common[@]}" "bf16: true" "train_iters: 6"
 PRIMUS_DEVICE_TAGGED=1 run train pretrain --config b16.yaml
 expect_rc "bf16 on the tagged device" 0
-expect_in "bf16 says what stays fp32" "attention and the LM head in fp32" "$ERR"
+expect_in "bf16 says what runs in bf16" "attention in bf16 (bf16_attention: auto), the LM head in bf16" "$ERR"
 L1=$(curve "$(events b16)" | head -1 | cut -d' ' -f2)
 L6=$(curve "$(events b16)" | tail -1 | cut -d' ' -f2)
 if awk -v a="$L1" -v b="$L6" 'BEGIN { exit !(b < a) }'; then ok "bf16 loss fell ($L1 -> $L6)"; else bad "bf16 loss did not fall: $L1 -> $L6"; fi
+tiny_exp b16u "${common[@]}" "bf16: true" "train_iters: 6"
+PRIMUS_DEVICE_TAGGED=1 PRIMUS_DEVICE_UNFUSED=1 run train pretrain --config b16u.yaml
+expect_rc "bf16 on the tagged device, unfused" 0
+expect_in "the log says unfused" "PRIMUS_DEVICE_UNFUSED=1" "$ERR"
+expect_eq "fused and unfused: the same curve" "$(curve "$(events b16)")" "$(curve "$(events b16u)")"
+tiny_exp b16a "${common[@]}" "bf16: true" "train_iters: 2" "bf16_attention: fp32"
+PRIMUS_DEVICE_TAGGED=1 run train pretrain --config b16a.yaml
+expect_rc "bf16 with fp32 attention on the tagged device" 0
+expect_in "bf16_attention: fp32 is taken" "attention in fp32 (bf16_attention: fp32)" "$ERR"
 
 # train grads: the same gradient file.
 run train grads --config cpu.yaml --output "$T/g-cpu.safetensors"
