@@ -37,15 +37,16 @@ test-fast: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The libFuzzer harnesses of tests/fuzz (docs/fuzzing.md), a clang build of
-# their own; `make fuzz FUZZ_SECONDS=N` also runs each for N seconds.
+# their own; `make fuzz FUZZ_SECONDS=N` also runs each for N seconds
+# (FUZZ_CPU_SECONDS=N: until each has used N CPU-seconds).
 # (`make test` replays their corpus in the ASan build: fuzz-smoke-*.)
 fuzz: deps
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz: $(FUZZ_CC) not found (apt-get install clang-14, or FUZZ_CC=clang)" >&2; exit 1; }
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 		-DPRM_FUZZ=ON -DPRM_CUDA=OFF -DPRM_WERROR=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz-harnesses
-ifneq ($(FUZZ_SECONDS),)
-	@FUZZ_SECONDS=$(FUZZ_SECONDS) cmake --build $(FUZZ_BUILD) --target fuzz-run
+ifneq ($(FUZZ_SECONDS)$(FUZZ_CPU_SECONDS),)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_CPU_SECONDS=$(FUZZ_CPU_SECONDS) cmake --build $(FUZZ_BUILD) --target fuzz-run
 endif
 
 demo: build

@@ -86,6 +86,22 @@ int prm__rundir_write_metadata(const char *run_dir, const prm_launch_t *l,
                                int exit_code, const struct cJSON *extra, prm_err_t *err);
 int prm__rundir_snapshot_config(const char *run_dir, const prm_exp_t *exp, prm_err_t *err);
 
+/* replay.c: what `primus replay RUN_DIR` would run, read from the run
+ * directory (metadata.json's replay_argv and cwd, env/platform.json
+ * against `current` (NULL: this machine, detected), env/env_dump.txt,
+ * config/resolved.yaml's save folder), without running it. A platform
+ * that differs is PRM_EPLATFORM naming the differences unless force.
+ * On success the caller frees *plan with prm__replay_free; on an error
+ * there is nothing to free. */
+typedef struct {
+  prm_argv_t argv; /* this binary, [--debug], replay_argv, [save=<fresh folder>] */
+  prm_env_t env;   /* the recorded environment (masked secrets from ours) */
+  char *cwd;       /* the recorded working directory */
+} prm__replay_t;
+int prm__replay_plan(const char *run_dir, const prm_platform_t *current, int force, int debug,
+                     prm__replay_t *plan, prm_err_t *err);
+void prm__replay_free(prm__replay_t *plan);
+
 /* supervise.c: the SaFE supervisor (docs/safe.md "The supervisor"). */
 typedef struct {
   int64_t max_restarts;   /* fault_tolerance.max_restarts */

@@ -88,13 +88,10 @@ static char *prm__recorded_save(const char *run_dir, const char *cwd) {
   return save;
 }
 
-static int prm__replay(prm_task_ctx_t *ctx, prm_err_t *err) {
-  if (prm_args_npos(ctx->args) != 1)
-    return prm_errf(err, PRM_EINVAL, "replay: expected one RUN_DIR");
-  char *run_dir = prm_path_abs(prm_args_pos(ctx->args, 0));
-  cJSON *meta = NULL, *plat_json = NULL;
-  prm_env_t env = {0};
-  prm_argv_t argv = {0}, envp = {0};
+int prm__replay_plan(const char *run_dir, const prm_platform_t *current, int force, int debug,
+                     prm__replay_t *plan, prm_err_t *err) {
+  memset(plan, 0, sizeof *plan);
+  cJSON *meta = NULL;
   prm_sb_t diff = {0};
   int rc = prm__read_json(run_dir, "metadata.json", &meta, err);
   if (rc) goto done;
@@ -110,13 +107,16 @@ static int prm__replay(prm_task_ctx_t *ctx, prm_err_t *err) {
   rc = prm_fs_read_all(pjp, &pj, NULL, err);
   free(pjp);
   if (rc) goto done;
-  prm_platform_t recorded, current;
+  prm_platform_t recorded, detected;
   rc = prm_platform_from_json(pj, &recorded, err);
   free(pj);
   if (rc) goto done;
-  if ((rc = prm_platform_detect(&current, err))) goto done;
-  if (prm_platform_compare(&recorded, &current, &diff)) {
-    if (!prm_args_flag(ctx->args, "force")) {
+  if (!current) {
+    if ((rc = prm_platform_detect(&detected, err))) goto done;
+    current = &detected;
+  }
+  if (prm_platform_compare(&recorded, current, &diff)) {
+    if (!force) {
       rc = prm_errf(err, PRM_EPLATFORM,
                     "replay refused: %s was recorded on another platform:\n%s"
                     "(use --force to replay anyway)",
@@ -125,23 +125,23 @@ static int prm__replay(prm_task_ctx_t *ctx, prm_err_t *err) {
     }
     PRM_WARN("replaying on a different platform (--force):\n%s", prm_sb_str(&diff));
   }
-  if ((rc = prm__load_env_dump(run_dir, &env, err))) goto done;
+  if ((rc = prm__load_env_dump(run_dir, &plan->env, err))) goto done;
   /* This run's identity and the launcher's view of this machine's CPUs
    * are the replay's own, not the recorded run's. */
   static const char *const drop[] = {"PRIMUS_RUN_DIR", "PRIMUS_RUN_ID", "PRIMUS_LAUNCHED",
                                      "PRIMUS_REPLAY_OF", "PRIMUS_CPUS_AVAILABLE",
                                      "PRIMUS_RANKS_PER_NODE", "PRIMUS_CPU_SHARE"};
-  for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) prm_env_unset(&env, drop[i]);
-  prm_env_set(&env, "PRIMUS_REPLAY_OF", run_dir);
-  prm_argv_push(&argv, prm_fs_is_executable("/proc/self/exe") ? "/proc/self/exe" : "primus");
-  if (ctx->debug) prm_argv_push(&argv, "--debug");
+  for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) prm_env_unset(&plan->env, drop[i]);
+  prm_env_set(&plan->env, "PRIMUS_REPLAY_OF", run_dir);
+  prm_argv_push(&plan->argv, prm_fs_is_executable("/proc/self/exe") ? "/proc/self/exe" : "primus");
+  if (debug) prm_argv_push(&plan->argv, "--debug");
   const cJSON *w;
   cJSON_ArrayForEach(w, ra) {
     if (!cJSON_IsString(w)) {
       rc = prm_errf(err, PRM_EPARSE, "%s/metadata.json: replay_argv holds a non-string", run_dir);
       goto done;
     }
-    prm_argv_push(&argv, w->valuestring);
+    prm_argv_push(&plan->argv, w->valuestring);
   }
   /* A replay never writes over the recorded run's checkpoints (it would
    * save the same iterations): it saves into a fresh folder beside them. */
@@ -152,25 +152,44 @@ static int prm__replay(prm_task_ctx_t *ctx, prm_err_t *err) {
     char *fresh = prm_xasprintf("%s-replay-%s", save, stamp);
     PRM_INFO("replay: the recorded run saved checkpoints in %s; this replay saves into %s and "
              "leaves those as they are", save, fresh);
-    prm_argv_pushf(&argv, "save=%s", fresh);
+    prm_argv_pushf(&plan->argv, "save=%s", fresh);
     free(fresh);
     free(save);
   }
-  char *line = prm_argv_join_shell(argv.n - 1, argv.v + 1);
-  PRM_INFO("replaying %s: primus %s", run_dir, line);
-  free(line);
-  prm_env_to_envp(&env, &envp);
-  prm_proc_opts_t o = {.cwd = cwd->valuestring, .envp = envp.v};
-  int st = 0;
-  if ((rc = prm_proc_run(argv.v, &o, &st, NULL, err))) goto done;
-  rc = st; /* the replayed run's exit code is ours */
+  plan->cwd = prm_xstrdup(cwd->valuestring);
 done:
   cJSON_Delete(meta);
-  cJSON_Delete(plat_json);
-  prm_env_free(&env);
-  prm_argv_free(&argv);
-  prm_argv_free(&envp);
   prm_sb_free(&diff);
+  if (rc) prm__replay_free(plan);
+  return rc;
+}
+
+void prm__replay_free(prm__replay_t *plan) {
+  prm_argv_free(&plan->argv);
+  prm_env_free(&plan->env);
+  free(plan->cwd);
+  memset(plan, 0, sizeof *plan);
+}
+
+static int prm__replay(prm_task_ctx_t *ctx, prm_err_t *err) {
+  if (prm_args_npos(ctx->args) != 1)
+    return prm_errf(err, PRM_EINVAL, "replay: expected one RUN_DIR");
+  char *run_dir = prm_path_abs(prm_args_pos(ctx->args, 0));
+  prm__replay_t plan;
+  prm_argv_t envp = {0};
+  int rc = prm__replay_plan(run_dir, NULL, prm_args_flag(ctx->args, "force"), ctx->debug, &plan, err);
+  if (rc) goto done;
+  char *line = prm_argv_join_shell(plan.argv.n - 1, plan.argv.v + 1);
+  PRM_INFO("replaying %s: primus %s", run_dir, line);
+  free(line);
+  prm_env_to_envp(&plan.env, &envp);
+  prm_proc_opts_t o = {.cwd = plan.cwd, .envp = envp.v};
+  int st = 0;
+  if ((rc = prm_proc_run(plan.argv.v, &o, &st, NULL, err))) goto done;
+  rc = st; /* the replayed run's exit code is ours */
+done:
+  prm__replay_free(&plan);
+  prm_argv_free(&envp);
   free(run_dir);
   return rc;
 }

@@ -3,9 +3,11 @@
  * format (safetensors, GGUF, config.json, tokenizer.json, .bin/.idx, the
  * sample index cache, checkpoints, baselines, experiment dumps) and from
  * the test fixtures where it reads another tool's output (smi tools,
- * sysfs, kernel logs, run folders). Inputs of harnesses that take a
+ * sysfs, kernel logs, run folders), and a run directory primus' launcher
+ * writes (fuzz-rundir.h). Inputs of harnesses that take a
  * selector byte start with it. Deterministic: the same files every run. */
 #include "fuzz.h"
+#include "fuzz-rundir.h"
 
 #include "data/bpe-train.h"
 #include "data/data-impl.h"
@@ -402,6 +404,50 @@ static void seeds_runs(void) {
   seed_file("kernlog", "patterns", 1, PRM_SOURCE_DIR "/configs/preflight/kernel-log-patterns.tsv");
 }
 
+/* A run directory as the launcher writes it: each file a replay reads,
+ * and variants a replay must handle (another platform, with and without
+ * --force; a relative save folder; the analyze fixtures' metadata). */
+static void seeds_rundir(void) {
+  char *parent = scratch("rundir"), *run = fz_rundir_make(parent);
+  for (int i = 0; i < 4; i++) {
+    char *p = prm_path_join(run, fz_rundir_files[i]), name[32];
+    snprintf(name, sizeof name, "written-%d", i);
+    seed_file("rundir", name, i, p);
+    free(p);
+  }
+  prm_platform_t h100;
+  fz_rundir_platform(&h100);
+  h100.n_accel = 2;
+  for (int k = 0; k < 2; k++) {
+    h100.accel[k].vendor = PRM_VENDOR_NVIDIA;
+    h100.accel[k].vendor_id = 0x10de;
+    h100.accel[k].device_id = 0x2330;
+    h100.accel[k].vram_bytes = 85899345920ull;
+    h100.accel[k].busy = -1;
+    snprintf(h100.accel[k].model, sizeof h100.accel[k].model, "H100");
+    snprintf(h100.accel[k].pci_bus, sizeof h100.accel[k].pci_bus, "0000:%02x:00.0", 0x18 + k);
+  }
+  snprintf(h100.accel_model, sizeof h100.accel_model, "H100");
+  snprintf(h100.accel_source, sizeof h100.accel_source, "nvidia-smi");
+  snprintf(h100.driver_version, sizeof h100.driver_version, "550.54.15");
+  snprintf(h100.name, sizeof h100.name, "H100");
+  char *json = prm_platform_to_json(&h100);
+  seed_str("rundir", "other-platform", 2, json);
+  seed_str("rundir", "other-platform-force", 2 | 4, json);
+  free(json);
+  seed_str("rundir", "relative-save", 3,
+           "modules:\n  pre_trainer:\n    overrides:\n      save: ckpt\n      lr: 1.0e-3\n");
+  static const char *const runs[] = {"success", "preempted", "config"};
+  for (int i = 0; i < 3; i++) {
+    char *p = prm_xasprintf("%s/runs/%s/metadata.json", FIX, runs[i]), name[64];
+    snprintf(name, sizeof name, "fixture-%s", runs[i]);
+    seed_file("rundir", name, 0, p);
+    free(p);
+  }
+  free(run);
+  free(parent);
+}
+
 /* The fixture smi scripts run with the arguments primus passes. */
 static void seed_cmd(const char *h, const char *name, int sel, const char *cmd) {
   FILE *p = popen(cmd, "r");
@@ -499,6 +545,7 @@ int main(int argc, char **argv) {
   seeds_yaml();
   seeds_jsonl();
   seeds_runs();
+  seeds_rundir();
   seeds_smi();
   seeds_misc();
   printf("fuzz-seeds: %d seeds under %s\n", nseeds, out_dir);
