@@ -70,7 +70,8 @@ for arg in "$@"; do
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"${lastline:-}")
   lastline=
   total_cpu=$(awk -v a="$total_cpu" -v c="$cpu" 'BEGIN { print a + c }')
-  found=$(ls "$build/fuzz-findings" 2>/dev/null | grep -c "^$name-" || true)
+  # libFuzzer's artifacts: <prefix>crash-<sha1>, leak-, timeout-, oom-, slow-unit-.
+  found=$(ls "$build/fuzz-findings" 2>/dev/null | grep -cE "^$name-(crash|leak|timeout|oom|slow-unit)-" || true)
   printf '%-16s %6ss  cpu %7.1fs  execs %-9s cov %-6s ft %-6s findings %s%s\n' "$name" "$want" "$cpu" \
     "$execs" "${cov:-?}" "${ft:-?}" "$found" "$([ $rc -ne 0 ] && echo "  (exit $rc: see $log)")"
   [ $rc -ne 0 ] && status=1
