@@ -425,6 +425,22 @@ int prm_hf_config_read(const char *path, prm_hf_config_t *c, prm_err_t *err) {
                           &r.shared_expert_intermediate_size, err)) ||
        (rc = prm__cfg_moe_layers(path, root, &r, err))))
     goto fail;
+  /* Mistral's and Mixtral's sliding_window (null: none): a window shorter
+   * than the context would change attention, which primus' does not. */
+  const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+  if (sw && !cJSON_IsNull(sw) &&
+      (!cJSON_IsNumber(sw) || sw->valuedouble < (double)r.max_position_embeddings)) {
+    prm__io_json_describe(sw, got, sizeof got);
+    if (!cJSON_IsNumber(sw))
+      rc = prm_errf(err, PRM_EPARSE, "%s: key \"sliding_window\": expected null or a number, "
+                    "got %s", path, got);
+    else
+      rc = prm_errf(err, PRM_EPARSE, "%s: key \"sliding_window\": %s is shorter than "
+                    "max_position_embeddings %lld; sliding-window attention is not supported "
+                    "by primus' model (null, or a window covering the context, is)", path, got,
+                    (long long)r.max_position_embeddings);
+    goto fail;
+  }
 
   const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
   if (tie && !cJSON_IsNull(tie) && !cJSON_IsBool(tie)) {

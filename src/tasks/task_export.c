@@ -129,6 +129,10 @@ static int prm__export_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   prm_gguf_set_f32(w, PRM__AKEY("rope.freq_base"), (float)h->rope_theta);
   prm_gguf_set_f32(w, PRM__AKEY("attention.layer_norm_rms_epsilon"), (float)h->rms_norm_eps);
   prm_gguf_set_u32(w, PRM__AKEY("rope.dimension_count"), (uint32_t)s.head_dim);
+  /* Llama 3.1's original context (llama.cpp reads it for YaRN only, so its
+   * function is unchanged): import takes it instead of solving for it. */
+  if (h->rope_factor > 0 && h->rope_orig > 0 && h->rope_orig <= UINT32_MAX)
+    prm_gguf_set_u32(w, PRM__AKEY("rope.scaling.original_context_length"), (uint32_t)h->rope_orig);
   if (s.head_dim * h->num_attention_heads != h->hidden_size || strcmp(A, "llama")) {
     prm_gguf_set_u32(w, PRM__AKEY("attention.key_length"), (uint32_t)s.head_dim);
     prm_gguf_set_u32(w, PRM__AKEY("attention.value_length"), (uint32_t)s.head_dim);

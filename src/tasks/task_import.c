@@ -1,5 +1,5 @@
 /* task_import.c - `import gguf`: an f32/f16 llama, qwen2 or qwen3 GGUF
- * (Llama 3.1's rope_freqs as rope_scaling) back into a
+ * (Llama 3.1's rope_freqs as rope_scaling; llama.cpp's Mixtral) back into a
  * checkpoint folder (Hugging Face layout), undoing export's Q/K
  * permutation; with the tokenizer's tokens and merges written back as a
  * tokenizer.json. docs/interop.md describes the layout. */
@@ -90,14 +90,64 @@ static int prm__write_tokenizer_json(const char *path, const prm_gguf_kv_t *toks
   return rc;
 }
 
+/* x rounded to the fewest significant digits (up to 9) within rel of it:
+ * a factor solved from f32 data comes back as written (4, not 4.0000003). */
+static double prm__nice(double x, double rel) {
+  for (int p = 1; p <= 9; p++) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.*g", p, x);
+    double d = strtod(buf, NULL);
+    if (fabs(d - x) <= rel * fabs(x)) return d;
+  }
+  return x;
+}
+
+/* The rope_freqs element export computes for inverse frequency i (of D/2)
+ * from Llama 3.1's factor f, low/high_freq_factor lo/hi and original
+ * context orig: 1 for short wavelengths, f for long ones, a blend between. */
+static float prm__rope_factor(double theta, int64_t i, int64_t D, double f, double lo, double hi,
+                              double orig) {
+  double wl = 2.0 * M_PI / pow(theta, -2.0 * (double)i / (double)D);
+  double sm = (orig / wl - lo) / (hi - lo);
+  return wl < orig / hi ? 1.0f : wl > orig / lo ? (float)f : (float)(1.0 / ((1.0 - sm) / f + sm));
+}
+
+/* llama.cpp's rope.scaling.type and rope.scaling.factor keys of arch: its
+ * position scaling (linear by default when a factor is given; yarn,
+ * longrope) is not primus' RoPE, so any that changes positions is refused
+ * naming the key. "none", or "linear" with factor 1, changes nothing. */
+static int prm__rope_keys(prm_gguf_file_t *g, const char *arch, const char *input,
+                          prm_err_t *err) {
+  char tkey[96], fkey[96];
+  snprintf(tkey, sizeof tkey, "%s.rope.scaling.type", arch);
+  snprintf(fkey, sizeof fkey, "%s.rope.scaling.factor", arch);
+  const char *type = NULL;
+  double factor = 0;
+  int rc;
+  if (prm_gguf_find_kv(g, tkey) && (rc = prm_gguf_get_str(g, tkey, &type, err))) return rc;
+  if (prm_gguf_find_kv(g, fkey) && (rc = prm_gguf_get_float(g, fkey, &factor, err))) return rc;
+  if (type && strcmp(type, "none") && strcmp(type, "linear"))
+    return prm_errf(err, PRM_EPARSE, "%s: %s is \"%.32s\": primus' RoPE has no such scaling "
+                    "(only Llama 3.1's, as a llama file's rope_freqs.weight)", input, tkey, type);
+  if ((!type || !strcmp(type, "linear")) && factor != 0 && factor != 1)
+    return prm_errf(err, PRM_EPARSE, "%s: %s is %g: llama.cpp divides positions by it (linear "
+                    "scaling%s); primus' RoPE has only Llama 3.1's scaling (rope_freqs.weight)",
+                    input, fkey, factor, type ? "" : ", its default rope.scaling.type");
+  return 0;
+}
+
 /* Llama 3.1's RoPE scaling from llama.cpp's rope_freqs (D/2 factors each
- * inverse frequency is divided by: 1 for short wavelengths, the factor for
- * long ones, a blend between), into s->h's rope_scaling: the factor is the
- * largest, low/high_freq_factor Llama 3.1's 1 and 4 (the values Megatron-LM
- * and primus use), original_max_position_embeddings solved from a blended
- * element (else 8192, or the smallest power of two, that puts the
- * frequencies in the same bands). Every element must then be what
- * `export gguf` computes from those values, else PRM_EPARSE naming it. */
+ * inverse frequency is divided by) into s->h's rope_scaling. The factor is
+ * the largest element. The elements fix only the two wavelengths where
+ * the bands change, orig/hi and orig/lo: the original context is the
+ * file's rope.scaling.original_context_length where it has one (export
+ * writes it), else Llama 3.1's low_freq_factor 1 is assumed. Two blended
+ * elements then give lo and hi exactly; with fewer, Llama 3.1's 1 and 4
+ * are taken (and, with the key and one blended element, hi solved from
+ * it), the original context solved from a blended element when the file
+ * has no key (else 8192, or the smallest power of two that keeps the
+ * bands). Every element must then be what `export gguf` computes from
+ * those values, else PRM_EPARSE naming the element and the values. */
 static int prm__rope_freqs_import(prm_gguf_file_t *g, const prm_gguf_tensor_t *rf,
                                   prm__shape_t *s, const char *input, prm_err_t *err) {
   int64_t D = s->head_dim, half = D / 2;
@@ -107,9 +157,19 @@ static int prm__rope_freqs_import(prm_gguf_file_t *g, const prm_gguf_tensor_t *r
   if (rf->ndim != 1 || rf->ne[0] != half)
     return prm_errf(err, PRM_EPARSE, "%s: rope_freqs.weight: expected %lld values (head size "
                     "%lld / 2)", input, (long long)half, (long long)D);
+  char okey[96];
+  snprintf(okey, sizeof okey, "%s.rope.scaling.original_context_length", s->arch);
+  uint64_t ometa = 0;
+  int rc = 0;
+  if (prm_gguf_find_kv(g, okey)) {
+    if ((rc = prm_gguf_get_uint(g, okey, &ometa, err))) return rc;
+    if (ometa < 1 || ometa >= ((uint64_t)1 << 31))
+      return prm_errf(err, PRM_EPARSE, "%s: %s is %llu; expected 1 to 2^31 - 1", input, okey,
+                      (unsigned long long)ometa);
+  }
   float *v = prm_xmalloc((size_t)(half ? half : 1) * sizeof(float));
-  int rc = prm_gguf_read_f32(g, rf, v, half, err);
-  double f = 1.0, lo = 1.0, hi = 4.0, theta = s->h.rope_theta, orig = -1;
+  rc = prm_gguf_read_f32(g, rf, v, half, err);
+  double f = 1.0, lo = 1.0, hi = 4.0, theta = s->h.rope_theta, orig = ometa ? (double)ometa : -1;
   for (int64_t i = 0; !rc && i < half; i++) {
     if (!(v[i] >= 1.0f && v[i] < 1e6f))
       rc = prm_errf(err, PRM_EPARSE, "%s: rope_freqs.weight[%lld] is %g; expected a factor >= 1",
@@ -122,35 +182,64 @@ static int prm__rope_freqs_import(prm_gguf_file_t *g, const prm_gguf_tensor_t *r
     return rc;
   }
   f = prm__f32_decimal(f);
-  double lb = 0, ub = INFINITY;
+  /* The bands: lb/ub bound the short and long thresholds' wavelengths;
+   * the blended elements, first (b0) and last (b1), with their blend sm
+   * (1/v = (1 - sm)/f + sm), which is linear in 1/wavelength:
+   * 1/wl = (1 - sm) lo/orig + sm hi/orig. */
+  double lb = 0, ub = INFINITY, sm0 = 0, sm1 = 0, w0 = 0, w1 = 0;
+  int nb = 0;
   for (int64_t i = 0; i < half; i++) {
     double wl = 2.0 * M_PI / pow(theta, -2.0 * (double)i / (double)D);
     if (v[i] == 1.0f) {
-      lb = fmax(lb, wl * hi);
+      lb = fmax(lb, wl);
     } else if ((double)v[i] == f || v[i] == (float)f) {
-      ub = fmin(ub, wl * lo);
-    } else if (orig < 0) { /* blended: 1/v = (1 - sm)/f + sm */
+      ub = fmin(ub, wl);
+    } else {
       double sm = (1.0 / v[i] - 1.0 / f) / (1.0 - 1.0 / f);
-      orig = round(wl * (sm * (hi - lo) + lo));
+      if (!nb) sm0 = sm, w0 = wl;
+      sm1 = sm, w1 = wl;
+      nb++;
     }
   }
-  if (orig < 0) {
-    orig = 8192;
-    if (!(lb < orig && orig < ub)) {
-      orig = 1;
-      while (orig <= lb) orig *= 2;
-      if (!(orig < ub)) orig = floor((lb + ub) / 2);
+  const char *how = ometa ? "from the file's rope.scaling.original_context_length" : NULL;
+  if (nb >= 2 && fabs(sm1 - sm0) > 1e-3) {
+    /* Two equations in lo/orig and hi/orig. */
+    double det = sm1 - sm0;
+    double tl = (sm1 / w0 - sm0 / w1) / det, th = ((1.0 - sm0) / w1 - (1.0 - sm1) / w0) / det;
+    if (orig < 0) orig = round(1.0 / tl); /* Llama 3.1's low_freq_factor 1 */
+    lo = prm__nice(orig * tl, 1e-4);
+    hi = prm__nice(orig * th, 1e-4);
+    if (!how) how = "solved from rope_freqs.weight with low_freq_factor 1";
+  } else if (orig > 0) {
+    /* Llama 3.1's 1 and 4, else hi from the one blended element. */
+    int fits = 1;
+    for (int64_t i = 0; i < half && fits; i++)
+      fits = fabsf(prm__rope_factor(theta, i, D, f, lo, hi, orig) - v[i]) <= 1e-6f * v[i];
+    if (!fits && nb == 1)
+      hi = prm__nice(orig * (1.0 / w0 - (1.0 - sm0) * lo / orig) / sm0, 1e-4);
+  } else {
+    if (nb >= 1) /* blended: orig = wl (sm (hi - lo) + lo) */
+      orig = round(w0 * (sm0 * (hi - lo) + lo));
+    else {
+      orig = 8192;
+      if (!(lb * hi < orig && orig < ub * lo)) {
+        orig = 1;
+        while (orig <= lb * hi) orig *= 2;
+        if (!(orig < ub * lo)) orig = floor((lb * hi + ub * lo) / 2);
+      }
     }
+    how = "solved from rope_freqs.weight with Llama 3.1's low/high_freq_factor 1 and 4";
   }
   for (int64_t i = 0; !rc && i < half; i++) {
-    double inv = pow(theta, -2.0 * (double)i / (double)D);
-    double wl = 2.0 * M_PI / inv, sm = (orig / wl - lo) / (hi - lo);
-    float want = wl < orig / hi ? 1.0f : wl > orig / lo ? (float)f : (float)(1.0 / ((1.0 - sm) / f + sm));
-    if (fabsf(want - v[i]) > 1e-6f * want)
+    float want = !(hi > lo && lo > 0) ? NAN : prm__rope_factor(theta, i, D, f, lo, hi, orig);
+    if (!(fabsf(want - v[i]) <= 1e-6f * want))
       rc = prm_errf(err, PRM_EPARSE, "%s: rope_freqs.weight[%lld] is %.9g, but Llama 3.1's "
-                    "scaling (factor %g, low_freq_factor 1, high_freq_factor 4, "
-                    "original_max_position_embeddings %.0f) gives %.9g", input, (long long)i,
-                    (double)v[i], f, orig, (double)want);
+                    "scaling with factor %g, low_freq_factor %g, high_freq_factor %g and "
+                    "original_max_position_embeddings %.0f (%s) gives %.9g: the tensor and %s "
+                    "disagree, or the scaling is not Llama 3.1's", input, (long long)i,
+                    (double)v[i], f, lo, hi, orig,
+                    how ? how : "solved from rope_freqs.weight", (double)want,
+                    ometa ? okey : "those factors");
   }
   free(v);
   if (rc) return rc;
@@ -158,8 +247,9 @@ static int prm__rope_freqs_import(prm_gguf_file_t *g, const prm_gguf_tensor_t *r
   s->h.rope_low = lo;
   s->h.rope_high = hi;
   s->h.rope_orig = (int64_t)orig;
-  PRM_INFO("%s: rope_freqs.weight is Llama 3.1's RoPE scaling: factor %g, low_freq_factor 1, "
-           "high_freq_factor 4, original_max_position_embeddings %.0f", input, f, orig);
+  PRM_INFO("%s: rope_freqs.weight is Llama 3.1's RoPE scaling: factor %g, low_freq_factor %g, "
+           "high_freq_factor %g, original_max_position_embeddings %.0f (%s)", input, f, lo, hi,
+           orig, how ? how : "solved from rope_freqs.weight");
   return 0;
 }
 
@@ -184,7 +274,8 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   float **bufs = NULL;
   prm_st_entry_t *ent = NULL;
   char *tmp = NULL, *parent = NULL;
-  int nt = 0;
+  int nt = 0, ne = 0, nent = 0;
+  char **enames = NULL; /* the experts' tensor names (NULL for the others) */
   const char *arch = NULL;
   int rc = prm_gguf_open(input, &g, err);
   if (rc) return rc;
@@ -216,13 +307,27 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
       (prm_gguf_find_kv(g, PRM__AKEY("attention.key_length")) &&
        (rc = prm_gguf_get_uint(g, key, &kdim, err))))
     goto done;
-  uint64_t experts = 0;
+  /* llama.cpp's Mixtral: llama with expert_count experts, expert_used_count
+   * of them a token; every layer MoE, no shared expert. */
+  uint64_t experts = 0, nused = 0;
   if (prm_gguf_find_kv(g, PRM__AKEY("expert_count")) &&
-      !prm_gguf_get_uint(g, key, &experts, NULL) && experts > 0) {
-    rc = prm_errf(err, PRM_EPARSE, "%s: %s is %llu: mixture-of-experts models are not supported",
-                  input, key, (unsigned long long)experts);
+      (rc = prm_gguf_get_uint(g, key, &experts, err)))
+    goto done;
+  if (experts > 0 && strcmp(arch, "llama")) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: %s is %llu: of the mixture-of-experts models only "
+                  "llama.cpp's Mixtral (architecture llama) is supported", input, key,
+                  (unsigned long long)experts);
     goto done;
   }
+  if (experts > 0 && (rc = prm_gguf_get_uint(g, PRM__AKEY("expert_used_count"), &nused, err)))
+    goto done;
+  if (experts > 0 && (experts >= 65536 || nused < 1 || nused > experts)) {
+    rc = prm_errf(err, PRM_EPARSE, "%s: %llu experts, %llu used per token: expected 1 <= %s <= "
+                  "%s.expert_count < 65536", input, (unsigned long long)experts,
+                  (unsigned long long)nused, key, arch);
+    goto done;
+  }
+  if ((rc = prm__rope_keys(g, arch, input, err))) goto done;
   const prm_gguf_tensor_t *emb = prm_gguf_find_tensor(g, "token_embd.weight");
   if (!emb || emb->ndim != 2) {
     rc = prm_errf(err, PRM_EPARSE, "%s: missing or not 2-D: tensor token_embd.weight", input);
@@ -248,6 +353,9 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   s.h.qkv_bias = !strcmp(arch, "qwen2");
   s.h.qk_norm = !strcmp(arch, "qwen3");
   s.h.head_dim = (int64_t)kdim; /* attention.key_length: a head width of its own */
+  s.h.num_local_experts = (int64_t)experts;
+  s.h.num_experts_per_tok = (int64_t)nused;
+  s.h.moe_layer_freq = experts ? 1 : 0;
   if ((rc = prm__shape_check(&s, input, err))) goto done;
   if (strcmp(s.arch, arch)) { /* cannot happen for the three: a guard */
     rc = prm_errf(err, PRM_EPARSE, "%s: architecture %s read as %s", input, arch, s.arch);
@@ -304,7 +412,9 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   /* Tensors, in Hugging Face order. */
   tl = prm__tensor_list(&s, &nt);
   bufs = prm_xcalloc((size_t)nt, sizeof(float *));
-  ent = prm_xcalloc((size_t)nt, sizeof *ent);
+  for (int i = 0; i < nt; i++) nent += tl[i].nexp > 0 ? (int)tl[i].nexp : 1;
+  ent = prm_xcalloc((size_t)nent, sizeof *ent);
+  enames = prm_xcalloc((size_t)nent, sizeof *enames);
   for (int i = 0; i < nt; i++) {
     const prm__tname_t *t = &tl[i];
     const prm_gguf_tensor_t *gt = prm_gguf_find_tensor(g, t->gguf);
@@ -312,13 +422,16 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
       rc = prm_errf(err, PRM_EPARSE, "%s: missing tensor %s", input, t->gguf);
       goto done;
     }
-    int ok = t->cols ? gt->ndim == 2 && gt->ne[0] == t->cols && gt->ne[1] == t->rows
-                     : gt->ndim == 1 && gt->ne[0] == t->rows;
+    int ok = t->nexp > 0 ? gt->ndim == 3 && gt->ne[0] == t->cols && gt->ne[1] == t->rows &&
+                               gt->ne[2] == t->nexp
+             : t->cols   ? gt->ndim == 2 && gt->ne[0] == t->cols && gt->ne[1] == t->rows
+                         : gt->ndim == 1 && gt->ne[0] == t->rows;
     if (!ok) {
-      rc = prm_errf(err, PRM_EPARSE, "%s: tensor %s: ne [%lld, %lld] does not match the %s.* "
-                    "keys (expected [%lld, %lld])", input, t->gguf, (long long)gt->ne[0],
-                    (long long)gt->ne[1], arch, (long long)(t->cols ? t->cols : t->rows),
-                    (long long)(t->cols ? t->rows : 1));
+      rc = prm_errf(err, PRM_EPARSE, "%s: tensor %s: ne [%lld, %lld%s] does not match the %s.* "
+                    "keys (expected [%lld, %lld%s])", input, t->gguf, (long long)gt->ne[0],
+                    (long long)(gt->ndim > 1 ? gt->ne[1] : 1), gt->ndim > 2 ? ", ..." : "", arch,
+                    (long long)(t->cols ? t->cols : t->rows), (long long)(t->cols ? t->rows : 1),
+                    t->nexp > 0 ? ", experts" : "");
       goto done;
     }
     float *b = prm_xmalloc((size_t)t->numel * sizeof(float));
@@ -334,11 +447,35 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
       b = p;
     }
     bufs[i] = b;
-    ent[i].name = t->hf;
-    ent[i].data = b;
-    ent[i].ndim = t->cols ? 2 : 1;
-    ent[i].shape[0] = t->rows;
-    ent[i].shape[1] = t->cols;
+  }
+  /* The safetensors entries in primus' order: a Mixtral layer's router,
+   * then expert by expert its w1, w2 and w3 (the three stacks tl[i..i+2],
+   * unstacked); ne counts them. */
+  for (int i = 0; i < nt; i++) {
+    const prm__tname_t *t = &tl[i];
+    if (t->nexp == 0) {
+      ent[ne].name = t->hf;
+      ent[ne].data = bufs[i];
+      ent[ne].ndim = t->cols ? 2 : 1;
+      ent[ne].shape[0] = t->rows;
+      ent[ne].shape[1] = t->cols;
+      ne++;
+      continue;
+    }
+    PRM_ASSERT(i + 2 < nt && tl[i + 1].nexp == t->nexp && tl[i + 2].nexp == t->nexp);
+    for (int64_t e = 0; e < t->nexp; e++)
+      for (int q = 0; q < 3; q++) {
+        const prm__tname_t *u = &tl[i + q];
+        int64_t one = u->rows * u->cols;
+        enames[ne] = prm_xasprintf(u->hf, (int)e);
+        ent[ne].name = enames[ne];
+        ent[ne].data = bufs[i + q] + e * one;
+        ent[ne].ndim = 2;
+        ent[ne].shape[0] = u->rows;
+        ent[ne].shape[1] = u->cols;
+        ne++;
+      }
+    i += 2;
   }
 
   /* Tensors the model has no place for (rope_freqs, biases ...) would
@@ -360,7 +497,7 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
   const char *meta[] = {"format", "pt", "producer", "primus " PRM_VERSION, NULL};
   char *p1 = prm_path_join(tmp, "model.safetensors"), *p2 = prm_path_join(tmp, "config.json"),
        *p3 = prm_path_join(tmp, "tokenizer.json");
-  rc = prm_st_write_f32(p1, ent, nt, meta, err);
+  rc = prm_st_write_f32(p1, ent, ne, meta, err);
   if (!rc) rc = prm_hf_config_write(p2, &s.h, err);
   if (!rc && write_tok) rc = prm__write_tokenizer_json(p3, toks, types, merges, err);
   free(p1);
@@ -374,14 +511,21 @@ static int prm__import_gguf(prm_task_ctx_t *ctx, prm_err_t *err) {
     prm_fs_rm_rf(tmp);
     goto done;
   }
-  PRM_INFO("wrote %s: %d tensors, vocabulary %lld (%s), %lld layers, from %s", output, nt,
+  char moe[96] = "";
+  if (experts)
+    snprintf(moe, sizeof moe, ", Mixtral experts: %llu, %llu per token",
+             (unsigned long long)experts, (unsigned long long)nused);
+  PRM_INFO("wrote %s: %d tensors, vocabulary %lld (%s), %lld layers%s, from %s", output, ne,
            (long long)s.h.vocab_size, s.h.tokenizer_type[0] ? s.h.tokenizer_type : "no tokenizer",
-           (long long)L, input);
+           (long long)L, moe, input);
 #undef PRM__AKEY
 done:
   if (bufs)
     for (int i = 0; i < nt; i++) free(bufs[i]);
   free(bufs);
+  if (enames)
+    for (int i = 0; i < nent; i++) free(enames[i]);
+  free(enames);
   free(ent);
   free(tl);
   free(tmp);
@@ -394,7 +538,9 @@ static const prm_subtask_t prm__import_subs[] = {
     {"gguf", "read an f32/f16 llama, qwen2 or qwen3 GGUF file into a checkpoint folder", NULL,
      "Reads a GGUF file with general.architecture llama, qwen2 (q/k/v biases) or qwen3\n"
      "(q/k norms) and f32 or f16 tensors (a llama file's rope_freqs as Llama 3.1's\n"
-     "rope_scaling) and writes a checkpoint folder in the Hugging Face layout (config.json,\n"
+     "rope_scaling, with rope.scaling.original_context_length where the file has it;\n"
+     "llama.cpp's Mixtral, llama with expert_count, as a Mixtral checkpoint) and writes\n"
+     "a checkpoint folder in the Hugging Face layout (config.json,\n"
      "model.safetensors in f32; tokenizer.json for a gpt2 vocabulary with merges;\n"
      "primus_tokenizer_type ByteTokenizer for the byte vocabulary). Q and K rows\n"
      "are permuted back to Hugging Face's rotate-half layout, so export gguf of the\n"

@@ -13,7 +13,11 @@
 # with the reason. The attention variants (Qwen 2's biases, Qwen 3's q/k
 # norms and head width, Llama 3.1's RoPE scaling) go through llama.cpp's
 # qwen2, qwen3 and llama architectures the same way, and a mixture of
-# experts through llama.cpp's Mixtral (llama with experts).
+# experts through llama.cpp's Mixtral (llama with experts), imported back
+# too; a transformers-style Mixtral folder of the same weights must read as
+# the checkpoint and match a float64 PyTorch forward. llama.cpp's
+# rope.scaling.* keys (files rewritten by tests/oracle/gguf_edit.py) are
+# read or refused naming the key.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PY=/usr/bin/python3
 NM=$PRIMUS_CACHE/npm/node_modules
@@ -195,6 +199,61 @@ roundtrip llama31-rope "$T/llama31-rope/iter_0000020"
 expect_in "llama31-rope: rope_freqs imported as rope_scaling" \
   '"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":8192}' \
   "$(tr -d ' \t\n' <"$T/llama31-rope-imp-f32/config.json" 2>/dev/null)"
+expect_in "llama31-rope: export writes the original context" "llama.rope.scaling.original_context_length" \
+  "$(head -c 4000 llama31-rope.gguf | tr -c '[:print:]' ' ')"
+run import gguf --input llama31-rope.gguf --output "$T/llama31-rope-imp-log"
+expect_in "llama31-rope: import reads it" "original_max_position_embeddings 8192 (from the file's rope.scaling.original_context_length)" "$ERR"
+# llama.cpp's rope.scaling.* keys (tests/oracle/gguf_edit.py rewrites the
+# file's keys): an original context the rope_freqs disagree with, and
+# position scalings primus' RoPE lacks, are refused naming the key; type
+# linear with factor 1 changes nothing.
+EDIT=$PRIMUS_SRC/tests/oracle/gguf_edit.py
+rope_edit() { # NAME RC NEEDLE EDIT_ARGS...
+  local name=$1 rc=$2 needle=$3
+  shift 3
+  $PY "$EDIT" llama31-rope.gguf "$name.gguf" "$@"
+  run import gguf --input "$name.gguf" --output "$T/$name-imp"
+  expect_rc "$name: import" "$rc"
+  expect_in "$name: the message" "$needle" "$ERR"
+}
+rope_edit rope-orig4096 2 "llama.rope.scaling.original_context_length disagree" \
+  --set llama.rope.scaling.original_context_length=u32:4096
+rope_edit rope-yarn 2 'llama.rope.scaling.type is "yarn"' --set llama.rope.scaling.type=str:yarn
+rope_edit rope-linear4 2 "llama.rope.scaling.factor is 4: llama.cpp divides positions by it" \
+  --set llama.rope.scaling.factor=f32:4
+rope_edit rope-linear1 0 "Llama 3.1's RoPE scaling: factor 8, low_freq_factor 1, high_freq_factor 4" \
+  --set llama.rope.scaling.type=str:linear --set llama.rope.scaling.factor=f32:1
+# Factors other than Llama 3.1's 1 and 4 (2 and 128 over 16384 positions
+# put two of the 4 frequencies in the blended band): import solves them from rope_freqs,
+# with the original context from the file or, without the key, assuming
+# low_freq_factor 1; both export back to the same file.
+mkdir -p "$T/llama31-wide" && cp "$T"/llama31-rope/iter_0000020/* "$T/llama31-wide/"
+$PY - "$T/llama31-wide/config.json" <<'P'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["rope_scaling"].update(low_freq_factor=2, high_freq_factor=128, original_max_position_embeddings=16384)
+json.dump(c, open(sys.argv[1], "w"))
+P
+run export gguf --load "$T/llama31-wide" --output llama31-wide.gguf --name llama31-wide
+expect_rc "llama31-wide: export gguf" 0
+$PY "$EDIT" llama31-wide.gguf llama31-wide-nokey.gguf --del llama.rope.scaling.original_context_length
+for v in wide wide-nokey; do
+  run import gguf --input "llama31-$v.gguf" --output "$T/llama31-$v-imp"
+  expect_rc "llama31-$v: import gguf" 0
+  run export gguf --load "$T/llama31-$v-imp" --output "llama31-$v-again.gguf" --name llama31-wide
+  expect_rc "llama31-$v: export the import" 0
+  # (the key-less file's import writes the key again: compare without it)
+  [[ $v == wide ]] || $PY "$EDIT" "llama31-$v-again.gguf" "llama31-$v-again.gguf" \
+    --del llama.rope.scaling.original_context_length
+  if cmp -s "llama31-$v.gguf" "llama31-$v-again.gguf"; then ok "llama31-$v: export(import(gguf)) == gguf"
+  else bad "llama31-$v: export(import(gguf)) differs"; fi
+done
+expect_in "llama31-wide: the factors read back" \
+  '"factor":8,"low_freq_factor":2,"high_freq_factor":128,"original_max_position_embeddings":16384' \
+  "$(tr -d ' \t\n' <"$T/llama31-wide-imp/config.json" 2>/dev/null)"
+expect_in "llama31-wide-nokey: the same bands with low_freq_factor 1" \
+  '"factor":8,"low_freq_factor":1,"high_freq_factor":64,"original_max_position_embeddings":8192' \
+  "$(tr -d ' \t\n' <"$T/llama31-wide-nokey-imp/config.json" 2>/dev/null)"
 # Over 8192 original positions the scaling barely moves these logits (a
 # few 1e-6), so the same weights with original_max_position_embeddings 32
 # (every band within the context) check it where it shows; without the
@@ -249,9 +308,85 @@ for tn in blk.1.ffn_gate_inp.weight blk.1.ffn_gate_exps.weight blk.1.ffn_down_ex
   grep -qa "$tn" mixtral.gguf && ok "mixtral: has $tn" || bad "mixtral: no $tn"
 done
 grep -qa "blk.0.ffn_gate.weight" mixtral.gguf && bad "mixtral: a dense ffn_gate" || ok "mixtral: no dense MLP tensors"
-run import gguf --input mixtral.gguf --output "$T/mixtral-imp"
-expect_rc "import of a Mixtral file refused" 2
-expect_in "import says why" "mixture-of-experts" "$ERR"
+# Import: the stacked experts back to Mixtral's per-expert tensors, in
+# primus' order (byte for byte), and the same file exported again.
+roundtrip mixtral "$T/mixtral/iter_0000020"
+expect_in "mixtral: imported as Mixtral" '"model_type":"mixtral"' \
+  "$(tr -d ' \t\n' <"$T/mixtral-imp-f32/config.json" 2>/dev/null)"
+expect_in "mixtral: 4 experts, 2 a token" '"num_local_experts":4,"num_experts_per_tok":2' \
+  "$(tr -d ' \t\n' <"$T/mixtral-imp-f32/config.json" 2>/dev/null)"
+# A Mixtral folder as transformers saves one (MixtralForCausalLM's
+# config.json keys: router_aux_loss_coef, output_router_logits,
+# sliding_window null ...; the weights in two shards listed by
+# model.safetensors.index.json) of the same weights: primus reads it
+# (export logits equal the checkpoint's, the GGUF export is the same file),
+# its logits match a float64 PyTorch forward of Mixtral's equations
+# (tests/oracle/llama_ref.py) within 1e-4, and a sliding window shorter
+# than the context is refused naming the key.
+if [[ -d $T/mixtral/iter_0000020 ]]; then
+  $PY - "$PRIMUS_SRC/tests/oracle" "$T/mixtral/iter_0000020" "$T/mixtral-hf" <<'P'
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import llama_ref as R
+src, dst = sys.argv[2], sys.argv[3]
+os.makedirs(dst, exist_ok=True)
+c = json.load(open(os.path.join(src, "config.json")))
+c.update(architectures=["MixtralForCausalLM"], attention_dropout=0.0, hidden_act="silu",
+         initializer_range=0.02, output_router_logits=False, router_aux_loss_coef=0.02,
+         router_jitter_noise=0.0, sliding_window=None, torch_dtype="float32",
+         transformers_version="4.46.0", use_cache=True)
+c.pop("primus_tokenizer_type", None)
+json.dump(c, open(os.path.join(dst, "config.json"), "w"), indent=2)
+P = R.st_read(os.path.join(src, "model.safetensors"))
+names = sorted(P)
+shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+          "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+wm = {}
+for f, ns in shards.items():
+    R.st_write(os.path.join(dst, f), {n: P[n] for n in ns}, meta={"format": "pt"})
+    wm.update({n: f for n in ns})
+json.dump({"metadata": {"total_size": 4 * sum(P[n].numel() for n in names)}, "weight_map": wm},
+          open(os.path.join(dst, "model.safetensors.index.json"), "w"), indent=2)
+P
+  run export logits --load "$T/mixtral-hf" --tokens "$BYTES" --output "$T/mixtral-hf.prm"
+  expect_rc "mixtral-hf: primus reads the transformers-style folder" 0
+  run export logits --load "$T/mixtral" --tokens "$BYTES" --output "$T/mixtral-ck.prm"
+  d=$(maxdiff "$T/mixtral-hf.prm" "$T/mixtral-ck.prm")
+  expect_eq "mixtral-hf: the same logits as the checkpoint" "$d" "0"
+  run export gguf --load "$T/mixtral-hf" --output mixtral-hf.gguf --name mixtral
+  expect_rc "mixtral-hf: export gguf" 0
+  if cmp -s mixtral.gguf mixtral-hf.gguf; then ok "mixtral-hf: exports to the checkpoint's GGUF file"
+  else bad "mixtral-hf: its GGUF export differs from the checkpoint's"; fi
+  if $PY - "$PRIMUS_SRC/tests/oracle" "$T/mixtral-hf" "$BYTES" "$T/mixtral-hf.prm" <<'P'; then
+import glob, os, sys
+import numpy as np, torch
+sys.path.insert(0, sys.argv[1])
+import llama_ref as R
+d = sys.argv[2]
+cfg = R.load_config(d)
+P = {}
+for f in sorted(glob.glob(os.path.join(d, "model-*.safetensors"))):
+    P.update(R.st_read(f))
+tok = torch.tensor([[int(t) for t in sys.argv[3].split(",")]])
+ref = R.forward(P, cfg, tok)[0].numpy()
+got = np.fromfile(sys.argv[4], dtype="<f4").astype(np.float64).reshape(ref.shape)
+err = np.abs(got - ref).max()
+print("mixtral-hf: max |primus - float64 reference| = %.3g over %d positions x %d" % (err, *ref.shape))
+sys.exit(0 if err < 1e-4 else 1)
+P
+    ok "mixtral-hf: logits match the float64 PyTorch Mixtral forward"
+  else
+    bad "mixtral-hf: logits differ from the float64 PyTorch Mixtral forward"
+  fi
+  sed -i 's/"sliding_window": null/"sliding_window": 16/' "$T/mixtral-hf/config.json"
+  run export logits --load "$T/mixtral-hf" --tokens "$BYTES" --output "$T/mixtral-sw.prm"
+  expect_rc "mixtral-hf with sliding_window 16: refused" 2
+  expect_in "names the key" 'key "sliding_window": 16 is shorter than max_position_embeddings' "$ERR"
+fi
+$PY "$PRIMUS_SRC/tests/oracle/gguf_edit.py" mixtral.gguf mixtral-nokey.gguf --del llama.expert_used_count
+run import gguf --input mixtral-nokey.gguf --output "$T/mixtral-nokey-imp"
+expect_rc "mixtral without expert_used_count: refused" 2
+expect_in "names the key" "llama.expert_used_count" "$ERR"
 # Dense layers between MoE ones, or a shared expert: llama.cpp's Mixtral
 # has neither; refused, saying which, nothing written.
 moe_refused() { # NAME NEEDLE [KEY: VALUE]...
