@@ -7,7 +7,8 @@
 # the same global batch: losses within 1e-5 relative per step (seen:
 # ~1e-7, fp32 summation order) and whole-model weights within 1e-5 after
 # the run; the validation loss at step 12 too. The memory line shows each
-# rank's half of the sequence, and half the activations of one rank. Checkpoints are whole-model: the one-rank
+# rank's half of the sequence, and half the activations of one rank.
+# eod_mask_loss and bf16 at CP = 2 follow their one-rank runs (6 steps). Checkpoints are whole-model: the one-rank
 # step-6 checkpoint resumed at CP = 2 x D = 2 and the CP = 2 one resumed on
 # one rank end on the same curve. Combinations not reached yet, a
 # seq_length that does not split into 2N chunks and too few ranks are
@@ -89,6 +90,38 @@ exp cp4 "context_parallel_size: 4" "recompute_granularity: full"
 launch 4 cp4
 expect_in "cp4: rank 3's chunks" "(this is rank 3: 8 of its 32 tokens, chunks 3 and 4 of 8)" "$ERR"
 same cp4 one "CP = 4 x recompute"
+
+# eod_mask_loss (each micro-batch's mean over its unmasked targets: the
+# count is the whole sequences', taken once over the group) and bf16 (the
+# ring stays fp32: against one rank with fp32 attention), 6 steps each.
+s6() { # NAME [KEY: VALUE...]
+  local n=$1
+  shift
+  tiny_exp "$n" "micro_batch_size: 1" "global_batch_size: 4" "train_iters: 6" "log_interval: 1" \
+    "lr_decay_iters: 6" "$@"
+}
+awk 'NF { printf "{\"text\": \"%s\"}\n", $0 }' corpus.txt >docs.jsonl
+run data train-tokenizer --input corpus.txt --vocab_size 300 --output tok.json
+run data preprocess --input docs.jsonl --tokenizer-type HuggingFaceTokenizer --tokenizer-model tok.json \
+  --append-eod --output_prefix eodd
+expect_rc "a dataset with end-of-document tokens" 0
+EOD=("eod_mask_loss: true" "tokenizer_type: HuggingFaceTokenizer" "tokenizer_model: $T/tok.json"
+  "vocab_size: 320" "data_path: $T/eodd")
+s6 eod1 "${EOD[@]}"
+launch 1 eod1
+s6 eod2 "${EOD[@]}" "context_parallel_size: 2"
+launch 2 eod2
+lt() { run_events "$1" | grep -o '"loss_tokens":[0-9]*' | cut -d: -f2 | tr '\n' ' '; }
+expect_eq "eod: the same loss tokens per step" "$(lt eod2)" "$(lt eod1)"
+if [[ $(lt eod1) == *12[0-7]* ]]; then ok "eod: some targets masked ($(lt eod1))"; else bad "eod: nothing masked ($(lt eod1))"; fi
+d=$(loss_diff eod1 eod2)
+if within "$d" 1e-5; then ok "eod_mask_loss x CP = 2: losses within 1e-5 (worst $d)"; else bad "eod_mask_loss x CP = 2: losses differ by $d"; fi
+s6 bf1 "bf16: true" "bf16_attention: fp32"
+launch 1 bf1
+s6 bf2 "bf16: true" "context_parallel_size: 2"
+launch 2 bf2
+d=$(loss_diff bf1 bf2)
+if within "$d" 1e-5; then ok "bf16 x CP = 2: losses within 1e-5 (worst $d)"; else bad "bf16 x CP = 2: losses differ by $d"; fi
 
 # ---- Checkpoints across layouts ----
 resume one-to-cpdz one 4 "context_parallel_size: 2" "use_distributed_optimizer: true"
