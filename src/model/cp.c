@@ -17,7 +17,13 @@
  * order), so a run is repeatable.
  *
  * The exchanges are non-blocking sends and receives posted before each
- * step's arithmetic, so a block travels while the previous one is used. */
+ * step's arithmetic, so a block travels while the previous one is used.
+ *
+ * A rank's own block is plain causal attention by row index (its rows'
+ * positions increase, keys and queries alike), so the first step runs the
+ * one-rank flash kernels; the other blocks are seen whole or not at all
+ * by each query chunk and go through the position-aware kernels of
+ * src/kernels/attention_cp.c. */
 #include "model-impl.h"
 
 #include <stdlib.h>
@@ -98,8 +104,11 @@ void prm__cp_attn_fwd(prm_llama_t *m, prm__layer_acts_t *a, int64_t B) {
     int nreq = 0;
     if (s < N - 1) prm__cp_shift(m, cur, nxt, 2 * n, PRM__CP_TAG_KV, reqs, &nreq);
     int src = (r + N - s) % N; /* the rank whose block this is */
-    prm_attention_part_forward(a->att, a->lse, a->q, cur, cur + n, qpos, m->cp_posall + src * T,
-                               B, T, T, H, G, D, s > 0);
+    if (s == 0) /* its own block: causal by row index, the one-rank kernel's case */
+      prm_attention_forward_seg(a->att, a->lse, a->q, a->k, a->v, NULL, B, T, H, G, D);
+    else
+      prm_attention_part_forward(a->att, a->lse, a->q, cur, cur + n, qpos, m->cp_posall + src * T,
+                                 B, T, T, H, G, D, 1);
     prm__cp_wait(m, reqs, nreq);
     float *t = cur;
     cur = nxt;
@@ -115,8 +124,6 @@ void prm__cp_attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B) {
   float *kv = m->cp_buf, *kvn = kv + 2 * n, *dkv = kv + 4 * n, *dkvn = kv + 6 * n;
   memcpy(kv, a->k, (size_t)n * sizeof(float));
   memcpy(kv + n, a->v, (size_t)n * sizeof(float));
-  memset(dkv, 0, (size_t)(2 * n) * sizeof(float));
-  memset(s->dq, 0, (size_t)(B * T * H * D) * sizeof(float));
   const int32_t *qpos = m->cp_posall + r * T;
   float *rd = m->cp_buf + 8 * n; /* (B,H,T) each row's dO.O */
   prm_attention_rowdot(rd, s->datt, a->att, B, T, H, D);
@@ -125,8 +132,12 @@ void prm__cp_attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B) {
     int nreq = 0;
     if (st < N - 1) prm__cp_shift(m, kv, kvn, 2 * n, PRM__CP_TAG_KV, reqs, &nreq);
     int src = (r + N - st) % N;
-    prm_attention_part_backward(s->dq, dkv, dkv + n, s->datt, a->q, kv, kv + n, a->lse, rd, qpos,
-                                m->cp_posall + src * T, B, T, T, H, G, D);
+    if (st == 0) /* its own block (writes dq and the block's dk, dv) */
+      prm_attention_backward_seg(s->dq, dkv, dkv + n, s->datt, a->q, a->k, a->v, a->att, a->lse,
+                                 NULL, B, T, H, G, D);
+    else
+      prm_attention_part_backward(s->dq, dkv, dkv + n, s->datt, a->q, kv, kv + n, a->lse, rd,
+                                  qpos, m->cp_posall + src * T, B, T, T, H, G, D);
     prm__cp_wait(m, reqs, nreq);
     /* The block's gradients follow it (after the last step: home). */
     prm__cp_shift(m, dkv, dkvn, 2 * n, PRM__CP_TAG_DKV, reqs, &nreq);
