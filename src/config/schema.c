@@ -285,7 +285,6 @@ static const prm_key_t prm__compat[] = {
     UNSUP("moe_router_group_topk", "null", "group-limited routing"),
     UNSUP("moe_input_jitter_eps", "null", "router input jitter"),
     UNSUP("moe_expert_tensor_parallel_size", "null|1", "this spelling of expert tensor parallelism (use expert_tensor_parallel_size)"),
-    UNSUP("context_parallel_size", "1", "context parallelism"),
     UNSUP("num_virtual_stages_per_pipeline_rank", "null", "this spelling of virtual stages (use virtual_pipeline_model_parallel_size)"),
     UNSUP("decoder_first_pipeline_num_layers", "null", "uneven first/last pipeline stages (use pipeline_layer_split)"),
     UNSUP("decoder_last_pipeline_num_layers", "null", "uneven first/last pipeline stages (use pipeline_layer_split)"),

@@ -265,7 +265,7 @@ expect_in "names the frameworks primus runs" "tt.yaml:8: framework: primus runs 
 
 # ---- a file with several problems lists them all ----
 bf16 many.yaml llama3_8B.yaml "fp8: e4m3" "hiden_size: 3" "clip_grad: fast" \
-  "normalization: LayerNorm" "context_parallel_size: 2"
+  "normalization: LayerNorm" "calculate_per_token_loss: true"
 sed -i 's/global_batch_size: 16/global_batch_size: 15/' many.yaml
 run config validate --config many.yaml
 expect_rc "several problems" 2
@@ -275,7 +275,7 @@ for p in "$(L "fp8: e4m3"): fp8: got \"e4m3\"" \
   "$(L hiden_size): unknown key \"hiden_size\" (did you mean \"hidden_size\"?)" \
   "$(L "clip_grad: fast"): clip_grad: expected a number, got \"fast\"" \
   "$(L "normalization: LayerNorm"): normalization: got \"LayerNorm\"" \
-  "$(L "context_parallel_size: 2"): context_parallel_size: got \"2\"" \
+  "$(L "calculate_per_token_loss: true"): calculate_per_token_loss: got \"true\"" \
   "$(L "global_batch_size: 15"): global_batch_size: must be a multiple of micro_batch_size (2), got 15"; do
   expect_in "lists: ${p%%:*}:${p#*:}" "$p" "$ERR"
 done
