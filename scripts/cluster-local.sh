@@ -44,10 +44,15 @@
 # that stops answering is DOWN within ~10-20 s), ReturnToService=2 (it comes
 # back by itself once its slurmd answers again), KillWait=5, cred_expire=5.
 #
+# munge, the slurm.conf lines both keep and stopping by pid come from
+# scripts/lib/slurm-common.sh, which slurm-local.sh shares.
+#
 # Exit codes: 0 ok, 1 a program is missing, 2 bad usage, 3 a daemon did not
 # start or is not running, 77 this machine cannot make namespaces or
 # bridges (not root, no CAP_NET_ADMIN / CAP_SYS_ADMIN): tests skip on it.
 set -euo pipefail
+# shellcheck source=lib/slurm-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/slurm-common.sh"
 
 usage() {
   echo "usage: $0 up DIR [--hosts N] | down DIR | status DIR | exec DIR HOST -- CMD... | pids DIR HOST | link DIR HOST up|down | throttle DIR HOST PERCENT" >&2
@@ -131,21 +136,6 @@ all_hosts() {
   fi
 }
 
-# stop_pids PID...: TERM to all at once, then KILL to those still there
-# after 5 s.
-stop_pids() {
-  local pid i left
-  (($#)) || return 0
-  kill -TERM "$@" 2>/dev/null || true
-  for ((i = 0; i < 50; i++)); do
-    left=0
-    for pid; do kill -0 "$pid" 2>/dev/null && left=1; done
-    ((left)) || return 0
-    sleep 0.1
-  done
-  kill -KILL "$@" 2>/dev/null || true
-}
-
 # ns_pids HOLDER: every process in HOLDER's network namespace but HOLDER.
 ns_pids() {
   local h=$1 p
@@ -203,7 +193,7 @@ down() {
     stop+=("$pid")
     say "stopping slurmctld (pid $pid)"
   fi
-  stop_pids "${stop[@]}"
+  slurm_common_stop "${stop[@]}"
   rm -f "$D"/run/slurmd-*.pid "$D/run/slurmctld.pid"
   # Whatever still runs inside a host (job steps, ranks, a stopped
   # process), found through the host's network namespace, then the
@@ -219,10 +209,10 @@ down() {
       say "stopping leftover process $p on $h"
     done
   done
-  stop_pids "${stop[@]}"
-  stop_pids "${holders[@]}"
+  slurm_common_stop "${stop[@]}"
+  slurm_common_stop "${holders[@]}"
   if pid=$(pid_of munged munged); then
-    stop_pids "$pid"
+    slurm_common_stop "$pid"
     say "stopped munged (pid $pid)"
   fi
   rm -f "$D/run/munged.pid"
@@ -296,44 +286,15 @@ SlurmctldHost=ctl($net.254)
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 CommunicationParameters=NoCtldInAddrAny
-SlurmUser=$(id -un)
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$SOCK,cred_expire=${CLUSTER_LOCAL_CRED_EXPIRE:-5}
-StateSaveLocation=$D/state
-SlurmdSpoolDir=$D/spool/%n
-TmpFS=$D/tmp/%n
-SlurmctldPidFile=$D/run/slurmctld.pid
 SlurmdPidFile=$D/run/slurmd-%n.pid
-SlurmctldLogFile=$D/log/slurmctld.log
 SlurmdLogFile=$D/log/slurmd-%n.log
-PlugStackConfig=$D/etc/plugstack.conf
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-ReturnToService=2
 SlurmdTimeout=10
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_interval=2
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-MinJobAge=300
-KillWait=5
-InactiveLimit=0
-PreemptType=preempt/partition_prio
-PreemptMode=REQUEUE
-SlurmctldParameters=preempt_send_user_signal
 EOF
+  slurm_common_conf "${CLUSTER_LOCAL_CRED_EXPIRE:-5}" >>"$CONF.tmp"
   for h in $(all_hosts); do
     echo "NodeName=$h NodeHostname=$h NodeAddr=$net.${h#cn} CPUs=$cpus State=UNKNOWN"
   done >>"$CONF.tmp"
-  cat >>"$CONF.tmp" <<EOF
-PartitionName=low Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=${CLUSTER_LOCAL_GRACE_TIME:-10}
-PartitionName=high Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
-EOF
+  slurm_common_partitions ALL "${CLUSTER_LOCAL_GRACE_TIME:-10}" >>"$CONF.tmp"
   : >"$D/etc/plugstack.conf"
   mv "$CONF.tmp" "$CONF"
 }
@@ -395,12 +356,7 @@ up() {
   mkdir -p "$D"/{munge,etc,state,spool,log,run,tmp}
   chmod 755 "$D" "$D"/{munge,etc,state,spool,log,run,tmp}
   for h in $(all_hosts); do mkdir -p "$D/spool/$h" "$D/tmp/$h" && chmod 755 "$D/spool/$h" "$D/tmp/$h"; done
-  p=$D
-  while [[ $p != / ]]; do
-    (((8#$(stat -c %a "$p") & 8#111) == 8#111)) ||
-      die 3 "$p is not executable by all (chmod a+x it): munged cannot serve a socket below it"
-    p=$(dirname "$p")
-  done
+  slurm_common_reachable
 
   # The bridge: a name of our own, recorded before it exists so that a
   # failed `up` still removes it.
@@ -419,18 +375,7 @@ up() {
   start_host ctl "$net.254" "$br"
   for h in $(all_hosts); do start_host "$h" "$net.${h#cn}" "$br"; done
 
-  if [[ ! -s $D/munge/munge.key ]]; then
-    (umask 077 && head -c 1024 /dev/urandom >"$D/munge/munge.key")
-  fi
-  chmod 0400 "$D/munge/munge.key"
-  munged --socket="$SOCK" --key-file="$D/munge/munge.key" --log-file="$D/log/munged.log" \
-    --pid-file="$D/run/munged.pid" --seed-file="$D/munge/munged.seed" </dev/null ||
-    die 3 "munged did not start"
-  for ((i = 0; i < 50; i++)); do
-    munge -S "$SOCK" -n 2>/dev/null | unmunge -S "$SOCK" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  munge -S "$SOCK" -n 2>/dev/null | unmunge -S "$SOCK" >/dev/null 2>&1 || die 3 "munge does not answer on $SOCK"
+  slurm_common_munge_up
 
   : >"$D/log/slurmctld.log"
   in_host ctl env SLURM_CONF="$CONF" slurmctld -i </dev/null >>"$D/log/slurmctld.log" 2>&1 ||

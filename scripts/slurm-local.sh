@@ -31,9 +31,14 @@
 # slurmstepd then fails: "File exists") and for other private clusters'
 # jobs of the same number.
 #
+# munge, the slurm.conf lines both keep and stopping by pid come from
+# scripts/lib/slurm-common.sh, which cluster-local.sh shares.
+#
 # Exit codes: 0 ok, 1 a program is missing, 2 bad usage, 3 a daemon did not
 # start or is not running (the message ends with the tail of its log).
 set -euo pipefail
+# shellcheck source=lib/slurm-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/slurm-common.sh"
 
 usage() {
   echo "usage: $0 up|down|status DIR" >&2
@@ -101,17 +106,6 @@ slurmd_names() {
   fi
 }
 
-# stop_pid PID: TERM, then KILL when it is still there after 5 s.
-stop_pid() {
-  local pid=$1 i
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 50; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-}
-
 # Job processes this cluster started and slurmd's step daemons: their
 # environment names this SLURM_CONF, and they are slurmstepd or belong to a
 # job. The caller and its ancestors are never included.
@@ -147,19 +141,19 @@ down() {
   fi
   for name in $(slurmd_names) slurmctld; do
     if pid=$(pid_of "$name"); then
-      stop_pid "$pid"
+      slurm_common_stop "$pid"
       say "stopped $name (pid $pid)"
     fi
     rm -f "$D/run/$name.pid"
   done
   if [[ -f $CONF ]]; then
     for pid in $(leftover_pids); do
-      stop_pid "$pid"
+      slurm_common_stop "$pid"
       say "stopped leftover job process $pid"
     done
   fi
   if pid=$(pid_of munged); then
-    stop_pid "$pid"
+    slurm_common_stop "$pid"
     say "stopped munged (pid $pid)"
   fi
   rm -f "$D/run/munged.pid"
@@ -218,45 +212,16 @@ SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
-SlurmUser=$(id -un)
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$SOCK,cred_expire=$CRED_EXPIRE
-StateSaveLocation=$D/state
-SlurmdSpoolDir=$D/spool/%n
-TmpFS=$D/tmp/%n
-SlurmctldPidFile=$D/run/slurmctld.pid
 SlurmdPidFile=$D/run/$pidf.pid
-SlurmctldLogFile=$D/log/slurmctld.log
 SlurmdLogFile=$D/log/$logf.log
-PlugStackConfig=$D/etc/plugstack.conf
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_interval=2
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-MinJobAge=300
-KillWait=5
-InactiveLimit=0
-PreemptType=preempt/partition_prio
-PreemptMode=REQUEUE
-SlurmctldParameters=preempt_send_user_signal
 EOF
+  slurm_common_conf "$CRED_EXPIRE" >>"$CONF.tmp"
   # One node: SlurmdPort. More: each slurmd a port of its own (the next
   # arguments), which multiple-slurmd builds read from the node's line.
   for ((k = 1; k <= NODES; k++)); do
     echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$cpus$( ((NODES == 1)) || echo " Port=${*:k+2:1}") State=UNKNOWN"
   done >>"$CONF.tmp"
-  cat >>"$CONF.tmp" <<EOF
-PartitionName=low Nodes=$nodes Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE_TIME
-PartitionName=high Nodes=$nodes MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
-EOF
+  slurm_common_partitions "$nodes" "$GRACE_TIME" >>"$CONF.tmp"
   : >"$D/etc/plugstack.conf"
   mv "$CONF.tmp" "$CONF"
 }
@@ -286,30 +251,8 @@ up() {
   for ((k = 1; k <= NODES; k++)); do
     mkdir -p "$D/spool/node$k" "$D/tmp/node$k" && chmod 755 "$D/spool/node$k" "$D/tmp" "$D/tmp/node$k"
   done
-  # munged refuses a socket in a folder that others cannot reach: every
-  # folder above it must be executable by owner, group and others.
-  p=$D
-  while [[ $p != / ]]; do
-    (((8#$(stat -c %a "$p") & 8#111) == 8#111)) ||
-      die 3 "$p is not executable by all (chmod a+x it): munged cannot serve a socket below it"
-    p=$(dirname "$p")
-  done
-
-  # munge: a key of our own, 1024 random bytes, readable by the owner only.
-  if [[ ! -s $D/munge/munge.key ]]; then
-    (umask 077 && head -c 1024 /dev/urandom >"$D/munge/munge.key")
-  fi
-  chmod 0400 "$D/munge/munge.key"
-  munged --socket="$SOCK" --key-file="$D/munge/munge.key" --log-file="$D/log/munged.log" \
-    --pid-file="$D/run/munged.pid" --seed-file="$D/munge/munged.seed" </dev/null ||
-    die 3 "munged did not start"
-  local i
-  for ((i = 0; i < 50; i++)); do
-    munge -S "$SOCK" -n 2>/dev/null | unmunge -S "$SOCK" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  munge -S "$SOCK" -n 2>/dev/null | unmunge -S "$SOCK" >/dev/null 2>&1 ||
-    die 3 "munge does not answer on $SOCK"
+  slurm_common_reachable
+  slurm_common_munge_up
 
   local cport dport ports=() used
   cport=$(free_port) || die 3 "no free port below the ephemeral range"

@@ -163,6 +163,36 @@ static void test_proc(void **state) {
   struct sigaction sa;
   sigaction(SIGTERM, NULL, &sa);
   assert_true(sa.sa_handler == SIG_DFL);
+  /* SIGUSR1/SIGUSR2 are the task's: once the child has ended - here on its
+   * own, nothing passed on - they are ignored, so that a scheduler's late
+   * copy cannot end this process while it finishes (raise() would end the
+   * test at the default). */
+  char *own[] = {"sh", "-c", "exit 4", NULL};
+  assert_int_equal(prm_proc_run(own, &fwd, &st, NULL, &err), 0);
+  assert_int_equal(st, 4);
+  sigaction(SIGUSR1, NULL, &sa);
+  assert_true(sa.sa_handler == SIG_IGN);
+  sigaction(SIGUSR2, NULL, &sa);
+  assert_true(sa.sa_handler == SIG_IGN);
+  raise(SIGUSR1);
+  raise(SIGUSR2);
+  /* A child started later gets them at their default (an ignored signal
+   * would survive its exec)... */
+  char *dfl[] = {"sh", "-c", "kill -USR1 $$; exit 0", NULL};
+  assert_int_equal(prm_proc_run(dfl, NULL, &st, NULL, &err), 0);
+  assert_int_equal(st, 128 + SIGUSR1);
+  assert_int_equal(prm_proc_run(dfl, &fwd, &st, NULL, &err), 0);
+  assert_int_equal(st, 128 + SIGUSR1);
+  /* ... and the next forwarding passes them on again (a non-interactive sh
+   * cannot trap a signal ignored on entry). */
+  char *usr[] = {"sh", "-c",
+                 "trap 'exit 7' USR2; kill -USR2 $PPID; i=0; while [ $i -lt 200 ]; do sleep 0.05; "
+                 "i=$((i+1)); done; exit 1",
+                 NULL};
+  assert_int_equal(prm_proc_run(usr, &fwd, &st, NULL, &err), 0);
+  assert_int_equal(st, 7);
+  sigaction(SIGUSR2, NULL, &sa);
+  assert_true(sa.sa_handler == SIG_IGN);
   char *w = prm_which("sh");
   assert_non_null(w);
   free(w);

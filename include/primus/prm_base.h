@@ -281,8 +281,10 @@ typedef struct {
                                 (created or truncated, 0644); wins over quiet */
   const char *stdin_path;    /* NULL: inherit; "/dev/null" for none */
   size_t *out_len;           /* with capture: receives the length (output may hold NULs) */
-  int forward_signals;       /* 1: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this process
-                                while it waits go to the child instead of ending it */
+  int forward_signals;       /* 1: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent
+                                to this process while it waits go to the child instead
+                                of ending it; after the child ends, SIGUSR1 and SIGUSR2
+                                stay ignored (prm_proc_ignore_late_signal) */
   int new_pgrp;              /* 1: the child leads a new process group (signal it as -pid) */
   int parent_death_signal;   /* non-zero: the child gets this signal when this process
                                 dies, even by SIGKILL (Linux PR_SET_PDEATHSIG) */
@@ -317,6 +319,14 @@ int prm_proc_spawn(char *const *argv, const prm_proc_opts_t *opts, pid_t *pid, p
 int prm_proc_wait(pid_t pid, double timeout_s, int *status);
 /* prm_proc_wait(pid, 0, status). */
 int prm_proc_poll(pid_t pid, int *status);
+
+/* Ignores sig (SIGUSR1 or SIGUSR2; any other is left alone) from now on,
+ * for a process that passed it on to a child that has ended: a late copy of
+ * a scheduler's warning must not end this process while it finishes.
+ * prm_proc_run's forward_signals does this itself; the next forwarding
+ * passes sig on again, and children started later get it back at its
+ * default. */
+void prm_proc_ignore_late_signal(int sig);
 
 /* Replaces this process with argv (execvp). Returns only on failure. */
 int prm_proc_exec(char *const *argv, char *const *envp, prm_err_t *err);

@@ -13,7 +13,8 @@
  * on_exit at initialisation): MPI_Finalize when the exit status is 0. A
  * rank that exits with an error skips it, so mpirun sees a rank end without
  * finalising and stops the others at once, instead of leaving them waiting
- * in a collective or in MPI_Finalize's fence. prm_comm_finalize finalises
+ * in a collective or in MPI_Finalize's fence (an exit all ranks agreed on
+ * finalises too: prm_comm_set_agreed_exit). prm_comm_finalize finalises
  * earlier (idempotent); MPI cannot be initialised again afterwards.
  *
  * Errors: every communicator has MPI_ERRORS_RETURN; a failed MPI call is
@@ -95,6 +96,15 @@ int prm_comm_size(const prm_comm_t *c);
 const char *prm_comm_name(const prm_comm_t *c); /* "world", or the split's name */
 /* This rank in the world (0 before initialisation). */
 int prm_comm_world_rank(void);
+
+/* Makes an exit with `status` (> 0) finalise MPI at exit as a clean one
+ * does, for an end every rank of the job agreed on - the trainer's
+ * preemption (exit 4), where every rank stops after the same step. A rank
+ * that left without finalising would get the others stopped: srun's PMIx
+ * plugin cancels the step and kills a rank still saving or ending (its exit
+ * 4 becomes a death by SIGKILL, and a batch script does not requeue).
+ * 0 withdraws it. */
+void prm_comm_set_agreed_exit(int status);
 
 /* Finalises MPI now (idempotent; 0 when MPI was never initialised). Every
  * group from prm_comm_split must have been freed. */

@@ -19,24 +19,45 @@ extern char **environ;
 
 /* ---- signal forwarding ---------------------------------------------------- */
 
-/* The child that prm_proc_run with forward_signals waits for: the one piece
- * of mutable global state here, because a signal handler has no context. */
+/* The mutable global state here, signal dispositions being a process's
+ * own: the child that prm_proc_run with forward_signals waits for (a
+ * signal handler has no context), and the SIGUSR1/SIGUSR2 that this process
+ * ignores on its own account (bit 0: USR1, bit 1: USR2; see
+ * prm_proc_ignore_late_signal), which the next forwarding passes on again
+ * and a child gets back at their default. */
 static volatile sig_atomic_t prm__fwd_child;
-/* Set once a signal was passed on to that child (see prm__fwd_restore). */
-static volatile sig_atomic_t prm__fwd_sent;
+static volatile sig_atomic_t prm__late_ignored;
 
 static const int prm__fwd_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 #define PRM__NFWD ((int)(sizeof prm__fwd_signals / sizeof prm__fwd_signals[0]))
+
+static int prm__late_bit(int sig) { return sig == SIGUSR1 ? 1 : sig == SIGUSR2 ? 2 : 0; }
+
+void prm_proc_ignore_late_signal(int sig) {
+  int bit = prm__late_bit(sig);
+  if (!bit) return;
+  struct sigaction ign;
+  memset(&ign, 0, sizeof ign);
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  sigaction(sig, &ign, NULL);
+  prm__late_ignored = prm__late_ignored | bit;
+}
+
+/* Whether a saved disposition of sig is the default as far as the caller
+ * is concerned: SIG_DFL, or the SIG_IGN this file set on its own. */
+static int prm__late_default(int sig, const struct sigaction *saved) {
+  int bit = prm__late_bit(sig);
+  return bit && (saved->sa_handler == SIG_DFL ||
+                 (saved->sa_handler == SIG_IGN && (prm__late_ignored & bit)));
+}
 
 static void prm__fwd_handler(int sig, siginfo_t *info, void *uctx) {
   (void)uctx;
   /* SI_KERNEL: typed at the terminal, so the child has it already. */
   if (info && info->si_code == SI_KERNEL) return;
   pid_t pid = (pid_t)prm__fwd_child;
-  if (pid > 0) {
-    kill(pid, sig);
-    prm__fwd_sent = 1;
-  }
+  if (pid > 0) kill(pid, sig);
 }
 
 static void prm__fwd_install(pid_t child, struct sigaction *saved) {
@@ -47,37 +68,38 @@ static void prm__fwd_install(pid_t child, struct sigaction *saved) {
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   for (int i = 0; i < PRM__NFWD; i++) {
-    sigaction(prm__fwd_signals[i], NULL, &saved[i]);
+    int s = prm__fwd_signals[i];
+    sigaction(s, NULL, &saved[i]);
     /* An ignored signal stays ignored (the child inherited that too), but
      * SIGINT: a shell starts background jobs with it ignored, and a
      * `kill -INT` sent to this process is meant for the task, which takes
      * it as it would running in this process (tasks install their own
-     * handler). */
-    if (saved[i].sa_handler != SIG_IGN || prm__fwd_signals[i] == SIGINT)
-      sigaction(prm__fwd_signals[i], &sa, NULL);
+     * handler). SIGUSR1/SIGUSR2 that an earlier child's end left ignored
+     * are passed on again. */
+    if (saved[i].sa_handler != SIG_IGN || s == SIGINT || prm__late_default(s, &saved[i]))
+      sigaction(s, &sa, NULL);
   }
 }
 
 /* After the child ended. SIGUSR1/SIGUSR2 (a scheduler's preemption or
- * time-limit warning) are only ever meant for the task: once one was passed
- * on, further copies are ignored rather than given back their default
- * action, which would end this process while it finishes. Slurm repeats
- * the preemption signal while a job is up, and a copy arriving here killed
- * the launcher of a rank that had saved and exited 4 (srun saw 138: no
- * requeue). */
+ * time-limit warning) are only ever meant for the task, so they are now
+ * ignored rather than given back their default action, which would end
+ * this process while it finishes and turn the task's exit code into a
+ * death by signal. Slurm delivers its copy to every process of a step at
+ * its own pace: on the namespace cluster a rank that had learned of the
+ * preemption from its peers saved and exited 4 before the copy meant for
+ * it arrived, and the copy then killed its launcher (srun: "task 1: User
+ * defined signal 1"; the batch script saw 138 and did not requeue). The
+ * other signals get their old disposition back. */
 static void prm__fwd_restore(const struct sigaction *saved) {
-  struct sigaction ign;
-  memset(&ign, 0, sizeof ign);
-  ign.sa_handler = SIG_IGN;
-  sigemptyset(&ign.sa_mask);
   for (int i = 0; i < PRM__NFWD; i++) {
     int s = prm__fwd_signals[i];
-    int keep_off = prm__fwd_sent && (s == SIGUSR1 || s == SIGUSR2) &&
-                   saved[i].sa_handler == SIG_DFL;
-    sigaction(s, keep_off ? &ign : &saved[i], NULL);
+    if (prm__late_default(s, &saved[i]))
+      prm_proc_ignore_late_signal(s);
+    else
+      sigaction(s, &saved[i], NULL);
   }
   prm__fwd_child = 0;
-  prm__fwd_sent = 0;
 }
 
 /* ---- starting, waiting and replacing -------------------------------------- */
@@ -152,6 +174,10 @@ static int prm__proc_start(char *const *argv, const prm_proc_opts_t *opts, int o
     return prm_errf(err, PRM_ECHILD, "fork: %s", strerror(e));
   }
   if (pid == 0) {
+    /* Signals this process ignores only for itself are the child's to take
+     * (an ignored disposition survives exec). */
+    if (prm__late_ignored & 1) signal(SIGUSR1, SIG_DFL);
+    if (prm__late_ignored & 2) signal(SIGUSR2, SIG_DFL);
     if (child_mask) sigprocmask(SIG_SETMASK, child_mask, NULL);
     if (opts->new_pgrp) setpgid(0, 0);
     if (opts->parent_death_signal) {

@@ -12,6 +12,7 @@
 /* MPI is process-global; so is the record of it (prm_comm.h). */
 static struct {
   int initialized, finalized, exit_hook;
+  int agreed_exit; /* another exit status that finalises (prm_comm_set_agreed_exit); 0: none */
   prm_comm_t world;
 } prm__comm_state;
 
@@ -106,10 +107,12 @@ void prm__comm_req_set(prm_comm_req_t *req, const prm_comm_t *c, const char *op,
 /* Initialisation and finalisation                                           */
 /* ------------------------------------------------------------------------ */
 
-/* Runs at exit: finalise after a clean exit only (prm_comm.h says why). */
+/* Runs at exit: finalise after a clean exit, or one every rank agreed on,
+ * only (prm_comm.h says why). */
 static void prm__comm_at_exit(int status, void *arg) {
   (void)arg;
-  if (status == 0 && prm__comm_state.initialized && !prm__comm_state.finalized) {
+  int agreed = status == 0 || (prm__comm_state.agreed_exit > 0 && status == prm__comm_state.agreed_exit);
+  if (agreed && prm__comm_state.initialized && !prm__comm_state.finalized) {
     prm__comm_state.finalized = 1;
     MPI_Finalize();
   }
@@ -152,6 +155,8 @@ int prm_comm_world(prm_comm_t **world, prm_err_t *err) {
 int prm_comm_initialized(void) { return prm__comm_state.initialized && !prm__comm_state.finalized; }
 
 int prm_comm_world_rank(void) { return prm_comm_initialized() ? prm__comm_state.world.rank : 0; }
+
+void prm_comm_set_agreed_exit(int status) { prm__comm_state.agreed_exit = status > 0 ? status : 0; }
 
 int prm_comm_finalize(prm_err_t *err) {
   if (!prm__comm_state.initialized || prm__comm_state.finalized) return 0;

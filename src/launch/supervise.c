@@ -68,8 +68,17 @@ static void prm__sup_signals_install(struct sigaction *saved) {
   }
 }
 
+/* SIGUSR1/SIGUSR2 at their default stay ignored instead: a scheduler's
+ * late copy of one, meant for the ranks that have ended, would otherwise
+ * end this process while it finishes (prm_proc_ignore_late_signal). */
 static void prm__sup_signals_restore(const struct sigaction *saved) {
-  for (int i = 0; i < PRM__NSIG; i++) sigaction(prm__sup_signals[i], &saved[i], NULL);
+  for (int i = 0; i < PRM__NSIG; i++) {
+    int s = prm__sup_signals[i];
+    if ((s == SIGUSR1 || s == SIGUSR2) && saved[i].sa_handler == SIG_DFL)
+      prm_proc_ignore_late_signal(s);
+    else
+      sigaction(s, &saved[i], NULL);
+  }
 }
 
 static const char *prm__signame(int sig, char *buf, size_t n) {

@@ -838,6 +838,10 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
     }
     if (preempted && step < o->train_iters) {
       const char *name = sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+      /* Every rank ends here after this step: MPI is finalised at exit
+       * (its fence waits for the slowest rank) rather than a rank's early
+       * exit getting the others killed. */
+      prm_comm_set_agreed_exit(prm_exit_code(PRM_EPREEMPTED));
       prm__emit(events, "\"event\":\"preempted\",\"step\":%lld,\"signal\":\"%s\"", (long long)step, name);
       rc = o->save ? prm_errf(err, PRM_EPREEMPTED,
                               "preempted by %s after step %lld: checkpoint saved in %s; rerun "
@@ -894,11 +898,15 @@ done:
     /* A signal that arrived after the last poll is taken here, so that
      * unblocking does not deliver it to the restored disposition. */
     prm__preempt_poll(&preempt_set);
-    if (prm__preempt_signal) {
-      /* Preempted: the checkpoint is saved and the run is ending. Slurm
-       * repeats the preemption signal while the job is up; one that came
-       * after the old disposition was back killed a rank that had saved
-       * (exit 138 instead of 4: the batch script did not requeue). */
+    if (prm__preempt_signal || rc == PRM_EPREEMPTED) {
+      /* Preempted, by this rank's own signal or by another rank's (every
+       * rank stops after the same step): the checkpoint is saved and the
+       * run is ending. The scheduler's copy of the signal for this rank
+       * may still be on its way - Slurm signals each host's processes at
+       * its own pace, and a rank that learned of the preemption from its
+       * peers got there first - and one that came after the old
+       * disposition was back killed a rank that had saved (exit 138
+       * instead of 4: the batch script did not requeue). */
       struct sigaction ign;
       memset(&ign, 0, sizeof ign);
       ign.sa_handler = SIG_IGN;

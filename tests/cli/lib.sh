@@ -246,3 +246,82 @@ PYEOF
   fi
   return 0
 }
+
+# ---- live Slurm ---------------------------------------------------------------
+
+# slurm_test_setup: what every test against live Slurm daemons shares: it
+# works in $T, which the daemons must reach (munged serves its socket only
+# below folders everyone may enter), with one thread a rank, and nothing
+# from an outer Slurm job, launcher or fault plan leaks in.
+slurm_test_setup() {
+  cd "$T" || exit 1
+  chmod a+x "$T"
+  export OMP_NUM_THREADS=1
+  unset $(compgen -v SLURM_) PRIMUS_SUPERVISOR PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
+}
+
+# cluster_up_or_skip HOSTS [VAR=VALUE]...: slurm_test_setup, then the
+# namespace cluster (scripts/cluster-local.sh up --hosts HOSTS: cn1..cnHOSTS
+# and the login host ctl) in C=$T/cluster, VAR=VALUE in the script's
+# environment; CL is the script, UP what `up` printed. From here the EXIT
+# trap brings the cluster down, every process by its pid, also after a
+# failure (test_cleanup runs first when the test defines it: a background
+# job to stop). When `up` says this machine cannot (exit 77: not root, no
+# namespaces or bridges; exit 1: Slurm or munge missing) the test ends
+# skipped (exit 77), or failed with PRIMUS_REQUIRE_SLURM set; any other
+# failure of `up` ends it failed.
+cluster_up_or_skip() {
+  local hosts=$1 rc
+  shift
+  slurm_test_setup
+  CL=$PRIMUS_SRC/scripts/cluster-local.sh
+  C=$T/cluster
+  trap _cluster_exit EXIT
+  trap 'exit 130' INT TERM
+  UP=$(env "$@" "$CL" up "$C" --hosts "$hosts" 2>&1)
+  rc=$?
+  if [[ $rc == 77 || $rc == 1 ]]; then
+    echo "SKIP: scripts/cluster-local.sh up: exit $rc:"
+    sed 's/^/  /' <<<"$UP" | tail -n 20
+    if [[ -n ${PRIMUS_REQUIRE_SLURM:-} ]]; then bad "PRIMUS_REQUIRE_SLURM is set: a live cluster is required"; finish; exit; fi
+    exit 77
+  fi
+  expect_eq "cluster-local.sh up --hosts $hosts" "$rc" 0
+  if [[ $rc != 0 ]]; then
+    sed 's/^/# /' <<<"$UP"
+    finish
+    exit
+  fi
+}
+_cluster_exit() {
+  if declare -F test_cleanup >/dev/null; then test_cleanup; fi
+  "$CL" down "$C" >/dev/null 2>&1
+  _cleanup
+}
+
+# cx CMD...: CMD on the cluster's login host (srun, sbatch, squeue ...).
+cx() { "$CL" exec "$C" ctl -- "$@"; }
+
+# crun CMD...: primus on the login host, ended after CRUN_LIMIT seconds
+# (default 120); $OUT, $ERR and $RC as run sets them.
+crun() {
+  OUT=$("$CL" exec "$C" ctl -- timeout -k 5 "${CRUN_LIMIT:-120}" "$PRIMUS_BIN" "$@" 2>"$T/.err" </dev/null)
+  RC=$?
+  ERR=$(cat "$T/.err")
+}
+
+# poll_until SECONDS WHAT CMD...: runs CMD every 0.2 s until it succeeds
+# (ok, with the time it took) or SECONDS pass (a failure naming WHAT,
+# followed by what on_poll_timeout prints when the test defines it: the
+# daemons' log tails). Returns CMD's last verdict.
+poll_until() {
+  local limit=$1 what=$2 t0=$SECONDS
+  shift 2
+  while ((SECONDS - t0 < limit)); do
+    "$@" && { ok "$what (after $((SECONDS - t0)) s)"; return 0; }
+    sleep 0.2
+  done
+  bad "$what: not within $limit s"
+  if declare -F on_poll_timeout >/dev/null; then on_poll_timeout | sed 's/^/# /'; fi
+  return 1
+}

@@ -20,27 +20,11 @@
 # (cgroup CPU limit) is found by the bad-node search and excluded.
 # Exit 77 (skipped) without root, namespaces or Slurm.
 source "$(dirname "$0")/lib.sh"
-cd "$T"
-export OMP_NUM_THREADS=1
-unset $(compgen -v SLURM_) PRIMUS_SUPERVISOR PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
-CL=$PRIMUS_SRC/scripts/cluster-local.sh
-C=$T/cluster
-chmod a+x "$T"
 JOB_PID=
-trap '[[ -n $JOB_PID ]] && kill "$JOB_PID" 2>/dev/null; "$CL" down "$C" >/dev/null 2>&1; _cleanup' EXIT
-trap 'exit 130' INT TERM
-
+# The drill's job, when the test ends while it runs.
+test_cleanup() { if [[ -n $JOB_PID ]]; then kill "$JOB_PID" 2>/dev/null; fi; }
 start=$SECONDS
-UP=$("$CL" up "$C" --hosts 3 2>&1)
-UP_RC=$?
-if [[ $UP_RC == 77 || $UP_RC == 1 ]]; then
-  echo "SKIP: scripts/cluster-local.sh up: exit $UP_RC:"
-  sed 's/^/  /' <<<"$UP" | tail -n 20
-  if [[ -n ${PRIMUS_REQUIRE_SLURM:-} ]]; then bad "PRIMUS_REQUIRE_SLURM is set: a live cluster is required"; finish; exit; fi
-  exit 77
-fi
-expect_eq "cluster-local.sh up" "$UP_RC" 0
-[[ $UP_RC == 0 ]] || { sed 's/^/# /' <<<"$UP"; finish; exit; }
+cluster_up_or_skip 3
 ok "cluster of 3 hosts up in $((SECONDS - start)) s"
 
 small_corpus corpus.txt

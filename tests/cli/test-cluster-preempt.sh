@@ -36,51 +36,17 @@ if [[ ${PRIMUS_TEST_CLUSTER_PREEMPT:-0} != 1 ]]; then
   exit 77
 fi
 
-cd "$T"
-export OMP_NUM_THREADS=1
-unset $(compgen -v SLURM_) PRIMUS_SUPERVISOR PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
-CL=$PRIMUS_SRC/scripts/cluster-local.sh
-C=$T/cluster
-chmod a+x "$T"
-trap '"$CL" down "$C" >/dev/null 2>&1; _cleanup' EXIT
-trap 'exit 130' INT TERM
-
 start=$SECONDS
-UP=$(CLUSTER_LOCAL_GRACE_TIME=10 CLUSTER_LOCAL_CRED_EXPIRE=5 "$CL" up "$C" --hosts 3 2>&1)
-UP_RC=$?
-if [[ $UP_RC == 77 || $UP_RC == 1 ]]; then
-  echo "SKIP: scripts/cluster-local.sh up: exit $UP_RC:"
-  sed 's/^/  /' <<<"$UP" | tail -n 20
-  if [[ -n ${PRIMUS_REQUIRE_SLURM:-} ]]; then bad "PRIMUS_REQUIRE_SLURM is set: a live cluster is required"; finish; exit; fi
-  exit 77
-fi
-expect_eq "cluster-local.sh up" "$UP_RC" 0
-[[ $UP_RC == 0 ]] || { sed 's/^/# /' <<<"$UP"; finish; exit; }
-CX() { "$CL" exec "$C" ctl -- "$@"; }
-crun() {
-  OUT=$(CX timeout -k 5 120 "$PRIMUS_BIN" "$@" 2>"$T/.err" </dev/null)
-  RC=$?
-  ERR=$(cat "$T/.err")
-}
-wait_for() { # SECONDS WHAT CMD...
-  local limit=$1 what=$2 t0=$SECONDS
-  shift 2
-  while ((SECONDS - t0 < limit)); do
-    "$@" && { ok "$what (after $((SECONDS - t0)) s)"; return 0; }
-    sleep 0.2
-  done
-  bad "$what: not within $limit s"
-  tail -n 15 "$C/log/slurmctld.log" | sed 's/^/# /'
-  return 1
-}
-job_state() { CX squeue -h -j "$1" -t all -o %T 2>/dev/null; }
+# A requeued job may start again once cred_expire has passed: keep it short.
+cluster_up_or_skip 3 CLUSTER_LOCAL_GRACE_TIME=10 CLUSTER_LOCAL_CRED_EXPIRE=5
+on_poll_timeout() { tail -n 15 "$C/log/slurmctld.log"; }
 
 small_corpus corpus.txt
-# 3000 steps of 8 micro-batches a rank: several seconds even on an idle
-# machine, where a step takes about 2 ms (1000 steps ended before a high job
-# submitted 3 s in could preempt them; 200 steps of 2 once ended before the
-# high job arrived on a loaded machine).
-STEPS=3000
+# 1500 steps of 8 micro-batches a rank: about 3 s on an idle machine, where
+# a step takes about 2 ms, and the high job preempts within a few hundred
+# milliseconds of its submission (1000 steps once ended before a high job
+# submitted 3 s in could preempt them); a minute or two on a loaded one.
+STEPS=1500
 COMMON=("micro_batch_size: 1" "global_batch_size: 16" "train_iters: $STEPS" "save_interval: $STEPS" "log_interval: 500" "auto_continue_train: true")
 tiny_exp ref "save: $T/ck-ref" "load: $T/ck-ref" "${COMMON[@]}"
 tiny_exp pre "save: $T/ck-pre" "load: $T/ck-pre" "${COMMON[@]}"
@@ -92,20 +58,17 @@ expect_rc "slurm sbatch -p low -N2 -n2 --requeue --signal=B:USR1@30" 0
 JOB=$(sed -n 's/^Submitted batch job \([0-9][0-9]*\)$/\1/p' <<<"$OUT")
 RD=$(sed -n 's/^run directory: //p' <<<"$OUT")
 if [[ -n $JOB && -d $RD ]]; then ok "job $JOB, run directory $RD"; else bad "no job id or run directory in: $OUT $ERR"; fi
-wait_for 60 "job running on two hosts, past step 20" bash -c "[[ \$(grep -c '^{\"step\"' '$RD/events.jsonl' 2>/dev/null) -ge 20 ]]"
-expect_eq "the job holds two hosts" "$(CX squeue -h -j "${JOB:-0}" -o %N)" "cn[1-2]"
-# Preempt a job that has been training for a couple of seconds (on an idle
-# machine step 20 comes within a second of the start).
-sleep 2
-HIGH=$(CX sbatch --parsable -p high -N3 --exclusive -o "$T/high-%j.out" --wrap 'sleep 3' 2>&1)
+poll_until 60 "job running on two hosts, past step 20" bash -c "[[ \$(grep -c '^{\"step\"' '$RD/events.jsonl' 2>/dev/null) -ge 20 ]]"
+expect_eq "the job holds two hosts" "$(cx squeue -h -j "${JOB:-0}" -o %N)" "cn[1-2]"
+HIGH=$(cx sbatch --parsable -p high -N3 --exclusive -o "$T/high-%j.out" --wrap 'sleep 3' 2>&1)
 if [[ $HIGH =~ ^[0-9]+$ ]]; then ok "high job $HIGH (all three hosts) submitted"; else bad "sbatch -p high: $HIGH"; fi
-wait_for 40 "the training saw the signal and stopped" grep -q '"event":"preempted"' "$RD/events.jsonl"
+poll_until 40 "the training saw the signal and stopped" grep -q '"event":"preempted"' "$RD/events.jsonl"
 PSTEP=$(grep '"event":"preempted"' "$RD/events.jsonl" | head -1 | sed 's/.*"step":\([0-9]*\).*/\1/')
 if [[ $PSTEP =~ ^[0-9]+$ ]] && ((PSTEP >= 20 && PSTEP < STEPS)); then ok "preempted mid-run, after step $PSTEP"; else bad "preempted at step '$PSTEP'"; fi
 expect_in "preempted by SIGUSR1" '"signal":"SIGUSR1"' "$(cat "$RD/events.jsonl")"
 expect_file "checkpoint of the preemption step" "$T/ck-pre/iter_$(printf %07d "${PSTEP:-0}")/DONE"
-wait_for 40 "high job ran on all three hosts" bash -c "[[ \$('$CL' exec '$C' ctl -- squeue -h -j ${HIGH:-0} -t all -o %T) == COMPLETED ]]"
-wait_for 240 "low job requeued, resumed and completed" bash -c "[[ \$('$CL' exec '$C' ctl -- squeue -h -j ${JOB:-0} -t all -o %T) == COMPLETED ]]"
+poll_until 40 "high job ran on all three hosts" bash -c "[[ \$('$CL' exec '$C' ctl -- squeue -h -j ${HIGH:-0} -t all -o %T) == COMPLETED ]]"
+poll_until 240 "low job requeued, resumed and completed" bash -c "[[ \$('$CL' exec '$C' ctl -- squeue -h -j ${JOB:-0} -t all -o %T) == COMPLETED ]]"
 crun slurm status "${JOB:-0}"
 expect_in "status: completed" "job $JOB: COMPLETED" "$OUT"
 expect_in "status: one requeue" "restarts: 1" "$OUT"

@@ -21,32 +21,11 @@ if [[ -n ${ASAN_OPTIONS:-}${UBSAN_OPTIONS:-} ]]; then
   echo "SKIP: left to the plain build under the sanitizers"
   exit 77
 fi
-cd "$T"
-export OMP_NUM_THREADS=1
-unset $(compgen -v SLURM_) PRIMUS_SUPERVISOR PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
-CL=$PRIMUS_SRC/scripts/cluster-local.sh
-C=$T/cluster
-chmod a+x "$T"
-trap '"$CL" down "$C" >/dev/null 2>&1; _cleanup' EXIT
-trap 'exit 130' INT TERM
-
 start=$SECONDS
-UP=$("$CL" up "$C" --hosts 3 2>&1)
-UP_RC=$?
-if [[ $UP_RC == 77 || $UP_RC == 1 ]]; then
-  echo "SKIP: scripts/cluster-local.sh up: exit $UP_RC:"
-  sed 's/^/  /' <<<"$UP" | tail -n 20
-  if [[ -n ${PRIMUS_REQUIRE_SLURM:-} ]]; then bad "PRIMUS_REQUIRE_SLURM is set: a live cluster is required"; finish; exit; fi
-  exit 77
-fi
-expect_eq "cluster-local.sh up" "$UP_RC" 0
-[[ $UP_RC == 0 ]] || { sed 's/^/# /' <<<"$UP"; finish; exit; }
-# crun CMD...: primus on the login host, at most 180 s.
-crun() {
-  OUT=$("$CL" exec "$C" ctl -- timeout -k 5 180 "$PRIMUS_BIN" "$@" 2>"$T/.err" </dev/null)
-  RC=$?
-  ERR=$(cat "$T/.err")
-}
+cluster_up_or_skip 3
+# primus on the login host (crun) gets at most 180 s: the search runs
+# several srun group tests.
+CRUN_LIMIT=180
 
 # ---- the baseline, measured on a healthy host ----
 # The best of three: the machine is shared, and a figure taken while other

@@ -18,28 +18,10 @@
 # root) or Slurm/munge are missing; PRIMUS_REQUIRE_SLURM=1 makes that a
 # failure.
 source "$(dirname "$0")/lib.sh"
-cd "$T"
-export OMP_NUM_THREADS=1
-unset $(compgen -v SLURM_) PRIMUS_SUPERVISOR PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
 # Every byte between ranks goes over TCP, also between ranks of one host.
 export OMPI_MCA_btl=tcp,self
-CL=$PRIMUS_SRC/scripts/cluster-local.sh
-C=$T/cluster
-chmod a+x "$T"
-trap '"$CL" down "$C" >/dev/null 2>&1; _cleanup' EXIT
-trap 'exit 130' INT TERM
-
 start=$SECONDS
-UP=$("$CL" up "$C" --hosts 3 2>&1)
-UP_RC=$?
-if [[ $UP_RC == 77 || $UP_RC == 1 ]]; then
-  echo "SKIP: scripts/cluster-local.sh up: exit $UP_RC:"
-  sed 's/^/  /' <<<"$UP" | tail -n 20
-  if [[ -n ${PRIMUS_REQUIRE_SLURM:-} ]]; then bad "PRIMUS_REQUIRE_SLURM is set: a live cluster is required"; finish; exit; fi
-  exit 77
-fi
-expect_eq "cluster-local.sh up" "$UP_RC" 0
-[[ $UP_RC == 0 ]] || { sed 's/^/# /' <<<"$UP"; finish; exit; }
+cluster_up_or_skip 3
 expect_in "up prints SLURM_CONF" "export SLURM_CONF=$C/etc/slurm.conf" "$UP"
 ok "cluster of 3 hosts up in $((SECONDS - start)) s"
 NET=$(cat "$C/run/subnet")
@@ -53,26 +35,20 @@ for k in 1 2 3; do
 done
 expect_eq "hostnames as the hosts see them" "$(for h in ctl cn1 cn2 cn3; do "$CL" exec "$C" "$h" -- hostname; done | tr '\n' ' ')" "ctl cn1 cn2 cn3 "
 expect_eq "the machine's own hostname is untouched" "$(hostname)" "$(cat /proc/sys/kernel/hostname)"
-LISTEN=$("$CL" exec "$C" ctl -- ss -Hltnp 2>/dev/null | grep '"slurmctld"' || true)
+LISTEN=$(cx ss -Hltnp 2>/dev/null | grep '"slurmctld"' || true)
 expect_in "slurmctld listens on the cluster's address" "$NET.254:6817" "$LISTEN"
 expect_not_in "slurmctld does not listen on all addresses" "0.0.0.0:6817" "$LISTEN"
 expect_eq "the host sees no daemon of the cluster listening" "$(ss -Hltnp 2>/dev/null | grep -cE ':(6817|6818) ')" 0
 expect_eq "only loopback and eth0 inside a host" "$("$CL" exec "$C" cn2 -- ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | sort | tr '\n' ' ')" "eth0 lo "
 expect_eq "the bridge has no address" "$(ip -o -4 addr show dev "$BR" 2>/dev/null | wc -l)" 0
 
-OUT=$("$CL" exec "$C" ctl -- timeout 60 srun -N 3 hostname 2>&1)
+OUT=$(cx timeout 60 srun -N 3 hostname 2>&1)
 expect_eq "srun -N 3 hostname: three names" "$(sort <<<"$OUT" | tr '\n' ' ')" "cn1 cn2 cn3 "
 
 # ---- training across hosts against mpirun on one host ----
 small_corpus corpus.txt
 exp() { tiny_exp "$1" "micro_batch_size: 1" "global_batch_size: 12" "save: $T/ck-$1" "save_interval: 8"; }
 final() { echo "$T/ck-$1/iter_0000008/model.safetensors"; }
-# crun CMD...: primus on the login host, at most 120 s.
-crun() {
-  OUT=$("$CL" exec "$C" ctl -- timeout -k 5 120 "$PRIMUS_BIN" "$@" 2>"$T/.err" </dev/null)
-  RC=$?
-  ERR=$(cat "$T/.err")
-}
 same_run() { # LABEL REF NAME
   expect_eq "$1: 8 steps" "$(run_losses "$3" | wc -l)" 8
   expect_eq "$1: same losses as mpirun on one host" "$(run_losses "$3" | tr '\n' ' ')" "$(run_losses "$2" | tr '\n' ' ')"

@@ -23,15 +23,10 @@
 # cluster cannot start here; PRIMUS_REQUIRE_SLURM=1 turns that into a
 # failure.
 source "$(dirname "$0")/lib.sh"
-cd "$T"
-export OMP_NUM_THREADS=1
-# Nothing from an outer Slurm job or launcher leaks in.
-unset $(compgen -v SLURM_) PRIMUS_SUPERVISOR PRIMUS_FAULT_INJECT PRIMUS_RESTART PRIMUS_HEARTBEAT_DIR
+slurm_test_setup
 PY=/usr/bin/python3
 SL=$PRIMUS_SRC/scripts/slurm-local.sh
 C=$T/slurm
-# munged serves its socket only below folders everyone may enter.
-chmod a+x "$T"
 trap '"$SL" down "$C" >/dev/null 2>&1; _cleanup' EXIT
 trap 'exit 130' INT TERM
 
