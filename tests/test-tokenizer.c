@@ -311,17 +311,18 @@ static void test_hf_tokenizer(void **state) {
   } bad[] = {
       {"[\"a q\"]", NULL, "model.merges[0]: \"a\", \"q\" or their merge is not in the vocabulary"},
       {"[\"ab\"]", NULL, "model.merges[0]: expected"},
-      {"[]", "\"normalizer\": {\"type\": \"BertNormalizer\"},",
-       "normalizer: not implemented: BertNormalizer"},
-      {"[]", "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"},",
-       "pre_tokenizer: not implemented: BertPreTokenizer"},
+      {"[]", "\"normalizer\": {\"type\": \"Precompiled\"},",
+       "normalizer: not implemented: Precompiled"},
+      {"[]", "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"UnicodeScripts\"},",
+       "pre_tokenizer: not implemented: UnicodeScripts"},
       {"[]", "\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \" +\"}, "
              "\"content\": \" \"},",
        "normalizer: not implemented: Replace with a Regex pattern"},
-      {"[]", "\"decoder\": {\"type\": \"CTC\"}, \"pre_tokenizer\": {\"type\": \"Whitespace\"},",
-       "decoder: not implemented: CTC"},
-      {"[]", "\"normalizer\": {\"type\": \"NFKC\"}, \"pre_tokenizer\": null,",
-       "normalizer: not implemented: NFKC"},
+      {"[]", "\"decoder\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"x\"}, "
+             "\"content\": \"\"}, \"pre_tokenizer\": {\"type\": \"Whitespace\"},",
+       "decoder: not implemented: Replace"},
+      {"[]", "\"normalizer\": {\"type\": \"Nmt\"}, \"pre_tokenizer\": null,",
+       "normalizer: not implemented: Nmt"},
       {"[]", "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
              "\"Split\", \"pattern\": {\"Regex\": \"\\\\s+\"}, \"behavior\": \"Isolated\"}, "
              "{\"type\": \"ByteLevel\", \"use_regex\": false}]},",
@@ -423,10 +424,54 @@ static void test_hf_general(void **state) {
   assert_int_equal(prm_tokenizer_template(t, &pre, &npre, &post, &npost, &err), 0);
   assert_int_equal(npre + npost, 0);
   prm_tokenizer_free(t);
+
+  /* BERT's components: NFKC (the ligature), BertNormalizer (the accent, the
+   * case, the control and the soft hyphen gone, spaces around the
+   * ideograph), BertPreTokenizer (the "!" alone); the CTC decoder merges
+   * repeats and drops pads, and its delimiter becomes a space. */
+  char *bert = prm_test_write(prm_test_tmpdir(), "gen-bert/tokenizer.json",
+      "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[{\"id\":"
+      "1,\"content\":\"[PAD]\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"no"
+      "rmalized\":false,\"special\":true}],\"normalizer\":{\"type\":\"Sequence\",\"normaliz"
+      "ers\":[{\"type\":\"NFKC\"},{\"type\":\"BertNormalizer\",\"clean_text\":true,\"handle"
+      "_chinese_chars\":true,\"strip_accents\":null,\"lowercase\":true}]},\"pre_tokenizer\""
+      ":{\"type\":\"BertPreTokenizer\"},\"post_processor\":null,\"decoder\":{\"type\":\"CTC"
+      "\",\"pad_token\":\"[PAD]\",\"word_delimiter_token\":\"|\",\"cleanup\":true},\"model"
+      "\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"#"
+      "#\",\"max_input_chars_per_word\":100,\"vocab\":{\"[UNK]\":0,\"[PAD]\":1,\"hello\":2,"
+      "\"world\":3,\"!\":4,\"##s\":5,\"cafe\":6,\"\xe4\xb8\x80\":7,\"fi\":8,\"|\":9,\"x\":1"
+      "0}}}");
+  prm_sb_reset(&sb);
+  t = open_ok("HuggingFaceTokenizer", bert);
+  EXPECT_LOSSY(t, "H\xc3\xa9llo WORLDS! caf\xc3\xa9\xe4\xb8\x80\xef\xac\x81\x01 x\xc2\xadx", 2,
+               3, 5, 4, 6, 7, 8, 0);
+  const int32_t ctc[] = {2, 2, 1, 2, 9, 3, 5, 4, 1, 9, 9, 6};
+  prm_tokenizer_decode(t, ctc, 12, &sb);
+  assert_string_equal(prm_sb_str(&sb), "hellohello world##s! cafe");
+  prm_sb_reset(&sb);
+  prm_tokenizer_free(t);
+
+  /* Character-level BPE with continuing_subword_prefix and
+   * end_of_word_suffix: the merge of "lo" and "##w</w>" is "low</w>";
+   * StripAccents leaves precomposed letters alone. */
+  char *aff = prm_test_write(prm_test_tmpdir(), "gen-aff/tokenizer.json",
+      "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[],\"norm"
+      "alizer\":{\"type\":\"StripAccents\"},\"pre_tokenizer\":{\"type\":\"WhitespaceSplit\""
+      "},\"post_processor\":null,\"decoder\":{\"type\":\"BPEDecoder\",\"suffix\":\"</w>\"},"
+      "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":\"<unk>\",\"continuing_su"
+      "bword_prefix\":\"##\",\"end_of_word_suffix\":\"</w>\",\"fuse_unk\":false,\"byte_fall"
+      "back\":false,\"ignore_merges\":false,\"vocab\":{\"<unk>\":0,\"l\":1,\"##o\":2,\"##w"
+      "\":3,\"##w</w>\":4,\"lo\":5,\"low</w>\":6,\"##e\":7,\"##r</w>\":8,\"##er</w>\":9,\"l"
+      "</w>\":10},\"merges\":[[\"l\",\"##o\"],[\"lo\",\"##w</w>\"],[\"##e\",\"##r</w>\"]]}}");
+  t = open_ok("HuggingFaceTokenizer", aff);
+  EXPECT_LOSSY(t, "low lower l xo l\xc3\xb3\xe1\xba\x81", 6, 5, 3, 9, 10, 0, 0, 1, 0, 0);
+  prm_tokenizer_free(t);
   prm_sb_free(&sb);
   free(wl);
   free(wp);
   free(uni);
+  free(bert);
+  free(aff);
 }
 
 /* ------------------------------------------------------------------------ */

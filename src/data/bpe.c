@@ -88,6 +88,8 @@ void prm__bpe_free(prm__bpe_t *b) {
   free(b->prank);
   free(b->pnew);
   free(b->split_ids);
+  free(b->sub_prefix);
+  free(b->eow_suffix);
   memset(b, 0, sizeof *b);
 }
 
@@ -396,6 +398,12 @@ static void try_pair(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, s
 static int merge_loop(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, size_t n,
                       prm__ids_t *out);
 
+/* Appends n bytes of x to buf at len; the new length. */
+static size_t affix(uint8_t *buf, size_t len, const void *x, size_t n) {
+  memcpy(buf + len, x, n);
+  return len + n;
+}
+
 /* SentencePiece-style start: one part per character the vocabulary has,
  * else one per byte (byte fallback) or an unknown (fused with the unknown
  * before it under fuse_unk); invalid UTF-8 bytes are unknown characters of
@@ -404,23 +412,34 @@ static int merge_chars(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p,
                        prm__ids_t *out) {
   /* The parts, in order (part k is s->id[k]). */
   int32_t m = 0;
-  int last_unk = 0;
+  int last_unk = 0, affixed = b->sub_prefix || b->eow_suffix;
+  uint8_t ab[PRM__BPE_AFFIX_MAX + 4 + PRM__BPE_AFFIX_MAX];
   for (size_t i = 0; i < n;) {
     uint32_t cp;
     size_t l;
     int32_t id;
-    if (p[i] < 0x80) { /* ASCII: one table load */
-      l = 1;
+    const uint8_t *cs = p + i; /* the character as looked up */
+    size_t cl;
+    if (p[i] < 0x80 && !affixed) { /* ASCII: one table load */
+      l = cl = 1;
       id = b->ascii_id[p[i]];
     } else {
       l = prm__utf8_dec(p, n, i, &cp);
       if (!l) l = 1;
-      id = prm__bpe_find(b, p + i, l);
+      cl = l;
+      if (affixed) {
+        cl = 0;
+        if (i && b->sub_prefix) cl = affix(ab, cl, b->sub_prefix, strlen(b->sub_prefix));
+        cl = affix(ab, cl, p + i, l);
+        if (i + l == n && b->eow_suffix) cl = affix(ab, cl, b->eow_suffix, strlen(b->eow_suffix));
+        cs = ab;
+      }
+      id = prm__bpe_find(b, cs, cl);
     }
     if (id >= 0) {
       s->id[m++] = id;
-    } else if (b->byte_fallback) {
-      for (size_t k = 0; k < l; k++) s->id[m++] = b->byte_id[p[i + k]];
+    } else if (b->byte_fallback) { /* the bytes of what was looked up */
+      for (size_t k = 0; k < cl; k++) s->id[m++] = b->byte_id[cs[k]];
     } else {
       if (b->unk < 0) return PRM_EINVAL; /* no unk token: refused at load */
       if (!(b->fuse_unk && last_unk)) s->id[m++] = b->unk; /* one unknown for the run */
@@ -468,8 +487,12 @@ static int merge_chars(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p,
 
 static int merge_piece(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p, size_t n,
                        prm__ids_t *out) {
-  if (n > s->cap) {
-    s->cap = n < 64 ? 64 : n;
+  /* Byte fallback of affixed characters: a part for each byte of the
+   * affixes as well. */
+  size_t need = n;
+  if (b->sub_prefix || b->eow_suffix) need = n * (1 + 2 * PRM__BPE_AFFIX_MAX);
+  if (need > s->cap) {
+    s->cap = need < 64 ? 64 : need;
     s->id = prm_xrealloc(s->id, s->cap * sizeof *s->id);
     s->nxt = prm_xrealloc(s->nxt, s->cap * sizeof *s->nxt);
     s->prv = prm_xrealloc(s->prv, s->cap * sizeof *s->prv);

@@ -26,9 +26,11 @@ static const char META[] = "\xe2\x96\x81"; /* U+2581 */
 /* The steps                                                                 */
 /* ------------------------------------------------------------------------ */
 
-enum { N_NFC, N_NFD, N_LOWER, N_STRIP, N_REPLACE, N_PREPEND };
+enum { N_NFC, N_NFD, N_NFKC, N_NFKD, N_LOWER, N_STRIP, N_REPLACE, N_PREPEND, N_STRIPACC,
+       N_BERT };
 typedef struct {
   int kind, left, right; /* Strip's sides */
+  int clean, cjk, accents, lower; /* BertNormalizer's steps */
   char *a, *b;           /* Replace's pattern and content; Prepend's text */
 } norm_t;
 
@@ -45,7 +47,8 @@ typedef struct {
 } pstep_t;
 
 enum { M_BPE, M_WORDPIECE, M_WORDLEVEL, M_UNIGRAM };
-enum { D_BYTELEVEL, D_WORDPIECE, D_METASPACE, D_REPLACE, D_BYTEFALLBACK, D_FUSE, D_STRIP, D_BPE };
+enum { D_BYTELEVEL, D_WORDPIECE, D_METASPACE, D_REPLACE, D_BYTEFALLBACK, D_FUSE, D_STRIP, D_BPE,
+       D_CTC };
 typedef struct {
   int kind, left, right, first_strip, cleanup;
   char *a, *b;
@@ -98,6 +101,7 @@ static int is_word(uint32_t c) {
 }
 static int is_punct(uint32_t c) { return in_ranges(prm__ucd_punct, prm__ucd_punct_n, c); }
 static int is_ws(uint32_t c) { return prm__ucls(c) == PRM__U_WS; }
+#define IN_SET(name, c) in_ranges(prm__ucd_##name, prm__ucd_##name##_n, c)
 static int is_num(uint32_t c) { return prm__ucls(c) == PRM__U_N; }
 
 /* The character at s[i] (i < n): its length, *cp, and 0 in *ok for an
@@ -167,6 +171,74 @@ static void lowercase(const uint8_t *s, size_t n, prm_sb_t *o) {
 /* Normalizers                                                               */
 /* ------------------------------------------------------------------------ */
 
+/* Appends s[0, n) less the characters of the ranges r (invalid bytes kept). */
+static void drop_chars(const uint8_t *s, size_t n, const uint32_t (*r)[2], size_t nr,
+                       prm_sb_t *o) {
+  for (size_t i = 0; i < n;) {
+    uint32_t c;
+    int ok;
+    size_t l = char_at(s, n, i, &c, &ok);
+    if (!ok || c < 0x80 || !in_ranges(r, nr, c)) prm_sb_appendn(o, (const char *)s + i, l);
+    i += l;
+  }
+}
+
+/* BertNormalizer: clean_text (controls removed, whitespace made a space),
+ * handle_chinese_chars (a space on each side of an ideograph),
+ * strip_accents (NFD, then no Mn), lowercase; in that order. */
+static void bert_normalize(const norm_t *st, const uint8_t *s, size_t n, prm_sb_t *o) {
+  prm_sb_t a = {0}, b = {0};
+  prm_sb_appendn(&a, (const char *)s, n);
+  if (st->clean) {
+    for (size_t i = 0; i < a.len;) {
+      uint32_t c;
+      int ok;
+      size_t l = char_at((const uint8_t *)a.buf, a.len, i, &c, &ok);
+      if (ok && IN_SET(bert_ctl, c)) {
+      } else if (ok && IN_SET(bert_ws, c)) {
+        prm_sb_putc(&b, ' ');
+      } else {
+        prm_sb_appendn(&b, a.buf + i, l);
+      }
+      i += l;
+    }
+    prm_sb_t t = a;
+    a = b;
+    b = t;
+    prm_sb_reset(&b);
+  }
+  if (st->cjk) {
+    for (size_t i = 0; i < a.len;) {
+      uint32_t c;
+      int ok;
+      size_t l = char_at((const uint8_t *)a.buf, a.len, i, &c, &ok);
+      int ideo = ok && c >= 0x3400 && IN_SET(bert_cjk, c);
+      if (ideo) prm_sb_putc(&b, ' ');
+      prm_sb_appendn(&b, a.buf + i, l);
+      if (ideo) prm_sb_putc(&b, ' ');
+      i += l;
+    }
+    prm_sb_t t = a;
+    a = b;
+    b = t;
+    prm_sb_reset(&b);
+  }
+  if (st->accents) {
+    prm_sb_t d = {0};
+    prm__nfd_hf((const uint8_t *)prm_sb_str(&a), a.len, &d);
+    drop_chars((const uint8_t *)prm_sb_str(&d), d.len, prm__ucd_mn, prm__ucd_mn_n, &b);
+    prm_sb_free(&d);
+    prm_sb_t t = a;
+    a = b;
+    b = t;
+    prm_sb_reset(&b);
+  }
+  if (st->lower) lowercase((const uint8_t *)prm_sb_str(&a), a.len, o);
+  else prm_sb_appendn(o, prm_sb_str(&a), a.len);
+  prm_sb_free(&a);
+  prm_sb_free(&b);
+}
+
 static void normalize(const prm__hfp_t *h, const uint8_t *p, size_t n, prm_sb_t *out) {
   prm_sb_t a = {0}, b = {0};
   prm_sb_appendn(&a, (const char *)p, n);
@@ -178,6 +250,10 @@ static void normalize(const prm__hfp_t *h, const uint8_t *p, size_t n, prm_sb_t 
     switch (st->kind) {
     case N_NFC: prm__nfc_hf(s, len, &b); break;
     case N_NFD: prm__nfd_hf(s, len, &b); break;
+    case N_NFKC: prm__nfkc_hf(s, len, &b); break;
+    case N_NFKD: prm__nfkd_hf(s, len, &b); break;
+    case N_STRIPACC: drop_chars(s, len, prm__ucd_combining, prm__ucd_combining_n, &b); break;
+    case N_BERT: bert_normalize(st, s, len, &b); break;
     case N_LOWER: lowercase(s, len, &b); break;
     case N_STRIP: {
       size_t i = 0, e = len;
@@ -751,6 +827,16 @@ static void replace_all(prm_sb_t *t, const char *pat, const char *with, int once
   *t = o;
 }
 
+/* WordPiece's cleanup: the spaces English puts before punctuation and in
+ * contractions, taken out. */
+static void cleanup(prm_sb_t *x) {
+  static const char *const cl[][2] = {
+      {" .", "."},   {" ?", "?"},     {" !", "!"},   {" ,", ","},           {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"},
+      {" 're", "'re"}};
+  for (size_t c = 0; c < sizeof cl / sizeof cl[0]; c++) replace_all(x, cl[c][0], cl[c][1], 0);
+}
+
 void prm__hfp_decode(const prm__hfp_t *h, const prm__bpe_t *b, const int32_t *ids, int64_t n,
                      prm_sb_t *out) {
   toks_t t = {prm_xcalloc((size_t)n + 1, sizeof(prm_sb_t)), 0};
@@ -836,16 +922,38 @@ void prm__hfp_decode(const prm__hfp_t *h, const prm__bpe_t *b, const int32_t *id
             *x = o;
           }
         }
-        if (d->cleanup) {
-          static const char *const cl[][2] = {
-              {" .", "."},     {" ?", "?"},     {" !", "!"},           {" ,", ","},
-              {" ' ", "'"},    {" n't", "n't"}, {" 'm", "'m"},         {" do not", " don't"},
-              {" 's", "'s"},   {" 've", "'ve"}, {" 're", "'re"}};
-          for (size_t c = 0; c < sizeof cl / sizeof cl[0]; c++)
-            replace_all(x, cl[c][0], cl[c][1], 0);
-        }
+        if (d->cleanup) cleanup(x);
       }
       break;
+    case D_CTC: { /* repeats merged, pads dropped, the delimiter a space */
+      size_t w = 0;
+      for (size_t i = 0; i < t.n; i++) {
+        prm_sb_t *x = &t.v[i];
+        if (w && t.v[w - 1].len == x->len && !memcmp(prm_sb_str(&t.v[w - 1]), prm_sb_str(x),
+                                                     x->len)) {
+          prm_sb_free(x);
+          continue;
+        }
+        t.v[w++] = *x;
+      }
+      t.n = w;
+      w = 0;
+      for (size_t i = 0; i < t.n; i++) {
+        prm_sb_t *x = &t.v[i];
+        replace_all(x, d->a, "", 0);
+        if (d->cleanup) {
+          cleanup(x);
+          replace_all(x, d->b, " ", 0);
+        }
+        if (!x->len) {
+          prm_sb_free(x);
+          continue;
+        }
+        t.v[w++] = *x;
+      }
+      t.n = w;
+      break;
+    }
     }
   }
   for (size_t i = 0; i < t.n; i++) prm_sb_appendn(out, prm_sb_str(&t.v[i]), t.v[i].len);
@@ -897,6 +1005,20 @@ static int load_normalizer(prm__hfp_t *h, const cJSON *n, const char *file, prm_
       st.kind = N_NFC;
     } else if (!strcmp(ty, "NFD")) {
       st.kind = N_NFD;
+    } else if (!strcmp(ty, "NFKC")) {
+      st.kind = N_NFKC;
+    } else if (!strcmp(ty, "NFKD")) {
+      st.kind = N_NFKD;
+    } else if (!strcmp(ty, "StripAccents")) {
+      st.kind = N_STRIPACC;
+    } else if (!strcmp(ty, "BertNormalizer")) {
+      /* Each flag defaults to true; strip_accents null follows lowercase. */
+      const cJSON *sa = cJSON_GetObjectItemCaseSensitive(one, "strip_accents");
+      st.kind = N_BERT;
+      st.clean = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(one, "clean_text"));
+      st.cjk = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(one, "handle_chinese_chars"));
+      st.lower = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(one, "lowercase"));
+      st.accents = cJSON_IsBool(sa) ? cJSON_IsTrue(sa) : st.lower;
     } else if (!strcmp(ty, "Lowercase")) {
       st.kind = N_LOWER;
     } else if (!strcmp(ty, "Strip")) {
@@ -913,7 +1035,8 @@ static int load_normalizer(prm__hfp_t *h, const cJSON *n, const char *file, prm_
       st.a = prm_xstrdup(str_of(one, "prepend"));
     } else {
       return prm_errf(err, PRM_EINVAL, "%s: normalizer%s: not implemented: %s%s (supported: NFC, "
-                      "NFD, Lowercase, Strip, Replace of a string, Prepend, Sequence)", file,
+                      "NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, BertNormalizer, Replace "
+                      "of a string, Prepend, Sequence)", file,
                       seq ? ".normalizers[...]" : "", ty,
                       !strcmp(ty, "Replace") && rx ? " with a Regex pattern" : "");
     }
@@ -971,6 +1094,14 @@ static int load_pretok(prm__hfp_t *h, const cJSON *p, const char *file, int *byt
         st.kind = P_SPLIT_PAT;
         if ((rc = prm__pretok_init(&st.pat, pt, nd, err))) return rc;
       }
+    } else if (!strcmp(ty, "BertPreTokenizer")) {
+      /* Whitespace removed, then each punctuation character isolated. */
+      st.kind = P_WSSPLIT;
+      st.behavior = B_REMOVED;
+      h->pre = prm_xrealloc(h->pre, (size_t)(h->npre + 1) * sizeof *h->pre);
+      h->pre[h->npre++] = st;
+      st.kind = P_PUNCT;
+      st.behavior = B_ISOLATED;
     } else if (!strcmp(ty, "Whitespace")) {
       st.kind = P_WHITESPACE;
     } else if (!strcmp(ty, "WhitespaceSplit")) {
@@ -1022,7 +1153,7 @@ static int load_pretok(prm__hfp_t *h, const cJSON *p, const char *file, int *byt
     free(st.str);
     return prm_errf(err, PRM_EINVAL, "%s: pre_tokenizer%s: not implemented: %s%s (supported: "
                     "Split by a string or a known pattern, Whitespace, WhitespaceSplit, "
-                    "Punctuation, Digits, CharDelimiterSplit, Metaspace, ByteLevel last, "
+                    "BertPreTokenizer, Punctuation, Digits, CharDelimiterSplit, Metaspace, ByteLevel last, "
                     "Sequence)", file, seq ? ".pretokenizers[...]" : "", ty, why);
   }
   return 0;
@@ -1063,6 +1194,12 @@ static int load_decoder(prm__hfp_t *h, const cJSON *d, const char *file, prm_err
     } else if (!strcmp(ty, "WordPiece")) {
       st.kind = D_WORDPIECE;
       st.a = prm_xstrdup(str_of(one, "prefix") ? str_of(one, "prefix") : "##");
+      st.cleanup = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(one, "cleanup"));
+    } else if (!strcmp(ty, "CTC")) {
+      const char *pad = str_of(one, "pad_token"), *delim = str_of(one, "word_delimiter_token");
+      st.kind = D_CTC;
+      st.a = prm_xstrdup(pad ? pad : "<pad>");
+      st.b = prm_xstrdup(delim ? delim : "|");
       st.cleanup = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(one, "cleanup"));
     } else if (!strcmp(ty, "BPEDecoder")) {
       st.kind = D_BPE;
@@ -1275,21 +1412,13 @@ void prm__hfp_free(prm__hfp_t *h) {
 
 int prm__hfp_load(const char *file, prm__bpe_t *b, prm__hfp_t **out, int32_t *eod,
                   prm__hf_tpl_t *tpl, prm_err_t *err) {
-  char *text = NULL;
-  size_t len = 0;
   cJSON *root = NULL;
   prm__hfp_t *h = prm_xcalloc(1, sizeof *h);
   int rc, bytelevel;
   *out = NULL;
   *eod = -1;
   memset(b, 0, sizeof *b);
-  if ((rc = prm_fs_read_all(file, &text, &len, err))) goto done;
-  root = cJSON_ParseWithLength(text, len);
-  if (!root) {
-    rc = prm_errf(err, PRM_EPARSE, "%s: not valid JSON (near byte %td)", file,
-                  cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : (ptrdiff_t)0);
-    goto done;
-  }
+  if ((rc = prm__json_read(file, &root, err))) goto done;
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
   const char *mty = str_of(model, "type");
@@ -1369,7 +1498,6 @@ done:
     *out = h;
   }
   cJSON_Delete(root);
-  free(text);
   return rc;
 }
 

@@ -58,6 +58,20 @@ int prm__json_int(const cJSON *j, int64_t *v) {
 
 static int not_null(const cJSON *j) { return j && !cJSON_IsNull(j); }
 
+int prm__json_read(const char *file, cJSON **root, prm_err_t *err) {
+  char *text = NULL;
+  size_t len = 0;
+  *root = NULL;
+  int rc = prm_fs_read_all(file, &text, &len, err);
+  if (rc) return rc;
+  *root = cJSON_ParseWithLength(text, len);
+  if (!*root)
+    rc = prm_errf(err, PRM_EPARSE, "%s: not valid JSON (near byte %td)", file,
+                  cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : (ptrdiff_t)0);
+  free(text);
+  return rc;
+}
+
 const char *prm__json_type(const cJSON *j) {
   const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
   return cJSON_IsString(type) ? type->valuestring : "none";
@@ -241,13 +255,24 @@ int prm__hf_bpe_model(const cJSON *root, const char *file, int charlevel, int fl
                   "\"merges\" (array)", file);
     goto done;
   }
-  static const char *const unsupported[] = {"continuing_subword_prefix", "end_of_word_suffix"};
-  for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
-    const cJSON *u = cJSON_GetObjectItemCaseSensitive(model, unsupported[i]);
-    if (not_null(u) && !(cJSON_IsString(u) && !u->valuestring[0])) {
-      rc = prm_errf(err, PRM_EINVAL, "%s: model.%s: not implemented", file, unsupported[i]);
+  /* The affixes: only the general path (flags_ok) of a character-level
+   * BPE has them. */
+  static const char *const affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+  const char *affix[2] = {NULL, NULL};
+  for (size_t i = 0; i < 2; i++) {
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(model, affixes[i]);
+    if (!not_null(u) || (cJSON_IsString(u) && !u->valuestring[0])) continue;
+    if (!cJSON_IsString(u)) {
+      rc = prm_errf(err, PRM_EPARSE, "%s: model.%s: expected a string", file, affixes[i]);
       goto done;
     }
+    if (!flags_ok || !charlevel || strlen(u->valuestring) > PRM__BPE_AFFIX_MAX) {
+      rc = prm_errf(err, PRM_EINVAL, "%s: model.%s: not implemented%s", file, affixes[i],
+                    !flags_ok ? " here" : !charlevel ? " with a ByteLevel pre-tokenizer"
+                                                     : " (longer than 16 bytes)");
+      goto done;
+    }
+    affix[i] = u->valuestring;
   }
   const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
   if (not_null(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0)) {
@@ -302,6 +327,9 @@ int prm__hf_bpe_model(const cJSON *root, const char *file, int charlevel, int fl
                                                                                  "byte_fallback"));
   b->fuse_unk = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "fuse_unk"));
   b->unk = -1;
+  if (affix[0]) b->sub_prefix = prm_xstrdup(affix[0]);
+  if (affix[1]) b->eow_suffix = prm_xstrdup(affix[1]);
+  size_t plen = affix[0] ? strlen(affix[0]) : 0;
 
   /* Added tokens first: their ids decode to their content as written. */
   static const char *const eod_names[] = {"<|endoftext|>", "</s>", "<eos>"};
@@ -381,10 +409,12 @@ int prm__hf_bpe_model(const cJSON *root, const char *file, int charlevel, int fl
     }
     int32_t ids[3] = {-1, -1, -1};
     if (left && right) {
-      size_t ln = strlen(left), rn = strlen(right);
+      /* With a continuing_subword_prefix the merge of a and b is a + b
+       * less the prefix's length (b is never a piece's first part). */
+      size_t ln = strlen(left), rn = strlen(right), cut = rn >= plen ? plen : 0;
       char *cat = prm_xmalloc(ln + rn + 1), *bytes = prm_xmalloc(ln + rn + 1);
       memcpy(cat, left, ln);
-      memcpy(cat + ln, right, rn + 1);
+      memcpy(cat + ln, right + cut, rn - cut + 1);
       const char *parts[3] = {left, right, cat};
       for (int k = 0; k < 3; k++) {
         int64_t n = charlevel ? (int64_t)strlen(parts[k]) : token_bytes(inv, parts[k], bytes);
@@ -413,21 +443,13 @@ done:
 
 int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_t *err) {
   char *file = prm_fs_is_dir(path) ? prm_path_join(path, "tokenizer.json") : prm_xstrdup(path);
-  char *text = NULL;
-  size_t len = 0;
   cJSON *root = NULL;
   int rc;
   memset(info, 0, sizeof *info);
   info->eod = -1;
   memset(b, 0, sizeof *b);
 
-  if ((rc = prm_fs_read_all(file, &text, &len, err))) goto done;
-  root = cJSON_ParseWithLength(text, len);
-  if (!root) {
-    rc = prm_errf(err, PRM_EPARSE, "%s: not valid JSON (near byte %td)", file,
-                  cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : (ptrdiff_t)0);
-    goto done;
-  }
+  if ((rc = prm__json_read(file, &root, err))) goto done;
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
   const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
@@ -488,7 +510,6 @@ int prm__hf_load(prm__bpe_t *b, const char *path, prm__hf_info_t *info, prm_err_
 done:
   if (rc) prm__bpe_free(b);
   cJSON_Delete(root);
-  free(text);
   free(file);
   return rc;
 }

@@ -64,6 +64,12 @@ void prm__nfc(const uint8_t *s, size_t n, prm_sb_t *out);
  * 9.0's combining classes for the marks added since; see unicode.c). */
 void prm__nfc_hf(const uint8_t *s, size_t n, prm_sb_t *out);
 
+/* NFKC and NFKD as Hugging Face tokenizers computes them: compatibility
+ * decompositions from prm__ucd_kdec (unicode_ext.c), then NFC's order and
+ * composition. */
+void prm__nfkc_hf(const uint8_t *s, size_t n, prm_sb_t *out);
+void prm__nfkd_hf(const uint8_t *s, size_t n, prm_sb_t *out);
+
 /* Decodes one UTF-8 character of s[i, n): its length (1-4) and *cp, or 0
  * when the byte at i does not start a valid character (overlong forms,
  * surrogates and values above U+10FFFF are invalid, as in Rust strings). */
@@ -172,6 +178,10 @@ typedef struct {
    * becomes the byte-fallback tokens <0xXX> of its bytes (byte_id), or unk
    * (runs of unknowns fused into one with fuse_unk). */
   int charlevel, byte_fallback, fuse_unk;
+  /* Character-level BPE's affixes (NULL: none): every character but a
+   * piece's first starts as prefix + character, a piece's last as character
+   * + suffix (Hugging Face's continuing_subword_prefix, end_of_word_suffix). */
+  char *sub_prefix, *eow_suffix; /* each at most PRM__BPE_AFFIX_MAX bytes */
   int32_t unk;
   int32_t n_ids;     /* ids are 0 .. n_ids-1; some may be unused */
   /* Token bytes by id, in one arena; len 0 marks an unused id. */
@@ -196,6 +206,8 @@ typedef struct {
   int32_t *split_ids;
   int n_split;
 } prm__bpe_t;
+
+enum { PRM__BPE_AFFIX_MAX = 16 };
 
 uint64_t prm__tok_hash(const void *p, size_t n);
 /* Sets the size of the id space (all ids unused); call once before adding.
@@ -272,6 +284,9 @@ typedef struct {
 struct cJSON;
 void prm__hf_template(const struct cJSON *root, const char *file, prm__hf_tpl_t *t);
 int prm__json_int(const struct cJSON *j, int64_t *v);
+/* Reads and parses a JSON file into *root (cJSON_Delete frees it; NULL on
+ * failure): PRM_EPARSE naming the file and the byte where parsing stopped. */
+int prm__json_read(const char *file, struct cJSON **root, prm_err_t *err);
 const char *prm__json_type(const struct cJSON *j);
 int prm__hf_bpe_model(const struct cJSON *root, const char *file, int charlevel, int flags_ok,
                       prm__bpe_t *b, int32_t *eod, prm_err_t *err);
@@ -333,10 +348,21 @@ void prm__hfp_decode(const prm__hfp_t *h, const prm__bpe_t *b, const int32_t *id
 
 /* Character properties of the general components (unicode_ext.c, generated
  * by tests/tokenizer/gen-unicode-ext.py): \w, punctuation as the
- * Punctuation pre-tokenizer has it, lowercase mappings. */
+ * Punctuation pre-tokenizer has it, lowercase mappings; NFKD of each code
+ * point ([code point, offset, length] into prm__ucd_kdec_cps); the marks
+ * StripAccents removes (combining), those BertNormalizer's strip_accents
+ * removes after NFD (mn), what its clean_text removes (bert_ctl) and turns
+ * into a space (bert_ws), and the ideographs its handle_chinese_chars puts
+ * spaces around (bert_cjk); all as sorted ranges [first, last]. */
 extern const uint32_t prm__ucd_word[][2], prm__ucd_punct[][2], prm__ucd_lower[][3];
 extern const uint32_t prm__ucd_lower_cps[];
 extern const size_t prm__ucd_word_n, prm__ucd_punct_n, prm__ucd_lower_n;
+extern const uint32_t prm__ucd_kdec[][3], prm__ucd_kdec_cps[];
+extern const size_t prm__ucd_kdec_n;
+extern const uint32_t prm__ucd_combining[][2], prm__ucd_mn[][2], prm__ucd_bert_ctl[][2],
+    prm__ucd_bert_ws[][2], prm__ucd_bert_cjk[][2];
+extern const size_t prm__ucd_combining_n, prm__ucd_mn_n, prm__ucd_bert_ctl_n, prm__ucd_bert_ws_n,
+    prm__ucd_bert_cjk_n;
 /* Appends the NFD form of s[0, n) as Hugging Face computes it (see
  * prm__nfc_hf). */
 void prm__nfd_hf(const uint8_t *s, size_t n, prm_sb_t *out);

@@ -165,18 +165,41 @@ static void put_utf8(prm_sb_t *out, uint32_t c) {
   }
 }
 
-static void nfc(const uint8_t *s, size_t n, int hf, int compose_too, prm_sb_t *out);
+/* The full compatibility decomposition of c (unicode_ext.c: what the
+ * reference's NFKD makes of c alone, Hangul syllables left to the
+ * algorithm), or NULL when NFKD leaves c as it is. */
+static const uint32_t *kdec_of(uint32_t c, uint32_t *len) {
+  size_t lo = 0, hi = prm__ucd_kdec_n;
+  if (c < 0xA0 || (c & INVALID_BYTE)) return NULL;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c < prm__ucd_kdec[mid][0]) hi = mid;
+    else if (c > prm__ucd_kdec[mid][0]) lo = mid + 1;
+    else {
+      *len = prm__ucd_kdec[mid][2];
+      return prm__ucd_kdec_cps + prm__ucd_kdec[mid][1];
+    }
+  }
+  return NULL;
+}
 
-void prm__nfc(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 0, 1, out); }
+static void nfc(const uint8_t *s, size_t n, int hf, int compose_too, int compat, prm_sb_t *out);
 
-void prm__nfc_hf(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 1, 1, out); }
+void prm__nfc(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 0, 1, 0, out); }
 
-void prm__nfd_hf(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 1, 0, out); }
+void prm__nfc_hf(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 1, 1, 0, out); }
+
+void prm__nfd_hf(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 1, 0, 0, out); }
+
+void prm__nfkc_hf(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 1, 1, 1, out); }
+
+void prm__nfkd_hf(const uint8_t *s, size_t n, prm_sb_t *out) { nfc(s, n, 1, 0, 1, out); }
 
 #define CCC(c) (hf && hf_starter(c) ? 0 : ccc_of(c))
 
-/* NFC, or NFD when !compose_too (decomposition and canonical order only). */
-static void nfc(const uint8_t *s, size_t n, int hf, int compose_too, prm_sb_t *out) {
+/* NFC, or NFD when !compose_too (decomposition and canonical order only);
+ * NFKC and NFKD with compat (compatibility decompositions). */
+static void nfc(const uint8_t *s, size_t n, int hf, int compose_too, int compat, prm_sb_t *out) {
   size_t i = 0;
   while (i < n && s[i] < 0x80) i++;
   if (i == n) { /* ASCII is its own NFC */
@@ -206,7 +229,8 @@ static void nfc(const uint8_t *s, size_t n, int hf, int compose_too, prm_sb_t *o
       buf[m++] = H_LBASE + k / H_NCOUNT;
       buf[m++] = H_VBASE + k % H_NCOUNT / H_TCOUNT;
       if (k % H_TCOUNT) buf[m++] = H_TBASE + k % H_TCOUNT;
-    } else if ((d = dec_of(c, &dl)) && !(hf && c == 0x11938)) {
+    } else if (compat ? (d = kdec_of(c, &dl)) != NULL
+                      : (d = dec_of(c, &dl)) && !(hf && c == 0x11938)) {
       if (m + dl > cap) {
         cap = 2 * cap + dl;
         buf = prm_xrealloc(buf, cap * sizeof *buf);

@@ -7,8 +7,10 @@
 # Split layouts of Qwen2's and o200k's patterns, Qwen2's NFC normalizer)
 # and for Llama 2's SentencePiece BPE (llama-tokenizer-js's vocabulary);
 # and the general tokenizer.json path (WordPiece, WordLevel, Unigram,
-# character-level BPE trained by Hugging Face's trainers, each normalizer,
-# pre-tokenizer, added-token flag, decoder and post-processor).
+# character-level BPE trained by Hugging Face's trainers or, with affixes,
+# here; each normalizer (NFKC/NFKD and BertNormalizer on every character
+# with a compatibility decomposition too), pre-tokenizer, added-token flag,
+# decoder and post-processor).
 # Inputs: the whole Brown text, and tests/tokenizer/unicode.mjs's text
 # (nlp-corpus sentences plus adversarial documents: every script, marks,
 # emoji, format characters, every White_Space, contractions in every case,
@@ -82,6 +84,21 @@ if "$T/tokdump" --classes "$T/classes.prm" >/dev/null 2>"$T/dump.err" &&
   ok "every code point's class as tiktoken's and tokenizers' regex engines have it: $(tail -1 "$T/classes.out")"
 else
   bad "code point classes: $(cat "$T/dump.err" "$T/classes.out" | tail -5)"
+fi
+
+# The general path's character tables, code point by code point: what
+# tokenizers does with each (its \w, Punctuation, Lowercase, NFKD,
+# StripAccents, BertNormalizer) dumped again and merged with Debian's
+# Unicode data by the generator must give src/data/unicode_ext.c as
+# committed (plain builds: a minute of node, no primus code under test).
+if [[ -z $san && -e /usr/share/unicode/UnicodeData.txt ]]; then
+  if "$NODE" "$PRIMUS_SRC/tests/tokenizer/uprops.mjs" "$NM" "$T/uprops" >/dev/null 2>"$T/node.err" &&
+    python3 "$PRIMUS_SRC/tests/tokenizer/gen-unicode-ext.py" /usr/share/unicode "$T/uprops" >"$T/unicode_ext.c" 2>>"$T/node.err" &&
+    cmp -s "$T/unicode_ext.c" "$PRIMUS_SRC/src/data/unicode_ext.c"; then
+    ok "unicode_ext.c: every code point as Unicode's data and tokenizers' own behaviour give it"
+  else
+    bad "unicode_ext.c differs from its regeneration: $(cat "$T/node.err"; diff "$T/unicode_ext.c" "$PRIMUS_SRC/src/data/unicode_ext.c" | head -5)"
+  fi
 fi
 
 # tiktoken's encodings, by name (primus reads gpt-tokenizer's rank files,
@@ -179,11 +196,18 @@ if [[ -e $T/hf/tokenizer.json ]] &&
   layouts=$("$NODE" "$PRIMUS_SRC/tests/tokenizer/hf-general.mjs" "$NM" "$T/brown300k.txt" "$T/hf/tokenizer.json" "$T/gen" 2>"$T/node.err" | grep -v '^$'); then
   cat "$T/unicode.txt" "$T/gen/added.txt" >"$T/mix.txt"
   head -c 1000000 "$BROWN" | tail -c 700000 >"$T/brown-slice.txt"
+  # The normalizer layouts whose ids show every byte written (byte-fallback
+  # BPE) see the characters with compatibility decompositions as well;
+  # Brown's ASCII tells them nothing more.
+  "$NODE" "$PRIMUS_SRC/tests/tokenizer/nfc-text.mjs" /usr/share/unicode/UnicodeData.txt "$T/nfk.txt" compat >/dev/null
   for name in $layouts; do
     compare_gen "$name" "$T/mix.txt"
-    compare_gen "$name" "$T/brown-slice.txt"
+    case $name in
+    bpe-nfkc | bpe-nfkd-strip | bpe-bertnorm | bert-nfkc-ctc) compare_gen "$name" "$T/nfk.txt" ;;
+    *) compare_gen "$name" "$T/brown-slice.txt" ;;
+    esac
   done
-  for name in wordpiece-bert wordpiece-ws unigram-bytefallback; do
+  for name in wordpiece-bert wordpiece-ws unigram-bytefallback bert; do
     compare_gen "$name" "$T/gen/added.txt" --special
   done
 else

@@ -164,6 +164,23 @@ static void seeds_tokenizers(void) {
   prm_err_t err = {0};
   if (prm_tokenizer_train(&o, &merges, &err)) die("tokenizer train", &err);
   seed_file("tokenizer-json", "trained-300", -1, json);
+  /* The general path's BERT components and a BPE with affixes. */
+  seed_str("tokenizer-json", "bert-nfkc-ctc", -1,
+           "{\"added_tokens\":[{\"id\":1,\"content\":\"[PAD]\",\"normalized\":false,\"special\""
+           ":true}],\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFKC\"},"
+           "{\"type\":\"NFKD\"},{\"type\":\"StripAccents\"},{\"type\":\"BertNormalizer\",\"clean"
+           "_text\":true,\"handle_chinese_chars\":true,\"strip_accents\":null,\"lowercase\":true}]"
+           "},\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"decoder\":{\"type\":\"CTC\",\"p"
+           "ad_token\":\"[PAD]\",\"word_delimiter_token\":\"|\",\"cleanup\":true},\"model\":{\"t"
+           "ype\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"##\",\"v"
+           "ocab\":{\"[UNK]\":0,\"[PAD]\":1,\"hello\":2,\"world\":3,\"!\":4,\"##s\":5,\"|\":6}}}");
+  seed_str("tokenizer-json", "bpe-affixes", -1,
+           "{\"added_tokens\":[],\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"WhitespaceSpli"
+           "t\"},\"decoder\":{\"type\":\"BPEDecoder\",\"suffix\":\"</w>\"},\"model\":{\"type\":"
+           "\"BPE\",\"unk_token\":\"<unk>\",\"continuing_subword_prefix\":\"##\",\"end_of_word_s"
+           "uffix\":\"</w>\",\"fuse_unk\":true,\"byte_fallback\":false,\"vocab\":{\"<unk>\":0,\"l\""
+           ":1,\"##o\":2,\"##w\":3,\"##w</w>\":4,\"lo\":5,\"low</w>\":6,\"<0x23>\":7},\"merges\":"
+           "[[\"l\",\"##o\"],[\"lo\",\"##w</w>\"]]}}");
   /* tiktoken rank file: the 256 bytes then the trained merges' tokens, in
    * the "base64 rank" layout (what TikTokenizer reads). */
   prm_tokenizer_t *t = NULL;

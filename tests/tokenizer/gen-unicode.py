@@ -18,34 +18,13 @@ of their own, so the provenance of every range stays visible."""
 import os
 import sys
 
+import ucd
+
 CLASSES = ["OTHER", "WS", "LU", "LL", "LT", "LM", "LO", "M", "N"]
 
 
 def load_ucd(d):
-    cat = {}
-    first = None
-    for line in open(os.path.join(d, "UnicodeData.txt")):
-        f = line.split(";")
-        c, name, g = int(f[0], 16), f[1], f[2]
-        if name.endswith("First>"):
-            first = c
-            continue
-        if name.endswith("Last>"):
-            for x in range(first, c + 1):
-                cat[x] = g
-            continue
-        cat[c] = g
-    ws = set()
-    for line in open(os.path.join(d, "PropList.txt")):
-        line = line.split("#")[0].strip()
-        if not line:
-            continue
-        r, p = [x.strip() for x in line.split(";")]
-        if p != "White_Space":
-            continue
-        a, _, b = r.partition("..")
-        ws.update(range(int(a, 16), int(b or a, 16) + 1))
-    return cat, ws
+    return ucd.categories(d), ucd.prop(d, "PropList.txt", "White_Space")
 
 
 def cls_of(g, is_ws):
@@ -72,39 +51,22 @@ def ranges(m):
 
 
 def emit(name, rs):
-    print("static const prm__urange_t %s[] = {" % name)
-    line = "   "
-    for a, b, k in rs:
-        item = " {0x%X, 0x%X, PRM__U_%s}," % (a, b, k)
-        if len(line) + len(item) > 98:
-            print(line)
-            line = "   "
-        line += item
-    print(line)
-    print("};")
+    ucd.emit_items("static const prm__urange_t %s[]" % name,
+                   ["{0x%X, 0x%X, PRM__U_%s}," % (a, b, k) for a, b, k in rs])
 
 
 def load_nfc(d):
     """Canonical combining classes, full canonical decompositions and the
     primary composites (pairs not in Full_Composition_Exclusion)."""
     ccc, dec = {}, {}
-    for line in open(os.path.join(d, "UnicodeData.txt")):
-        f = line.split(";")
-        c = int(f[0], 16)
+    for c, f, in_range in ucd.unicode_data(d):
+        if in_range:
+            continue
         if int(f[3]):
             ccc[c] = int(f[3])
         if f[5] and not f[5].startswith("<"):
             dec[c] = [int(x, 16) for x in f[5].split()]
-    excl = set()
-    for line in open(os.path.join(d, "DerivedNormalizationProps.txt")):
-        line = line.split("#")[0].strip()
-        if not line:
-            continue
-        parts = [x.strip() for x in line.split(";")]
-        if parts[1] != "Full_Composition_Exclusion":
-            continue
-        a, _, b = parts[0].partition("..")
-        excl.update(range(int(a, 16), int(b or a, 16) + 1))
+    excl = ucd.prop(d, "DerivedNormalizationProps.txt", "Full_Composition_Exclusion")
 
     def full(c):
         if c not in dec:
@@ -124,55 +86,21 @@ def emit_nfc(d):
         else:
             rs.append([c, c, ccc[c]])
     print("/* Canonical combining classes other than 0: [first, last, class]. */")
-    print("const uint32_t prm__ucd_ccc[][3] = {")
-    line = "   "
-    for a, b, k in rs:
-        item = " {0x%X, 0x%X, %d}," % (a, b, k)
-        if len(line) + len(item) > 98:
-            print(line)
-            line = "   "
-        line += item
-    print(line)
-    print("};")
+    ucd.emit_items("const uint32_t prm__ucd_ccc[][3]", ["{0x%X, 0x%X, %d}," % tuple(r) for r in rs])
     print("const size_t prm__ucd_ccc_n = %d;" % len(rs))
     print()
     print("/* Full canonical decompositions (Hangul syllables are computed):")
     print(" * code point, offset and length in prm__ucd_dec_cps. */")
-    cps = []
-    print("const uint32_t prm__ucd_dec[][3] = {")
-    line = "   "
+    cps, rows = [], []
     for c in sorted(dec):
-        item = " {0x%X, %d, %d}," % (c, len(cps), len(dec[c]))
+        rows.append("{0x%X, %d, %d}," % (c, len(cps), len(dec[c])))
         cps.extend(dec[c])
-        if len(line) + len(item) > 98:
-            print(line)
-            line = "   "
-        line += item
-    print(line)
-    print("};")
+    ucd.emit_items("const uint32_t prm__ucd_dec[][3]", rows)
     print("const size_t prm__ucd_dec_n = %d;" % len(dec))
-    print("const uint32_t prm__ucd_dec_cps[] = {")
-    line = "   "
-    for c in cps:
-        item = " 0x%X," % c
-        if len(line) + len(item) > 98:
-            print(line)
-            line = "   "
-        line += item
-    print(line)
-    print("};")
+    ucd.emit_items("const uint32_t prm__ucd_dec_cps[]", ["0x%X," % c for c in cps])
     print()
     print("/* Primary composites: first, second, composite; sorted. */")
-    print("const uint32_t prm__ucd_comp[][3] = {")
-    line = "   "
-    for a, b, c in comp:
-        item = " {0x%X, 0x%X, 0x%X}," % (a, b, c)
-        if len(line) + len(item) > 98:
-            print(line)
-            line = "   "
-        line += item
-    print(line)
-    print("};")
+    ucd.emit_items("const uint32_t prm__ucd_comp[][3]", ["{0x%X, 0x%X, 0x%X}," % t for t in comp])
     print("const size_t prm__ucd_comp_n = %d;" % len(comp))
 
 

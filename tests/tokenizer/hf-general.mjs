@@ -1,8 +1,8 @@
 // hf-general.mjs - writes the tokenizer.json files that check primus's
 // general tokenizer.json path (src/data/hf_pipe.c) against Hugging Face
 // tokenizers: models trained here by the Rust library's own trainers
-// (WordPiece, WordLevel, Unigram, character-level BPE) on a slice of the
-// Brown text, then put into layouts that use every normalizer,
+// (WordPiece, WordLevel, Unigram, character-level BPE; BPE with affixes by a
+// small trainer here) on a slice of the Brown text, then put into layouts that use every normalizer,
 // pre-tokenizer, Split behaviour, added-token flag, decoder and
 // post-processor primus implements. Also writes added.txt, text where the
 // added tokens occur in every context their flags distinguish.
@@ -176,6 +176,109 @@ const base = (model) => ({ version: '1.0', truncation: null, padding: null, adde
       use_regex: false }]);
   g.decoder = { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true };
   write('gpt2-lower', g);
+}
+
+// BERT's own layout: BertNormalizer (clean_text, handle_chinese_chars,
+// strip_accents following lowercase), BertPreTokenizer, WordPiece, [CLS] $A
+// [SEP]; and a cased variant behind NFKC with BertNormalizer's flags the
+// other way, decoded by CTC.
+{
+  const j = train(tk.WordPiece, tk.bertPreTokenizer());
+  const ids = extend(j.model.vocab, ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '|']);
+  const t = base(j.model);
+  t.added_tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'].map((w) =>
+    added(ids[w], w, { special: true, normalized: false }));
+  t.normalizer = { type: 'BertNormalizer', clean_text: true, handle_chinese_chars: true,
+    strip_accents: null, lowercase: true };
+  t.pre_tokenizer = { type: 'BertPreTokenizer' };
+  t.decoder = { type: 'WordPiece', prefix: '##', cleanup: true };
+  t.post_processor = { type: 'BertProcessing', sep: ['[SEP]', ids['[SEP]']],
+    cls: ['[CLS]', ids['[CLS]']] };
+  write('bert', t);
+  const c = base(j.model);
+  c.added_tokens = t.added_tokens;
+  c.normalizer = seq('Sequence', 'normalizers', [{ type: 'NFKC' }, { type: 'BertNormalizer',
+    clean_text: false, handle_chinese_chars: false, strip_accents: true, lowercase: false }]);
+  c.pre_tokenizer = seq('Sequence', 'pretokenizers', [{ type: 'BertPreTokenizer' }]);
+  c.decoder = { type: 'CTC', pad_token: '[PAD]', word_delimiter_token: '|', cleanup: true };
+  write('bert-nfkc-ctc', c);
+}
+
+// WordLevel behind NFKD, StripAccents and Lowercase; CTC without cleanup.
+{
+  const j = train(tk.WordLevel, tk.whitespaceSplitPreTokenizer());
+  extend(j.model.vocab, ['<unk>']);
+  j.model.unk_token = '<unk>';
+  const t = base(j.model);
+  t.normalizer = seq('Sequence', 'normalizers', [{ type: 'NFKD' }, { type: 'StripAccents' },
+    { type: 'Lowercase' }]);
+  t.pre_tokenizer = { type: 'BertPreTokenizer' };
+  t.decoder = { type: 'CTC', pad_token: '<unk>', word_delimiter_token: 'the', cleanup: false };
+  write('wordlevel-nfkd', t);
+}
+
+// Character-level BPE with a continuing_subword_prefix and an
+// end_of_word_suffix (which Hugging Face's trainer here cannot be asked
+// for): merges learnt by a small trainer below on BertPreTokenizer's words,
+// every byte-fallback token, the rest unknown.
+{
+  const P = '##', S = '</w>';
+  const words = new Map();
+  const text = fs.readFileSync(trainText, 'utf8').slice(0, 100000);
+  for (const [w] of tk.bertPreTokenizer().preTokenizeString(text))
+    words.set(w, (words.get(w) || 0) + 1);
+  const vocab = {};
+  const tok = (x) => { if (!(x in vocab)) vocab[x] = Object.keys(vocab).length; return x; };
+  tok('<unk>');
+  for (let b = 0; b < 256; b++) tok(`<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`);
+  const seqs = [];
+  for (const [w, n] of words) {
+    const ch = [...w];
+    seqs.push([ch.map((c, i) => tok((i ? P : '') + c + (i === ch.length - 1 ? S : ''))), n]);
+  }
+  const merges = [];
+  for (let r = 0; r < 600; r++) {
+    const count = new Map();
+    for (const [sq, n] of seqs)
+      for (let i = 0; i + 1 < sq.length; i++) {
+        const k = sq[i] + ' ' + sq[i + 1];
+        count.set(k, (count.get(k) || 0) + n);
+      }
+    let best = null, bn = 0;
+    for (const [k, n] of count) if (n > bn) { best = k; bn = n; }
+    if (!best) break;
+    const [a, b] = best.split(' ');
+    const m = tok(a + b.slice(P.length));
+    merges.push([a, b]);
+    for (const e of seqs) {
+      const sq = e[0], o = [];
+      for (let i = 0; i < sq.length; i++) {
+        if (i + 1 < sq.length && sq[i] === a && sq[i + 1] === b) { o.push(m); i++; }
+        else o.push(sq[i]);
+      }
+      e[0] = o;
+    }
+  }
+  const t = base({ type: 'BPE', dropout: null, unk_token: '<unk>', continuing_subword_prefix: P,
+    end_of_word_suffix: S, fuse_unk: true, byte_fallback: true, ignore_merges: false, vocab,
+    merges });
+  t.pre_tokenizer = { type: 'BertPreTokenizer' };
+  t.decoder = { type: 'BPEDecoder', suffix: S };
+  write('bpe-affixes', t);
+  // The same model shows every byte the normalizers write (what it lacks
+  // becomes byte-fallback tokens): NFKC; NFKD then StripAccents;
+  // BertNormalizer with every step; each line a piece.
+  const lines = split('\n', 'Isolated');
+  for (const [name, norm] of [['nfkc', { type: 'NFKC' }],
+    ['nfkd-strip', seq('Sequence', 'normalizers', [{ type: 'NFKD' }, { type: 'StripAccents' }])],
+    ['bertnorm', { type: 'BertNormalizer', clean_text: true, handle_chinese_chars: true,
+      strip_accents: null, lowercase: true }]]) {
+    const u = base(t.model);
+    u.normalizer = norm;
+    u.pre_tokenizer = lines;
+    u.decoder = seq('Sequence', 'decoders', [{ type: 'ByteFallback' }, { type: 'Fuse' }]);
+    write('bpe-' + name, u);
+  }
 }
 
 // Text where the added tokens meet every neighbour their flags look at.
