@@ -581,6 +581,60 @@ static void test_pp_eod(void **state) {
   free(dir);
 }
 
+/* --add-special-tokens: the post-processor's tokens around each document
+ * (here BertProcessing's [CLS] and [SEP]), inside --bos-token's and
+ * --append-eod's; a post-processor primus does not read is refused, named.
+ * The ids are printable characters so that seqs_of shows them. */
+static void test_pp_special_tokens(void **state) {
+  (void)state;
+  char *dir = dir_for("special");
+  static const char fmt[] =
+      "{\"version\":\"1.0\",\"added_tokens\":[],\"normalizer\":null,\"pre_tokenizer\":{\"type"
+      "\":\"WhitespaceSplit\"},\"post_processor\":%s,\"decoder\":null,\"model\":{\"type\":\"W"
+      "ordLevel\",\"unk_token\":\"<unk>\",\"vocab\":{\"<unk>\":48,\"[CLS]\":67,\"[SEP]\":83,"
+      "\"a\":97,\"b\":98,\"</s>\":69,\"<s>\":66}}}";
+  char *bert = prm_xasprintf(fmt, "{\"type\":\"BertProcessing\",\"sep\":[\"[SEP]\",83],\"cls\":"
+                                  "[\"[CLS]\",67]}");
+  char *odd = prm_xasprintf(fmt, "{\"type\":\"Foo\"}");
+  char *tb = prm_test_write(dir, "bert/tokenizer.json", bert);
+  char *to = prm_test_write(dir, "odd/tokenizer.json", odd);
+  char *f = prm_test_write(dir, "in.txt", "a b\nb a a\n");
+  char *in[] = {f};
+  char *prefix = prm_path_join(dir, "out");
+  prm_preprocess_opts_t o = {.line_docs = 1, .tokenizer_type = "HuggingFaceTokenizer",
+                             .tokenizer_model = tb, .workers = 1};
+  prm_preprocess_stats_t st;
+  prm_err_t err = {0};
+  if (run_pp(&o, prefix, in, 1, &st, &err)) fail_msg("%s", err.msg);
+  char *got = seqs_of(prefix, NULL, NULL);
+  assert_string_equal(got, "ab|baa");
+  free(got);
+  o.add_special_tokens = 1;
+  if (run_pp(&o, prefix, in, 1, &st, &err)) fail_msg("%s", err.msg);
+  got = seqs_of(prefix, NULL, NULL);
+  assert_string_equal(got, "CabS|CbaaS");
+  free(got);
+  o.bos_token = "<s>";
+  o.append_eod = 1;
+  o.eod_token = "</s>";
+  o.workers = 2;
+  if (run_pp(&o, prefix, in, 1, &st, &err)) fail_msg("%s", err.msg);
+  got = seqs_of(prefix, NULL, NULL);
+  assert_string_equal(got, "BCabSE|BCbaaSE");
+  free(got);
+  o.tokenizer_model = to;
+  assert_int_equal(run_pp(&o, prefix, in, 1, &st, &err), PRM_EINVAL);
+  if (!strstr(err.msg, "--add-special-tokens") || !strstr(err.msg, "post_processor Foo"))
+    fail_msg("%s", err.msg);
+  free(bert);
+  free(odd);
+  free(tb);
+  free(to);
+  free(f);
+  free(prefix);
+  free(dir);
+}
+
 /* A stop (the signal flag) aborts the writer: no files, no temporaries. */
 static void test_pp_stop(void **state) {
   (void)state;
@@ -611,6 +665,7 @@ int main(void) {
       cmocka_unit_test(test_pp_jsonl),
       cmocka_unit_test(test_pp_workers_identical),
       cmocka_unit_test(test_pp_eod),
+      cmocka_unit_test(test_pp_special_tokens),
       cmocka_unit_test(test_pp_stop),
   };
   prm_log_set_level(PRM_LOG_WARN);

@@ -398,6 +398,8 @@ typedef struct {
   int append_eod;             /* the EOD token after every document */
   const char *eod_token;      /* the EOD token by name; NULL: the tokenizer's own */
   const char *bos_token;      /* when set, this token starts every document */
+  int add_special_tokens;     /* the tokenizer's post-processor template around every
+                               * document (Hugging Face's add_special_tokens) */
   int workers;                /* tokenising threads (<= 0: 1) */
   const char *dtype;          /* "auto" (NULL), "uint16" or "int32" */
   int64_t log_interval;       /* documents between progress lines (<= 0: none) */

@@ -55,6 +55,8 @@ typedef struct {
   const prm_argv_t *files;
   const char *key;
   int32_t eod, bos; /* bos < 0: none */
+  const int32_t *tpl_pre, *tpl_post; /* --add-special-tokens: around each document */
+  int tpl_npre, tpl_npost;
   int workers;
   double t0, last_draw;
   int64_t total_raw; /* the inputs' sizes (0: unknown, e.g. a FIFO) */
@@ -194,13 +196,16 @@ static void prm__batch_write(prm__pp_t *p, prm__batch_t *b, int *rc, prm_err_t *
       if (d->n == 0) {
         p->st->empty++;
       } else {
-        if (p->bos >= 0 || p->o->append_eod)
-          d->ids = prm_xrealloc(d->ids, (size_t)(d->n + 2) * sizeof *d->ids);
-        if (p->bos >= 0) {
-          memmove(d->ids + 1, d->ids, (size_t)d->n * sizeof *d->ids);
-          d->ids[0] = p->bos;
-          d->n++;
+        int lead = (p->bos >= 0) + p->tpl_npre, tail = p->tpl_npost + !!p->o->append_eod;
+        if (lead || tail)
+          d->ids = prm_xrealloc(d->ids, (size_t)(d->n + lead + tail) * sizeof *d->ids);
+        if (lead) {
+          memmove(d->ids + lead, d->ids, (size_t)d->n * sizeof *d->ids);
+          if (p->bos >= 0) d->ids[0] = p->bos;
+          memcpy(d->ids + (p->bos >= 0), p->tpl_pre, (size_t)p->tpl_npre * sizeof *d->ids);
+          d->n += lead;
         }
+        for (int k = 0; k < p->tpl_npost; k++) d->ids[d->n++] = p->tpl_post[k];
         if (p->o->append_eod) d->ids[d->n++] = p->eod;
         *rc = prm_idx_writer_add(p->w, d->ids, d->n, err);
         if (*rc && d->line) {
@@ -473,6 +478,11 @@ int prm_preprocess_run(const prm_preprocess_opts_t *o, prm_preprocess_stats_t *s
   }
   if (o->bos_token && p.bos < 0) {
     rc = prm_errf(err, PRM_EINVAL, "preprocess: --bos-token %s: not a token of %s", o->bos_token, type);
+    goto fail_tok;
+  }
+  if (o->add_special_tokens &&
+      (rc = prm_tokenizer_template(tok, &p.tpl_pre, &p.tpl_npre, &p.tpl_post, &p.tpl_npost, err))) {
+    prm_err_prefix(err, "preprocess: --add-special-tokens");
     goto fail_tok;
   }
   if (o->append_eod && p.eod < 0) {
