@@ -202,7 +202,8 @@ static void prm__batch_write(prm__pp_t *p, prm__batch_t *b, int *rc, prm_err_t *
         if (lead) {
           memmove(d->ids + lead, d->ids, (size_t)d->n * sizeof *d->ids);
           if (p->bos >= 0) d->ids[0] = p->bos;
-          memcpy(d->ids + (p->bos >= 0), p->tpl_pre, (size_t)p->tpl_npre * sizeof *d->ids);
+          if (p->tpl_npre)
+            memcpy(d->ids + (p->bos >= 0), p->tpl_pre, (size_t)p->tpl_npre * sizeof *d->ids);
           d->n += lead;
         }
         for (int k = 0; k < p->tpl_npost; k++) d->ids[d->n++] = p->tpl_post[k];
