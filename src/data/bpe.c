@@ -404,6 +404,39 @@ static size_t affix(uint8_t *buf, size_t len, const void *x, size_t n) {
   return len + n;
 }
 
+/* The starting parts of a piece under continuing_subword_prefix /
+ * end_of_word_suffix: each character looked up with its affixes; a missing
+ * one becomes the byte-fallback tokens of what was looked up (affixes
+ * included, as the reference does) or an unknown. The count, or -1 when
+ * there is no unknown token. Kept apart so that the loop of plain pieces
+ * below pays nothing for it. */
+static int32_t affixed_parts(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p,
+                             size_t n) {
+  uint8_t ab[PRM__BPE_AFFIX_MAX + 4 + PRM__BPE_AFFIX_MAX];
+  int32_t m = 0;
+  int last_unk = 0;
+  for (size_t i = 0; i < n;) {
+    uint32_t cp;
+    size_t l = prm__utf8_dec(p, n, i, &cp), cl = 0;
+    if (!l) l = 1;
+    if (i && b->sub_prefix) cl = affix(ab, cl, b->sub_prefix, strlen(b->sub_prefix));
+    cl = affix(ab, cl, p + i, l);
+    if (i + l == n && b->eow_suffix) cl = affix(ab, cl, b->eow_suffix, strlen(b->eow_suffix));
+    int32_t id = prm__bpe_find(b, ab, cl);
+    if (id >= 0) {
+      s->id[m++] = id;
+    } else if (b->byte_fallback) {
+      for (size_t k = 0; k < cl; k++) s->id[m++] = b->byte_id[ab[k]];
+    } else {
+      if (b->unk < 0) return -1;
+      if (!(b->fuse_unk && last_unk)) s->id[m++] = b->unk;
+    }
+    last_unk = id < 0 && !b->byte_fallback;
+    i += l;
+  }
+  return m;
+}
+
 /* SentencePiece-style start: one part per character the vocabulary has,
  * else one per byte (byte fallback) or an unknown (fused with the unknown
  * before it under fuse_unk); invalid UTF-8 bytes are unknown characters of
@@ -412,34 +445,28 @@ static int merge_chars(const prm__bpe_t *b, prm__tok_tls_t *s, const uint8_t *p,
                        prm__ids_t *out) {
   /* The parts, in order (part k is s->id[k]). */
   int32_t m = 0;
-  int last_unk = 0, affixed = b->sub_prefix || b->eow_suffix;
-  uint8_t ab[PRM__BPE_AFFIX_MAX + 4 + PRM__BPE_AFFIX_MAX];
-  for (size_t i = 0; i < n;) {
+  int last_unk = 0;
+  size_t i = 0;
+  if (b->sub_prefix || b->eow_suffix) {
+    if ((m = affixed_parts(b, s, p, n)) < 0) return PRM_EINVAL; /* no unk: refused at load */
+    i = n;
+  }
+  while (i < n) {
     uint32_t cp;
     size_t l;
     int32_t id;
-    const uint8_t *cs = p + i; /* the character as looked up */
-    size_t cl;
-    if (p[i] < 0x80 && !affixed) { /* ASCII: one table load */
-      l = cl = 1;
+    if (p[i] < 0x80) { /* ASCII: one table load */
+      l = 1;
       id = b->ascii_id[p[i]];
     } else {
       l = prm__utf8_dec(p, n, i, &cp);
       if (!l) l = 1;
-      cl = l;
-      if (affixed) {
-        cl = 0;
-        if (i && b->sub_prefix) cl = affix(ab, cl, b->sub_prefix, strlen(b->sub_prefix));
-        cl = affix(ab, cl, p + i, l);
-        if (i + l == n && b->eow_suffix) cl = affix(ab, cl, b->eow_suffix, strlen(b->eow_suffix));
-        cs = ab;
-      }
-      id = prm__bpe_find(b, cs, cl);
+      id = prm__bpe_find(b, p + i, l);
     }
     if (id >= 0) {
       s->id[m++] = id;
-    } else if (b->byte_fallback) { /* the bytes of what was looked up */
-      for (size_t k = 0; k < cl; k++) s->id[m++] = b->byte_id[cs[k]];
+    } else if (b->byte_fallback) {
+      for (size_t k = 0; k < l; k++) s->id[m++] = b->byte_id[p[i + k]];
     } else {
       if (b->unk < 0) return PRM_EINVAL; /* no unk token: refused at load */
       if (!(b->fuse_unk && last_unk)) s->id[m++] = b->unk; /* one unknown for the run */
