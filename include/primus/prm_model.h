@@ -188,6 +188,13 @@ typedef struct {
    * ring over the group. cp_size 1 (or 0): whole sequences. */
   int cp_size, cp_rank;
   prm_comm_t *cp_comm; /* the group (borrowed), NULL when cp_size <= 1 */
+  /* Sequence parallel (Megatron's sequence_parallel, size > 1 only): the
+   * regions outside the tensor-parallel blocks (the RMSNorms, the residual
+   * adds, the embedding's output, the final norm) hold this rank's block
+   * of B T / size rows; the column-parallel layers' inputs are gathered
+   * over the group and the row-parallel layers' outputs reduce-scattered
+   * back (sp.c). T must divide by size. 0: every rank holds every row. */
+  int sp;
 } prm_llama_tp_t;
 
 /* Pointers of one layer's tensors inside a block (params or grads). */
@@ -352,6 +359,10 @@ static inline int prm_llama_on_host(const prm_llama_t *m) { return prm_dev_is_ho
 
 /* PRM_ECONFIG when the model cannot be split over `size` ranks. */
 int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *err);
+/* sequence_parallel: true at tensor_model_parallel_size `size`, seq_length
+ * T and context_parallel_size cp (1: none): PRM_ECONFIG naming the key
+ * unless size > 1 and size divides each rank's T / cp rows of a sequence. */
+int prm_llama_sp_check_config(int size, int64_t T, int cp, prm_err_t *err);
 /* PRM_ECONFIG when expert_tensor_parallel_size `etp` (0: tp) does not go
  * with tensor_model_parallel_size `tp` (1 or tp; each expert's width
  * divisible by it) or is set with expert parallelism `ep` > 1. */
@@ -443,11 +454,15 @@ void prm_llama_set_packing(prm_llama_t *m, const int32_t *seg, const int32_t *po
  * selects the one the next stage call works in. */
 int prm_llama_add_slots(prm_llama_t *m, int n, prm_err_t *err);
 void prm_llama_use_slot(prm_llama_t *m, int k);
-/* The current slot's input of layer l (B*T,C): a stage with lo > 0 receives
+/* The current slot's input of layer l (rows,C), prm_llama_stage_rows rows: a stage with lo > 0 receives
  * its input there before prm_llama_stage_forward, and finds its output at
  * l = hi after it. */
 float *prm_llama_stage_x(prm_llama_t *m, int64_t l);
-/* The current slot's gradient buffer (B*T,C): a stage with hi < L receives
+/* Rows of a micro-batch of B sequences that this rank's residual stream
+ * holds (prm_llama_stage_x, prm_llama_stage_dx): B T, or B T / size under
+ * sequence parallelism. */
+int64_t prm_llama_stage_rows(const prm_llama_t *m, int64_t B);
+/* The current slot's gradient buffer (rows,C): a stage with hi < L receives
  * dL/d(output) there before prm_llama_stage_backward, and a stage with lo
  * > 0 finds dL/d(input) there after it. */
 float *prm_llama_stage_dx(prm_llama_t *m);

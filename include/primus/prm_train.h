@@ -71,6 +71,7 @@ typedef struct {
   int ep;                       /* expert_model_parallel_size (1: off); divides the data-
                                  * parallel size and num_experts */
   int etp;                      /* expert_tensor_parallel_size (0: null, = tp): 1 or tp */
+  int sp;                       /* sequence_parallel (tp > 1 only; tp divides seq_length) */
   int pp;                       /* pipeline_model_parallel_size (1: off); world = pp x dp x tp */
   int cp;                       /* context_parallel_size (1: off); world = pp x dp x cp x tp */
   int vpp;                      /* model chunks a pipeline rank holds (1: plain 1F1B) */

@@ -102,6 +102,7 @@ static const prm_key_t prm__keys[] = {
     KEY("context_parallel_size", INT, GE1, NULL, 0, 0, "Context-parallel group size: ranks that share each sequence (each holds 2 of its 2N chunks, attention as a ring); seq_length divides by 2N. With data and tensor parallel and the distributed optimizer; not yet with pipeline or expert parallel, MoE or fine-tuning."),
     KEY("expert_model_parallel_size", INT, GE1, NULL, 0, 0, "Expert-parallel group size: ranks that share out the experts of each MoE layer (a subset of the data-parallel group; divides it and num_experts)."),
     KEY("expert_tensor_parallel_size", INT, GE1, NULL, 1, 0, "MoE with tensor parallelism: null or tensor_model_parallel_size splits each expert's SwiGLU over the tensor-parallel group as the dense MLP; 1 keeps every expert whole on each rank. Not with expert_model_parallel_size > 1 yet."),
+    KEY("sequence_parallel", BOOL, ANY, NULL, 1, 0, "With tensor_model_parallel_size > 1: the norms, residual adds and the embedding's output hold 1/T of the rows on each rank (all-gathered before the tensor-parallel blocks, reduce-scattered after them), so their activations take 1/T the memory. seq_length must divide by T. At T = 1 it is turned off with a warning, as Megatron-LM does."),
     KEY("use_distributed_optimizer", BOOL, ANY, NULL, 0, 0, "Shard optimizer state across data-parallel ranks (ZeRO-1)."),
     KEY("overlap_grad_reduce", BOOL, ANY, NULL, 0, 0, "Overlap gradient all-reduce with the backward pass."),
     /* Native keys: primus' own, with no Megatron equivalent. */
@@ -190,7 +191,7 @@ static const prm_key_t prm__compat[] = {
     INERT("overlap_p2p_comm", SCHED), INERT("align_grad_reduce", SCHED),
     INERT("align_param_gather", SCHED), INERT("ddp_num_buckets", SCHED),
     INERT("ddp_pad_buckets_for_high_nccl_busbw", SCHED), INERT("ddp_average_in_collective", SCHED),
-    INERT("sequence_parallel", SCHED), INERT("tp_comm_*", SCHED),
+    INERT("tp_comm_*", SCHED),
     INERT("async_tensor_model_parallel_allreduce", SCHED), INERT("defer_embedding_wgrad_compute", SCHED),
     INERT("wgrad_deferral_limit", SCHED), INERT("delay_wgrad_compute", SCHED),
     INERT("moe_shared_expert_overlap", SCHED), INERT("overlap_moe_expert_parallel_comm", SCHED),

@@ -114,6 +114,25 @@ int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *
   return 0;
 }
 
+int prm_llama_sp_check_config(int size, int64_t T, int cp, prm_err_t *err) {
+  if (size <= 1)
+    return prm_errf(err, PRM_ECONFIG,
+                    "sequence_parallel: true needs tensor_model_parallel_size > 1 (it shards "
+                    "the norm and residual regions over the tensor-parallel group); got %d",
+                    size);
+  if (cp > 1 && T % ((int64_t)size * cp))
+    return prm_errf(err, PRM_ECONFIG,
+                    "sequence_parallel: seq_length %lld must divide by "
+                    "tensor_model_parallel_size %d x context_parallel_size %d (each rank holds an "
+                    "equal block of its context-parallel rows)", (long long)T, size, cp);
+  if (T % size)
+    return prm_errf(err, PRM_ECONFIG,
+                    "sequence_parallel: seq_length %lld must divide by "
+                    "tensor_model_parallel_size %d (each rank holds an equal block of the rows)",
+                    (long long)T, size);
+  return 0;
+}
+
 int prm_llama_etp_check_config(const prm_llama_config_t *c, int tp, int etp, int ep,
                                prm_err_t *err) {
   if (!c->experts || tp <= 1) {

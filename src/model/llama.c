@@ -193,12 +193,13 @@ static size_t prm__layout_acts(prm_llama_t *m, prm_llama_acts_t *a, float *base)
   const prm_llama_config_t *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->hidden, D = prm_llama_head_dim(c), F = m->Fl;
   int64_t HD = m->Hl * D, GD = m->Gl * D;
+  int64_t Nr = prm__sp_rows(m, N); /* the residual stream's and the norms' rows */
   int64_t cur = 0;
-  a->resid = prm__carve(base, &cur, (c->layers + 1) * N * C);
+  a->resid = prm__carve(base, &cur, (c->layers + 1) * Nr * C);
   for (int s = 0; s < a->nsets; s++) {
     prm__layer_acts_t *x = &a->set[s];
-    x->ln1 = prm__carve(base, &cur, N * C);
-    x->rstd1 = prm__carve(base, &cur, N);
+    x->ln1 = prm__carve(base, &cur, Nr * C);
+    x->rstd1 = prm__carve(base, &cur, Nr);
     x->q = prm__carve(base, &cur, N * HD);
     x->k = prm__carve(base, &cur, N * GD);
     if (c->qk_norm) { /* the q/k norms' inputs and statistics */
@@ -210,9 +211,9 @@ static size_t prm__layout_acts(prm_llama_t *m, prm_llama_acts_t *a, float *base)
     x->v = prm__carve(base, &cur, N * GD);
     x->att = prm__carve(base, &cur, N * HD);
     x->lse = prm__carve(base, &cur, N * m->Hl);
-    x->mid = prm__carve(base, &cur, N * C);
-    x->ln2 = prm__carve(base, &cur, N * C);
-    x->rstd2 = prm__carve(base, &cur, N);
+    x->mid = prm__carve(base, &cur, Nr * C);
+    x->ln2 = prm__carve(base, &cur, Nr * C);
+    x->rstd2 = prm__carve(base, &cur, Nr);
     x->gate = prm__carve(base, &cur, N * F);
     x->up = prm__carve(base, &cur, N * F);
     x->h = prm__carve(base, &cur, N * F);
@@ -220,8 +221,8 @@ static size_t prm__layout_acts(prm_llama_t *m, prm_llama_acts_t *a, float *base)
     if (a->nsets == 1 ? c->experts > 0 : prm_llama_is_moe(c, s))
       prm__moe_carve_acts(m, x, base, &cur, N);
   }
-  a->lnf = prm__carve(base, &cur, N * C);
-  a->rstdf = prm__carve(base, &cur, N);
+  a->lnf = prm__carve(base, &cur, Nr * C);
+  a->rstdf = prm__carve(base, &cur, Nr);
   return (size_t)cur * sizeof(float);
 }
 
@@ -231,8 +232,13 @@ static size_t prm__layout_scratch(prm_llama_t *m, prm_llama_acts_t *a, float *ba
   int64_t N = m->B * m->T, C = c->hidden, D = prm_llama_head_dim(c), F = m->Fl;
   int64_t HD = m->Hl * D, GD = m->Gl * D;
   int64_t cur = 0;
+  if (m->tp.sp) { /* sp.c: the gathered rows and the partial sums */
+    a->spg = prm__carve(base, &cur, N * C);
+    a->spp = prm__carve(base, &cur, N * C);
+  }
   if (m->flags & PRM_LLAMA_TRAIN) {
-    a->dres = prm__carve(base, &cur, N * C);
+    a->dres = prm__carve(base, &cur, prm__sp_rows(m, N) * C);
+    if (m->tp.sp) a->dnw = prm__carve(base, &cur, 2 * C);
     a->dln = prm__carve(base, &cur, N * C);
     a->dlnf = prm__carve(base, &cur, N * C);
     a->dq = prm__carve(base, &cur, N * HD);
@@ -389,6 +395,7 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
     return prm_errf(err, PRM_ECONFIG,
                     "seq_length %lld must be a multiple of 2 x context_parallel_size = %d (each "
                     "rank holds two equal chunks of every sequence)", (long long)T, 2 * csize);
+  if (tp && tp->sp && (rc = prm_llama_sp_check_config(tsize, T, csize, err))) return rc;
   int esize = tp && tp->ep_size > 1 ? tp->ep_size : 1;
   if ((rc = prm_llama_ep_check_config(c, esize, err))) return rc;
   int etp = tsize > 1 && c->experts ? (tp->etp_size > 0 ? tp->etp_size : tsize) : 1;
@@ -422,6 +429,7 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
     m->tp.cp_rank = tp->cp_rank;
     m->tp.cp_comm = tp->cp_comm;
   }
+  m->tp.sp = tsize > 1 && tp->sp;
   if (esize > 1) {
     m->tp.ep_size = tp->ep_size;
     m->tp.ep_rank = tp->ep_rank;
@@ -718,7 +726,8 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
     }
   }
   if (m->tp.size > 1)
-    prm_sb_appendf(out, " (tensor-parallel shard %d of %d)", m->tp.rank + 1, m->tp.size);
+    prm_sb_appendf(out, " (tensor-parallel shard %d of %d%s)", m->tp.rank + 1, m->tp.size,
+                   m->tp.sp ? ", sequence parallel: 1/T of the norm and residual rows" : "");
   if (m->tp.cp_size > 1) {
     char r[32];
     prm_fmt_bytes(r, sizeof r, (double)m->cp_bytes);

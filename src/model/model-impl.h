@@ -61,6 +61,12 @@ struct prm_llama_acts {
   float *mdh, *mdgate, *mdup;/* MoE: (R,Fe) x 3 */
   float *msdh, *msdg, *msdu; /* MoE: (N,Fs) x 3 */
   float *mdw, *mdlogit;      /* MoE: (N,k), (N,E) */
+  /* Sequence parallel (sp.c; else NULL): the rows gathered over the group
+   * (a column-parallel layer's input, an output gradient), and the partial
+   * sums before a reduce-scatter (then its result); (N,C) each. */
+  float *spg, *spp;
+  float *dnw;                /* sequence parallel, training: (2 C) a pass' norm weight
+                              * gradients over this rank's rows, summed before they are added */
   float *logits;             /* (chunk,Vl) */
   float *tpstat;             /* (5 chunk) tensor parallel or bf16: row statistics */
   prm_bf16_t *x16[2];        /* bf16 only: operand slots (lin.c), n16[i] values each */
@@ -167,14 +173,37 @@ void prm__tp_slice_tensor(const prm_llama_t *m, const prm_tensor_t *t, const flo
  * prm_llama_tp_check). Nothing without tensor parallelism. */
 void prm__tp_sum(prm_llama_t *m, float *buf, int64_t n);
 /* The vocab-parallel embedding: rows of this rank's vocab slice, zeros
- * for the other tokens, summed over the group. */
+ * for the other tokens, summed over the group (sequence parallel: out
+ * gets this rank's N / T rows of the sum). */
 void prm__tp_embedding_forward(prm_llama_t *m, float *out, const int32_t *tokens, int64_t N);
 void prm__tp_embedding_backward(prm_llama_t *m, float *dembed, const float *dout,
                                 const int32_t *tokens, int64_t N);
 /* prm_lmhead_xent over a vocab-parallel head: the same loss on every rank;
- * dx (when not NULL) is the full gradient (summed over the group), dw this
- * rank's slice's gradient (added). */
+ * dx (when not NULL) is the full gradient (summed over the group; under
+ * sequence parallelism this rank's partial sums, which the caller
+ * reduce-scatters), dw this rank's slice's gradient (added). */
 double prm__tp_lmhead_xent(prm_llama_t *m, float *dx, float *dw, int64_t *count, const float *x,
                            const float *w, const int32_t *targets, int64_t N, float grad_scale);
+
+/* ---- sp.c: sequence parallelism inside the tensor-parallel group ---- */
+
+/* Rows of N that this rank holds outside the tensor-parallel blocks: N, or
+ * N / size under sequence parallelism. */
+static inline int64_t prm__sp_rows(const prm_llama_t *m, int64_t N) {
+  return m->tp.sp ? N / m->tp.size : N;
+}
+/* Megatron's g: full (N,C) <- every rank's part (N/size rows), returning
+ * full; without sequence parallelism returns part (nothing moves). */
+float *prm__sp_gather(prm_llama_t *m, float *full, float *part, int64_t N);
+/* Megatron's g-bar: dst (N/size,C) <- this rank's rows of the sum of
+ * every rank's part (N,C), returning dst; without sequence parallelism
+ * part is summed over the group in place (prm__tp_sum) and returned. */
+float *prm__sp_reduce(prm_llama_t *m, float *part, float *dst, int64_t N);
+/* dst (N/size,C) <- this rank's rows of full (N,C) (the same on every
+ * rank), returning dst; without sequence parallelism returns full. */
+float *prm__sp_slice(const prm_llama_t *m, float *dst, float *full, int64_t N);
+/* buf (k C): a pass' gradients of k norm weights over this rank's rows;
+ * summed over the group, then added to dw[0..k) (C each). */
+void prm__sp_norm_grads(prm_llama_t *m, float *const *dw, float *buf, int k);
 
 #endif

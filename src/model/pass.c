@@ -7,7 +7,12 @@
  * slices (Hl heads, Gl groups, Fl ffn columns); the outputs of the
  * row-parallel o_proj and down_proj are summed over the group in forward,
  * and so are the input gradients of the column-parallel q/k/v and gate/up
- * in backward (Megatron's g and f operators). */
+ * in backward (Megatron's g and f operators).
+ *
+ * Under sequence parallelism (sp.c) the norms and residual adds run on
+ * this rank's Nr = N / T rows: the norms' outputs are gathered before the
+ * column-parallel layers, and the row-parallel layers' partial outputs
+ * reduce-scattered instead of summed (and the reverse in backward). */
 #include "model-impl.h"
 
 #include <string.h>
@@ -33,6 +38,26 @@ static void prm__bias_bwd(const prm_llama_t *m, float *db, const float *dy, int6
 /* One layer forward                                                          */
 /* ------------------------------------------------------------------------ */
 
+/* out = rmsnorm(a (+ b, into sum when b)) over this rank's rows, and the
+ * input of the column-parallel GEMMs that follow: *xf the fp32 rows (out,
+ * or every rank's rows gathered under sequence parallelism), the return
+ * their bf16 copy in operand slot 0 (NULL in fp32). Without sequence
+ * parallelism one fused pass (prm__norm16). */
+static const prm_bf16_t *prm__norm_in(prm_llama_t *m, const float **xf, float *sum, float *out,
+                                      float *rstd, const float *a, const float *b,
+                                      const float *w, int64_t N) {
+  int64_t C = m->cfg.hidden, Nr = prm__sp_rows(m, N);
+  float eps = (float)m->cfg.norm_eps;
+  if (!m->tp.sp) {
+    *xf = out;
+    return prm__norm16(m, sum, out, rstd, a, b, w, N, C, eps);
+  }
+  if (b) prm_dev_add_rmsnorm_forward(m->dev, sum, out, rstd, a, b, w, Nr, C, eps);
+  else prm_dev_rmsnorm_forward(m->dev, out, rstd, a, w, Nr, C, eps);
+  *xf = prm__sp_gather(m, m->acts->spg, out, N);
+  return prm__to16(m, 0, *xf, N * C);
+}
+
 /* x (N,C) -> y (N,C); every intermediate goes to `a`. */
 static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
                                prm__layer_acts_t *a, const float *x, float *y, int64_t B) {
@@ -40,14 +65,17 @@ static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
   int64_t T = m->T, N = B * T, C = c->hidden, D = prm_llama_head_dim(c), F = m->Fl;
   int64_t H = m->Hl, G = m->Gl, HD = H * D, GD = G * D;
   const prm_bf16_t *x16; /* the bf16 copy of a layer input; NULL in fp32 (lin.c) */
+  prm_llama_acts_t *s = m->acts;
+  int64_t Nr = prm__sp_rows(m, N); /* x, y and the norms' rows (sequence parallel: N / T) */
 
   const prm_dev_t *d = m->dev;
-  x16 = prm__norm16(m, NULL, a->ln1, a->rstd1, x, NULL, w->ln1, N, C, (float)c->norm_eps);
+  const float *xa; /* the GEMMs' input: ln1, gathered under sequence parallelism */
+  x16 = prm__norm_in(m, &xa, NULL, a->ln1, a->rstd1, x, NULL, w->ln1, N);
   /* With q/k norms the projections land in qraw/kraw, normalised into q/k. */
   float *q = w->qn ? a->qraw : a->q, *k = w->qn ? a->kraw : a->k;
-  prm__lin_fwd(m, q, a->ln1, x16, w->wq, N, C, HD);
-  prm__lin_fwd(m, k, a->ln1, x16, w->wk, N, C, GD);
-  prm__lin_fwd(m, a->v, a->ln1, x16, w->wv, N, C, GD);
+  prm__lin_fwd(m, q, xa, x16, w->wq, N, C, HD);
+  prm__lin_fwd(m, k, xa, x16, w->wk, N, C, GD);
+  prm__lin_fwd(m, a->v, xa, x16, w->wv, N, C, GD);
   if (w->bq) {
     prm__bias_fwd(m, q, w->bq, N, HD);
     prm__bias_fwd(m, k, w->bk, N, GD);
@@ -60,24 +88,30 @@ static void prm__layer_forward(prm_llama_t *m, const prm_llama_layer_t *w,
   prm_dev_rope(d, a->q, m->rope_cos, m->rope_sin, B, T, H, D, 0, m->pass_pos, 1.0f);
   prm_dev_rope(d, a->k, m->rope_cos, m->rope_sin, B, T, G, D, 0, m->pass_pos, 1.0f);
   prm__attn_fwd(m, a, B);
-  prm__lin_fwd(m, a->mid, a->att, prm__to16(m, 0, a->att, N * HD), w->wo, N, HD, C);
-  prm__tp_sum(m, a->mid, N * C);
+  float *o = m->tp.sp ? s->spp : a->mid; /* the row-parallel output's partial sums */
+  prm__lin_fwd(m, o, a->att, prm__to16(m, 0, a->att, N * HD), w->wo, N, HD, C);
+  prm__sp_reduce(m, o, a->mid, N);
   /* mid = x + attention; ln2 = rmsnorm(mid), in one pass (with ln2's bf16
    * copy for the dense MLP's GEMMs). */
+  o = m->tp.sp ? s->spp : y;
   if (w->router) { /* a mixture-of-experts MLP (moe.c; host memory only) */
-    prm_dev_add_rmsnorm_forward(d, a->mid, a->ln2, a->rstd2, a->mid, x, w->ln2, N, C,
+    prm_dev_add_rmsnorm_forward(d, a->mid, a->ln2, a->rstd2, a->mid, x, w->ln2, Nr, C,
                                 (float)c->norm_eps);
-    prm__moe_forward(m, w - m->layer, w, a, a->ln2, y, N);
-    prm_add(y, y, a->mid, N * C);
+    /* Its output is summed over the group inside (the same on every
+     * rank); sequence parallel keeps this rank's rows of it. */
+    prm__moe_forward(m, w - m->layer, w, a, prm__sp_gather(m, s->spg, a->ln2, N), o, N);
+    prm__sp_slice(m, y, o, N);
+    prm_add(y, y, a->mid, Nr * C);
     return;
   }
-  x16 = prm__norm16(m, a->mid, a->ln2, a->rstd2, a->mid, x, w->ln2, N, C, (float)c->norm_eps);
-  prm__lin_fwd(m, a->gate, a->ln2, x16, w->wgate, N, C, F);
-  prm__lin_fwd(m, a->up, a->ln2, x16, w->wup, N, C, F);
+  const float *xm;
+  x16 = prm__norm_in(m, &xm, a->mid, a->ln2, a->rstd2, a->mid, x, w->ln2, N);
+  prm__lin_fwd(m, a->gate, xm, x16, w->wgate, N, C, F);
+  prm__lin_fwd(m, a->up, xm, x16, w->wup, N, C, F);
   x16 = prm__swiglu16(m, a->h, a->gate, a->up, N * F);
-  prm__lin_fwd(m, y, a->h, x16, w->wdown, N, F, C);
-  prm__tp_sum(m, y, N * C);
-  prm_dev_add(d, y, y, a->mid, N * C);
+  prm__lin_fwd(m, o, a->h, x16, w->wdown, N, F, C);
+  prm__sp_reduce(m, o, y, N);
+  prm_dev_add(d, y, y, a->mid, Nr * C);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -95,28 +129,41 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
   int64_t H = m->Hl, G = m->Gl, HD = H * D, GD = G * D;
   const prm_bf16_t *x16, *dy16; /* bf16 copies in slots 0 and 1; NULL in fp32 */
   const prm_dev_t *d = m->dev;
+  /* Sequence parallel: dres, x and the norms hold Nr rows; the blocks'
+   * inputs and output gradients are gathered again (sp.c), and a pass'
+   * norm weight gradients go to dnw (ln2, ln1) and are summed at the end. */
+  int64_t Nr = prm__sp_rows(m, N);
+  float *dln2 = s->dnw ? s->dnw : dw->ln2, *dln1 = s->dnw ? s->dnw + C : dw->ln1;
+  if (s->dnw) prm_dev_zero(d, s->dnw, (size_t)(2 * C) * sizeof(float), NULL);
+  const float *dl; /* the norm's output gradient, Nr rows */
 
   /* MLP: y = mid + down(silu(gate) * up). dres flows to mid unchanged. */
   if (w->router) { /* a mixture-of-experts MLP (moe.c) */
-    prm__moe_backward(m, w, dw, a, a->ln2, s->dres, s->dln, N);
+    /* Its input gradient is summed over the group inside. */
+    float *dy = prm__sp_gather(m, s->spp, s->dres, N);
+    prm__moe_backward(m, w, dw, a, prm__sp_gather(m, s->spg, a->ln2, N), dy, s->dln, N);
+    dl = prm__sp_slice(m, s->spp, s->dln, N);
   } else {
-    dy16 = prm__to16(m, 1, s->dres, N * C);
+    const float *dy = prm__sp_gather(m, s->spg, s->dres, N);
+    dy16 = prm__to16(m, 1, dy, N * C);
     x16 = prm__to16(m, 0, a->h, N * F);
-    prm__lin_bwd(m, s->dh, dw->wdown, s->dres, dy16, a->h, x16, w->wdown, N, F, C, 0);
+    prm__lin_bwd(m, s->dh, dw->wdown, dy, dy16, a->h, x16, w->wdown, N, F, C, 0);
     prm_dev_swiglu_backward(d, s->dgate, s->dup, s->dh, a->gate, a->up, N * F);
-    x16 = prm__to16(m, 0, a->ln2, N * C);
+    const float *xm = prm__sp_gather(m, s->spg, a->ln2, N); /* dy is done with */
+    x16 = prm__to16(m, 0, xm, N * C);
     dy16 = prm__to16(m, 1, s->dgate, N * F);
-    prm__lin_bwd(m, s->dln, dw->wgate, s->dgate, dy16, a->ln2, x16, w->wgate, N, C, F, 0);
+    prm__lin_bwd(m, s->dln, dw->wgate, s->dgate, dy16, xm, x16, w->wgate, N, C, F, 0);
     dy16 = prm__to16(m, 1, s->dup, N * F);
-    prm__lin_bwd(m, s->dln, dw->wup, s->dup, dy16, a->ln2, x16, w->wup, N, C, F, 1);
-    prm__tp_sum(m, s->dln, N * C);
+    prm__lin_bwd(m, s->dln, dw->wup, s->dup, dy16, xm, x16, w->wup, N, C, F, 1);
+    dl = prm__sp_reduce(m, s->dln, s->spp, N);
   }
-  prm_dev_rmsnorm_backward(d, s->dres, dw->ln2, s->dln, a->mid, w->ln2, a->rstd2, N, C);
+  prm_dev_rmsnorm_backward(d, s->dres, dln2, dl, a->mid, w->ln2, a->rstd2, Nr, C);
 
   /* Attention: mid = x + o(att(rope(q), rope(k), v)). */
-  dy16 = prm__to16(m, 1, s->dres, N * C);
+  const float *dy = prm__sp_gather(m, s->spg, s->dres, N);
+  dy16 = prm__to16(m, 1, dy, N * C);
   x16 = prm__to16(m, 0, a->att, N * HD);
-  prm__lin_bwd(m, s->datt, dw->wo, s->dres, dy16, a->att, x16, w->wo, N, HD, C, 0);
+  prm__lin_bwd(m, s->datt, dw->wo, dy, dy16, a->att, x16, w->wo, N, HD, C, 0);
   prm__attn_bwd(m, a, B);
   prm_dev_rope(d, s->dq, m->rope_cos, m->rope_sin, B, T, H, D, 0, m->pass_pos, -1.0f);
   prm_dev_rope(d, s->dk, m->rope_cos, m->rope_sin, B, T, G, D, 0, m->pass_pos, -1.0f);
@@ -149,15 +196,15 @@ static void prm__layer_backward(prm_llama_t *m, const prm_llama_layer_t *w,
     prm__bias_bwd(m, dw->bk, dk, N, GD);
     prm__bias_bwd(m, dw->bv, s->dv, N, GD);
   }
-  x16 = prm__to16(m, 0, a->ln1, N * C);
-  prm__lin_bwd(m, s->dln, dw->wq, dq, prm__to16(m, 1, dq, N * HD), a->ln1, x16, w->wq, N, C,
-               HD, 0);
-  prm__lin_bwd(m, s->dln, dw->wk, dk, prm__to16(m, 1, dk, N * GD), a->ln1, x16, w->wk, N, C,
+  const float *xa = prm__sp_gather(m, s->spg, a->ln1, N); /* dy is done with */
+  x16 = prm__to16(m, 0, xa, N * C);
+  prm__lin_bwd(m, s->dln, dw->wq, dq, prm__to16(m, 1, dq, N * HD), xa, x16, w->wq, N, C, HD, 0);
+  prm__lin_bwd(m, s->dln, dw->wk, dk, prm__to16(m, 1, dk, N * GD), xa, x16, w->wk, N, C, GD, 1);
+  prm__lin_bwd(m, s->dln, dw->wv, s->dv, prm__to16(m, 1, s->dv, N * GD), xa, x16, w->wv, N, C,
                GD, 1);
-  prm__lin_bwd(m, s->dln, dw->wv, s->dv, prm__to16(m, 1, s->dv, N * GD), a->ln1, x16, w->wv, N, C,
-               GD, 1);
-  prm__tp_sum(m, s->dln, N * C);
-  prm_dev_rmsnorm_backward(d, s->dres, dw->ln1, s->dln, x, w->ln1, a->rstd1, N, C);
+  dl = prm__sp_reduce(m, s->dln, s->spp, N);
+  prm_dev_rmsnorm_backward(d, s->dres, dln1, dl, x, w->ln1, a->rstd1, Nr, C);
+  if (s->dnw) prm__sp_norm_grads(m, (float *const[]){dw->ln2, dw->ln1}, s->dnw, 2);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -214,26 +261,66 @@ static double prm__head(prm_llama_t *m, float *dx, float *dw, int64_t *count, co
   if (!prm_dev_is_host(m->dev))
     return prm_dev_lmhead_xent(m->dev, dx, dw, count, a->lnf, m->head, tgt, targets, N, c->hidden,
                                c->vocab, grad_scale, a->logits, m->dloss, a->chunk);
-  if (m->tp.size > 1 || m->params16)
-    return prm__tp_lmhead_xent(m, dx, dw, count, a->lnf, m->head, targets, N, grad_scale);
+  if (m->tp.size > 1 || m->params16) /* sequence parallel: every rank's rows, gathered */
+    return prm__tp_lmhead_xent(m, dx, dw, count, prm__sp_gather(m, a->spg, a->lnf, N), m->head,
+                               targets, N, grad_scale);
   return prm_lmhead_xent(&m->gemm, dx, dw, count, a->lnf, m->head, targets, N, c->hidden,
                          c->vocab, grad_scale, a->logits, a->chunk);
+}
+
+/* The residual stream's stride between layers: its rows at the built
+ * batch size (sequence parallel: this rank's) times the hidden size. */
+static int64_t prm__resid_stride(const prm_llama_t *m) {
+  return prm__sp_rows(m, m->B * m->T) * m->cfg.hidden;
+}
+
+/* The final norm's backward from the head's input gradient a->dlnf (N
+ * rows; sequence parallel: partial sums, reduce-scattered first) into
+ * a->dres (zeroed first) and m->dnorm. */
+static void prm__norm_backward(prm_llama_t *m, int64_t N) {
+  prm_llama_acts_t *a = m->acts;
+  int64_t C = m->cfg.hidden, Nr = prm__sp_rows(m, N);
+  const float *x = a->resid + m->cfg.layers * prm__resid_stride(m);
+  const float *dl = m->tp.sp ? prm__sp_reduce(m, a->dlnf, a->spp, N) : a->dlnf;
+  prm_dev_zero(m->dev, a->dres, (size_t)(Nr * C) * sizeof(float), NULL);
+  if (!a->dnw) {
+    prm_dev_rmsnorm_backward(m->dev, a->dres, m->dnorm, dl, x, m->norm, a->rstdf, Nr, C);
+    return;
+  }
+  prm_dev_zero(m->dev, a->dnw, (size_t)C * sizeof(float), NULL);
+  prm_dev_rmsnorm_backward(m->dev, a->dres, a->dnw, dl, x, m->norm, a->rstdf, Nr, C);
+  prm__sp_norm_grads(m, &m->dnorm, a->dnw, 1);
+}
+
+/* The embedding, forward into the residual stream's first rows, and its
+ * backward from a->dres; dtok: the ids as the device reads them. */
+static void prm__embed_forward(prm_llama_t *m, const int32_t *tokens, const int32_t *dtok,
+                               int64_t N) {
+  prm_llama_acts_t *a = m->acts;
+  if (m->tp.size > 1) prm__tp_embedding_forward(m, a->resid, tokens, N);
+  else prm_dev_embedding_forward(m->dev, a->resid, dtok, m->embed, N, m->cfg.hidden);
+}
+
+static void prm__embed_backward(prm_llama_t *m, const int32_t *tokens, const int32_t *dtok,
+                                int64_t N) {
+  prm_llama_acts_t *a = m->acts;
+  if (m->tp.size > 1)
+    prm__tp_embedding_backward(m, m->dembed, prm__sp_gather(m, a->spg, a->dres, N), tokens, N);
+  else
+    prm_dev_embedding_backward(m->dev, m->dembed, a->dres, dtok, N, m->cfg.hidden);
 }
 
 static void prm__forward_layers(prm_llama_t *m, const int32_t *tokens, int64_t B) {
   const prm_llama_config_t *c = &m->cfg;
   prm_llama_acts_t *a = m->acts;
-  int64_t N = B * m->T, NC = m->B * m->T * c->hidden; /* resid stride: built size */
-  if (m->tp.size > 1)
-    prm__tp_embedding_forward(m, a->resid, tokens, N);
-  else
-    prm_dev_embedding_forward(m->dev, a->resid, tokens, m->embed, N, c->hidden);
+  int64_t N = B * m->T, NC = prm__resid_stride(m);
+  prm__embed_forward(m, tokens, tokens, N);
   m->moe_aux_last = 0;
   for (int64_t l = 0; l < c->layers; l++)
     prm__layer_forward(m, &m->layer[l], prm__set(m, l), a->resid + l * NC,
                        a->resid + (l + 1) * NC, B);
-  prm_dev_rmsnorm_forward(m->dev, a->lnf, a->rstdf, a->resid + c->layers * NC, m->norm, N,
-                          c->hidden, (float)c->norm_eps);
+  prm_dev_rmsnorm_forward(m->dev, a->lnf, a->rstdf, a->resid + c->layers * NC, m->norm,
+                          prm__sp_rows(m, N), c->hidden, (float)c->norm_eps);
 }
 
 double prm_llama_forward(prm_llama_t *m, const int32_t *tokens, const int32_t *targets,
@@ -256,7 +343,7 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   PRM_ASSERT(B >= 1 && B <= m->B);
   const prm_llama_config_t *c = &m->cfg;
   prm_llama_acts_t *a = m->acts;
-  int64_t N = B * m->T, C = c->hidden, NC = m->B * m->T * C;
+  int64_t N = B * m->T, NC = prm__resid_stride(m);
   const int32_t *dtok, *dtgt;
   prm__pass_ids(m, tokens, targets, B, &dtok, &dtgt);
   prm__refresh16(m);
@@ -279,9 +366,7 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
 
   /* The head and its loss, with the head's backward fused in. */
   double loss = prm__head(m, a->dlnf, m->dhead, count, dtgt, targets, N, grad_scale);
-  prm_dev_zero(m->dev, a->dres, (size_t)(N * C) * sizeof(float), NULL);
-  prm_dev_rmsnorm_backward(m->dev, a->dres, m->dnorm, a->dlnf, a->resid + c->layers * NC, m->norm,
-                           a->rstdf, N, C);
+  prm__norm_backward(m, N);
   /* Layer l's tensors start at tensors[layer_t0[l]]; the final norm follows. */
   const prm_tensor_t *t = m->tensors;
   int64_t norm_off = t[m->layer_t0[c->layers]].offset, embed_n = t[0].numel;
@@ -302,10 +387,7 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
       m->grads_ready(m->grads_ctx, lo, hi - lo);
     }
   }
-  if (m->tp.size > 1)
-    prm__tp_embedding_backward(m, m->dembed, a->dres, tokens, N);
-  else
-    prm_dev_embedding_backward(m->dev, m->dembed, a->dres, dtok, N, C);
+  prm__embed_backward(m, tokens, dtok, N);
   if (m->grads_ready) m->grads_ready(m->grads_ctx, 0, embed_n);
   m->moe_aux_last = moe_aux;
   m->moe_tgt = NULL;
@@ -322,8 +404,10 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
 
 float *prm_llama_stage_x(prm_llama_t *m, int64_t l) {
   PRM_ASSERT(l >= 0 && l <= m->cfg.layers);
-  return m->acts->resid + l * m->B * m->T * m->cfg.hidden;
+  return m->acts->resid + l * prm__resid_stride(m);
 }
+
+int64_t prm_llama_stage_rows(const prm_llama_t *m, int64_t B) { return prm__sp_rows(m, B * m->T); }
 
 float *prm_llama_stage_dx(prm_llama_t *m) { return m->acts->dres; }
 
@@ -334,14 +418,11 @@ double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int
   PRM_ASSERT(B >= 1 && B <= m->B && 0 <= lo && lo < hi && hi <= c->layers);
   PRM_ASSERT(!train || (m->flags & PRM_LLAMA_TRAIN));
   prm_llama_acts_t *a = m->acts;
-  int64_t N = B * m->T, C = c->hidden, NC = m->B * m->T * C;
+  int64_t N = B * m->T, C = c->hidden, NC = prm__resid_stride(m);
   const int32_t *dtok, *dtgt;
   prm__pass_ids(m, lo == 0 ? tokens : NULL, hi == c->layers ? targets : NULL, B, &dtok, &dtgt);
   prm__refresh16(m);
-  if (lo == 0) {
-    if (m->tp.size > 1) prm__tp_embedding_forward(m, a->resid, tokens, N);
-    else prm_dev_embedding_forward(m->dev, a->resid, dtok, m->embed, N, C);
-  }
+  if (lo == 0) prm__embed_forward(m, tokens, dtok, N);
   /* MoE: a training forward records its routing and sets the aux/z
    * losses' gradient weight, as prm_llama_forward_backward does; a pass is
    * counted where it starts, so the stages' counts add up to the
@@ -363,8 +444,8 @@ double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int
   m->moe_record = 0;
   *count = 0;
   if (hi < c->layers) return 0;
-  prm_dev_rmsnorm_forward(m->dev, a->lnf, a->rstdf, a->resid + c->layers * NC, m->norm, N, C,
-                          (float)c->norm_eps);
+  prm_dev_rmsnorm_forward(m->dev, a->lnf, a->rstdf, a->resid + c->layers * NC, m->norm,
+                          prm__sp_rows(m, N), C, (float)c->norm_eps);
   float *dx = train ? a->dlnf : NULL, *dw = train ? m->dhead : NULL;
   return prm__head(m, dx, dw, count, dtgt, targets, N, train ? grad_scale : 0.0f);
 }
@@ -375,14 +456,10 @@ void prm_llama_stage_backward(prm_llama_t *m, int64_t lo, int64_t hi, const int3
   PRM_ASSERT(m->flags & PRM_LLAMA_TRAIN);
   PRM_ASSERT(B >= 1 && B <= m->B && 0 <= lo && lo < hi && hi <= c->layers);
   prm_llama_acts_t *a = m->acts;
-  int64_t N = B * m->T, C = c->hidden, NC = m->B * m->T * C;
+  int64_t N = B * m->T, NC = prm__resid_stride(m);
   const int32_t *dtok, *dtgt;
   prm__pass_ids(m, lo == 0 ? tokens : NULL, NULL, B, &dtok, &dtgt);
-  if (hi == c->layers) {
-    prm_dev_zero(m->dev, a->dres, (size_t)(N * C) * sizeof(float), NULL);
-    prm_dev_rmsnorm_backward(m->dev, a->dres, m->dnorm, a->dlnf, a->resid + c->layers * NC, m->norm,
-                             a->rstdf, N, C);
-  }
+  if (hi == c->layers) prm__norm_backward(m, N);
   for (int64_t l = hi - 1; l >= lo; l--) {
     prm__layer_acts_t *s = prm__set(m, l);
     const float *x = a->resid + l * NC;
@@ -391,8 +468,7 @@ void prm_llama_stage_backward(prm_llama_t *m, int64_t lo, int64_t hi, const int3
     prm__layer_backward(m, &m->layer[l], &m->dlayer[l], s, x, B);
   }
   if (lo > 0) return;
-  if (m->tp.size > 1) prm__tp_embedding_backward(m, m->dembed, a->dres, tokens, N);
-  else prm_dev_embedding_backward(m->dev, m->dembed, a->dres, dtok, N, C);
+  prm__embed_backward(m, tokens, dtok, N);
 }
 
 void prm_llama_set_grads_hook(prm_llama_t *m, void (*fn)(void *ctx, int64_t offset, int64_t numel),

@@ -151,17 +151,20 @@ void prm__tp_sum(prm_llama_t *m, float *buf, int64_t n) {
 /* Vocab-parallel embedding                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Sequence parallel: the rows go to the scratch's partial sums, and this
+ * rank's block of their sum to out (N / T rows). */
 void prm__tp_embedding_forward(prm_llama_t *m, float *out, const int32_t *tokens, int64_t N) {
   int64_t C = m->cfg.hidden, v0 = m->v0, vl = m->Vl;
+  float *rows = m->tp.sp ? m->acts->spp : out;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; n++) {
     int64_t v = (int64_t)tokens[n] - v0;
     if (v >= 0 && v < vl)
-      memcpy(out + n * C, m->embed + v * C, (size_t)C * sizeof(float));
+      memcpy(rows + n * C, m->embed + v * C, (size_t)C * sizeof(float));
     else
-      memset(out + n * C, 0, (size_t)C * sizeof(float));
+      memset(rows + n * C, 0, (size_t)C * sizeof(float));
   }
-  prm__tp_sum(m, out, N * C);
+  prm__sp_reduce(m, rows, out, N);
 }
 
 /* Rows in order, as prm_embedding_backward: repeated tokens add up in the
@@ -234,7 +237,8 @@ double prm__tp_lmhead_xent(prm_llama_t *m, float *dx, float *dw, int64_t *count,
       if (dw) prm_sgemm(g, 1, 0, V, C, rows, 1.0f, logits, V, xc, C, 1.0f, dw, C);
     }
   }
-  if (dx) prm__tp_sum(m, dx, N * C);
+  if (dx && !m->tp.sp) prm__tp_sum(m, dx, N * C); /* sequence parallel: reduce-scattered by
+                                                    * the caller (pass.c) */
   if (count) *count = cnt;
   return total;
 }

@@ -549,6 +549,17 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
   }
   if ((rc = prm_llama_tp_check_config(&o->model, o->tp, err)))
     return prm__prefix_origin(e, "tensor_model_parallel_size", err);
+  /* Megatron-LM turns sequence_parallel off at tensor_model_parallel_size
+   * 1 (Primus' own 70B examples set it there), so it is a warning here. */
+  prm__bool(e, "sequence_parallel", 0, &o->sp);
+  if (o->sp && o->tp <= 1) {
+    PRM_WARN("sequence_parallel: true has no effect at tensor_model_parallel_size 1 (it shards "
+             "the norm and residual rows over the tensor-parallel group); turned off, as "
+             "Megatron-LM does");
+    o->sp = 0;
+  }
+  if (o->sp && (rc = prm_llama_sp_check_config(o->tp, o->seq_length, o->cp, err)))
+    return prm__prefix_origin(e, "sequence_parallel", err);
   /* Supervised fine-tuning: the module decides, the data keys follow. */
   o->sft = prm_streq(prm_exp_module(e), "post_trainer");
   prm__bool(e, "packing", 1, &o->packing);

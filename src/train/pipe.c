@@ -262,7 +262,8 @@ static int prm__pipe_op(prm__session_t *s, const prm_train_opts_t *o, prm__pipe_
   prm_llama_t *m = s->model;
   int P = pp->size, C = P * pp->virt, v = op->chunk, ch = v * P + pp->rank;
   int next = (pp->rank + 1) % P, prev = (pp->rank + P - 1) % P, rc;
-  int64_t B = o->micro_batch, n = B * o->seq_length * m->cfg.hidden, lo = pp->lo[v], hi = pp->hi[v];
+  int64_t B = o->micro_batch, n = prm_llama_stage_rows(m, B) * m->cfg.hidden;
+  int64_t lo = pp->lo[v], hi = pp->hi[v];
   int64_t first = begin + op->mb * B;
   int *slot = &pp->slot_of[v * pp->M + op->mb];
   if (op->kind == PRM__PP_FWD) {
@@ -361,7 +362,7 @@ int prm__pipe_evaluate(prm__session_t *s, const prm_train_opts_t *o, prm__dp_t *
   int64_t G = o->global_batch, B = o->micro_batch;
   int64_t share = dp ? G / dp->dsize : G, rank = dp ? dp->drank : 0;
   int P = pp->size, C = P * pp->virt, next = (pp->rank + 1) % P, prev = (pp->rank + P - 1) % P;
-  int64_t n = B * o->seq_length * m->cfg.hidden;
+  int64_t n = prm_llama_stage_rows(m, B) * m->cfg.hidden;
   int rc = 0;
   prm_llama_use_slot(m, 0);
   /* One micro-batch at a time through the chunks in model order: a chain

@@ -326,12 +326,13 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
              attempt, run_id, own_dir ? own_dir : "(none: save is not set)");
   prm__hb_open(&hb);
   prm__hb_beat(&hb, 0, "start");
-  prm_llama_tp_t tp;
+  prm_llama_tp_t tp = {0};
   int *stages = NULL; /* pipeline parallel: each layer's stage, for building the model */
   if (!(rc = prm__par_open(&par, o, err)) && !(rc = prm__pipe_stages(o, &par, &stages, err))) {
     prm__par_model_tp(&par, &tp);
     tp.pp_stage = stages;
     tp.etp_size = o->etp; /* MoE under tensor parallelism: experts split (0: = tp) or whole */
+    tp.sp = o->sp;
     rc = prm__session_open(o, flags, resume_dir || own_dir ? NULL : o->load, PRM_SPLIT_TRAIN, &tp,
                            &s, err);
   }
@@ -475,14 +476,21 @@ int prm_train_run(const prm_train_opts_t *o, const char *run_dir, prm_err_t *err
              "the %d context x data-parallel ranks", par.cp_size, par.cp_rank, (long long)m->T,
              (long long)o->seq_length, par.cp_rank, 2 * par.cp_size - 1 - par.cp_rank,
              2 * par.cp_size, par.dp_size);
+  char sp[96] = ""; /* sequence parallel: this rank's block of each micro-batch's rows */
+  if (m->tp.sp) {
+    int64_t rows = prm_llama_stage_rows(m, o->micro_batch);
+    snprintf(sp, sizeof sp, ", sequence parallel: token rows [%lld, %lld) of %lld",
+             (long long)(rows * par.tp_rank), (long long)(rows * (par.tp_rank + 1)),
+             (long long)(o->micro_batch * m->T));
+  }
   if (par.tp_size > 1)
     PRM_INFO("tensor parallel: %d ranks per group (this is rank %d of group %d: %lld of %lld "
              "parameters, %lld/%lld heads, %lld/%lld kv groups, ffn %lld/%lld, vocab rows "
-             "[%lld, %lld)); %d tensor-parallel group%s",
+             "[%lld, %lld)%s); %d tensor-parallel group%s",
              par.tp_size, par.tp_rank, par.dp_rank, (long long)m->nparams,
              (long long)m->full_nparams, (long long)m->Hl, (long long)c->heads,
              (long long)m->Gl, (long long)c->groups, (long long)m->Fl, (long long)c->ffn,
-             (long long)m->v0, (long long)(m->v0 + m->Vl), par.dp_size,
+             (long long)m->v0, (long long)(m->v0 + m->Vl), sp, par.dp_size,
              par.dp_size == 1 ? "" : "s");
   if (par.ep_size > 1)
     PRM_INFO("expert parallel: %d ranks per group (this is rank %d: experts %lld-%lld of %lld, "
