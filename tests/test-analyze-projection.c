@@ -3,7 +3,8 @@
  * recorded numbers - data parallelism halves the compute per rank, the
  * pipeline bubble follows (p-1)/v / (m + (p-1)/v), communication grows with
  * the bytes moved, ZeRO-1 divides the optimizer by the data-parallel size,
- * tensor parallelism splits the matrices; the activation and scratch
+ * tensor parallelism splits the matrices, sequence parallelism the norm
+ * and residual rows; the activation and scratch
  * bytes are the engine's own (prm_llama_new); clear errors for hardware
  * files that lack keys and layouts that do not divide the model. */
 #define _GNU_SOURCE
@@ -240,6 +241,41 @@ static void test_tp_splits_params(void **state) {
   assert_string_equal(r2.tp_link, "inter-node");
 }
 
+/* Sequence parallel at T = 2: the residual stream, the norms' outputs and
+ * statistics and the post-attention sums hold N / 2 rows (activations fall
+ * by those), the scratch gains the gathered rows and partial sums (2 N C),
+ * the norm weights' gradients (2 C) and loses half of dres; the backward
+ * gathers of the norms' outputs add tensor-parallel time; the parameters
+ * do not change. At T = 1 the key changes nothing. */
+static void test_sp_divides_norm_rows(void **state) {
+  (void)state;
+  prm_pj_hw_t hw = hw_full(8);
+  for (int rec = 0; rec < 2; rec++) {
+    prm_pj_input_t in = input();
+    in.recompute = rec;
+    prm_pj_result_t r0, r1, r2, r3;
+    project(&in, &hw, &r0);
+    in.sp = 1;
+    project(&in, &hw, &r1);
+    assert_true(r1.mem_acts == r0.mem_acts && r1.mem_scratch == r0.mem_scratch &&
+                r1.t_tp == r0.t_tp);
+    in.tp = 2;
+    in.ranks_per_node = 2;
+    in.sp = 0;
+    project(&in, &hw, &r2);
+    in.sp = 1;
+    project(&in, &hw, &r3);
+    /* The input's sizes are multiples of 16 floats: no padding. */
+    double N = (double)(in.micro_batch * in.seq), C = (double)in.model.hidden;
+    double L = (double)in.model.layers, sets = rec ? 1 : L;
+    double rows = (L + 1) * N * C + sets * (3 * N * C + 2 * N) + N * C + N; /* halved */
+    assert_close(r2.mem_acts - r3.mem_acts, 4 * rows / 2, 1e-12);
+    assert_close(r3.mem_scratch - r2.mem_scratch, 4 * (2 * N * C + 2 * C - N * C / 2), 1e-12);
+    assert_true(r3.t_tp > r2.t_tp);
+    assert_int_equal(r3.params_rank, r2.params_rank);
+  }
+}
+
 /* The activation and scratch blocks are the engine's (T = 1, P = 1). */
 static void test_memory_matches_engine(void **state) {
   (void)state;
@@ -352,6 +388,7 @@ int main(void) {
       cmocka_unit_test(test_dp_halves_compute),    cmocka_unit_test(test_bubble),
       cmocka_unit_test(test_comm_grows_with_bytes), cmocka_unit_test(test_zero_divides_optimizer),
       cmocka_unit_test(test_tp_splits_params),     cmocka_unit_test(test_memory_matches_engine),
+      cmocka_unit_test(test_sp_divides_norm_rows),
       cmocka_unit_test(test_errors),               cmocka_unit_test(test_hw_file_and_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

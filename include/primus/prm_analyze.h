@@ -215,6 +215,7 @@ typedef struct {
   int dist_opt;               /* use_distributed_optimizer (ZeRO-1) */
   int overlap;                /* overlap_grad_reduce */
   int recompute;              /* recompute_granularity set (full recomputation) */
+  int sp;                     /* sequence_parallel (counted only when tp > 1) */
   int bf16;                   /* communication and activations in 2-byte values */
   int64_t bucket;             /* ddp_bucket_size, in parameters */
   int64_t nodes, ranks_per_node; /* ranks_per_node 0: the hardware's */
@@ -223,7 +224,7 @@ typedef struct {
 /* Fills `in` from a resolved experiment (model shape with the trainer's
  * defaults, vocabulary from the tokenizer when vocab_size is null, batch,
  * tensor/pipeline sizes, use_distributed_optimizer, overlap_grad_reduce,
- * recompute_granularity, bf16, ddp_bucket_size); nodes, ranks_per_node and
+ * recompute_granularity, sequence_parallel, bf16, ddp_bucket_size); nodes, ranks_per_node and
  * vpp are left to the caller (1, 0, 1). */
 int prm_pj_input_from_exp(const prm_exp_t *e, prm_pj_input_t *in, prm_err_t *err);
 

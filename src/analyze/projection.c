@@ -132,6 +132,7 @@ int prm_pj_input_from_exp(const prm_exp_t *e, prm_pj_input_t *in, prm_err_t *err
   if (prm_exp_get_bool(e, "overlap_grad_reduce", &in->overlap)) in->overlap = 0;
   if (prm_exp_get_bool(e, "bf16", &in->bf16)) in->bf16 = 0;
   in->recompute = prm_exp_get_str(e, "recompute_granularity") != NULL;
+  if (prm_exp_get_bool(e, "sequence_parallel", &in->sp)) in->sp = 0;
   return 0;
 }
 
@@ -277,6 +278,10 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   double V = (double)c->vocab, S = (double)in->seq, B = (double)in->micro_batch, T = (double)tp;
   double Vt = ceil(V / T);
   double Ls = L / (double)pp, N = B * S;
+  /* Sequence parallel: the norms, residuals and the embedding's output
+   * hold N / T rows (src/model/sp.c). */
+  int sp = in->sp && tp > 1;
+  double Nr = sp ? N / T : N;
   double layer_mat = 2 * H * D * C + 2 * G * D * C + 3 * F * C; /* q, o; k, v; gate, up, down */
   double layer_rank = layer_mat / T + 2 * C;                     /* norms are replicated */
   r->params = prm_llama_param_count(c);
@@ -290,7 +295,7 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   double gemm = 6 * N * Ls * layer_mat / T * (1 + rec / 3) + 6 * N * Vt * C;
   double attn = Ls * 7 * B * (H / T) * S * S * D * (1 + rec / 3.5);
   /* Per token and layer: the residual, ln1, mid, ln2, two rstd; q, k, v, att, lse, gate, up, h. */
-  double act_tok = 4 * C + 2 + (2 * H * D + 2 * G * D + 3 * F + H) / T;
+  double act_tok = (4 * C + 2) * Nr / N + (2 * H * D + 2 * G * D + 3 * F + H) / T;
   double ew = PRM__PJ_EW_PASSES * vb * N * Ls * act_tok * (1 + rec / 3) +
               PRM__PJ_HEAD_PASSES * vb * N * Vt;
   double launch = hw->set[PRM_PJ_LAUNCH_US] ? hw->v[PRM_PJ_LAUNCH_US] * 1e-6 : 0;
@@ -300,11 +305,16 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   r->t_bubble = (double)(pp - 1) / (double)vpp * r->t_mb;
 
   /* Tensor parallel: Megatron's two all-reduces per layer forward and two
-   * backward, each of the micro-batch's (B,S,C) activations. */
+   * backward, each of the micro-batch's (B,S,C) activations. Sequence
+   * parallel turns each into an all-gather and a reduce-scatter (the same
+   * bytes) and gathers the two norms' outputs again in backward. */
   double act_bytes = N * C * vb;
   r->t_tp = (double)m * Ls * (4 + 2 * rec) * prm_pj_allreduce_s(tp, act_bytes, ltp.bw, ltp.lat);
-  /* Pipeline: each micro-batch crosses each boundary forward and backward. */
-  r->t_pp = pp > 1 ? 2.0 * (double)m * (double)vpp * (lpp.lat * 1e-6 + act_bytes / (lpp.bw * 1e9)) : 0;
+  if (sp) r->t_tp += (double)m * Ls * 2 * prm_pj_half_collective_s(tp, act_bytes, ltp.bw, ltp.lat);
+  /* Pipeline: each micro-batch crosses each boundary forward and backward
+   * (sequence parallel: each rank sends its N / T rows). */
+  double pp_bytes = act_bytes * Nr / N;
+  r->t_pp = pp > 1 ? 2.0 * (double)m * (double)vpp * (lpp.lat * 1e-6 + pp_bytes / (lpp.bw * 1e9)) : 0;
 
   /* Data parallel: the rank's gradients, in buckets. */
   double pr = (double)r->params_rank;
@@ -343,15 +353,18 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   r->mem_optim = 8 * owned;
   r->mem_grad_shard = zero ? 4 * owned : 0;
   double hd = H * D / T, gd = G * D / T, ff = F / T;
-  double set = prm__pj_pad(N * C) * 3 + prm__pj_pad(N) * 2 + prm__pj_pad(N * hd) * 2 +
+  double set = prm__pj_pad(Nr * C) * 3 + prm__pj_pad(Nr) * 2 + prm__pj_pad(N * hd) * 2 +
                prm__pj_pad(N * gd) * 2 + prm__pj_pad(N * H / T) + prm__pj_pad(N * ff) * 3;
   double sets = in->recompute ? 1 : Ls;
-  double per_mb = prm__pj_pad((Ls + 1) * N * C) + sets * set + prm__pj_pad(N * C) + prm__pj_pad(N);
+  double per_mb = prm__pj_pad((Ls + 1) * Nr * C) + sets * set + prm__pj_pad(Nr * C) + prm__pj_pad(Nr);
   r->acts_micro_batches = pp > 1 ? (m < pp ? m : pp) : 1;
   r->mem_acts = per_mb * vb * (double)r->acts_micro_batches;
   double chunk = (double)prm_llama_head_chunk((int64_t)N, (int64_t)Vt);
-  r->mem_scratch = (prm__pj_pad(N * C) * 3 + prm__pj_pad(N * hd) * 2 + prm__pj_pad(N * gd) * 2 +
-                    prm__pj_pad(N * ff) * 3 + prm__pj_pad(chunk * Vt)) *
+  /* dres (Nr rows), dln, dlnf; sequence parallel adds the gathered rows,
+   * the partial sums and the norms' weight gradients. */
+  r->mem_scratch = (prm__pj_pad(Nr * C) + prm__pj_pad(N * C) * 2 + prm__pj_pad(N * hd) * 2 +
+                    prm__pj_pad(N * gd) * 2 + prm__pj_pad(N * ff) * 3 + prm__pj_pad(chunk * Vt) +
+                    (sp ? prm__pj_pad(N * C) * 2 + prm__pj_pad(2 * C) : 0)) *
                    vb;
   r->mem_total = r->mem_params + r->mem_grads + r->mem_optim + r->mem_grad_shard + r->mem_acts +
                  r->mem_scratch;
@@ -398,6 +411,7 @@ void prm_pj_format(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_pj
                  (long long)in->nodes, in->nodes == 1 ? "" : "s", (long long)r->ranks_per_node,
                  (long long)r->world, (long long)r->dp, (long long)r->tp, (long long)r->pp);
   if (r->vpp > 1) prm_sb_appendf(out, " (%lld virtual stages)", (long long)r->vpp);
+  if (in->sp && r->tp > 1) prm_sb_appendf(out, " (sequence parallel)");
   prm_sb_appendf(out, "; ZeRO-1 %s; overlap_grad_reduce %s%s\n",
                  in->dist_opt && r->dp > 1 ? "on" : "off", in->overlap ? "on" : "off",
                  in->overlap && in->dist_opt && r->dp > 1 ? " (not with ZeRO-1)" : "");
@@ -481,6 +495,7 @@ char *prm_pj_to_json(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_
   cJSON_AddBoolToObject(lo, "distributed_optimizer", in->dist_opt && r->dp > 1);
   cJSON_AddBoolToObject(lo, "overlap_grad_reduce", in->overlap);
   cJSON_AddBoolToObject(lo, "recompute", in->recompute);
+  cJSON_AddBoolToObject(lo, "sequence_parallel", in->sp && r->tp > 1);
   prm__pj_num(lo, "rank_share", r->rank_share);
   cJSON_AddStringToObject(lo, "dp_link", r->dp_link);
   cJSON_AddStringToObject(lo, "tp_link", r->tp_link);

@@ -183,7 +183,7 @@ static const prm_subtask_t prm__an_subs[] = {
      "pipeline bubble, tensor-parallel all-reduces, pipeline transfers, the\n"
      "data-parallel gradient all-reduce (or ZeRO-1 reduce-scatter + all-gather)\n"
      "less what overlap_grad_reduce hides, the AdamW update, and memory per rank.\n"
-     "tensor_model_parallel_size, pipeline_model_parallel_size,\n"
+     "tensor_model_parallel_size, sequence_parallel, pipeline_model_parallel_size,\n"
      "use_distributed_optimizer, micro/global batch and seq_length come from the\n"
      "experiment (key=value overrides work as in `train pretrain`).\n\n"
      "  primus analyze projection --config exp.yaml --nodes 4 --gpus-per-node 8 --hardware mi300x.yaml\n"

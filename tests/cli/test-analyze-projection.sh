@@ -2,7 +2,8 @@
 # primus analyze projection: the table and --json on the tiny model with the
 # fixture hardware file (tests/fixtures/projection/hw-node.yaml); the JSON's
 # parts add up to its totals; more data-parallel ranks shrink the compute
-# per rank; tensor parallelism adds its all-reduces; the memory per rank is
+# per rank; tensor parallelism adds its all-reduces (sequence parallelism
+# cuts the activations per rank); the memory per rank is
 # the engine's own (the trainer's start-up memory line); the default
 # hardware is the preflight baseline; clear errors (exit 2) for a layout
 # that does not divide the model and for hardware files that lack keys.
@@ -67,6 +68,13 @@ expect_rc "tensor parallel 2" 0
 expect_eq "DP 2 x TP 2" "$(jget '(j["layout"]["dp"], j["layout"]["tp"])' <<<"$OUT")" "(2, 2)"
 expect_eq "TP all-reduces counted" "$(jget 'j["step_ms"]["tp_comm"] > 0' <<<"$OUT")" True
 expect_eq "fewer parameters per rank" "$(jget "j['memory_bytes']['params_per_rank'] < $(jget 'j["memory_bytes"]["params_per_rank"]' <<<"$J")" <<<"$OUT")" True
+# With sequence_parallel the norm and residual rows are split too: fewer
+# activation bytes per rank, the same parameters.
+TP2=$OUT
+run analyze projection --config pj.yaml --hardware "$HW" --json tensor_model_parallel_size=2 sequence_parallel=true
+expect_rc "tensor parallel 2, sequence parallel" 0
+expect_eq "sequence parallel in the layout" "$(jget 'j["layout"]["sequence_parallel"]' <<<"$OUT")" True
+expect_eq "fewer activation bytes per rank" "$(jget "j['memory_bytes']['activations'] < $(jget 'j["memory_bytes"]["activations"]' <<<"$TP2")" <<<"$OUT")" True
 
 # Pipeline 2 with 2 virtual stages needs layers divisible by 4: an error;
 # 2 stages alone give a bubble of (p-1)/(m+p-1).

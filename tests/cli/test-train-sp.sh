@@ -6,8 +6,9 @@
 # model with micro-batches of 2 sequences (at T = 4 a rank's block of rows
 # is half a sequence), each run follows tensor parallelism without it and
 # the one-rank run: per-step losses within 1e-5 relative and whole-model
-# weights within 1e-5 after 6 steps, for T = 2 (tied head), T = 4, and T =
-# 2 with an untied head and full recomputation. Activation memory per rank
+# weights within 1e-5 after 6 steps (and the validation loss at T = 2),
+# for T = 2 (tied head), T = 4, and T = 2 with an untied head, full
+# recomputation, q/k norms and q/k/v biases. Activation memory per rank
 # falls (the memory line); a seq_length T does not divide is refused
 # naming the key, and at T = 1 the key is turned off with a warning
 # (Megatron-LM's rule; Primus' 70B examples set it there). The
@@ -38,21 +39,25 @@ same() {
   w=$($PY "$PRIMUS_SRC/tests/oracle/st_compare.py" "$(final "$ref")" "$(final "$n")")
   if within "$w" "$tol"; then ok "$what: whole-model weights within $tol of $ref ($w)"; else bad "$what: weights differ from $ref by $w"; fi
 }
+eval_loss() { run_events "$1" | grep '"event":"eval"' | sed 's/.*"loss":\([^,]*\),.*/\1/' | tail -1; }
 acts_kib() { grep -o 'activations [0-9.]* KiB' <<<"$1" | head -1 | awk '{print $2}'; }
 
 # ---- T = 2: against T = 2 without it and one rank; activation memory ----
-exp one
+EV=("eval_iters: 2" "eval_interval: 6")
+exp one "${EV[@]}"
 launch 1 one
-exp tp2 "tensor_model_parallel_size: 2"
+exp tp2 "tensor_model_parallel_size: 2" "${EV[@]}"
 launch 2 tp2
 A_TP=$(acts_kib "$ERR")
-exp sp2 "tensor_model_parallel_size: 2" "$SP"
+exp sp2 "tensor_model_parallel_size: 2" "$SP" "${EV[@]}"
 launch 2 sp2
 A_SP=$(acts_kib "$ERR")
 expect_in "sp2: the memory line says so" "sequence parallel: 1/T of the norm and residual rows" "$ERR"
 expect_in "sp2: the layout line says so" "sequence parallel" "$(grep 'tensor parallel:' <<<"$ERR")"
 same sp2 tp2 "T = 2 with sequence parallel vs without"
 same sp2 one "T = 2 with sequence parallel vs one rank"
+d=$(awk -v a="$(eval_loss sp2)" -v b="$(eval_loss one)" 'BEGIN { if (a == "" || b == "") { print "none"; exit } d = a - b; if (d < 0) d = -d; printf "%.3e", d / b }')
+if within "$d" 1e-5; then ok "T = 2 with sequence parallel: validation loss within 1e-5 of one rank ($d)"; else bad "T = 2 with sequence parallel: validation loss differs by $d"; fi
 echo "# activations per rank: T = 2 $A_TP KiB, T = 2 with sequence parallel $A_SP KiB"
 if [[ -n $A_TP && -n $A_SP ]] && awk -v a="$A_SP" -v b="$A_TP" 'BEGIN { exit !(a < 0.8 * b) }'; then
   ok "activations per rank fall with sequence parallel ($A_TP -> $A_SP KiB)"
@@ -66,13 +71,14 @@ launch 1 one-g4
 launch 4 sp4
 same sp4 one-g4 "T = 4 with sequence parallel vs one rank"
 
-# ---- Untied head and full recomputation ----
-exp one-rc "untie_embeddings_and_output_weights: true" "recompute_granularity: full"
+# ---- Untied head, full recomputation, q/k norms and q/k/v biases ----
+RCK=("untie_embeddings_and_output_weights: true" "recompute_granularity: full" "qk_layernorm: true"
+  "kv_channels: 16" "add_qkv_bias: true")
+exp one-rc "${RCK[@]}"
 launch 1 one-rc
-exp sp2-rc "untie_embeddings_and_output_weights: true" "recompute_granularity: full" \
-  "tensor_model_parallel_size: 2" "$SP"
+exp sp2-rc "${RCK[@]}" "tensor_model_parallel_size: 2" "$SP"
 launch 2 sp2-rc
-same sp2-rc one-rc "T = 2 with sequence parallel, untied head, recomputation"
+same sp2-rc one-rc "T = 2 with sequence parallel, untied head, recomputation, q/k norms, biases"
 
 # ---- Refusals and T = 1 ----
 exp bad-seq "tensor_model_parallel_size: 2" "$SP"
