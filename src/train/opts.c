@@ -571,12 +571,6 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
                                         "%s: fine-tuning (post_trainer) reads one JSONL file of "
                                         "examples; blends and mock_data are not supported",
                                         o->mock_data ? "mock_data" : "data_path"), err));
-  if (o->sft && o->tp > 1)
-    return prm__prefix_origin(e, "tensor_model_parallel_size",
-                              (prm_errf(err, PRM_ECONFIG,
-                                        "tensor_model_parallel_size: fine-tuning (post_trainer) "
-                                        "runs with data parallelism only for now; got %d",
-                                        o->tp), err));
   /* The pipeline stages pass activations only, not the segment ids and
    * positions of packed examples. */
   if (o->sft && o->pp > 1)

@@ -4,8 +4,9 @@
 # from its checkpoint on a small JSONL file (prompt/response and chat
 # lines) where the loss on the response tokens falls; packed and padded
 # batches holding the same examples give the same step-1 loss and
-# gradients; 2 data-parallel ranks follow one; malformed files fail naming
-# file:line, and what fine-tuning does not support (tensor and pipeline
+# gradients; 2 data-parallel ranks and 2 tensor-parallel ranks follow one
+# (sequence parallel too: test-train-sp-combo.sh); malformed files fail
+# naming file:line, and what fine-tuning does not support (pipeline
 # parallel) is refused; a MoE model fine-tunes with the router's losses
 # over the response tokens (packed = padded, 2 ranks = 1); a run with a BPE tokenizer leaves tokenizer.json and
 # tokenizer_config.json (with the chat template) in its checkpoint.
@@ -106,6 +107,12 @@ if command -v mpirun >/dev/null; then
   expect_rc "two data-parallel ranks" 0
   d=$(loss_diff dp1 dp2)
   if within "$d" 1e-6; then ok "2 ranks: losses within 1e-6 of one rank ($d)"; else bad "2 ranks: losses differ by $d"; fi
+  # Tensor parallel (no longer refused): the same losses as one rank.
+  post_exp tp2 "micro_batch_size: 1" "train_iters: 4" "tensor_model_parallel_size: 2"
+  OMP_NUM_THREADS=1 run direct --nproc 2 -- train posttrain --config tp2.yaml
+  expect_rc "tensor parallel 2" 0
+  d=$(loss_diff dp1 tp2)
+  if within "$d" 1e-6; then ok "T = 2: losses within 1e-6 of one rank ($d)"; else bad "T = 2: losses differ by $d"; fi
 else
   echo "# mpirun missing: the data-parallel check is skipped"
 fi
@@ -190,10 +197,6 @@ post_exp badct "chat_template: chatml"
 run train posttrain --config badct.yaml
 expect_rc "unknown chat_template: refused" 2
 expect_in "unknown chat_template: names the key" "chat_template" "$ERR"
-post_exp badtp "tensor_model_parallel_size: 2"
-run train posttrain --config badtp.yaml
-expect_rc "tensor parallel: refused" 2
-expect_in "tensor parallel: says so" "tensor_model_parallel_size: fine-tuning (post_trainer) runs with data parallelism only" "$ERR"
 post_exp badpp "pipeline_model_parallel_size: 2"
 run train posttrain --config badpp.yaml
 expect_rc "pipeline parallel: refused" 2
