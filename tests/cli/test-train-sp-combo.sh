@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Sequence parallel (issue 28) combined with the other layouts, on the
 # tiny model as test-train-sp.sh: T = 2 x D = 2 with the distributed
-# optimizer, T = 2 x P = 2, and a MoE model (experts split, a shared
-# expert) at T = 2, and fine-tuning on packed examples at T = 2, follow the
-# one-rank run (per-step losses and whole-model weights after 6 steps
-# within 1e-5 relative); bf16 at T = 2 follows bf16
-# T = 2 without it within 1e-3; a sequence-parallel T = 2 checkpoint
-# resumes at T = 1 to the uninterrupted run's weights.
+# optimizer, T = 2 x P = 2, T = 2 x context parallel 2, a MoE model
+# (experts split, a shared expert) at T = 2, and fine-tuning on packed
+# examples at T = 2 follow the one-rank run (per-step losses and
+# whole-model weights after 6 steps within 1e-5 relative); bf16 at T = 2
+# follows bf16 T = 2 without it within 1e-3; a sequence-parallel T = 2
+# checkpoint resumes at T = 1 to the uninterrupted run's weights.
 source "$(dirname "$0")/lib.sh"
 multirank_setup
 
@@ -43,6 +43,14 @@ same sp2dp2 one "T = 2 x D = 2, sequence parallel, ZeRO-1"
 exp sp2pp2 "tensor_model_parallel_size: 2" "pipeline_model_parallel_size: 2" "$SP"
 launch 4 sp2pp2
 same sp2pp2 one "T = 2 x P = 2, sequence parallel"
+
+# ---- Context parallel 2 x T = 2: a rank's rows are half of its 16 rows of
+# each sequence ----
+exp sp2cp2 "tensor_model_parallel_size: 2" "context_parallel_size: 2" "$SP"
+launch 4 sp2cp2
+expect_in "sp2cp2: context parallel" "context parallel: 2 ranks per sequence" "$ERR"
+expect_in "sp2cp2: its block of the rank's rows" "sequence parallel: token rows" "$ERR"
+same sp2cp2 one "CP = 2 x T = 2, sequence parallel"
 
 # ---- Mixture of experts at T = 2 (experts split, a shared expert) ----
 moe() { moe_exp "$1" "micro_batch_size: 2" "moe_shared_expert_intermediate_size: 32" "${@:2}"; }
