@@ -215,8 +215,8 @@ static int prm__rope_freqs_import(prm_gguf_file_t *g, const prm_gguf_tensor_t *r
     int fits = 1;
     for (int64_t i = 0; i < half && fits; i++)
       fits = fabsf(prm__rope_factor(theta, i, D, f, lo, hi, orig) - v[i]) <= 1e-6f * v[i];
-    if (!fits && nb == 1)
-      hi = prm__nice(orig * (1.0 / w0 - (1.0 - sm0) * lo / orig) / sm0, 1e-4);
+    double h1 = nb == 1 ? prm__nice(orig * (1.0 / w0 - (1.0 - sm0) * lo / orig) / sm0, 1e-4) : 0;
+    if (!fits && h1 > lo) hi = h1; /* else 4 stays, and the check below names the element */
   } else {
     if (nb >= 1) /* blended: orig = wl (sm (hi - lo) + lo) */
       orig = round(w0 * (sm0 * (hi - lo) + lo));
