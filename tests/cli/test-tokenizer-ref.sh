@@ -86,20 +86,8 @@ else
   bad "code point classes: $(cat "$T/dump.err" "$T/classes.out" | tail -5)"
 fi
 
-# The general path's character tables, code point by code point: what
-# tokenizers does with each (its \w, Punctuation, Lowercase, NFKD,
-# StripAccents, BertNormalizer) dumped again and merged with Debian's
-# Unicode data by the generator must give src/data/unicode_ext.c as
-# committed (plain builds: a minute of node, no primus code under test).
-if [[ -z $san && -e /usr/share/unicode/UnicodeData.txt ]]; then
-  if "$NODE" "$PRIMUS_SRC/tests/tokenizer/uprops.mjs" "$NM" "$T/uprops" >/dev/null 2>"$T/node.err" &&
-    python3 "$PRIMUS_SRC/tests/tokenizer/gen-unicode-ext.py" /usr/share/unicode "$T/uprops" >"$T/unicode_ext.c" 2>>"$T/node.err" &&
-    cmp -s "$T/unicode_ext.c" "$PRIMUS_SRC/src/data/unicode_ext.c"; then
-    ok "unicode_ext.c: every code point as Unicode's data and tokenizers' own behaviour give it"
-  else
-    bad "unicode_ext.c differs from its regeneration: $(cat "$T/node.err"; diff "$T/unicode_ext.c" "$PRIMUS_SRC/src/data/unicode_ext.c" | head -5)"
-  fi
-fi
+# The general path's own character tables are checked code point by code
+# point by test-tokenizer-unicode.sh.
 
 # tiktoken's encodings, by name (primus reads gpt-tokenizer's rank files,
 # tiktoken its own copies).

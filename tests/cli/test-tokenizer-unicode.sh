@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# test-tokenizer-unicode.sh - the character tables of the general
+# tokenizer.json path (src/data/unicode_ext.c), code point by code point:
+# what Hugging Face tokenizers (its Node bindings) does with each one (its
+# \w, Punctuation, Lowercase, NFKD, StripAccents, BertNormalizer) is dumped
+# again by tests/tokenizer/uprops.mjs and merged with Debian's Unicode data
+# by tests/tokenizer/gen-unicode-ext.py; the result must be the committed
+# file byte for byte. Plain builds only (a minute of node; no primus code
+# runs, so the sanitizers add nothing). Skips when node, the npm data or
+# the Unicode data are missing.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+NM=$PRIMUS_CACHE/npm/node_modules
+NODE=$(command -v node || true)
+for need in "$NODE" "$NM/tokenizers/package.json" /usr/share/unicode/UnicodeData.txt; do
+  if [[ -z $need || ! -e $need ]]; then
+    echo "SKIP: missing ${need:-node} (run scripts/deps.sh)"
+    exit 0
+  fi
+done
+if [[ -n $(sed -n 's/^PRM_SANITIZE:STRING=//p' "${PRIMUS_BUILD:-.}/CMakeCache.txt" 2>/dev/null) ]]; then
+  echo "SKIP: a sanitizer build (nothing of primus runs here)"
+  exit 0
+fi
+
+if "$NODE" "$PRIMUS_SRC/tests/tokenizer/uprops.mjs" "$NM" "$T/uprops" >/dev/null 2>"$T/node.err" &&
+  python3 "$PRIMUS_SRC/tests/tokenizer/gen-unicode-ext.py" /usr/share/unicode "$T/uprops" >"$T/unicode_ext.c" 2>>"$T/node.err"; then
+  ok "the reference's behaviour dumped for every code point ($(cat "$T"/uprops/*.txt | wc -l) lines)"
+  if cmp -s "$T/unicode_ext.c" "$PRIMUS_SRC/src/data/unicode_ext.c"; then
+    ok "unicode_ext.c: every code point as Unicode's data and tokenizers' own behaviour give it"
+  else
+    bad "unicode_ext.c differs from its regeneration: $(diff "$T/unicode_ext.c" "$PRIMUS_SRC/src/data/unicode_ext.c" | head -5)"
+  fi
+else
+  bad "uprops.mjs or gen-unicode-ext.py failed: $(tail -5 "$T/node.err")"
+fi
+finish
