@@ -63,7 +63,8 @@ for cmd in "${CMDS[@]}"; do
     "primus train pretrain --config $EX train_iters=200" | \
     "primus direct --nproc 2 -- train pretrain --config $EX overlap_grad_reduce=true" | \
     "primus direct --nproc 4 -- train pretrain --config $EX tensor_model_parallel_size=2" | \
-    "primus direct --nproc 2 -- train pretrain --config $EX pipeline_model_parallel_size=2 micro_batch_size=4")
+    "primus direct --nproc 2 -- train pretrain --config $EX pipeline_model_parallel_size=2 micro_batch_size=4" | \
+    "primus direct --nproc 2 -- train pretrain --config $EX context_parallel_size=2")
       line+="$(train_args "$cmd")"
       # (a second run into the same folder is an explicit choice since issue 30)
       [[ $cmd == "primus train pretrain"* ]] || { line+=" save=output/mp-$RANDOM"; skip=$SAN; } ;;
