@@ -8,7 +8,8 @@
 #   FUZZ_CPU_SECONDS=N: each harness runs until it has used N CPU-seconds
 #     (user + system, measured), in rounds: on a loaded machine the wall
 #     clock says little about how much fuzzing ran. Each round's wall-clock
-#     limit is what is left divided by the CPU share of the round before.
+#     limit is what is left divided by the CPU share of the round before
+#     (10 s to 600 s, so that a change of load is seen).
 # Prints one line per harness (executions, cov and ft at the end, CPU
 # seconds, findings) and the total CPU time; exits 1 when any harness found
 # a crash (it stops at its first).
@@ -41,7 +42,7 @@ for arg in "$@"; do
     if [ -n "$cpu_mode" ]; then
       left=$(awk -v w="$want" -v c="$cpu" 'BEGIN { print w - c }')
       awk -v l="$left" 'BEGIN { exit !(l <= 0) }' && break
-      wall=$(awk -v l="$left" -v s="$share" 'BEGIN { t = l / (s > 0.05 ? s : 0.05); t = t < 10 ? 10 : t; printf "%d", t + 0.5 }')
+      wall=$(awk -v l="$left" -v s="$share" 'BEGIN { t = l / (s > 0.05 ? s : 0.05); t = t < 10 ? 10 : t > 600 ? 600 : t; printf "%d", t + 0.5 }')
     else
       [ $rounds -ge 1 ] && break
       wall=$want
