@@ -663,6 +663,25 @@ static void test_adamw_reductions(void **state) {
   assert_true(fabs(ss - want) <= 1e-6 * want); /* p differs by its own tolerance off the CPU */
   assert_true(fabs(s - swant) <= 1e-6 * prm_sumsq(p, n));
   assert_true(prm_dev_sumsq(g_dev, d_p, n) == ss); /* the same bits again */
+  /* Many pieces in one pass (sumsq_multi, issue 24): each the bits of its
+   * own sumsq, fused or not; an empty piece is 0. */
+  int64_t off[5] = {0, 17, 17, 5000, 9000}, num[5] = {17, 0, 4983, 4000, 1007};
+  for (int unf = 0; unf < 2; unf++) {
+    double got_ss[5];
+    int keep = g_dev->unfused;
+    g_dev->unfused = unf;
+    prm_dev_sumsq_multi(g_dev, got_ss, d_p, off, num, 5);
+    g_dev->unfused = keep;
+    for (int i = 0; i < 5; i++) {
+      double one = num[i] ? prm_dev_sumsq(g_dev, d_p + off[i], num[i]) : 0.0;
+      if (got_ss[i] != one) {
+        fprintf(stderr, "sumsq_multi piece %d: %.17g vs sumsq %.17g\n", i, got_ss[i], one);
+        fail();
+      }
+      if (g_exact) assert_true(got_ss[i] == prm_sumsq(p + off[i], num[i]));
+    }
+    assert_true(got_ss[1] == 0.0);
+  }
   dfree(d_p, n * 4);
   prm_dev_free(g_dev, PRM_MEM_GRADS, d_g, n * 4);
   prm_dev_free(g_dev, PRM_MEM_OPTIM, d_m, n * 4);

@@ -289,6 +289,12 @@ void prm_dev_rmsnorm_forward16(const prm_dev_t *d, float *sum, float *out, prm_b
 void prm_dev_swiglu_forward16(const prm_dev_t *d, float *h, prm_bf16_t *h16, const float *gate,
                               const float *up, int64_t n);
 
+/* Sums of squares of nseg pieces of x (off, num, out: host), each the
+ * bits prm_dev_sumsq gives: the backend's one pass and one wait, or
+ * sumsq per piece (the twin, also under PRIMUS_DEVICE_UNFUSED=1). */
+void prm_dev_sumsq_multi(const prm_dev_t *d, double *out, const float *x, const int64_t *off,
+                         const int64_t *num, int nseg);
+
 /* The LM head fused with its loss on the device, prm_lmhead_xent's
  * contract: over chunks of `chunk` rows, logits = x W^T into scratch
  * (chunk,V), per-row losses into losses (N), then with dx/dw dlogits in

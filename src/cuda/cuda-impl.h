@@ -166,6 +166,8 @@ void prm_cu_swiglu_forward16(void *ctx, float *h, prm_dev_bf16_t *h16, const flo
                              const float *up, int64_t n);
 void prm_cu_sumsq(void *ctx, double *out, const float *x, int64_t n);
 void prm_cu_sum(void *ctx, double *out, const float *x, int64_t n);
+void prm_cu_sumsq_multi(void *ctx, double *out, const float *x, const int64_t *off,
+                        const int64_t *num, int nseg);
 void prm_cu_scale(void *ctx, float *x, int64_t n, float s);
 
 /* ---- attention ---- */

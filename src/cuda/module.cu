@@ -459,6 +459,7 @@ static const prm_dev_i prm_cu_table = {
     .adamw_multi = prm_cu_adamw_multi,
     .rmsnorm_forward16 = prm_cu_rmsnorm_forward16,
     .swiglu_forward16 = prm_cu_swiglu_forward16,
+    .sumsq_multi = prm_cu_sumsq_multi,
 };
 
 /* An empty kernel whose attributes the entry point asks for (see there). */

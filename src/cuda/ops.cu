@@ -728,8 +728,8 @@ void prm_cu_adamw_multi(void *ctx, float *p, const float *g, float *m, float *v,
  * [b per, (b+1) per) of x (per = ceil(n / parts)); thread t sums elements
  * t, t+256, ... of the slice in order, in double (squared when sq), then a
  * fixed tree gives part[b]. The partition depends only on n. */
-__global__ static void prm_cu_k_sum1(double *part, const float *x, int64_t n, int sq) {
-  __shared__ double sh[PRM_CU_THREADS];
+__device__ static void prm_cu_sum1_body(double *part, const float *x, int64_t n, int sq,
+                                        double *sh) {
   int64_t per = (n + gridDim.x - 1) / gridDim.x;
   int64_t lo = (int64_t)blockIdx.x * per;
   if (lo > n) lo = n;
@@ -743,15 +743,39 @@ __global__ static void prm_cu_k_sum1(double *part, const float *x, int64_t n, in
   if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
-/* Stage 2. Grid (1), block 256: thread t adds parts t*k .. t*k+k-1 in order
- * (k = parts / 256), a fixed tree adds the threads; part[parts] = total. */
-__global__ static void prm_cu_k_sum2(double *part) {
+__global__ static void prm_cu_k_sum1(double *part, const float *x, int64_t n, int sq) {
   __shared__ double sh[PRM_CU_THREADS];
+  prm_cu_sum1_body(part, x, n, sq, sh);
+}
+
+/* Stage 2. Grid (1), block 256: thread t adds parts t*k .. t*k+k-1 in order
+ * (k = parts / 256), a fixed tree adds the threads; *out = total. */
+__device__ static void prm_cu_sum2_body(const double *part, double *out, double *sh) {
   const int k = PRM_CU_RED_PARTS / PRM_CU_THREADS;
   double acc = 0;
   for (int i = 0; i < k; i++) acc += part[threadIdx.x * k + i];
   acc = prm_cu_block_sum<double>(acc, sh);
-  if (threadIdx.x == 0) part[PRM_CU_RED_PARTS] = acc;
+  if (threadIdx.x == 0) *out = acc;
+}
+
+__global__ static void prm_cu_k_sum2(double *part) {
+  __shared__ double sh[PRM_CU_THREADS];
+  prm_cu_sum2_body(part, part + PRM_CU_RED_PARTS, sh);
+}
+
+/* sumsq_multi: stage 1 on grid (PRM_CU_RED_PARTS, nseg), block y on piece y
+ * (tab[2y] its offset, tab[2y+1] its length) into its own parts; stage 2
+ * on grid (nseg), block x on piece x into res[x]. Each piece's bits are
+ * those of one sumsq over it (the same partition and trees). */
+__global__ static void prm_cu_k_sum1_multi(double *parts, const float *x, const int64_t *tab) {
+  __shared__ double sh[PRM_CU_THREADS];
+  int64_t y = blockIdx.y;
+  prm_cu_sum1_body(parts + y * PRM_CU_RED_PARTS, x + tab[2 * y], tab[2 * y + 1], 1, sh);
+}
+
+__global__ static void prm_cu_k_sum2_multi(const double *parts, double *res) {
+  __shared__ double sh[PRM_CU_THREADS];
+  prm_cu_sum2_body(parts + (int64_t)blockIdx.x * PRM_CU_RED_PARTS, res + blockIdx.x, sh);
 }
 
 static void prm_cu_sum_any(prm_cu_ctx *c, const char *op, double *out, const float *x, int64_t n,
@@ -788,4 +812,56 @@ void prm_cu_sumsq(void *ctx, double *out, const float *x, int64_t n) {
 
 void prm_cu_sum(void *ctx, double *out, const float *x, int64_t n) {
   prm_cu_sum_any((prm_cu_ctx *)ctx, "sum", out, x, n, 0);
+}
+
+void prm_cu_sumsq_multi(void *ctx, double *out, const float *x, const int64_t *off,
+                        const int64_t *num, int nseg) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  const char *op = "sumsq_multi", *prev = c->last_op;
+  prm_cu_enter(c, op);
+  if (nseg <= 0) return;
+  if (nseg > 65535) { /* grid.y's limit: one sumsq each */
+    for (int i = 0; i < nseg; i++) prm_cu_sumsq(ctx, &out[i], x + off[i], num[i]);
+    return;
+  }
+  for (int i = 0; i < nseg; i++) out[i] = NAN;
+  /* Scratch: the table (2 nseg int64), the parts, the results. */
+  size_t tab_bytes = ((size_t)nseg * 2 * sizeof(int64_t) + 255) & ~(size_t)255;
+  size_t parts_bytes = (size_t)nseg * PRM_CU_RED_PARTS * sizeof(double);
+  char *scr = (char *)prm_cu_scratch(c, op, tab_bytes + parts_bytes + (size_t)nseg * sizeof(double));
+  if (!scr) return;
+  int64_t *tab = (int64_t *)malloc((size_t)nseg * 2 * sizeof(int64_t));
+  if (!tab) {
+    prm_cu_fail(c, "%s: out of host memory", op);
+    return;
+  }
+  for (int i = 0; i < nseg; i++) {
+    tab[2 * i] = off[i];
+    tab[2 * i + 1] = num[i] > 0 ? num[i] : 0;
+  }
+  double *parts = (double *)(scr + tab_bytes), *res = parts + (size_t)nseg * PRM_CU_RED_PARTS;
+  /* Pageable host memory: both copies are done after the synchronize. */
+  gpuError_t e = gpuMemcpyAsync(scr, tab, (size_t)nseg * 2 * sizeof(int64_t),
+                                gpuMemcpyHostToDevice, c->stream);
+  if (e == gpuSuccess) {
+    prm_cu_k_sum1_multi<<<dim3(PRM_CU_RED_PARTS, (unsigned)nseg), PRM_CU_THREADS, 0, c->stream>>>(
+        parts, x, (const int64_t *)scr);
+    if (prm_cu_check(c, op)) {
+      free(tab);
+      return;
+    }
+    prm_cu_k_sum2_multi<<<(unsigned)nseg, PRM_CU_THREADS, 0, c->stream>>>(parts, res);
+    if (prm_cu_check(c, op)) {
+      free(tab);
+      return;
+    }
+    e = gpuMemcpyAsync(out, res, (size_t)nseg * sizeof(double), gpuMemcpyDeviceToHost, c->stream);
+  }
+  if (e == gpuSuccess) e = gpuStreamSynchronize(c->stream);
+  free(tab);
+  if (e != gpuSuccess) {
+    for (int i = 0; i < nseg; i++) out[i] = NAN;
+    prm_cu_fail(c, "%s: %s (%s) (or raised by an operator queued before it; the last was %s)", op,
+                gpuGetErrorString(e), gpuGetErrorName(e), prev ? prev : "none");
+  }
 }

@@ -248,6 +248,12 @@ static void prm__cpu_swiglu_fwd16(void *ctx, float *h, prm_dev_bf16_t *h16, cons
   prm_f32_to_bf16(h16, h, n);
 }
 
+static void prm__cpu_sumsq_multi(void *ctx, double *out, const float *x, const int64_t *off,
+                                 const int64_t *num, int nseg) {
+  (void)ctx;
+  for (int i = 0; i < nseg; i++) out[i] = num[i] > 0 ? prm_sumsq(x + off[i], num[i]) : 0.0;
+}
+
 static const prm_dev_i prm__cpu_i = {
     .name = "cpu",
     .abi = PRM_DEV_ABI_VERSION,
@@ -289,6 +295,7 @@ static const prm_dev_i prm__cpu_i = {
     .adamw_multi = prm__cpu_adamw_multi,
     .rmsnorm_forward16 = prm__cpu_rms_fwd16,
     .swiglu_forward16 = prm__cpu_swiglu_fwd16,
+    .sumsq_multi = prm__cpu_sumsq_multi,
 };
 
 const prm_dev_i *prm__dev_cpu_table(void) { return &prm__cpu_i; }

@@ -37,7 +37,7 @@ extern "C" {
 /* Bump when the table or the entry point changes: the core refuses a
  * module of another version by name. 2: the optional device timer
  * (timer_start, timer_stop) at the end of the table. 3: the optional bf16
- * and fused members after it (attention_forward_bf16 ... swiglu_forward16,
+ * and fused members after it (attention_forward_bf16 ... sumsq_multi,
  * issue 24). */
 #define PRM_DEV_ABI_VERSION 3
 
@@ -241,6 +241,11 @@ typedef struct prm_dev_i {
   /* swiglu_forward that also writes h16 = bf16(h). NULL: the two calls. */
   void (*swiglu_forward16)(void *ctx, float *h, prm_dev_bf16_t *h16, const float *gate,
                            const float *up, int64_t n);
+  /* out[i] (host, nseg) = sumsq's result for x + off[i], num[i] values
+   * (off, num: host), each the bits sumsq gives; one wait for all. NULL:
+   * the core calls sumsq per segment. */
+  void (*sumsq_multi)(void *ctx, double *out, const float *x, const int64_t *off,
+                      const int64_t *num, int nseg);
 } prm_dev_i;
 
 /* The entry point of a backend module: opens device `ordinal` of the

@@ -362,6 +362,18 @@ void prm_dev_adamw_multi(const prm_dev_t *d, float *p, const float *g, float *m,
   }
 }
 
+void prm_dev_sumsq_multi(const prm_dev_t *d, double *out, const float *x, const int64_t *off,
+                         const int64_t *num, int nseg) {
+  if (prm_dev_fused(d, d->i->sumsq_multi != NULL)) {
+    d->i->sumsq_multi(d->ctx, out, x, off, num, nseg);
+    return;
+  }
+  for (int i = 0; i < nseg; i++) {
+    out[i] = 0;
+    if (num[i] > 0) d->i->sumsq(d->ctx, &out[i], x + off[i], num[i]);
+  }
+}
+
 void prm_dev_rmsnorm_forward16(const prm_dev_t *d, float *sum, float *out, prm_bf16_t *out16,
                                float *rstd, const float *a, const float *b, const float *w,
                                int64_t N, int64_t C, float eps) {

@@ -144,6 +144,11 @@ static void t_swi_f16(void *ctx, float *h, prm_dev_bf16_t *h16, const float *g, 
   cpu()->swiglu_forward16(ctx, U(h), U(h16), U(g), U(u), n);
 }
 
+static void t_sumsq_multi(void *ctx, double *o, const float *x, const int64_t *off,
+                          const int64_t *num, int nseg) {
+  cpu()->sumsq_multi(ctx, o, U(x), off, num, nseg); /* o, off, num: host */
+}
+
 static prm_dev_i prm__tagged_i;
 
 const prm_dev_i *prm__dev_tagged_table(void) {
@@ -163,7 +168,7 @@ const prm_dev_i *prm__dev_tagged_table(void) {
   t->xent = t_xent, t->adamw = t_adamw, t->sumsq = t_sumsq, t->sum = t_sum, t->scale = t_scale;
   t->attention_forward_bf16 = t_att_f16, t->attention_backward_bf16 = t_att_b16;
   t->adamw_multi = t_adamw_multi, t->rmsnorm_forward16 = t_rms_f16;
-  t->swiglu_forward16 = t_swi_f16;
+  t->swiglu_forward16 = t_swi_f16, t->sumsq_multi = t_sumsq_multi;
   t->name = "tagged";
   return t;
 }

@@ -93,16 +93,35 @@ int prm__tp_save_gather(prm__session_t *s, const float *adam_m, const float *ada
 
 int prm__grad_norm(prm_llama_t *m, double *norm, prm_err_t *err) {
   double ss = 0, sx = 0; /* sx: the experts this rank holds */
-  for (int i = 0; i < m->ntensors; i++) {
+  /* On a device with its own memory every tensor's sum in one pass and
+   * one wait (prm_dev_sumsq_multi: the same bits as one sumsq each), then
+   * added in the same order as on the host. */
+  int multi = !prm_dev_is_host(m->dev), k = 0;
+  int64_t *off = NULL, *num = NULL;
+  double *part = NULL;
+  if (multi) {
+    off = prm_xcalloc((size_t)m->ntensors + 1, sizeof *off);
+    num = prm_xcalloc((size_t)m->ntensors + 1, sizeof *num);
+    part = prm_xcalloc((size_t)m->ntensors + 1, sizeof *part);
+    for (int i = 0; i < m->ntensors; i++) {
+      off[i] = m->tensors[i].offset;
+      num[i] = m->tensors[i].numel;
+    }
+    prm_dev_sumsq_multi(m->dev, part, m->grads, off, num, m->ntensors);
+  }
+  for (int i = 0; i < m->ntensors; i++, k++) {
     const prm_tensor_t *t = &m->tensors[i];
     if (m->tp.pp_size > 1 && t->stage != m->tp.pp_rank) continue; /* a tied embedding's twin */
     if (t->split == PRM_TP_EXPERT) {
-      sx += prm_dev_sumsq(m->dev, m->grads + t->offset, t->numel);
+      sx += multi ? part[k] : prm_dev_sumsq(m->dev, m->grads + t->offset, t->numel);
       continue;
     }
     if (t->split == PRM_TP_WHOLE && m->tp.rank != 0) continue; /* counted by rank 0 */
-    ss += prm_dev_sumsq(m->dev, m->grads + t->offset, t->numel);
+    ss += multi ? part[k] : prm_dev_sumsq(m->dev, m->grads + t->offset, t->numel);
   }
+  free(off);
+  free(num);
+  free(part);
   if (m->tp.size > 1) {
     int rc = prm_comm_allreduce(m->tp.comm, &ss, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
     if (rc) return rc;
