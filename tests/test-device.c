@@ -39,6 +39,15 @@ static void randn(float *x, int64_t n, prm_rng_t *r, double scale) {
 }
 
 /* A device copy of n bytes of host memory (freed with dfree). */
+/* Segment ids of a packed batch: three examples of uneven lengths per row
+ * (caller frees). */
+static int32_t *packed_segments(int64_t B, int64_t T) {
+  int32_t *seg = prm_xcalloc((size_t)(B * T), 4);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++) seg[b * T + t] = (int32_t)(t < T / 3 ? 1 : t < T / 2 + 3 ? 2 : 3);
+  return seg;
+}
+
 static void *dup_dev(const void *h, size_t bytes) {
   void *d = prm_dev_alloc(g_dev, PRM_MEM_OTHER, bytes);
   assert_non_null(d);
@@ -402,11 +411,7 @@ static void attention_case(int64_t B, int64_t T, int64_t H, int64_t G, int64_t D
   randn(k, nk, &r, 1);
   randn(v, nk, &r, 1);
   randn(dout, nq, &r, 1);
-  if (packed) { /* three examples per row of uneven lengths */
-    seg = prm_xcalloc((size_t)(B * T), 4);
-    for (int64_t b = 0; b < B; b++)
-      for (int64_t t = 0; t < T; t++) seg[b * T + t] = (int32_t)(t < T / 3 ? 1 : t < T / 2 + 3 ? 2 : 3);
-  }
+  if (packed) seg = packed_segments(B, T);
   float *d_q = dup_dev(q, nq * 4), *d_k = dup_dev(k, nk * 4), *d_v = dup_dev(v, nk * 4);
   float *d_do = dup_dev(dout, nq * 4);
   int32_t *d_seg = seg ? dup_dev(seg, B * T * 4) : NULL;
@@ -488,11 +493,7 @@ static void attention_bf16_case(int64_t B, int64_t T, int64_t H, int64_t G, int6
   prm_f32_to_bf16(k, kf, nk);
   prm_f32_to_bf16(v, vf, nk);
   prm_f32_to_bf16(dout, df, nq);
-  if (packed) {
-    seg = prm_xcalloc((size_t)(B * T), 4);
-    for (int64_t b = 0; b < B; b++)
-      for (int64_t t = 0; t < T; t++) seg[b * T + t] = (int32_t)(t < T / 3 ? 1 : t < T / 2 + 3 ? 2 : 3);
-  }
+  if (packed) seg = packed_segments(B, T);
   void *d_q = dup_dev(q, nq * 2), *d_k = dup_dev(k, nk * 2), *d_v = dup_dev(v, nk * 2);
   void *d_do = dup_dev(dout, nq * 2);
   int32_t *d_seg = seg ? dup_dev(seg, B * T * 4) : NULL;

@@ -396,13 +396,19 @@ void prm_dev_swiglu_forward16(const prm_dev_t *d, float *h, prm_bf16_t *h16, con
   d->i->f32_to_bf16(d->ctx, h16, h, n);
 }
 
+/* Targets that count in the loss: a negative target is masked. */
+static int64_t count_targets(const int32_t *host_targets, int64_t N) {
+  int64_t cnt = 0;
+  for (int64_t n = 0; n < N; n++) cnt += host_targets[n] >= 0;
+  return cnt;
+}
+
 double prm_dev_lmhead_xent(const prm_dev_t *d, float *dx, float *dw, int64_t *count,
                            const float *x, const float *w, const int32_t *targets,
                            const int32_t *host_targets, int64_t N, int64_t C, int64_t V,
                            float grad_scale, float *scratch, float *losses, int64_t chunk) {
   PRM_ASSERT(chunk > 0);
-  int64_t cnt = 0;
-  for (int64_t n = 0; n < N; n++) cnt += host_targets[n] >= 0;
+  int64_t cnt = count_targets(host_targets, N);
   int grads = dx || dw;
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     int64_t rows = N - n0 < chunk ? N - n0 : chunk;
@@ -428,8 +434,7 @@ double prm_dev_lmhead_xent16(const prm_dev_t *d, float *dx, float *dw, int64_t *
                              float grad_scale, float *scratch, float *losses, int64_t chunk,
                              prm_bf16_t *x16, prm_bf16_t *d16) {
   PRM_ASSERT(chunk > 0);
-  int64_t cnt = 0;
-  for (int64_t n = 0; n < N; n++) cnt += host_targets[n] >= 0;
+  int64_t cnt = count_targets(host_targets, N);
   int grads = dx || dw;
   d->i->f32_to_bf16(d->ctx, x16, x, N * C);
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
