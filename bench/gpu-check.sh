@@ -31,6 +31,10 @@
 #            above its data-sheet peak); preflight calibrate into a private
 #            HOME, then check --perf --only perf.gpu_ against it (no FAIL)
 #            and gpu.memory
+#   profile  where a step's time goes: the race's primus and primus-before
+#            runs (12 steps) with PRIMUS_DEVICE_PROFILE, each operator and
+#            GEMM shape timed ($OUT/profile-*.md), and test-device's checks
+#            once more through the profiling table
 #   race     bench/gpu_race.sh: primus (and its variants without each of
 #            issue 24's changes, and primus-before without all) against
 #            PyTorch eager and compiled at llama_124M, seq 1024, micro-batch
@@ -205,7 +209,8 @@ PY
 
 check_kernels() {
   local t=$P/build/tests/test-device rc=0
-  "$t" --backend cuda || rc=1
+  # test_open also checks the module loader against the stand-in module.
+  PRM_TEST_FAKE_MODULE=$P/build/tests/libprm-fake-device.so "$t" --backend cuda || rc=1
   echo "== attention, PRIMUS_CUDA_ATTENTION=tiled"
   PRIMUS_CUDA_ATTENTION=tiled "$t" --backend cuda --only test_attention || rc=1
   echo "== attention (fp32 and bf16), PRIMUS_CUDA_ATTENTION_STRIP=16"
@@ -213,6 +218,19 @@ check_kernels() {
   echo "== the fused operators' twins, PRIMUS_DEVICE_UNFUSED=1 (the harness flips it itself too)"
   PRIMUS_DEVICE_UNFUSED=1 "$t" --backend cuda --only test_fused || rc=1
   return $rc
+}
+
+check_profile() {
+  local v
+  for v in primus primus-before; do
+    PRIMUS_DEVICE_PROFILE=$OUT/profile-$v.md PRIMUS="$BIN" OUT="$W/prof-$v" VARIANTS=$v STEPS=12 WARMUP=2 \
+      bash bench/gpu_race.sh || return 1
+    grep -q '^| gemm_bf16 |' "$OUT/profile-$v.md" || { echo "no profile from $v"; return 1; }
+    head -30 "$OUT/profile-$v.md"
+  done
+  PRIMUS_DEVICE_PROFILE=$W/profile-test.md PRM_TEST_FAKE_MODULE=$P/build/tests/libprm-fake-device.so \
+    "$P/build/tests/test-device" --backend cuda || return 1
+  grep -q "the device's timer" "$W/profile-test.md"
 }
 
 check_bench() {
@@ -275,7 +293,7 @@ PY
   return $rc
 }
 
-export -f exp events check_env check_parity check_bf16 check_kernels check_dp check_resume check_bench
+export -f exp events check_profile check_env check_parity check_bf16 check_kernels check_dp check_resume check_bench
 export W BIN P OUT GPU_DEVICE=${GPU_DEVICE:-cuda}
 for s in $STAGES; do
   case $s in
@@ -287,6 +305,7 @@ for s in $STAGES; do
     parity) stage parity 150 check_parity ;;
     bf16) stage bf16 260 check_bf16 ;;
     bench) stage bench 150 check_bench ;;
+    profile) stage profile 150 check_profile ;;
     race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" VARIANTS="${RACE_VARIANTS:-primus primus-before primus-unfused primus-attn32 primus-head32 torch torch-compile}" bash bench/gpu_race.sh ;;
     *) say "unknown stage $s"; failed=$((failed + 1)) ;;
   esac

@@ -946,6 +946,49 @@ static void test_timer(void **state) {
   free(want);
 }
 
+/* PRIMUS_DEVICE_PROFILE: a device opened with it times every operator and
+ * writes the report when it closes (src/device/profile.c). */
+static void test_profile(void **state) {
+  (void)state;
+  char *path = prm_xasprintf("%s/profile.md", prm_test_tmpdir());
+  const char *was = getenv("PRIMUS_DEVICE_PROFILE");
+  char *keep = was ? prm_xstrdup(was) : NULL;
+  setenv("PRIMUS_DEVICE_PROFILE", path, 1);
+  prm_dev_opts_t o = {.want = prm_dev_kind_name(g_dev->kind), .local_rank = 0, .gemm = g_gemm};
+  prm_dev_t *d = NULL;
+  prm_err_t err = {0};
+  assert_int_equal(prm_dev_open(&o, &d, &err), 0);
+  if (keep) setenv("PRIMUS_DEVICE_PROFILE", keep, 1);
+  else unsetenv("PRIMUS_DEVICE_PROFILE");
+  assert_int_equal(prm_dev_is_host(d), prm_dev_is_host(g_dev)); /* the backend's own memory */
+  const int64_t n = 48;
+  float *h = falloc(n * n);
+  for (int64_t i = 0; i < n * n; i++) h[i] = (float)(i % 7) - 3.0f;
+  float *a = prm_dev_alloc(d, PRM_MEM_OTHER, (size_t)(n * n) * 4), *c = prm_dev_alloc(d, PRM_MEM_OTHER, (size_t)(n * n) * 4);
+  assert_int_equal(prm_dev_upload(d, a, h, (size_t)(n * n) * 4, &err), 0);
+  for (int i = 0; i < 3; i++) prm_dev_sgemm(d, 0, 1, n, n, n, 1.0f, a, n, a, n, 0.0f, c, n);
+  prm_dev_add(d, c, c, a, n * n);
+  /* The work is passed on unchanged: c = a a^T + a. */
+  float *got = falloc(n * n), *want = falloc(n * n);
+  assert_int_equal(prm_dev_download(d, got, c, (size_t)(n * n) * 4, &err), 0);
+  prm_sgemm(&g_gemm, 0, 1, n, n, n, 1.0f, h, n, h, n, 0.0f, want, n);
+  for (int64_t i = 0; i < n * n; i++) assert_true(fabsf(got[i] - (want[i] + h[i])) <= 1e-3f * (1 + fabsf(want[i])));
+  prm_dev_free(d, PRM_MEM_OTHER, a, (size_t)(n * n) * 4);
+  prm_dev_free(d, PRM_MEM_OTHER, c, (size_t)(n * n) * 4);
+  prm_dev_close(d);
+  char *rep = NULL;
+  size_t len = 0;
+  assert_int_equal(prm_fs_read_all(path, &rep, &len, &err), 0);
+  assert_non_null(strstr(rep, "## Device profile"));
+  assert_non_null(strstr(rep, "| sgemm | 3 |"));
+  assert_non_null(strstr(rep, "| add | 1 |"));
+  assert_non_null(strstr(rep, "| upload | 1 |"));
+  assert_non_null(strstr(rep, "| download | 1 |"));
+  assert_non_null(strstr(rep, "| fp32 | nt | 48 | 48 | 48 | 3 |"));
+  assert_non_null(strstr(rep, g_dev->kind == PRM_DEV_KIND_CUDA ? "the device's timer" : "the host's clock"));
+  free(rep), free(path), free(keep), free(h), free(got), free(want);
+}
+
 static void test_bench(void **state) {
   (void)state;
   prm_err_t err = {0};
@@ -1047,6 +1090,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_adamw_reductions), cmocka_unit_test(test_attention_bf16),
       cmocka_unit_test(test_fused),         cmocka_unit_test(test_open),
       cmocka_unit_test(test_timer),         cmocka_unit_test(test_bench),
+      cmocka_unit_test(test_profile),
   };
   rc = cmocka_run_group_tests(tests, NULL, NULL);
   prm_dev_close(g_dev);

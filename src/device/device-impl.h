@@ -15,6 +15,16 @@ const char *prm__dev_cpu_gemm_name(void *ctx);
  * (a test backend: PRIMUS_DEVICE_TAGGED=1). */
 const prm_dev_i *prm__dev_tagged_table(void);
 
+/* profile.c: a table wrapping `in` (whose context in_ctx it then owns)
+ * that times every operator and writes a report to dest ("1": stderr;
+ * else a file) when closed; *ctx_out is the context to pass it
+ * (PRIMUS_DEVICE_PROFILE). */
+const prm_dev_i *prm__dev_profile_wrap(const prm_dev_i *in, void *in_ctx, const char *dest,
+                                       void **ctx_out);
+/* The backend's own context under a profiling table (ctx itself when i is
+ * no such table). */
+void *prm__dev_unwrapped_ctx(const prm_dev_i *i, void *ctx);
+
 /* The name of the CUDA module's file. */
 #define PRM__CUDA_MODULE "libprimus-cuda.so"
 

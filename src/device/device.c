@@ -196,6 +196,9 @@ int prm_dev_open(const prm_dev_opts_t *o, prm_dev_t **out, prm_err_t *err) {
     }
   }
   d->i->info(d->ctx, &d->info);
+  /* PRIMUS_DEVICE_PROFILE=1 or =FILE: every operator timed (profile.c). */
+  const char *prof = getenv("PRIMUS_DEVICE_PROFILE");
+  if (prof && *prof && strcmp(prof, "0")) d->i = prm__dev_profile_wrap(d->i, d->ctx, prof, &d->ctx);
   const char *uf = getenv("PRIMUS_DEVICE_UNFUSED");
   d->unfused = uf && !strcmp(uf, "1");
   *out = d;
@@ -222,7 +225,7 @@ static void prm__version(char *buf, size_t n, int v) {
 void prm_dev_describe(const prm_dev_t *d, prm_sb_t *out) {
   const prm_dev_info_t *f = &d->info;
   if (d->kind == PRM_DEV_KIND_CPU) {
-    prm_sb_appendf(out, "cpu (%s, %d threads%s)", prm__dev_cpu_gemm_name(d->ctx), f->sm_count,
+    prm_sb_appendf(out, "cpu (%s, %d threads%s)", prm__dev_cpu_gemm_name(prm__dev_unwrapped_ctx(d->i, d->ctx)), f->sm_count,
                    d->i->host_memory ? "" : ", tagged test memory");
     return;
   }
