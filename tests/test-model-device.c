@@ -358,6 +358,49 @@ static void test_arch(void **state) {
   kv_case(cfg_arch(2, 1));
 }
 
+/* PRIMUS_DEVICE_HEAD_CHUNK=7: the head's 48 rows in seven chunks (the
+ * last of 6), fp32 and bf16, against the CPU's one chunk: the loss sums
+ * the same row losses; dW adds the chunks' products in turn, so the
+ * gradients agree within rounding even on the tagged backend. The memory
+ * line names the chunk. A value that is no row count is refused, naming
+ * the variable. */
+static void test_head_chunks(void **state) {
+  (void)state;
+  setenv("PRIMUS_DEVICE_HEAD_CHUNK", "7", 1);
+  int exact = g_exact;
+  g_exact = 0;
+  pass_case(cfg(2, 0), 0, 0);
+  g_loose = 1000;
+  pass_case(cfg(4, 1), PRM_LLAMA_BF16, 0);
+  g_loose = 1;
+  g_exact = exact;
+  prm_llama_config_t c = cfg(2, 0);
+  prm_llama_t *m = NULL;
+  prm_err_t err = {0};
+  assert_int_equal(prm_llama_new_dev(&c, 2, 24, PRM_LLAMA_TRAIN, &g_gemm, g_dev, NULL, &m, &err), 0);
+  prm_sb_t line = {0};
+  prm_llama_describe_memory(m, &line);
+  assert_non_null(strstr(line.buf, "7 rows a chunk by PRIMUS_DEVICE_HEAD_CHUNK"));
+  prm_sb_free(&line);
+  prm_llama_free(m);
+  const char *bad[] = {"0", "-3", "12x", "many"};
+  for (int i = 0; i < 4; i++) {
+    setenv("PRIMUS_DEVICE_HEAD_CHUNK", bad[i], 1);
+    m = NULL;
+    assert_int_equal(prm_llama_new_dev(&c, 2, 24, PRM_LLAMA_TRAIN, &g_gemm, g_dev, NULL, &m, &err),
+                     PRM_ECONFIG);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "PRIMUS_DEVICE_HEAD_CHUNK"));
+  }
+  unsetenv("PRIMUS_DEVICE_HEAD_CHUNK");
+  /* Unset: the default chunk (all 48 rows fit in one). */
+  assert_int_equal(prm_llama_new_dev(&c, 2, 24, PRM_LLAMA_TRAIN, &g_gemm, g_dev, NULL, &m, &err), 0);
+  prm_llama_describe_memory(m, &line);
+  assert_non_null(strstr(line.buf, "48 rows a chunk: fp32"));
+  prm_sb_free(&line);
+  prm_llama_free(m);
+}
+
 /* What a device with its own memory refuses, by key. */
 static void test_refused(void **state) {
   (void)state;
@@ -405,7 +448,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_bf16),            cmocka_unit_test(test_bf16_attention),
       cmocka_unit_test(test_fused_steps),     cmocka_unit_test(test_adamw_steps),
       cmocka_unit_test(test_kv_cache),        cmocka_unit_test(test_arch),
-      cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_refused),         cmocka_unit_test(test_head_chunks),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   prm_dev_close(g_dev);

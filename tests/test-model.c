@@ -177,37 +177,49 @@ static void test_rope_scaling_tables(void **state) {
     assert_true(fabs(sn[t * 3 + 1] - sin(t * g1)) < 1e-7);
 }
 
-/* The head's chunks: at most 16M logits each, as few chunks as that
- * allows, whole blocks of PRM_HEAD_ROW_BLOCK rows where a block fits, and
- * all rows in one chunk when they fit. */
-static void test_head_chunk(void **state) {
-  (void)state;
-  const int64_t most = (int64_t)16 << 20;
-  /* The race's shape: 2048 rows of vocab 50304, 333 rows at most. */
-  assert_int_equal(prm_llama_head_chunk(2048, 50304), 320);
-  assert_int_equal(prm_llama_head_chunk(100, 50304), 100);
-  assert_int_equal(prm_llama_head_chunk(0, 50304), 1);
-  int64_t vocabs[] = {256, 32000, 50304, 128256, 600000, 40000000};
-  for (int v = 0; v < 6; v++)
-    for (int64_t rows = 1; rows <= 5000; rows += rows < 70 ? 1 : 37) {
-      int64_t V = vocabs[v], chunk = prm_llama_head_chunk(rows, V);
-      int64_t cap = most / V > 1 ? most / V : 1; /* one row even past 16M */
+/* The head's chunks: at most 16M logits each (256M on a device), as few
+ * chunks as that allows, whole blocks of PRM_HEAD_ROW_BLOCK rows
+ * (PRM_DEV_HEAD_ROW_BLOCK) where a block fits, and all rows in one chunk
+ * when they fit. */
+static void head_chunk_case(int64_t (*fn)(int64_t, int64_t), int64_t most, int64_t block) {
+  int64_t vocabs[] = {256, 32000, 50304, 128256, 600000, 40000000, 2000000000};
+  for (int v = 0; v < 7; v++)
+    for (int64_t rows = 1; rows <= 40000; rows += rows < 70 ? 1 : rows < 5000 ? 37 : 997) {
+      int64_t V = vocabs[v], chunk = fn(rows, V);
+      int64_t cap = most / V > 1 ? most / V : 1; /* one row even past the most */
       int64_t n = (rows + chunk - 1) / chunk;
       assert_true(chunk >= 1 && chunk <= cap);
       if (rows <= cap) {
         assert_int_equal(chunk, rows);
         continue;
       }
-      if (cap >= PRM_HEAD_ROW_BLOCK) { /* whole blocks, the fewest chunks */
-        assert_int_equal(chunk % PRM_HEAD_ROW_BLOCK, 0);
-        int64_t blocks = (rows + PRM_HEAD_ROW_BLOCK - 1) / PRM_HEAD_ROW_BLOCK;
-        int64_t per = cap / PRM_HEAD_ROW_BLOCK;
+      if (cap >= block) { /* whole blocks, the fewest chunks */
+        assert_int_equal(chunk % block, 0);
+        int64_t blocks = (rows + block - 1) / block;
+        int64_t per = cap / block;
         assert_int_equal(n, (blocks + per - 1) / per);
-        if (rows % PRM_HEAD_ROW_BLOCK == 0) assert_int_equal((rows - (n - 1) * chunk) % 32, 0);
+        if (rows % block == 0) assert_int_equal((rows - (n - 1) * chunk) % block, 0);
       } else {
         assert_int_equal(n, (rows + cap - 1) / cap);
       }
     }
+}
+
+static void test_head_chunk(void **state) {
+  (void)state;
+  /* The race's shape: 2048 rows of vocab 50304, 333 rows at most. */
+  assert_int_equal(prm_llama_head_chunk(2048, 50304), 320);
+  assert_int_equal(prm_llama_head_chunk(100, 50304), 100);
+  assert_int_equal(prm_llama_head_chunk(0, 50304), 1);
+  /* The GPU's reference shape: 16 x 1024 rows, 5336 rows at most: four
+   * chunks of 4096 (the host's choice there is 52 of 320). */
+  assert_int_equal(prm_llama_head_chunk(16384, 50304), 320);
+  assert_int_equal(prm_llama_dev_head_chunk(16384, 50304), 4096);
+  assert_int_equal(prm_llama_dev_head_chunk(16384, 128256), 2048);
+  assert_int_equal(prm_llama_dev_head_chunk(2048, 50304), 2048);
+  assert_int_equal(prm_llama_dev_head_chunk(0, 50304), 1);
+  head_chunk_case(prm_llama_head_chunk, PRM_HEAD_LOGITS, PRM_HEAD_ROW_BLOCK);
+  head_chunk_case(prm_llama_dev_head_chunk, PRM_DEV_HEAD_LOGITS, PRM_DEV_HEAD_ROW_BLOCK);
 }
 
 static void test_layout(void **state) {

@@ -118,7 +118,16 @@ double prm_llama_flops_per_token(const prm_llama_config_t *c, int64_t T);
  * PRM_HEAD_ROW_BLOCK rows (when 16M logits hold one) spread evenly over
  * the chunks; the last chunk may be shorter. All rows when they fit. */
 #define PRM_HEAD_ROW_BLOCK 32
+#define PRM_HEAD_LOGITS ((int64_t)16 << 20)
 int64_t prm_llama_head_chunk(int64_t rows, int64_t vocab);
+/* The same on a device with its own memory (a GPU): at most ~256M logits
+ * (1 GiB of fp32 scratch) in blocks of PRM_DEV_HEAD_ROW_BLOCK rows, so the
+ * head's GEMMs get thousands of rows (the dW product's inner dimension is
+ * the chunk's rows). PRIMUS_DEVICE_HEAD_CHUNK overrides it
+ * (prm_llama_dev_head_rows). */
+#define PRM_DEV_HEAD_ROW_BLOCK 128
+#define PRM_DEV_HEAD_LOGITS ((int64_t)256 << 20)
+int64_t prm_llama_dev_head_chunk(int64_t rows, int64_t vocab);
 
 /* How a tensor is divided among tensor-parallel ranks. */
 typedef enum {
@@ -241,6 +250,7 @@ typedef struct prm_llama {
   int stale16;           /* params changed since params16 was rounded */
   int head_fp32;         /* bf16 on a device: the LM head in fp32 all the same
                           * (PRIMUS_DEVICE_HEAD_FP32=1, an A/B switch) */
+  int64_t head_rows;     /* on a device: PRIMUS_DEVICE_HEAD_CHUNK's rows, 0 for the default */
   int64_t ver16;         /* times params16 was rounded */
   /* PRM_LLAMA_BF16: per tensor (2 i + which), its bf16 matrix packed for
    * the product that multiplies by W^T (which 0: the forward, the logits)
@@ -412,6 +422,12 @@ void prm_llama_params16_synced(prm_llama_t *m);
 /* 1 when PRIMUS_DEVICE_HEAD_FP32=1: bf16 models on a device keep the LM
  * head in fp32 (the twin of its bf16 head, for A/B runs). */
 int prm_llama_dev_head_fp32(void);
+/* PRIMUS_DEVICE_HEAD_CHUNK=R: the LM head's chunks on a device are R rows
+ * (fewer when the batch has fewer), not prm_llama_dev_head_chunk's (R=320
+ * is the host's choice at the reference shape, for A/B runs). *rows = R, or
+ * 0 when the variable is unset or empty; PRM_ECONFIG naming the variable
+ * when it is not a whole number of rows >= 1. */
+int prm_llama_dev_head_rows(int64_t *rows, prm_err_t *err);
 
 /* Forward over B x T tokens (B <= the B the model was built for). Returns
  * the summed cross-entropy over unmasked targets (target < 0 is masked) and

@@ -240,18 +240,28 @@ void prm_llama_rope_tables(const prm_llama_config_t *c, float *cos_t, float *sin
   }
 }
 
-int64_t prm_llama_head_chunk(int64_t rows, int64_t vocab) {
-  int64_t most = ((int64_t)16 << 20) / (vocab > 0 ? vocab : 1); /* rows of 16M logits */
+/* Rows of a chunk of at most `logits` logits over `vocab` columns, in whole
+ * blocks of `block` rows where one fits, spread evenly over the chunks. */
+static int64_t prm__head_chunk(int64_t rows, int64_t vocab, int64_t logits, int64_t block) {
+  int64_t most = logits / (vocab > 0 ? vocab : 1);
   if (most < 1) most = 1;
   if (rows <= most) return rows > 0 ? rows : 1;
-  /* Whole blocks of PRM_HEAD_ROW_BLOCK rows where 16M logits hold one:
-   * oneDNN's bf16 matmul on the packed head runs some row counts 3-5x
-   * slower than the multiples of 32 around them (290 and 295 rows, not 288
-   * or 320: docs/benchmarks.md). The blocks are spread evenly over the
-   * chunks; only the last chunk is shorter, by whole blocks when rows is a
-   * multiple of the block. */
-  int64_t unit = most >= PRM_HEAD_ROW_BLOCK ? PRM_HEAD_ROW_BLOCK : 1;
+  /* Whole blocks of rows: oneDNN's bf16 matmul on the packed head runs
+   * some row counts 3-5x slower than the multiples of 32 around them (290
+   * and 295 rows, not 288 or 320: docs/benchmarks.md); cuBLAS's tiles are
+   * 64-256 rows. The blocks are spread evenly over the chunks; only the
+   * last chunk is shorter, by whole blocks when rows is a multiple of the
+   * block. */
+  int64_t unit = most >= block ? block : 1;
   int64_t units = (rows + unit - 1) / unit, per = most / unit;
   int64_t n = (units + per - 1) / per;
   return (units + n - 1) / n * unit;
+}
+
+int64_t prm_llama_head_chunk(int64_t rows, int64_t vocab) {
+  return prm__head_chunk(rows, vocab, PRM_HEAD_LOGITS, PRM_HEAD_ROW_BLOCK);
+}
+
+int64_t prm_llama_dev_head_chunk(int64_t rows, int64_t vocab) {
+  return prm__head_chunk(rows, vocab, PRM_DEV_HEAD_LOGITS, PRM_DEV_HEAD_ROW_BLOCK);
 }

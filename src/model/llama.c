@@ -303,8 +303,14 @@ static int prm__acts_new(prm_llama_t *m, prm_llama_acts_t **out, char *what, siz
    * 171/185/168 with 333 rows (docs/benchmarks.md). The rows are then
    * spread evenly over that many chunks in blocks of 32, so no short last
    * chunk or odd row count runs its GEMMs slowly (2048 rows: 6 of 320 and
-   * one of 128, not 6 of 333 and one of 50, nor 6 of 293 and one of 290). */
-  a->chunk = prm_llama_head_chunk(m->B * m->T, m->Vl);
+   * one of 128, not 6 of 333 and one of 50, nor 6 of 293 and one of 290).
+   * A device (a GPU) takes chunks of up to 256M logits in blocks of 128
+   * rows: its GEMMs want thousands of rows (with 320 rows the dW product
+   * ran at 174 TFLOP/s on an H200), and its memory holds the 1 GiB. */
+  int64_t N = m->B * m->T;
+  if (prm_dev_is_host(m->dev)) a->chunk = prm_llama_head_chunk(N, m->Vl);
+  else if (m->head_rows > 0) a->chunk = m->head_rows < N ? m->head_rows : N;
+  else a->chunk = prm_llama_dev_head_chunk(N, m->Vl);
   m->acts_bytes = prm__layout_acts(m, a, NULL);
   m->scratch_bytes = prm__layout_scratch(m, a, NULL);
   if (!(a->block = prm_dev_alloc(m->dev, PRM_MEM_ACTS, m->acts_bytes))) {
@@ -375,6 +381,19 @@ int prm_llama_dev_head_fp32(void) {
   return hf && !strcmp(hf, "1");
 }
 
+int prm_llama_dev_head_rows(int64_t *rows, prm_err_t *err) {
+  const char *v = getenv("PRIMUS_DEVICE_HEAD_CHUNK");
+  *rows = 0;
+  if (!v || !*v) return 0;
+  if (prm_parse_i64(v, rows) || *rows < 1) {
+    *rows = 0;
+    return prm_errf(err, PRM_ECONFIG,
+                    "PRIMUS_DEVICE_HEAD_CHUNK: '%s' is not a number of rows >= 1 (the LM head's "
+                    "rows per chunk on a device; unset for the default)", v);
+  }
+  return 0;
+}
+
 int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigned flags,
                       const prm_gemm_t *gemm, const prm_dev_t *dev, const prm_llama_tp_t *tp,
                       prm_llama_t **out, prm_err_t *err) {
@@ -389,6 +408,8 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
                     "seq_length %lld must be between 1 and max_position_embeddings %lld",
                     (long long)T, (long long)c->max_pos);
   if (dev && (rc = prm__dev_check(c, dev, tp, err))) return rc;
+  int64_t head_rows = 0;
+  if (dev && !prm_dev_is_host(dev) && (rc = prm_llama_dev_head_rows(&head_rows, err))) return rc;
   int csize = tp && tp->cp_size > 1 ? tp->cp_size : 1;
   PRM_ASSERT(csize == 1 || (tp->cp_comm && tp->cp_rank >= 0 && tp->cp_rank < csize));
   if (csize > 1 && T % (2 * csize))
@@ -411,6 +432,7 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
     flags &= ~(unsigned)PRM_LLAMA_PACK16;
     m->head_fp32 = prm_llama_dev_head_fp32();
   }
+  m->head_rows = head_rows;
   m->cfg = *c;
   m->flags = flags;
   m->B = B;
@@ -704,6 +726,19 @@ void prm_llama_describe_memory(const prm_llama_t *m, prm_sb_t *out) {
                  (m->flags & PRM_LLAMA_RECOMPUTE) ? " (full recompute)" : "", s);
   if (m->nslots > 1)
     prm_sb_appendf(out, " (activations and scratch each x %d pipeline slots)", m->nslots);
+  if (!prm_dev_is_host(m->dev) && m->acts) { /* the head's chunk: the scratch's largest part */
+    char h[32], h16[48] = "";
+    double n = (double)(m->acts->chunk * m->Vl);
+    prm_fmt_bytes(h, sizeof h, n * sizeof(float));
+    if (m->flags & PRM_LLAMA_BF16) { /* their bf16 copy sits in an operand slot at least as big */
+      char b[32];
+      prm_fmt_bytes(b, sizeof b, n * sizeof(prm_bf16_t));
+      snprintf(h16, sizeof h16, " and bf16 %s", b);
+    }
+    prm_sb_appendf(out, " (of it the LM head's logits, %lld rows a chunk%s: fp32 %s%s)",
+                   (long long)m->acts->chunk,
+                   m->head_rows > 0 ? " by PRIMUS_DEVICE_HEAD_CHUNK" : "", h, h16);
+  }
   if (m->params16) {
     char h[32];
     prm_fmt_bytes(h, sizeof h, (double)m->nparams * sizeof(prm_bf16_t));
