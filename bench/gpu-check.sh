@@ -9,8 +9,9 @@
 #   env      primus env, nvidia-smi, preflight's gpu.cuda
 #   kernels  test-device --backend cuda: every operator against its CPU kernel
 #            (bf16 attention and the fused operators too), then attention
-#            again with the tiled kernels and (fp32 and bf16) with 16-row
-#            strips, and the fused operators with PRIMUS_DEVICE_UNFUSED=1
+#            again with the tiled kernels, (fp32 and bf16) through the GEMM
+#            path with 16-row strips, bf16 through the GEMM path (the flash
+#            kernels' twin), and the fused operators with PRIMUS_DEVICE_UNFUSED=1
 #   model    test-model-device --backend cuda: the model against the CPU model
 #            (losses 1e-5, gradients and 10 AdamW steps 1e-4, KV cache)
 #   parity   `train pretrain` 10 fp32 steps on cuda and on cpu from the same
@@ -213,8 +214,10 @@ check_kernels() {
   PRM_TEST_FAKE_MODULE=$P/build/tests/libprm-fake-device.so "$t" --backend cuda || rc=1
   echo "== attention, PRIMUS_CUDA_ATTENTION=tiled"
   PRIMUS_CUDA_ATTENTION=tiled "$t" --backend cuda --only test_attention || rc=1
-  echo "== attention (fp32 and bf16), PRIMUS_CUDA_ATTENTION_STRIP=16"
-  PRIMUS_CUDA_ATTENTION_STRIP=16 "$t" --backend cuda --only 'test_attention*' || rc=1
+  echo "== attention (fp32 and bf16 through the GEMM path), PRIMUS_CUDA_ATTENTION_STRIP=16"
+  PRIMUS_CUDA_ATTENTION=gemm PRIMUS_CUDA_ATTENTION_STRIP=16 "$t" --backend cuda --only 'test_attention*' || rc=1
+  echo "== bf16 attention through the GEMM path (the flash kernels' twin), PRIMUS_CUDA_ATTENTION=gemm"
+  PRIMUS_CUDA_ATTENTION=gemm "$t" --backend cuda --only test_attention_bf16 || rc=1
   echo "== the fused operators' twins, PRIMUS_DEVICE_UNFUSED=1 (the harness flips it itself too)"
   PRIMUS_DEVICE_UNFUSED=1 "$t" --backend cuda --only test_fused || rc=1
   return $rc

@@ -11,6 +11,7 @@
 #   VARIANTS="primus torch" STEPS=15 bash bench/gpu_race.sh
 #
 # Knobs: VARIANTS (primus primus-before primus-unfused primus-attn32
+# primus-gemmattn (bf16 attention through cuBLAS, not the flash kernels)
 # primus-head32 primus-tf32 primus-tiled primus-fp32 torch torch-compile).
 # primus is bf16 as it trains by default: attention on bf16 operands
 # (tensor cores), the LM head on bf16 operands, the fused operators (AdamW
@@ -106,6 +107,7 @@ for v in $VARIANTS; do
     primus-before) PRIMUS_DEVICE_UNFUSED=1 PRIMUS_DEVICE_HEAD_FP32=1 primus_run primus-before true false fp32 ;;
     primus-fp32) primus_run primus-fp32 false ;;
     primus-tiled) PRIMUS_DEVICE_UNFUSED=1 PRIMUS_DEVICE_HEAD_FP32=1 PRIMUS_CUDA_ATTENTION=tiled primus_run primus-tiled true false fp32 ;;
+    primus-gemmattn) PRIMUS_CUDA_ATTENTION=gemm primus_run primus-gemmattn true ;;
     primus-tf32) PRIMUS_DEVICE_UNFUSED=1 PRIMUS_DEVICE_HEAD_FP32=1 primus_run primus-bf16-tf32 true true fp32 ;;
     torch) torch_run torch-eager --bf16 ;;
     torch-compile) torch_run torch-compile --bf16 --compile ;;

@@ -183,6 +183,14 @@ __global__ __launch_bounds__(128) static void ag_k_rowdot16(float *Di, const uin
   }
 }
 
+int prm_cu_at_rowdot16(prm_cu_ctx *c, const char *op, float *Di, const uint16_t *dout,
+                       const float *out, int64_t B, int64_t T, int64_t H, int64_t D) {
+  int64_t rows = B * T * H;
+  ag_k_rowdot16<<<(unsigned)((rows + AG_ROWS - 1) / AG_ROWS), 128, 0, c->stream>>>(Di, dout, out,
+                                                                                  T, H, D, rows);
+  return prm_cu_check(c, op);
+}
+
 /* Grid-stride over (b, t, g, d): dst[b, t, g, d] = sum over k < H/G, in
  * order, of src[b, t, g H/G + k, d]. */
 __global__ static void ag_k_group_sum(float *dst, const float *src, int64_t n, int64_t r,
@@ -330,10 +338,7 @@ static void ag_backward(prm_cu_ctx *c, const char *op, int bf16, float *dq, floa
   int32_t *start = seg ? (int32_t *)at : NULL;
   if (seg && prm_cu_at_segstart(c, op, start, seg, B, T)) return;
   if (bf16) {
-    int64_t rows = B * T * H;
-    ag_k_rowdot16<<<(unsigned)((rows + AG_ROWS - 1) / AG_ROWS), 128, 0, c->stream>>>(
-        Di, (const uint16_t *)dout, out, T, H, D, rows);
-    if (prm_cu_check(c, op)) return;
+    if (prm_cu_at_rowdot16(c, op, Di, (const uint16_t *)dout, out, B, T, H, D)) return;
   } else if (prm_cu_at_rowdot(c, op, Di, (const float *)dout, out, B, T, H, D)) {
     return;
   }
@@ -403,14 +408,23 @@ void prm_cu_attention_backward(void *ctx, float *dq, float *dk, float *dv, const
               D);
 }
 
-/* bf16 attention has no tiled twin: PRIMUS_CUDA_ATTENTION=tiled does not
+/* bf16 attention: the fused kernels of attention_flash.cu where they
+ * apply (head sizes 32, 64, 128; not PRIMUS_CUDA_ATTENTION=gemm), else the
+ * GEMM path. It has no tiled twin: PRIMUS_CUDA_ATTENTION=tiled does not
  * apply to it (bf16_attention: fp32 takes the fp32 paths). */
 void prm_cu_attention_forward_bf16(void *ctx, float *out, float *lse, const prm_dev_bf16_t *q,
                                    const prm_dev_bf16_t *k, const prm_dev_bf16_t *v,
                                    const int32_t *seg, int64_t B, int64_t T, int64_t H, int64_t G,
                                    int64_t D) {
-  ag_forward((prm_cu_ctx *)ctx, "attention_forward_bf16", 1, out, lse, q, k, v, seg, B, T, H, G,
-             D);
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  const char *op = "attention_forward_bf16";
+  if (prm_cu_flash_ok(c, T, D)) {
+    prm_cu_enter(c, op);
+    if (!ag_shape_ok(c, op, B, T, H, G, D) || B == 0 || T == 0) return;
+    prm_cu_flash_forward(c, op, out, lse, q, k, v, seg, B, T, H, G, D);
+    return;
+  }
+  ag_forward(c, op, 1, out, lse, q, k, v, seg, B, T, H, G, D);
 }
 
 void prm_cu_attention_backward_bf16(void *ctx, float *dq, float *dk, float *dv,
@@ -418,6 +432,13 @@ void prm_cu_attention_backward_bf16(void *ctx, float *dq, float *dk, float *dv,
                                     const prm_dev_bf16_t *k, const prm_dev_bf16_t *v,
                                     const float *out, const float *lse, const int32_t *seg,
                                     int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
-  ag_backward((prm_cu_ctx *)ctx, "attention_backward_bf16", 1, dq, dk, dv, dout, q, k, v, out,
-              lse, seg, B, T, H, G, D);
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  const char *op = "attention_backward_bf16";
+  if (prm_cu_flash_ok(c, T, D)) {
+    prm_cu_enter(c, op);
+    if (!ag_shape_ok(c, op, B, T, H, G, D) || B == 0 || T == 0) return;
+    prm_cu_flash_backward(c, op, dq, dk, dv, dout, q, k, v, out, lse, seg, B, T, H, G, D);
+    return;
+  }
+  ag_backward(c, op, 1, dq, dk, dv, dout, q, k, v, out, lse, seg, B, T, H, G, D);
 }

@@ -42,6 +42,7 @@ typedef struct {
   int tf32;      /* set_tf32: TF32 tensor cores allowed in sgemm */
   int sync_each; /* PRIMUS_CUDA_SYNC=1: wait after each operator (debugging) */
   int attn_tiled; /* PRIMUS_CUDA_ATTENTION=tiled: attention.cu's kernels in training */
+  int attn_flash; /* bf16 attention through attention_flash.cu (not PRIMUS_CUDA_ATTENTION=gemm) */
   int64_t attn_strip; /* PRIMUS_CUDA_ATTENTION_STRIP=N: query rows per strip (0: by budget) */
   /* Growable scratch for operators that need temporaries (rmsnorm dw
    * partials, attention segment starts and row dots). */
@@ -214,5 +215,24 @@ int prm_cu_at_segstart(prm_cu_ctx *c, const char *op, int32_t *start, const int3
                        int64_t B, int64_t T);
 int prm_cu_at_rowdot(prm_cu_ctx *c, const char *op, float *Di, const float *dout,
                      const float *out, int64_t B, int64_t T, int64_t H, int64_t D);
+
+/* D_i = dout_i . out_i (bf16 dout widened), Di laid out (B, H, T)
+ * (attention_gemm.cu). */
+int prm_cu_at_rowdot16(prm_cu_ctx *c, const char *op, float *Di, const uint16_t *dout,
+                       const float *out, int64_t B, int64_t T, int64_t H, int64_t D);
+
+/* attention_flash.cu: the fused bf16 kernels on the tensor cores, for
+ * head sizes 32, 64 and 128 (prm_cu_flash_ok) unless
+ * PRIMUS_CUDA_ATTENTION=gemm. Shapes are checked by the caller. */
+int prm_cu_flash_ok(const prm_cu_ctx *c, int64_t T, int64_t D);
+void prm_cu_flash_forward(prm_cu_ctx *c, const char *op, float *out, float *lse,
+                          const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                          const int32_t *seg, int64_t B, int64_t T, int64_t H, int64_t G,
+                          int64_t D);
+void prm_cu_flash_backward(prm_cu_ctx *c, const char *op, float *dq, float *dk, float *dv,
+                           const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                           const uint16_t *v, const float *out, const float *lse,
+                           const int32_t *seg, int64_t B, int64_t T, int64_t H, int64_t G,
+                           int64_t D);
 
 #endif /* PRM_CUDA_IMPL_H */

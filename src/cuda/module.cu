@@ -542,14 +542,17 @@ extern "C" __attribute__((visibility("default"))) int prm_device_module_open(
   c->ordinal = ordinal;
   const char *se = getenv("PRIMUS_CUDA_SYNC");
   c->sync_each = se && atoi(se) == 1;
-  /* PRIMUS_CUDA_ATTENTION: gemm (the default) or tiled (attention.cu). */
+  /* PRIMUS_CUDA_ATTENTION: flash (the default: bf16 attention through
+   * attention_flash.cu, fp32 through attention_gemm.cu), gemm (both through
+   * attention_gemm.cu) or tiled (fp32 through attention.cu's kernels). */
   const char *am = getenv("PRIMUS_CUDA_ATTENTION");
-  if (am && *am && strcmp(am, "gemm") != 0 && strcmp(am, "tiled") != 0) {
-    prm_cu_say(msg, msg_len, "PRIMUS_CUDA_ATTENTION=%.64s: expected gemm or tiled", am);
+  if (am && *am && strcmp(am, "flash") != 0 && strcmp(am, "gemm") != 0 && strcmp(am, "tiled") != 0) {
+    prm_cu_say(msg, msg_len, "PRIMUS_CUDA_ATTENTION=%.64s: expected flash, gemm or tiled", am);
     free(c);
     return PRM_DEV_OPEN_FAILED;
   }
   c->attn_tiled = am && strcmp(am, "tiled") == 0;
+  c->attn_flash = !am || !*am || strcmp(am, "gemm") != 0;
   const char *as = getenv("PRIMUS_CUDA_ATTENTION_STRIP");
   if (as && *as) {
     char *end = NULL;

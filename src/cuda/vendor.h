@@ -90,8 +90,10 @@ typedef hipblasComputeType_t gpublasComputeType_t;
   ((*(v) = hipblasVersionMajor * 10000 + hipblasVersionMinor * 100 + hipblasVersionPatch), \
    HIPBLAS_STATUS_SUCCESS)
 
-/* Lane exchange within a warp; HIP's shuffles take no mask. */
+/* Lane exchange within a warp; HIP's shuffles take no mask. PRM_SHFL
+ * reads lane l of the 32-lane group (attention_flash.cu's mma fallback). */
 #define PRM_SHFL_XOR(v, m) __shfl_xor((v), (m))
+#define PRM_SHFL(v, l) __shfl((v), (l), 32)
 
 #else
 /* ----------------------------------------------------------------- CUDA */
@@ -165,6 +167,7 @@ typedef cublasComputeType_t gpublasComputeType_t;
 
 /* Lane exchange within a warp; every lane of the warp takes part. */
 #define PRM_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+#define PRM_SHFL(v, l) __shfl_sync(0xffffffffu, (v), (l))
 #endif
 
 #endif /* PRM_CUDA_VENDOR_H */
