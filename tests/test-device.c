@@ -226,6 +226,23 @@ static void test_bf16_convert(void **state) {
   fetch(back, dback, n * 4);
   assert_memory_equal(got16, h16, (size_t)n * 2);
   assert_memory_equal(back, want, (size_t)n * 4);
+  /* Lengths and offsets off the backends' vector widths (CUDA converts
+   * four at a time where both pointers allow it): a tail of 3, then bf16
+   * at 4 bytes past an 8-byte boundary (no vector access). */
+  assert_int_equal(prm_dev_zero(g_dev, d16, n * 2, &(prm_err_t){0}), 0);
+  prm_dev_f32_to_bf16(g_dev, d16, dx, n - 3);
+  prm_dev_f32_to_bf16(g_dev, d16 + n - 3, dx + n - 3, 3);
+  prm_dev_bf16_to_f32(g_dev, dback, d16, n - 3);
+  fetch(got16, d16, n * 2);
+  fetch(back, dback, (n - 3) * 4);
+  assert_memory_equal(got16, h16, (size_t)n * 2);
+  assert_memory_equal(back, want, (size_t)(n - 3) * 4);
+  prm_dev_f32_to_bf16(g_dev, d16 + 2, dx + 4, n - 8);
+  prm_dev_bf16_to_f32(g_dev, dback + 4, d16 + 2, n - 8);
+  fetch(got16, d16, n * 2);
+  fetch(back, dback, n * 4);
+  assert_memory_equal(got16 + 2, h16 + 4, (size_t)(n - 8) * 2);
+  assert_memory_equal(back + 4, want + 4, (size_t)(n - 8) * 4);
   dfree(dx, n * 4);
   dfree(dback, n * 4);
   dfree(d16, n * 2);
