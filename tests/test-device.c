@@ -971,10 +971,14 @@ static void test_profile(void **state) {
   const char *was = getenv("PRIMUS_DEVICE_PROFILE");
   char *keep = was ? prm_xstrdup(was) : NULL;
   setenv("PRIMUS_DEVICE_PROFILE", path, 1);
-  prm_dev_opts_t o = {.want = prm_dev_kind_name(g_dev->kind), .local_rank = 0, .gemm = g_gemm};
+  /* The module g_dev came from (test_open leaves PRIMUS_CUDA_MODULE unset). */
+  prm_dev_opts_t o = {.want = prm_dev_kind_name(g_dev->kind), .local_rank = 0, .gemm = g_gemm,
+                      .module_path = g_dev->kind == PRM_DEV_KIND_CUDA ? g_dev->module : NULL};
   prm_dev_t *d = NULL;
   prm_err_t err = {0};
-  assert_int_equal(prm_dev_open(&o, &d, &err), 0);
+  int rc = prm_dev_open(&o, &d, &err);
+  if (rc) fprintf(stderr, "test_profile: %s\n", err.msg);
+  assert_int_equal(rc, 0);
   if (keep) setenv("PRIMUS_DEVICE_PROFILE", keep, 1);
   else unsetenv("PRIMUS_DEVICE_PROFILE");
   assert_int_equal(prm_dev_is_host(d), prm_dev_is_host(g_dev)); /* the backend's own memory */
