@@ -590,15 +590,23 @@ static void test_attention_decode(void **state) {
 /* Loss, LM head, optimizer, reductions                                       */
 /* ------------------------------------------------------------------------ */
 
-static void test_xent(void **state) {
-  (void)state;
-  int64_t N = 21, V = 1003;
+/* One xent case: N rows of V logits (every fifth row masked), dlogits in
+ * place, against the CPU's forward and backward; twice, the same bits.
+ * With ninf, row 1's first half and row 2's every other logit are -inf
+ * (a padded vocabulary), which add nothing to the sums. */
+static void xent_case(int64_t N, int64_t V, uint64_t seed, int ninf) {
   prm_rng_t r;
-  prm_rng_seed(&r, 9);
+  prm_rng_seed(&r, seed);
   float *logits = falloc(N * V), *losses = falloc(N), *dl = falloc(N * V), *got = falloc(N * V);
+  float *again = falloc(N * V);
   int32_t *tg = prm_xcalloc((size_t)N, 4);
   randn(logits, N * V, &r, 4);
   for (int64_t i = 0; i < N; i++) tg[i] = i % 5 == 4 ? -1 : (int32_t)(prm_rng_u64(&r) % V);
+  if (ninf) {
+    tg[1] = (int32_t)(V - 1), tg[2] = 1;
+    for (int64_t j = 0; j < V / 2; j++) logits[V + j] = -INFINITY;
+    for (int64_t j = 0; j < V; j += 2) logits[2 * V + j] = -INFINITY;
+  }
   float *d_l = dup_dev(logits, N * V * 4), *d_loss = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * 4);
   int32_t *d_t = dup_dev(tg, N * 4);
   prm_xent_forward(losses, logits, tg, N, V);
@@ -610,8 +618,37 @@ static void test_xent(void **state) {
     if (tg[i] < 0) assert_true(got[i] == 0.0f);
   fetch(got, d_l, N * V * 4);
   check("xent dlogits", got, dl, N * V, 1e-6);
+  prm_err_t err = {0};
+  assert_int_equal(prm_dev_upload(g_dev, d_l, logits, (size_t)(N * V) * 4, &err), 0);
+  prm_dev_xent(g_dev, d_loss, d_l, d_l, d_t, N, V, 0.25f);
+  fetch(again, d_l, N * V * 4);
+  check_same("xent dlogits", again, got, N * V);
   dfree(d_l, N * V * 4), dfree(d_loss, N * 4), dfree(d_t, N * 4);
-  free(logits), free(losses), free(dl), free(got), free(tg);
+  free(logits), free(losses), free(dl), free(got), free(again), free(tg);
+}
+
+/* V = 1003: one column at a time; V = 1024: float4s on a GPU. A target >=
+ * V (not on the CPU, which asserts) fails the next sync, naming xent, and
+ * its row is treated as masked. */
+static void test_xent(void **state) {
+  (void)state;
+  xent_case(21, 1003, 9, 0);
+  xent_case(21, 1024, 11, 1);
+  if (g_dev->kind == PRM_DEV_KIND_CPU) return;
+  int64_t N = 3, V = 64;
+  float *l = falloc(N * V), *got = falloc(N * V);
+  int32_t tg[3] = {5, (int32_t)V, 7};
+  float *d_l = dup_dev(l, N * V * 4), *d_loss = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * 4);
+  int32_t *d_t = dup_dev(tg, sizeof tg);
+  prm_dev_xent(g_dev, d_loss, d_l, d_l, d_t, N, V, 1.0f);
+  prm_err_t err = {0};
+  assert_int_equal(prm_dev_sync(g_dev, &err), PRM_ERUNTIME);
+  assert_non_null(strstr(err.msg, "xent"));
+  assert_int_equal(prm_dev_download(g_dev, got, d_l, (size_t)(N * V) * 4, &err), 0);
+  for (int64_t j = 0; j < V; j++) assert_true(got[V + j] == 0.0f);
+  assert_true(got[0] > 0.0f && got[5] < 0.0f && got[2 * V + 7] < 0.0f); /* the others as usual */
+  dfree(d_l, N * V * 4), dfree(d_loss, N * 4), dfree(d_t, sizeof tg);
+  free(l), free(got);
 }
 
 static void test_lmhead_xent(void **state) {

@@ -491,44 +491,125 @@ void prm_cu_scale(void *ctx, float *x, int64_t n, float s) {
 /* Cross-entropy                                                            */
 /* ======================================================================== */
 
+/* exp(x - m) for the online sums: 0 for x = -inf whatever m is (m is
+ * -inf while a thread has seen only -inf), so a row of -inf before its
+ * first finite logit adds nothing; NaN stays NaN. */
+__device__ static inline float prm_cu_xent_e(float x, float m) {
+  return x == -INFINITY ? 0.0f : expf(x - m);
+}
+
+/* One thread's running (max m, sum s of exp(. - m) in double) takes a new
+ * group whose maximum is g (NaN loses, as in the reference's max): s is
+ * rescaled to the new maximum first. */
+__device__ static inline void prm_cu_xent_fold(float &m, double &s, float g) {
+  if (g > m) {
+    s *= exp((double)m - (double)g); /* m = -inf: exp(-inf) = 0 */
+    m = g;
+  }
+}
+
+/* s scaled from its own maximum m to the larger M: 1 when they are equal
+ * (also both -inf or +inf). */
+__device__ static inline double prm_cu_xent_rescale(float m, float M) {
+  return m == M ? 1.0 : exp((double)m - (double)M);
+}
+
 /* Grid (N), block 512: block n owns row n. Its target and the target's
- * logit are read first (dlogits may alias logits); the row maximum (exact
- * in any order), then sum exp(x - max) in double by a fixed tree; loss =
- * log(sum) + max - x[target] in double. With dlogits, each thread then
- * overwrites its own columns: scale e / sum (e rounded first), minus scale
- * at the target. A negative target gives loss 0 and a zero row; a target
- * >= V raises a flag (reported by sync) and is treated as masked. */
+ * logit are read first (dlogits may alias logits). One read pass keeps,
+ * per thread, the running maximum of its columns and the sum of exp(x -
+ * that maximum) in double, rescaled when the maximum grows (online
+ * softmax); a fixed tree over the threads combines the (max, sum) pairs,
+ * each sum rescaled to the larger maximum. loss = log(sum) + max -
+ * x[target] in double. With dlogits, a second pass has each thread
+ * overwrite its own columns: scale e / sum (e = exp(x - max) rounded
+ * first), minus scale at the target. vec: V is a multiple of 4 and both
+ * rows 16-byte aligned, so each thread takes float4s (the four
+ * exponentials summed in float, then added in double). A negative target
+ * gives loss 0 and a zero row; a target >= V raises a flag (reported by
+ * sync) and is treated as masked. The columns each thread takes and the
+ * tree depend only on V and vec: the same bits every run. */
 __global__ static void prm_cu_k_xent(float *losses, float *dlogits, const float *logits,
-                                     const int32_t *targets, int64_t V, float scale,
+                                     const int32_t *targets, int64_t V, float scale, int vec,
                                      unsigned *flags) {
-  __shared__ double shd[PRM_CU_XENT_THREADS];
-  __shared__ float shf[PRM_CU_XENT_THREADS];
+  __shared__ double shs[PRM_CU_XENT_THREADS];
+  __shared__ float shm[PRM_CU_XENT_THREADS];
   int64_t n = blockIdx.x;
+  unsigned tid = threadIdx.x;
   const float *x = logits + n * V;
   float *d = dlogits ? dlogits + n * V : NULL;
   int32_t t = targets[n];
   if (t >= V) {
-    if (threadIdx.x == 0) *flags |= PRM_CU_FLAG_XENT_TARGET;
+    if (tid == 0) *flags |= PRM_CU_FLAG_XENT_TARGET;
     t = -1;
   }
   if (t < 0) { /* the whole block takes this branch */
-    if (losses && threadIdx.x == 0) losses[n] = 0.0f;
+    if (losses && tid == 0) losses[n] = 0.0f;
     if (d)
-      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) d[j] = 0.0f;
+      for (int64_t j = tid; j < V; j += blockDim.x) d[j] = 0.0f;
     return;
   }
   float xt = x[t];
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = x[j] > m ? x[j] : m;
-  m = prm_cu_block_max<float>(m, shf);
-  double se = 0;
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) se += (double)expf(x[j] - m);
-  se = prm_cu_block_sum<double>(se, shd); /* its barriers: every read above is done */
-  if (losses && threadIdx.x == 0) losses[n] = (float)(log(se) + (double)m - (double)xt);
+  double s = 0;
+  if (vec) {
+    const float4 *x4 = (const float4 *)x;
+    for (int64_t j = tid; j < V / 4; j += blockDim.x) {
+      float4 v = x4[j];
+      float g = v.x;
+      g = v.y > g ? v.y : g;
+      g = v.z > g ? v.z : g;
+      g = v.w > g ? v.w : g;
+      prm_cu_xent_fold(m, s, g);
+      float e = (prm_cu_xent_e(v.x, m) + prm_cu_xent_e(v.y, m)) +
+                (prm_cu_xent_e(v.z, m) + prm_cu_xent_e(v.w, m));
+      s += (double)e;
+    }
+  } else {
+    for (int64_t j = tid; j < V; j += blockDim.x) {
+      float v = x[j];
+      prm_cu_xent_fold(m, s, v);
+      s += (double)prm_cu_xent_e(v, m);
+    }
+  }
+  /* The (max, sum) pairs by a fixed tree; its barriers: every read above
+   * is done before any thread writes dlogits. */
+  shm[tid] = m;
+  shs[tid] = s;
+  __syncthreads();
+  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (tid < k) {
+      float m1 = shm[tid], m2 = shm[tid + k];
+      float M = m2 > m1 ? m2 : m1;
+      shs[tid] = shs[tid] * prm_cu_xent_rescale(m1, M) + shs[tid + k] * prm_cu_xent_rescale(m2, M);
+      shm[tid] = M;
+    }
+    __syncthreads();
+  }
+  float M = shm[0];
+  double se = shs[0];
+  if (losses && tid == 0) losses[n] = (float)(log(se) + (double)M - (double)xt);
   if (!d) return;
   float inv = (float)((double)scale / se);
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    float e = __fmul_rn(expf(x[j] - m), inv);
+  if (vec) {
+    const float4 *x4 = (const float4 *)x;
+    float4 *d4 = (float4 *)d;
+    for (int64_t j = tid; j < V / 4; j += blockDim.x) {
+      float4 v = x4[j], o;
+      o.x = __fmul_rn(expf(v.x - M), inv);
+      o.y = __fmul_rn(expf(v.y - M), inv);
+      o.z = __fmul_rn(expf(v.z - M), inv);
+      o.w = __fmul_rn(expf(v.w - M), inv);
+      int64_t k = t - 4 * j; /* the target's place in this float4, if any */
+      if (k == 0) o.x = __fsub_rn(o.x, scale);
+      else if (k == 1) o.y = __fsub_rn(o.y, scale);
+      else if (k == 2) o.z = __fsub_rn(o.z, scale);
+      else if (k == 3) o.w = __fsub_rn(o.w, scale);
+      d4[j] = o;
+    }
+    return;
+  }
+  for (int64_t j = tid; j < V; j += blockDim.x) {
+    float e = __fmul_rn(expf(x[j] - M), inv);
     d[j] = j == t ? __fsub_rn(e, scale) : e;
   }
 }
@@ -542,8 +623,9 @@ void prm_cu_xent(void *ctx, float *losses, float *dlogits, const float *logits,
     prm_cu_fail(c, "xent: V=%lld", (long long)V);
     return;
   }
+  int vec = V % 4 == 0 && (uintptr_t)logits % 16 == 0 && (uintptr_t)dlogits % 16 == 0;
   prm_cu_k_xent<<<(unsigned)N, PRM_CU_XENT_THREADS, 0, c->stream>>>(losses, dlogits, logits,
-                                                                    targets, V, scale,
+                                                                    targets, V, scale, vec,
                                                                     c->d_flags);
   prm_cu_check(c, "xent");
 }
