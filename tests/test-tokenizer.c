@@ -3,7 +3,8 @@
  * files and the constructs they refuse, every pre-tokenizer pattern's
  * matcher against PCRE2 running the pattern text, every code point's class
  * against Unicode's data files, NFC against Unicode's NormalizationTest,
- * round trips of arbitrary bytes, encoding from two threads, and the errors
+ * the general regexes (regex.c) and the constructs they refuse, round trips
+ * of arbitrary bytes, encoding from two threads, and the errors
  * for missing and corrupt model files. The id-for-id comparison with the
  * Rust implementations (tiktoken, Hugging Face tokenizers) is
  * tests/cli/test-tokenizer-ref.sh. */
@@ -315,18 +316,22 @@ static void test_hf_tokenizer(void **state) {
        "normalizer: not implemented: Precompiled"},
       {"[]", "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"UnicodeScripts\"},",
        "pre_tokenizer: not implemented: UnicodeScripts"},
-      {"[]", "\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \" +\"}, "
+      {"[]", "\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"(a)\\\\1\"}, "
              "\"content\": \" \"},",
-       "normalizer: not implemented: Replace with a Regex pattern"},
-      {"[]", "\"decoder\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"x\"}, "
+       "normalizer: Replace: regex (a)\\1: not implemented: an escape other than"},
+      {"[]", "\"decoder\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"[[:alpha:]]\"}, "
+             "\"content\": \"\"}, \"pre_tokenizer\": {\"type\": \"Whitespace\"},",
+       "decoder: Replace: regex [[:alpha:]]: not implemented: a nested class or a POSIX"},
+      {"[]", "\"decoder\": {\"type\": \"Replace\", \"pattern\": {\"String\": 1}, "
              "\"content\": \"\"}, \"pre_tokenizer\": {\"type\": \"Whitespace\"},",
        "decoder: not implemented: Replace"},
       {"[]", "\"normalizer\": {\"type\": \"Nmt\"}, \"pre_tokenizer\": null,",
        "normalizer: not implemented: Nmt"},
       {"[]", "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
-             "\"Split\", \"pattern\": {\"Regex\": \"\\\\s+\"}, \"behavior\": \"Isolated\"}, "
+             "\"Split\", \"pattern\": {\"Regex\": \"\\\\p{Han}+\"}, \"behavior\": \"Isolated\"}, "
              "{\"type\": \"ByteLevel\", \"use_regex\": false}]},",
-       "the regex \\s+ (none of"},
+       "Split: regex \\p{Han}+: not implemented: a \\p{...} property other than a general "
+       "category (scripts, binary properties) (at offset 0)"},
       {"[]", "\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\"},",
        "pre_tokenizer: not implemented: Metaspace"},
   };
@@ -852,6 +857,106 @@ static void test_threads(void **state) {
   free(p);
 }
 
+/* The general regexes (regex.c): Oniguruma's semantics on small cases (the
+ * same constructs at scale against Hugging Face tokenizers are
+ * cli/test-tokenizer-regex.sh), and each construct not implemented refused
+ * by name with its offset. */
+typedef struct {
+  size_t v[32][2];
+  int n;
+} spans_t;
+
+static int on_span(void *ctx, size_t a, size_t z) {
+  spans_t *s = ctx;
+  if (s->n < 32) s->v[s->n][0] = a, s->v[s->n][1] = z;
+  s->n++;
+  return 0;
+}
+
+static void expect_spans(const char *pat, const char *text, const char *want) {
+  prm__rx_t *rx = NULL;
+  prm_err_t err = {0};
+  if (prm__rx_compile(pat, strlen(pat), &rx, &err)) fail_msg("%s: %s", pat, err.msg);
+  spans_t s = {0};
+  assert_int_equal(prm__rx_each(rx, (const uint8_t *)text, strlen(text), on_span, &s), 0);
+  prm_sb_t got = {0};
+  for (int i = 0; i < s.n && i < 32; i++) prm_sb_appendf(&got, "%s%zu-%zu", i ? " " : "", s.v[i][0], s.v[i][1]);
+  if (strcmp(prm_sb_str(&got), want))
+    fail_msg("/%s/ on \"%s\": %s, expected %s", pat, text, prm_sb_str(&got), want);
+  prm_sb_free(&got);
+  prm__rx_free(rx);
+}
+
+static void test_regex(void **state) {
+  (void)state;
+  /* An empty match where the last one ended is skipped (find_iter). */
+  expect_spans("a*", "baa", "0-0 1-3");
+  expect_spans("", "ab", "0-0 1-1 2-2");
+  /* Categories: P and S (DeepSeek V3), long names, negations. */
+  expect_spans("[\\p{P}\\p{S}]+", "a,.b \xe2\x82\xac+c", "1-3 5-9");
+  expect_spans("\\p{Punctuation}|\\p{Sc}", "x!$", "1-2 2-3");
+  expect_spans("\\P{L}+", "ab12c", "2-4");
+  expect_spans("\\p{^L}+", "ab12c", "2-4");
+  expect_spans("[^\\s\\p{L}]", "a 1", "2-3");
+  expect_spans("\\p{Lu}\\p{Ll}+", "xAbc", "1-4");
+  /* \s is White_Space (U+0085 and U+00A0 in, U+200B and U+FEFF out). */
+  expect_spans("\\s+", "a\xc2\x85\xc2\xa0" "b\xe2\x80\x8b" "\xef\xbb\xbf", "1-5");
+  /* Ruby's {n}+ is a repeat of a repeat; *+ is possessive; *? lazy. */
+  expect_spans("x{2}+", "xxxxx", "0-4");
+  expect_spans("a*+a", "aaa", "");
+  expect_spans("a+?", "aa", "0-1 1-2");
+  /* (?i:...) folds ASCII with Unicode's other forms: long s, Kelvin. */
+  expect_spans("(?i:'s|k)", "'S'\xc5\xbf\xe2\x84\xaa", "0-2 2-5 5-8");
+  /* Anchors are line anchors; \b is \w's; look-arounds. */
+  expect_spans("^a|b$", "ab\nab", "0-1 1-2 3-4 4-5");
+  expect_spans("\\b", "ab cd", "0-0 2-2 3-3 5-5");
+  expect_spans("\\s+(?!\\S)|(?<=,)x", " ,x  y", "2-3 3-4");
+  expect_spans("\\x{4E00}|\\u00e9|[\\x41-\\x42]", "\xe4\xb8\x80\xc3\xa9" "AC", "0-3 3-5 5-6");
+  /* '.' is anything but \n; invalid UTF-8 never matches. */
+  expect_spans(".+", "a\xff" "b\nc", "0-1 2-3 4-5");
+
+  struct {
+    const char *pat, *want;
+  } bad[] = {
+      {"(a)\\1", "an escape other than"},
+      {"\\p{Han}", "a \\p{...} property other than a general category"},
+      {"[[:alpha:]]", "a nested class or a POSIX bracket"},
+      {"[a&&b]", "a class intersection (&&)"},
+      {"(?i)a", "a group other than"},
+      {"(?i:\\p{L})", "a class escape inside (?i:...)"},
+      {"(?i:[a-z])", "a character class inside (?i:...)"},
+      {"(?i:ss)", "a literal inside (?i:...) that Unicode folds from one character"},
+      {"(?i:\xc3\xa9)", "a non-ASCII character inside (?i:...)"},
+      {"a{2000}", "a repeat count above 1000"},
+      {"*a", "a quantifier with nothing to repeat"},
+      {"^*", "a quantifier after an anchor"},
+      {"(ab", "an unterminated group"},
+      {"ab)", "an unmatched ')'"},
+      {"[ab", "an unterminated character class"},
+      {"[z-a]", "a range out of order"},
+      {"\\x{D800}", "an escape of a surrogate"},
+      {"\\G", "an escape other than"},
+      {"a\\", "a trailing backslash"},
+      {"\xff", "invalid UTF-8"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    prm__rx_t *rx = NULL;
+    prm_err_t err = {0};
+    assert_int_equal(prm__rx_compile(bad[i].pat, strlen(bad[i].pat), &rx, &err), PRM_EINVAL);
+    assert_null(rx);
+    if (!strstr(err.msg, bad[i].want) || !strstr(err.msg, "(at offset"))
+      fail_msg("/%s/: \"%s\" lacks \"%s\"", bad[i].pat, err.msg, bad[i].want);
+  }
+  /* Deep nesting is refused, not a stack overflow. */
+  prm_sb_t deep = {0};
+  for (int i = 0; i < 100; i++) prm_sb_putc(&deep, '(');
+  prm_err_t err = {0};
+  prm__rx_t *rx = NULL;
+  assert_int_equal(prm__rx_compile(deep.buf, deep.len, &rx, &err), PRM_EINVAL);
+  assert_non_null(strstr(err.msg, "groups nested deeper than 64"));
+  prm_sb_free(&deep);
+}
+
 static void test_unknown_type(void **state) {
   prm_err_t err = {0};
   prm_tokenizer_t *t = (prm_tokenizer_t *)1;
@@ -870,7 +975,7 @@ int main(void) {
       cmocka_unit_test(test_nfc),
       cmocka_unit_test(test_roundtrip_any_bytes),
       cmocka_unit_test(test_encode_append),      cmocka_unit_test(test_threads),
-      cmocka_unit_test(test_unknown_type),
+      cmocka_unit_test(test_unknown_type),       cmocka_unit_test(test_regex),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,14 +27,15 @@ static const char META[] = "\xe2\x96\x81"; /* U+2581 */
 /* ------------------------------------------------------------------------ */
 
 enum { N_NFC, N_NFD, N_NFKC, N_NFKD, N_LOWER, N_STRIP, N_REPLACE, N_PREPEND, N_STRIPACC,
-       N_BERT };
+       N_BERT, N_REPLACE_RX };
 typedef struct {
   int kind, left, right; /* Strip's sides */
   int clean, cjk, accents, lower; /* BertNormalizer's steps */
   char *a, *b;           /* Replace's pattern and content; Prepend's text */
+  prm__rx_t *rx;         /* Replace's regex (regex.c) */
 } norm_t;
 
-enum { P_SPLIT_STR, P_SPLIT_PAT, P_WHITESPACE, P_WSSPLIT, P_PUNCT, P_DIGITS, P_CHAR,
+enum { P_SPLIT_STR, P_SPLIT_PAT, P_SPLIT_RX, P_WHITESPACE, P_WSSPLIT, P_PUNCT, P_DIGITS, P_CHAR,
        P_METASPACE, P_BYTELEVEL };
 /* Split behaviours, as SplitDelimiterBehavior names them. */
 enum { B_REMOVED, B_ISOLATED, B_PREV, B_NEXT, B_CONTIG };
@@ -44,14 +45,16 @@ typedef struct {
   int aps, use_regex; /* ByteLevel */
   char *str;          /* Split's string, CharDelimiterSplit's character */
   prm__pretok_t pat;  /* Split's known pattern, ByteLevel's regex */
+  prm__rx_t *rx;      /* Split's other regexes (regex.c) */
 } pstep_t;
 
 enum { M_BPE, M_WORDPIECE, M_WORDLEVEL, M_UNIGRAM };
 enum { D_BYTELEVEL, D_WORDPIECE, D_METASPACE, D_REPLACE, D_BYTEFALLBACK, D_FUSE, D_STRIP, D_BPE,
-       D_CTC };
+       D_CTC, D_REPLACE_RX };
 typedef struct {
   int kind, left, right, first_strip, cleanup;
   char *a, *b;
+  prm__rx_t *rx; /* Replace's regex */
 } dstep_t;
 
 typedef struct {
@@ -239,8 +242,27 @@ static void bert_normalize(const norm_t *st, const uint8_t *s, size_t n, prm_sb_
   prm_sb_free(&b);
 }
 
-static void normalize(const prm__hfp_t *h, const uint8_t *p, size_t n, prm_sb_t *out) {
+typedef struct {
+  prm_sb_t *o;
+  const uint8_t *s;
+  const char *content;
+  size_t last;
+} rep_ctx_t;
+
+/* Replace by a regex: the text before the match, then the content. */
+static int on_replace(void *ctx, size_t a, size_t z) {
+  rep_ctx_t *c = ctx;
+  prm_sb_appendn(c->o, (const char *)c->s + c->last, a - c->last);
+  prm_sb_append(c->o, c->content);
+  c->last = z;
+  return 0;
+}
+
+/* Runs the normalizers over p[0, n) into out: 0, or PRM_ERUNTIME when a
+ * regex fails (PCRE2's match limit). */
+static int normalize(const prm__hfp_t *h, const uint8_t *p, size_t n, prm_sb_t *out) {
   prm_sb_t a = {0}, b = {0};
+  int rc = 0;
   prm_sb_appendn(&a, (const char *)p, n);
   for (int k = 0; k < h->nnorm; k++) {
     const norm_t *st = &h->norm[k];
@@ -286,6 +308,12 @@ static void normalize(const prm__hfp_t *h, const uint8_t *p, size_t n, prm_sb_t 
       }
       break;
     }
+    case N_REPLACE_RX: {
+      rep_ctx_t c = {&b, s, st->b, 0};
+      if (len && !rc) rc = prm__rx_each(st->rx, s, len, on_replace, &c);
+      prm_sb_appendn(&b, (const char *)s + c.last, len - c.last);
+      break;
+    }
     case N_PREPEND:
       if (len) prm_sb_append(&b, st->a);
       prm_sb_appendn(&b, (const char *)s, len);
@@ -298,6 +326,7 @@ static void normalize(const prm__hfp_t *h, const uint8_t *p, size_t n, prm_sb_t 
   prm_sb_appendn(out, a.buf ? a.buf : "", a.len);
   prm_sb_free(&a);
   prm_sb_free(&b);
+  return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -367,14 +396,41 @@ static int on_pat(void *ctx, const uint8_t *p, size_t n) {
   return 0;
 }
 
+typedef struct {
+  mlist_t *ml;
+  size_t last;
+} rx_ctx_t;
+
+/* A general regex's match: the text before it (when any) and the match,
+ * kept even when empty (it still counts for the behaviours, as the
+ * reference's find_matches gives it). */
+static int on_rx(void *ctx, size_t a, size_t z) {
+  rx_ctx_t *c = ctx;
+  mlist_t *l = c->ml;
+  ml_add(l, c->last, a, 0);
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 16;
+    l->v = prm_xrealloc(l->v, l->cap * sizeof *l->v);
+  }
+  l->v[l->n++] = (mt_t){a, z, 1};
+  c->last = z;
+  return 0;
+}
+
 /* The matches of step st over s[0, n), covering it, in order. */
-static void find_matches(const pstep_t *st, const uint8_t *s, size_t n, mlist_t *ml) {
+static int find_matches(const pstep_t *st, const uint8_t *s, size_t n, mlist_t *ml) {
   ml->n = 0;
   size_t last = 0;
+  if (st->kind == P_SPLIT_RX) {
+    rx_ctx_t c = {ml, 0};
+    int rc = n ? prm__rx_each(st->rx, s, n, on_rx, &c) : 0;
+    ml_add(ml, c.last, n, 0);
+    return rc;
+  }
   if (st->kind == P_SPLIT_PAT || st->kind == P_BYTELEVEL) {
     pat_ctx_t c = {ml, s};
     prm__pretok_split(&st->pat, NULL, s, n, on_pat, &c);
-    return;
+    return 0;
   }
   if (st->kind == P_SPLIT_STR) {
     size_t pl = strlen(st->str);
@@ -389,7 +445,7 @@ static void find_matches(const pstep_t *st, const uint8_t *s, size_t n, mlist_t 
       }
     }
     ml_add(ml, last, n, 0);
-    return;
+    return 0;
   }
   if (st->kind == P_WHITESPACE) { /* \w+|[^\w\s]+ */
     for (size_t i = 0; i < n;) {
@@ -413,7 +469,7 @@ static void find_matches(const pstep_t *st, const uint8_t *s, size_t n, mlist_t 
       last = i = e;
     }
     ml_add(ml, last, n, 0);
-    return;
+    return 0;
   }
   /* One character at a time: each matching one is a match of its own. */
   for (size_t i = 0; i < n;) {
@@ -434,6 +490,7 @@ static void find_matches(const pstep_t *st, const uint8_t *s, size_t n, mlist_t 
     i += l;
   }
   ml_add(ml, last, n, 0);
+  return 0;
 }
 
 /* Cuts s by the matches as the behaviour says (SplitDelimiterBehavior). */
@@ -480,8 +537,8 @@ static void apply_behavior(mlist_t *ml, int behavior, int invert, const uint8_t 
   for (size_t k = 0; k < w; k++) pl_add(out, s + v[k].a, v[k].z - v[k].a, first && v[k].a == 0);
 }
 
-static void pretokenize(const prm__hfp_t *h, const uint8_t *p, size_t n, int first,
-                        plist_t *cur, plist_t *nxt, mlist_t *ml) {
+static int pretokenize(const prm__hfp_t *h, const uint8_t *p, size_t n, int first,
+                       plist_t *cur, plist_t *nxt, mlist_t *ml) {
   pl_reset(cur);
   pl_add(cur, p, n, first);
   prm_sb_t tmp = {0};
@@ -528,7 +585,10 @@ static void pretokenize(const prm__hfp_t *h, const uint8_t *p, size_t n, int fir
         apply_behavior(ml, B_NEXT, 0, s, f, nxt);
         continue;
       }
-      find_matches(st, s, len, ml);
+      if (find_matches(st, s, len, ml)) {
+        prm_sb_free(&tmp);
+        return PRM_ERUNTIME;
+      }
       apply_behavior(ml, st->kind == P_BYTELEVEL ? B_ISOLATED : st->behavior, st->invert, s, f,
                      nxt);
     }
@@ -537,6 +597,7 @@ static void pretokenize(const prm__hfp_t *h, const uint8_t *p, size_t n, int fir
     *nxt = t;
   }
   prm_sb_free(&tmp);
+  return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -777,13 +838,12 @@ static int segment(enc_t *e, const uint8_t *p, size_t n, int first, int stage) {
   const prm__hfp_t *h = e->h;
   if (stage == 0) {
     prm_sb_t norm = {0};
-    normalize(h, p, n, &norm);
-    int rc = split_added(e, (const uint8_t *)prm_sb_str(&norm), norm.len, first, 1);
+    int rc = normalize(h, p, n, &norm);
+    if (!rc) rc = split_added(e, (const uint8_t *)prm_sb_str(&norm), norm.len, first, 1);
     prm_sb_free(&norm);
     return rc;
   }
-  pretokenize(h, p, n, first, &e->cur, &e->nxt, &e->ml);
-  int rc = 0;
+  int rc = pretokenize(h, p, n, first, &e->cur, &e->nxt, &e->ml);
   for (size_t i = 0; i < e->cur.n && !rc; i++)
     rc = model_piece(h, e->b, e->s, (const uint8_t *)e->cur.buf.buf + e->cur.v[i].off,
                      e->cur.v[i].len, e->out);
@@ -855,7 +915,8 @@ void prm__hfp_decode(const prm__hfp_t *h, const prm__bpe_t *b, const int32_t *id
   for (int k = 0; k < h->ndec; k++) {
     const dstep_t *d = &h->dec[k];
     switch (d->kind) {
-    case D_BYTELEVEL: break; /* the vocabulary holds the bytes already */
+    case D_BYTELEVEL: /* the vocabulary holds the bytes already; one string, as the
+                         reference's ByteLevel gives to the decoders after it */
     case D_FUSE:
       for (size_t i = 1; i < t.n; i++) {
         prm_sb_appendn(&t.v[0], prm_sb_str(&t.v[i]), t.v[i].len);
@@ -878,6 +939,17 @@ void prm__hfp_decode(const prm__hfp_t *h, const prm__bpe_t *b, const int32_t *id
       break;
     case D_REPLACE:
       for (size_t i = 0; i < t.n; i++) replace_all(&t.v[i], d->a, d->b, 0);
+      break;
+    case D_REPLACE_RX: /* each token as the Replace normalizer would do it */
+      for (size_t i = 0; i < t.n; i++) {
+        prm_sb_t o = {0};
+        rep_ctx_t c = {&o, (const uint8_t *)t.v[i].buf, d->b, 0};
+        /* PCRE2's match limit can stop it: the rest is kept as it is. */
+        if (t.v[i].len) (void)prm__rx_each(d->rx, c.s, t.v[i].len, on_replace, &c);
+        prm_sb_appendn(&o, t.v[i].buf ? t.v[i].buf + c.last : "", t.v[i].len - c.last);
+        prm_sb_free(&t.v[i]);
+        t.v[i] = o;
+      }
       break;
     case D_STRIP:
       for (size_t i = 0; i < t.n; i++) {
@@ -1030,15 +1102,28 @@ static int load_normalizer(prm__hfp_t *h, const cJSON *n, const char *file, prm_
       st.kind = N_REPLACE;
       st.a = prm_xstrdup(pattern_of(one, &rx));
       st.b = prm_xstrdup(str_of(one, "content"));
+    } else if (!strcmp(ty, "Replace") && pattern_of(one, &rx) && rx && str_of(one, "content")) {
+      const char *pat = pattern_of(one, &rx);
+      prm_err_t e2 = {0};
+      if (prm__rx_compile(pat, strlen(pat), &st.rx, &e2))
+        return prm_errf(err, PRM_EINVAL, "%s: normalizer%s: Replace: %s", file,
+                        seq ? ".normalizers[...]" : "", e2.msg);
+      if (prm__rx_may_be_empty(st.rx)) {
+        prm__rx_free(st.rx);
+        return prm_errf(err, PRM_EINVAL, "%s: normalizer%s: Replace: not implemented: the regex "
+                        "%.200s can match the empty string (tokenizers 0.23.2 panics on such a "
+                        "match at the end of a text)", file, seq ? ".normalizers[...]" : "", pat);
+      }
+      st.kind = N_REPLACE_RX;
+      st.b = prm_xstrdup(str_of(one, "content"));
     } else if (!strcmp(ty, "Prepend") && str_of(one, "prepend")) {
       st.kind = N_PREPEND;
       st.a = prm_xstrdup(str_of(one, "prepend"));
     } else {
-      return prm_errf(err, PRM_EINVAL, "%s: normalizer%s: not implemented: %s%s (supported: NFC, "
+      return prm_errf(err, PRM_EINVAL, "%s: normalizer%s: not implemented: %s (supported: NFC, "
                       "NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, BertNormalizer, Replace "
-                      "of a string, Prepend, Sequence)", file,
-                      seq ? ".normalizers[...]" : "", ty,
-                      !strcmp(ty, "Replace") && rx ? " with a Regex pattern" : "");
+                      "of a string or a regex, Prepend, Sequence)", file,
+                      seq ? ".normalizers[...]" : "", ty);
     }
     h->norm = prm_xrealloc(h->norm, (size_t)(h->nnorm + 1) * sizeof *h->norm);
     h->norm[h->nnorm++] = st;
@@ -1062,7 +1147,6 @@ static int load_pretok(prm__hfp_t *h, const cJSON *p, const char *file, int *byt
   if (!not_null(p)) return 0;
   int k = 0, rc;
   int seq = !strcmp(prm__json_type(p), "Sequence");
-  char whybuf[200];
   FOR_STEPS(p, "pretokenizers", one, k) {
     const char *ty = prm__json_type(one);
     pstep_t st = {0};
@@ -1085,14 +1169,16 @@ static int load_pretok(prm__hfp_t *h, const cJSON *p, const char *file, int *byt
         st.str = prm_xstrdup(pat);
       } else {
         int pt, nd;
-        if (!pat[0] || prm__pretok_find(pat, &pt, &nd)) {
-          snprintf(whybuf, sizeof whybuf, " with the regex %.120s (none of GPT-2's, cl100k's/"
-                   "Llama 3's, Qwen2's, o200k's)", pat);
-          why = whybuf;
-          goto refuse;
+        if (pat[0] && !prm__pretok_find(pat, &pt, &nd)) {
+          st.kind = P_SPLIT_PAT; /* a known pattern: pretok.c's own matcher */
+          if ((rc = prm__pretok_init(&st.pat, pt, nd, err))) return rc;
+        } else {
+          prm_err_t e2 = {0};
+          if (prm__rx_compile(pat, strlen(pat), &st.rx, &e2))
+            return prm_errf(err, PRM_EINVAL, "%s: pre_tokenizer%s: Split: %s", file,
+                            seq ? ".pretokenizers[...]" : "", e2.msg);
+          st.kind = P_SPLIT_RX;
         }
-        st.kind = P_SPLIT_PAT;
-        if ((rc = prm__pretok_init(&st.pat, pt, nd, err))) return rc;
       }
     } else if (!strcmp(ty, "BertPreTokenizer")) {
       /* Whitespace removed, then each punctuation character isolated. */
@@ -1152,7 +1238,7 @@ static int load_pretok(prm__hfp_t *h, const cJSON *p, const char *file, int *byt
   refuse:
     free(st.str);
     return prm_errf(err, PRM_EINVAL, "%s: pre_tokenizer%s: not implemented: %s%s (supported: "
-                    "Split by a string or a known pattern, Whitespace, WhitespaceSplit, "
+                    "Split by a string or a regex, Whitespace, WhitespaceSplit, "
                     "BertPreTokenizer, Punctuation, Digits, CharDelimiterSplit, Metaspace, ByteLevel last, "
                     "Sequence)", file, seq ? ".pretokenizers[...]" : "", ty, why);
   }
@@ -1179,6 +1265,20 @@ static int load_decoder(prm__hfp_t *h, const cJSON *d, const char *file, prm_err
     } else if (!strcmp(ty, "Replace") && pattern_of(one, &rx) && !rx && str_of(one, "content")) {
       st.kind = D_REPLACE;
       st.a = prm_xstrdup(pattern_of(one, &rx));
+      st.b = prm_xstrdup(str_of(one, "content"));
+    } else if (!strcmp(ty, "Replace") && pattern_of(one, &rx) && rx && str_of(one, "content")) {
+      const char *pat = pattern_of(one, &rx);
+      prm_err_t e2 = {0};
+      if (prm__rx_compile(pat, strlen(pat), &st.rx, &e2))
+        return prm_errf(err, PRM_EINVAL, "%s: decoder%s: Replace: %s", file,
+                        seq ? ".decoders[...]" : "", e2.msg);
+      if (prm__rx_may_be_empty(st.rx)) {
+        prm__rx_free(st.rx);
+        return prm_errf(err, PRM_EINVAL, "%s: decoder%s: Replace: not implemented: the regex "
+                        "%.200s can match the empty string (tokenizers 0.23.2 panics on such a "
+                        "match at the end of a text)", file, seq ? ".decoders[...]" : "", pat);
+      }
+      st.kind = D_REPLACE_RX;
       st.b = prm_xstrdup(str_of(one, "content"));
     } else if (!strcmp(ty, "Strip") && str_of(one, "content") && cJSON_IsNumber(start) &&
                cJSON_IsNumber(stop)) {
@@ -1391,14 +1491,17 @@ void prm__hfp_free(prm__hfp_t *h) {
   for (int k = 0; k < h->nnorm; k++) {
     free(h->norm[k].a);
     free(h->norm[k].b);
+    prm__rx_free(h->norm[k].rx);
   }
   for (int k = 0; k < h->npre; k++) {
     free(h->pre[k].str);
     prm__pretok_free(&h->pre[k].pat);
+    prm__rx_free(h->pre[k].rx);
   }
   for (int k = 0; k < h->ndec; k++) {
     free(h->dec[k].a);
     free(h->dec[k].b);
+    prm__rx_free(h->dec[k].rx);
   }
   for (int k = 0; k < h->nadded; k++) free(h->added[k].text);
   free(h->norm);
@@ -1477,7 +1580,7 @@ int prm__hfp_load(const char *file, prm__bpe_t *b, prm__hfp_t **out, int32_t *eo
                                     : !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "special"));
     const char *content = str_of(a, "content");
     prm_sb_t sb = {0};
-    if (t.normalized) normalize(h, (const uint8_t *)content, strlen(content), &sb);
+    if (t.normalized) (void)normalize(h, (const uint8_t *)content, strlen(content), &sb);
     else prm_sb_append(&sb, content);
     t.len = sb.len;
     t.text = prm_sb_steal(&sb);

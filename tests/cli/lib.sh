@@ -202,6 +202,30 @@ oracle_prepare() {
   step "$name: train pretrain" "$PRIMUS_BIN" train pretrain --config "$d/exp.yaml" || true
 }
 
+# tokdump_build OUT: compiles tests/tokenizer/tokdump.c against the build's
+# library like the library itself (the same sanitizers, the same libs; $san
+# is left set to them); reports ok or bad, and returns 1 when it does not
+# compile.
+tokdump_build() {
+  local cflags libs dnnl
+  san=$(sed -n 's/^PRM_SANITIZE:STRING=//p' "$PRIMUS_BUILD/CMakeCache.txt" 2>/dev/null)
+  cflags=(-O2 -Wall -Wextra -Werror -I"$PRIMUS_SRC/include")
+  [[ -n $san ]] && cflags+=(-fsanitize="$san" -fno-sanitize-recover=all)
+  libs=()
+  for pc in yaml-0.1 libcjson hwloc libpcre2-8 zlib libzstd openblas; do
+    pkg-config --exists "$pc" && libs+=($(pkg-config --libs "$pc"))
+  done
+  dnnl=$(sed -n 's/^DNNL_LIB:FILEPATH=//p' "$PRIMUS_BUILD/CMakeCache.txt" 2>/dev/null)
+  [[ -n $dnnl && -e $dnnl ]] && libs+=("$dnnl")
+  if "${CC:-cc}" "${cflags[@]}" "$PRIMUS_SRC/tests/tokenizer/tokdump.c" \
+    "$PRIMUS_BUILD/libprimus_core.a" "${libs[@]}" -fopenmp -ldl -lm -lpthread -o "$1" 2>"$T/cc.err"; then
+    ok "tokdump compiled${san:+ (sanitize=$san)}"
+  else
+    bad "tokdump does not compile: $(cat "$T/cc.err")"
+    return 1
+  fi
+}
+
 finish() {
   echo "$_pass passed, $_fail failed"
   [[ $_fail == 0 ]]

@@ -37,21 +37,7 @@ for need in "$NODE" "$PKG/data/r50k_base.tiktoken" "$PKG/data/o200k_base.tiktoke
 done
 : "${PRIMUS_BUILD:?PRIMUS_BUILD must point at the build folder}"
 
-# The dumper, built like the library: the same sanitizers, the same libs.
-san=$(sed -n 's/^PRM_SANITIZE:STRING=//p' "$PRIMUS_BUILD/CMakeCache.txt" 2>/dev/null)
-cflags=(-O2 -Wall -Wextra -Werror -I"$PRIMUS_SRC/include")
-[[ -n $san ]] && cflags+=(-fsanitize="$san" -fno-sanitize-recover=all)
-libs=()
-for pc in yaml-0.1 libcjson hwloc libpcre2-8 zlib libzstd openblas; do
-  pkg-config --exists "$pc" && libs+=($(pkg-config --libs "$pc"))
-done
-dnnl=$(sed -n 's/^DNNL_LIB:FILEPATH=//p' "$PRIMUS_BUILD/CMakeCache.txt" 2>/dev/null)
-[[ -n $dnnl && -e $dnnl ]] && libs+=("$dnnl")
-if "${CC:-cc}" "${cflags[@]}" "$PRIMUS_SRC/tests/tokenizer/tokdump.c" \
-  "$PRIMUS_BUILD/libprimus_core.a" "${libs[@]}" -fopenmp -ldl -lm -lpthread -o "$T/tokdump" 2>"$T/cc.err"; then
-  ok "tokdump compiled${san:+ (sanitize=$san)}"
-else
-  bad "tokdump does not compile: $(cat "$T/cc.err")"
+if ! tokdump_build "$T/tokdump"; then
   finish
   exit
 fi

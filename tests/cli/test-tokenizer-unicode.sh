@@ -7,7 +7,9 @@
 # by tests/tokenizer/gen-unicode-ext.py; the result must be the committed
 # file byte for byte. Plain builds only (a minute of node; no primus code
 # runs, so the sanitizers add nothing). Skips when node, the npm data or
-# the Unicode data are missing.
+# the Unicode data are missing. The same for src/data/unicode_gc.c (the
+# general categories and \w of the general regexes: tests/tokenizer/ugc.mjs
+# and gen-unicode-gc.py).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 NM=$PRIMUS_CACHE/npm/node_modules
@@ -33,5 +35,19 @@ if "$NODE" "$PRIMUS_SRC/tests/tokenizer/uprops.mjs" "$NM" "$T/uprops" >/dev/null
   fi
 else
   bad "uprops.mjs or gen-unicode-ext.py failed: $(tail -5 "$T/node.err")"
+fi
+
+# The general regexes' tables (src/data/unicode_gc.c): each general
+# category and \w as Oniguruma matches them, dumped again.
+if "$NODE" "$PRIMUS_SRC/tests/tokenizer/ugc.mjs" "$NM" "$T/ugc" >/dev/null 2>"$T/node.err" &&
+  python3 "$PRIMUS_SRC/tests/tokenizer/gen-unicode-gc.py" /usr/share/unicode "$T/ugc" >"$T/unicode_gc.c" 2>>"$T/node.err"; then
+  ok "the reference's \\p{..} and \\w dumped for every code point ($(cat "$T"/ugc/*.txt | wc -l) lines)"
+  if cmp -s "$T/unicode_gc.c" "$PRIMUS_SRC/src/data/unicode_gc.c"; then
+    ok "unicode_gc.c: every code point's category as tokenizers' Oniguruma gives it"
+  else
+    bad "unicode_gc.c differs from its regeneration: $(diff "$T/unicode_gc.c" "$PRIMUS_SRC/src/data/unicode_gc.c" | head -5)"
+  fi
+else
+  bad "ugc.mjs or gen-unicode-gc.py failed: $(tail -5 "$T/node.err")"
 fi
 finish

@@ -11,6 +11,7 @@
 
 #include "data/bpe-train.h"
 #include "data/data-impl.h"
+#include "data/tok-impl.h"
 #include "primus/prm_config.h"
 #include "primus/prm_data.h"
 #include "primus/prm_io.h"
@@ -517,6 +518,33 @@ static void seeds_smi(void) {
   seed_file("sysfs", "drm-uevent", 1, FIX "/sysfs/h100-8/class/drm/card0/device/uevent");
 }
 
+/* regex: the known pre-tokenisation patterns and DeepSeek V3's, each with a
+ * text after a NUL byte. */
+static void seeds_regex(void) {
+  static const char text[] = "Hello, world! It's 2026: caf\xc3\xa9 \xe4\xb8\x80\xe4\xba\x8c"
+                             " \xe2\x82\xac" "12345\n\t  x\xcc\x81 \xff";
+  static const char *const pats[] = {
+      "\\p{N}{1,3}",
+      "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+",
+      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?"
+      "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+      "\\b\\w{2,}?\\B|(?<=[.!?])\\s|^\\h+$|\\P{^Lu}++|x{2}?|(?>a|ab)c|\\A.\\z",
+  };
+  char name[16];
+  for (int p = 0; p < 3 + 4; p++) {
+    const char *pat = p < 3 ? prm__pretok_pattern(p == 0 ? PRM__PAT_GPT2 : p == 1 ? PRM__PAT_CL100K
+                                                                                 : PRM__PAT_O200K,
+                                                  3)
+                            : pats[p - 3];
+    prm_sb_t sb = {0};
+    prm_sb_appendn(&sb, pat, strlen(pat) + 1); /* the NUL too */
+    prm_sb_appendn(&sb, text, sizeof text - 1);
+    snprintf(name, sizeof name, "pattern%d", p);
+    seed("regex", name, -1, sb.buf, sb.len);
+    prm_sb_free(&sb);
+  }
+}
+
 static void seeds_misc(void) {
   static const char *const lists[] = {"gpu[01-03,07],cpu5,x[1-2]-ib", "node1", "a[0-0],b[9-11]",
                                       "rack[1-2]n[001-002]", "h[1,3,5-6]"};
@@ -565,6 +593,7 @@ int main(int argc, char **argv) {
   seeds_rundir();
   seeds_smi();
   seeds_misc();
+  seeds_regex();
   printf("fuzz-seeds: %d seeds under %s\n", nseeds, out_dir);
   return 0;
 }

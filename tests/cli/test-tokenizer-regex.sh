@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# test-tokenizer-regex.sh - tokenizer.json files whose Split pre-tokenizers,
+# Replace normalizers and Replace decoders use general regexes
+# (src/data/regex.c) against Hugging Face tokenizers (its Node bindings),
+# id for id and decode for decode: DeepSeek V3's pre-tokenizer (Split
+# regexes with \p{P}, \p{S}, CJK ranges) over a byte-level BPE trained by
+# the reference, layouts of every construct regex.c implements under every
+# Split behaviour, and seeded random patterns (tests/tokenizer/hf-regex.mjs;
+# PRM_RX_SEED and PRM_RX_RANDOM pick others). Inputs: a slice of
+# tests/tokenizer/unicode.mjs's text (every script, marks, emoji, format
+# characters, every White_Space) and of Brown. Skips when node or the npm
+# data are missing.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+NM=$PRIMUS_CACHE/npm/node_modules
+BROWN=$PRIMUS_CACHE/data/brown.txt
+NODE=$(command -v node || true)
+for need in "$NODE" "$NM/tokenizers/package.json" "$NM/nlp-corpus/builds/doc-0.json" "$BROWN"; do
+  if [[ -z $need || ! -e $need ]]; then
+    echo "SKIP: missing ${need:-node} (run scripts/deps.sh)"
+    exit 0
+  fi
+done
+: "${PRIMUS_BUILD:?PRIMUS_BUILD must point at the build folder}"
+if ! tokdump_build "$T/tokdump"; then
+  finish
+  exit
+fi
+
+"$NODE" "$PRIMUS_SRC/tests/tokenizer/unicode.mjs" "$NM/nlp-corpus/builds" "$T/unicode.txt" 30 >/dev/null
+head -c 100000 "$T/unicode.txt" >"$T/u100k.txt"
+head -c 12000 "$T/unicode.txt" >"$T/u12k.txt"
+head -c 300000 "$BROWN" >"$T/brown300k.txt"
+tail -c 60000 "$T/brown300k.txt" >"$T/brown60k.txt"
+
+# compare NAME FILE: the reference's ids and decode against primus'.
+compare() {
+  local name=$1 file=$2 tag="$1 on $(basename "$2")"
+  if ! "$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" "$NM" hf "$T/gen/$name/tokenizer.json" "$file" "$T/g.ref" "$T/g.dec" >/dev/null 2>"$T/node.err"; then
+    bad "$tag: the reference failed: $(head -c 300 "$T/node.err")"
+    return
+  fi
+  if ! "$T/tokdump" HuggingFaceTokenizer "$T/gen/$name" "$file" "$T/g.prm" --decoded "$T/g.dec" >/dev/null 2>"$T/dump.err"; then
+    bad "$tag: $(head -c 600 "$T/dump.err")"
+    return
+  fi
+  local res
+  if res=$("$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" --compare "$T/g.ref" "$T/g.prm"); then
+    ok "$tag: $res, decode as the reference's"
+  else
+    bad "$tag: $res"
+  fi
+}
+
+if layouts=$("$NODE" "$PRIMUS_SRC/tests/tokenizer/hf-regex.mjs" "$NM" "$T/brown300k.txt" "$T/gen" 2>"$T/node.err" | grep -v '^$'); then
+  [[ -s $T/node.err ]] && bad "hf-regex.mjs: $(cat "$T/node.err")"
+  for name in $layouts; do
+    case $name in
+    rx-random-*) compare "$name" "$T/u12k.txt" ;;
+    *)
+      compare "$name" "$T/u100k.txt"
+      compare "$name" "$T/brown60k.txt"
+      ;;
+    esac
+  done
+else
+  bad "hf-regex.mjs: $(cat "$T/node.err")"
+fi
+
+# A construct regex.c does not implement is refused naming it, the file and
+# the offset, through the CLI too (exit 2).
+mkdir -p "$T/bad"
+sed 's/\\\\p{N}{1,3}/\\\\p{Han}{1,3}/' "$T/gen/deepseek-v3/tokenizer.json" >"$T/bad/tokenizer.json"
+printf '{"text": "abc"}\n' >"$T/docs.jsonl"
+run data preprocess --input "$T/docs.jsonl" --output_prefix "$T/out" --tokenizer_type HuggingFaceTokenizer \
+  --tokenizer_model "$T/bad"
+expect_rc "a \\p{Han} Split is refused" 2
+expect_in "the error names the file" "$T/bad/tokenizer.json" "$ERR"
+expect_in "the error names the construct and its offset" \
+  'not implemented: a \p{...} property other than a general category (scripts, binary properties) (at offset 0)' "$ERR"
+run data preprocess --input "$T/docs.jsonl" --output_prefix "$T/out" --tokenizer_type HuggingFaceTokenizer \
+  --tokenizer_model "$T/gen/deepseek-v3"
+expect_rc "DeepSeek V3's layout preprocesses" 0
+finish
