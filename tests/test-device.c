@@ -651,6 +651,62 @@ static void test_xent(void **state) {
   free(l), free(got);
 }
 
+/* xent16: the losses and the bf16 dlogits, the fused member against its
+ * twin (xent in place, then f32_to_bf16; PRIMUS_DEVICE_UNFUSED's path):
+ * the same bits, the fused one leaving the logits as they were; against
+ * the CPU's dlogits rounded to bf16 within one bf16 step. V = 1003 and
+ * 1024 (float4s on a GPU, -inf logits); a row of masked zeros. */
+static void xent16_case(int64_t N, int64_t V, uint64_t seed) {
+  prm_rng_t r;
+  prm_rng_seed(&r, seed);
+  float *logits = falloc(N * V), *losses = falloc(N), *dl = falloc(N * V), *got = falloc(N * V);
+  float *loss2 = falloc(N), *want = falloc(N * V);
+  prm_bf16_t *w16 = prm_xcalloc((size_t)(N * V), 2), *h16[2];
+  int32_t *tg = prm_xcalloc((size_t)N, 4);
+  randn(logits, N * V, &r, 4);
+  for (int64_t i = 0; i < N; i++) tg[i] = i % 5 == 4 ? -1 : (int32_t)(prm_rng_u64(&r) % V);
+  for (int64_t j = 0; j < V / 3; j++) logits[V + 3 * j] = -INFINITY;
+  prm_xent_forward(losses, logits, tg, N, V);
+  prm_xent_backward(dl, logits, tg, N, V, 0.5f);
+  prm_f32_to_bf16(w16, dl, N * V);
+  prm_bf16_to_f32(want, w16, N * V);
+  int32_t *d_t = dup_dev(tg, N * 4);
+  float *d_loss = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * 4);
+  int keep = g_dev->unfused;
+  for (int u = 0; u < 2; u++) { /* 0: the member (where there is one), 1: the twin */
+    float *d_l = dup_dev(logits, N * V * 4);
+    prm_bf16_t *d_16 = prm_dev_alloc(g_dev, PRM_MEM_OTHER, N * V * 2);
+    h16[u] = prm_xcalloc((size_t)(N * V), 2);
+    g_dev->unfused = u;
+    prm_dev_xent16(g_dev, d_loss, d_16, d_l, d_t, N, V, 0.5f);
+    fetch(u ? loss2 : got, d_loss, N * 4);
+    fetch(h16[u], d_16, N * V * 2);
+    if (!u && g_dev->i->xent16) { /* the logits as they were */
+      float *l = falloc(N * V);
+      fetch(l, d_l, N * V * 4);
+      assert_memory_equal(l, logits, (size_t)(N * V) * 4);
+      free(l);
+    }
+    dfree(d_l, N * V * 4), dfree(d_16, N * V * 2);
+  }
+  g_dev->unfused = keep;
+  check("xent16 losses", got, losses, N, 2e-6);
+  assert_memory_equal(got, loss2, (size_t)N * 4);
+  assert_memory_equal(h16[0], h16[1], (size_t)(N * V) * 2);
+  for (int64_t j = 0; j < V; j++) assert_true(h16[0][4 * V + j] == 0); /* masked */
+  prm_bf16_to_f32(got, h16[0], N * V);
+  check("xent16 dlogits", got, want, N * V, 4e-3);
+  dfree(d_t, N * 4), dfree(d_loss, N * 4);
+  free(logits), free(losses), free(dl), free(got), free(loss2), free(want), free(w16), free(tg);
+  free(h16[0]), free(h16[1]);
+}
+
+static void test_xent16(void **state) {
+  (void)state;
+  xent16_case(11, 1003, 21);
+  xent16_case(11, 1024, 22);
+}
+
 static void test_lmhead_xent(void **state) {
   (void)state;
   int64_t N = 50, C = 48, V = 301, chunk = 16;
@@ -1144,7 +1200,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_embedding),     cmocka_unit_test(test_rmsnorm),
       cmocka_unit_test(test_rope),          cmocka_unit_test(test_swiglu_add),
       cmocka_unit_test(test_attention),     cmocka_unit_test(test_attention_decode),
-      cmocka_unit_test(test_xent),          cmocka_unit_test(test_lmhead_xent),
+      cmocka_unit_test(test_xent),          cmocka_unit_test(test_xent16),
+      cmocka_unit_test(test_lmhead_xent),
       cmocka_unit_test(test_adamw_reductions), cmocka_unit_test(test_attention_bf16),
       cmocka_unit_test(test_fused),         cmocka_unit_test(test_open),
       cmocka_unit_test(test_timer),         cmocka_unit_test(test_bench),

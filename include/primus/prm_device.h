@@ -49,7 +49,7 @@ typedef struct prm_dev {
   char why[512];         /* how it was chosen, for the log ("auto: ...") */
   prm_dev_info_t info;   /* filled at open */
   /* PRIMUS_DEVICE_UNFUSED=1 at open: the fused members (adamw_multi,
-   * rmsnorm_forward16, swiglu_forward16) are not called; their unfused
+   * rmsnorm_forward16, swiglu_forward16, sumsq_multi, xent16) are not called; their unfused
    * twins run instead (the same bits; an A/B switch for the benchmarks). */
   int unfused;
 } prm_dev_t;
@@ -288,6 +288,12 @@ void prm_dev_rmsnorm_forward16(const prm_dev_t *d, float *sum, float *out, prm_b
 /* swiglu_forward and h16 = bf16(h). */
 void prm_dev_swiglu_forward16(const prm_dev_t *d, float *h, prm_bf16_t *h16, const float *gate,
                               const float *up, int64_t n);
+
+/* xent's losses and its dlogits in bf16 only (d16, not overlapping
+ * logits): the fused member, or xent in place in logits then f32_to_bf16
+ * (the same bits in d16; only the twin overwrites logits). */
+void prm_dev_xent16(const prm_dev_t *d, float *losses, prm_bf16_t *d16, float *logits,
+                    const int32_t *targets, int64_t N, int64_t V, float scale);
 
 /* Sums of squares of nseg pieces of x (off, num, out: host), each the
  * bits prm_dev_sumsq gives: the backend's one pass and one wait, or

@@ -155,6 +155,8 @@ void prm_cu_swiglu_backward(void *ctx, float *dgate, float *dup, const float *dh
 void prm_cu_add(void *ctx, float *y, const float *a, const float *b, int64_t n);
 void prm_cu_xent(void *ctx, float *losses, float *dlogits, const float *logits,
                  const int32_t *targets, int64_t N, int64_t V, float scale);
+void prm_cu_xent16(void *ctx, float *losses, prm_dev_bf16_t *d16, const float *logits,
+                   const int32_t *targets, int64_t N, int64_t V, float scale);
 void prm_cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float wd, int64_t step, float gscale);
 void prm_cu_adamw_multi(void *ctx, float *p, const float *g, float *m, float *v,

@@ -460,6 +460,7 @@ static const prm_dev_i prm_cu_table = {
     .rmsnorm_forward16 = prm_cu_rmsnorm_forward16,
     .swiglu_forward16 = prm_cu_swiglu_forward16,
     .sumsq_multi = prm_cu_sumsq_multi,
+    .xent16 = prm_cu_xent16,
 };
 
 /* An empty kernel whose attributes the entry point asks for (see there). */

@@ -522,21 +522,24 @@ __device__ static inline double prm_cu_xent_rescale(float m, float M) {
  * each sum rescaled to the larger maximum. loss = log(sum) + max -
  * x[target] in double. With dlogits, a second pass has each thread
  * overwrite its own columns: scale e / sum (e = exp(x - max) rounded
- * first), minus scale at the target. vec: V is a multiple of 4 and both
- * rows 16-byte aligned, so each thread takes float4s (the four
- * exponentials summed in float, then added in double). A negative target
+ * first), minus scale at the target; with d16 instead (xent16) those
+ * values rounded to bf16 as f32_to_bf16 does, the logits left as they are.
+ * vec: V is a multiple of 4 and the rows 16-byte aligned (d16 8-byte), so
+ * each thread takes float4s (the four exponentials summed in float, then
+ * added in double). A negative target
  * gives loss 0 and a zero row; a target >= V raises a flag (reported by
  * sync) and is treated as masked. The columns each thread takes and the
  * tree depend only on V and vec: the same bits every run. */
-__global__ static void prm_cu_k_xent(float *losses, float *dlogits, const float *logits,
-                                     const int32_t *targets, int64_t V, float scale, int vec,
-                                     unsigned *flags) {
+__global__ static void prm_cu_k_xent(float *losses, float *dlogits, prm_dev_bf16_t *d16,
+                                     const float *logits, const int32_t *targets, int64_t V,
+                                     float scale, int vec, unsigned *flags) {
   __shared__ double shs[PRM_CU_XENT_THREADS];
   __shared__ float shm[PRM_CU_XENT_THREADS];
   int64_t n = blockIdx.x;
   unsigned tid = threadIdx.x;
   const float *x = logits + n * V;
   float *d = dlogits ? dlogits + n * V : NULL;
+  prm_dev_bf16_t *h = d16 ? d16 + n * V : NULL;
   int32_t t = targets[n];
   if (t >= V) {
     if (tid == 0) *flags |= PRM_CU_FLAG_XENT_TARGET;
@@ -546,6 +549,8 @@ __global__ static void prm_cu_k_xent(float *losses, float *dlogits, const float 
     if (losses && tid == 0) losses[n] = 0.0f;
     if (d)
       for (int64_t j = tid; j < V; j += blockDim.x) d[j] = 0.0f;
+    if (h)
+      for (int64_t j = tid; j < V; j += blockDim.x) h[j] = 0;
     return;
   }
   float xt = x[t];
@@ -588,7 +593,7 @@ __global__ static void prm_cu_k_xent(float *losses, float *dlogits, const float 
   float M = shm[0];
   double se = shs[0];
   if (losses && tid == 0) losses[n] = (float)(log(se) + (double)M - (double)xt);
-  if (!d) return;
+  if (!d && !h) return;
   float inv = (float)((double)scale / se);
   if (vec) {
     const float4 *x4 = (const float4 *)x;
@@ -604,13 +609,20 @@ __global__ static void prm_cu_k_xent(float *losses, float *dlogits, const float 
       else if (k == 1) o.y = __fsub_rn(o.y, scale);
       else if (k == 2) o.z = __fsub_rn(o.z, scale);
       else if (k == 3) o.w = __fsub_rn(o.w, scale);
-      d4[j] = o;
+      if (h)
+        ((uint2 *)h)[j] =
+            make_uint2((uint32_t)prm_cu_bf16_round(o.x) | ((uint32_t)prm_cu_bf16_round(o.y) << 16),
+                       (uint32_t)prm_cu_bf16_round(o.z) | ((uint32_t)prm_cu_bf16_round(o.w) << 16));
+      else
+        d4[j] = o;
     }
     return;
   }
   for (int64_t j = tid; j < V; j += blockDim.x) {
     float e = __fmul_rn(expf(x[j] - M), inv);
-    d[j] = j == t ? __fsub_rn(e, scale) : e;
+    e = j == t ? __fsub_rn(e, scale) : e;
+    if (h) h[j] = prm_cu_bf16_round(e);
+    else d[j] = e;
   }
 }
 
@@ -624,10 +636,26 @@ void prm_cu_xent(void *ctx, float *losses, float *dlogits, const float *logits,
     return;
   }
   int vec = V % 4 == 0 && (uintptr_t)logits % 16 == 0 && (uintptr_t)dlogits % 16 == 0;
-  prm_cu_k_xent<<<(unsigned)N, PRM_CU_XENT_THREADS, 0, c->stream>>>(losses, dlogits, logits,
+  prm_cu_k_xent<<<(unsigned)N, PRM_CU_XENT_THREADS, 0, c->stream>>>(losses, dlogits, NULL, logits,
                                                                     targets, V, scale, vec,
                                                                     c->d_flags);
   prm_cu_check(c, "xent");
+}
+
+void prm_cu_xent16(void *ctx, float *losses, prm_dev_bf16_t *d16, const float *logits,
+                   const int32_t *targets, int64_t N, int64_t V, float scale) {
+  prm_cu_ctx *c = (prm_cu_ctx *)ctx;
+  prm_cu_enter(c, "xent16");
+  if (!prm_cu_rows_ok(c, "xent16", N, V) || N == 0) return;
+  if (V <= 0) {
+    prm_cu_fail(c, "xent16: V=%lld", (long long)V);
+    return;
+  }
+  int vec = V % 4 == 0 && (uintptr_t)logits % 16 == 0 && (uintptr_t)d16 % 8 == 0;
+  prm_cu_k_xent<<<(unsigned)N, PRM_CU_XENT_THREADS, 0, c->stream>>>(losses, NULL, d16, logits,
+                                                                    targets, V, scale, vec,
+                                                                    c->d_flags);
+  prm_cu_check(c, "xent16");
 }
 
 /* ======================================================================== */

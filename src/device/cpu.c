@@ -254,6 +254,25 @@ static void prm__cpu_sumsq_multi(void *ctx, double *out, const float *x, const i
   for (int i = 0; i < nseg; i++) out[i] = num[i] > 0 ? prm_sumsq(x + off[i], num[i]) : 0.0;
 }
 
+/* xent's dlogits a block of rows at a time (at most ~4M values) in an
+ * fp32 buffer of its own, each rounded as f32_to_bf16 does: the bits of
+ * xent then f32_to_bf16, without writing the logits. */
+static void prm__cpu_xent16(void *ctx, float *losses, prm_dev_bf16_t *d16, const float *logits,
+                            const int32_t *targets, int64_t N, int64_t V, float scale) {
+  (void)ctx;
+  prm_xent_forward(losses, logits, targets, N, V);
+  int64_t rows = ((int64_t)4 << 20) / (V > 0 ? V : 1);
+  if (rows < 1) rows = 1;
+  if (rows > N) rows = N;
+  float *tmp = prm_xmalloc((size_t)(rows > 0 ? rows * V : 1) * sizeof(float));
+  for (int64_t n0 = 0; n0 < N; n0 += rows) {
+    int64_t r = N - n0 < rows ? N - n0 : rows;
+    prm_xent_backward(tmp, logits + n0 * V, targets + n0, r, V, scale);
+    prm_f32_to_bf16(d16 + n0 * V, tmp, r * V);
+  }
+  free(tmp);
+}
+
 static const prm_dev_i prm__cpu_i = {
     .name = "cpu",
     .abi = PRM_DEV_ABI_VERSION,
@@ -296,6 +315,7 @@ static const prm_dev_i prm__cpu_i = {
     .rmsnorm_forward16 = prm__cpu_rms_fwd16,
     .swiglu_forward16 = prm__cpu_swiglu_fwd16,
     .sumsq_multi = prm__cpu_sumsq_multi,
+    .xent16 = prm__cpu_xent16,
 };
 
 const prm_dev_i *prm__dev_cpu_table(void) { return &prm__cpu_i; }

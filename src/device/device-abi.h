@@ -37,7 +37,7 @@ extern "C" {
 /* Bump when the table or the entry point changes: the core refuses a
  * module of another version by name. 2: the optional device timer
  * (timer_start, timer_stop) at the end of the table. 3: the optional bf16
- * and fused members after it (attention_forward_bf16 ... sumsq_multi,
+ * and fused members after it (attention_forward_bf16 ... xent16,
  * issue 24). */
 #define PRM_DEV_ABI_VERSION 3
 
@@ -246,6 +246,13 @@ typedef struct prm_dev_i {
    * the core calls sumsq per segment. */
   void (*sumsq_multi)(void *ctx, double *out, const float *x, const int64_t *off,
                       const int64_t *num, int nseg);
+  /* xent whose dlogits come out in bf16 only: d16 (N,V) = the bits of
+   * xent's fp32 dlogits followed by f32_to_bf16; the logits are left as
+   * they are (d16 does not overlap them). NULL: the core calls xent (in
+   * place) and f32_to_bf16. */
+  void (*xent16)(void *ctx, float *losses /* (N) */, prm_dev_bf16_t *d16 /* (N,V) */,
+                 const float *logits /* (N,V) */, const int32_t *targets /* (N) */, int64_t N,
+                 int64_t V, float scale);
 } prm_dev_i;
 
 /* The entry point of a backend module: opens device `ordinal` of the

@@ -399,6 +399,16 @@ void prm_dev_swiglu_forward16(const prm_dev_t *d, float *h, prm_bf16_t *h16, con
   d->i->f32_to_bf16(d->ctx, h16, h, n);
 }
 
+void prm_dev_xent16(const prm_dev_t *d, float *losses, prm_bf16_t *d16, float *logits,
+                    const int32_t *targets, int64_t N, int64_t V, float scale) {
+  if (prm_dev_fused(d, d->i->xent16 != NULL)) {
+    d->i->xent16(d->ctx, losses, d16, logits, targets, N, V, scale);
+    return;
+  }
+  d->i->xent(d->ctx, losses, logits, logits, targets, N, V, scale);
+  d->i->f32_to_bf16(d->ctx, d16, logits, N * V);
+}
+
 /* Targets that count in the loss: a negative target is masked. */
 static int64_t count_targets(const int32_t *host_targets, int64_t N) {
   int64_t cnt = 0;
@@ -444,10 +454,12 @@ double prm_dev_lmhead_xent16(const prm_dev_t *d, float *dx, float *dw, int64_t *
     int64_t rows = N - n0 < chunk ? N - n0 : chunk;
     const prm_bf16_t *xc = x16 + n0 * C;
     d->i->gemm_bf16(d->ctx, 0, 1, rows, V, C, 1.0f, xc, C, w16, C, 0.0f, scratch, V);
-    d->i->xent(d->ctx, losses + n0, grads ? scratch : NULL, scratch, targets + n0, rows, V,
-               grad_scale);
-    if (!grads) continue;
-    d->i->f32_to_bf16(d->ctx, d16, scratch, rows * V);
+    if (!grads) {
+      d->i->xent(d->ctx, losses + n0, NULL, scratch, targets + n0, rows, V, grad_scale);
+      continue;
+    }
+    /* dlogits straight into bf16 (xent16), or in place then converted. */
+    prm_dev_xent16(d, losses + n0, d16, scratch, targets + n0, rows, V, grad_scale);
     if (dx) d->i->gemm_bf16(d->ctx, 0, 0, rows, C, V, 1.0f, d16, V, w16, C, 0.0f, dx + n0 * C, C);
     if (dw) d->i->gemm_bf16(d->ctx, 1, 0, V, C, rows, 1.0f, d16, V, xc, C, 1.0f, dw, C);
   }

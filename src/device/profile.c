@@ -23,7 +23,7 @@
   X(rmsnorm_backward) X(rope) X(swiglu_forward) X(swiglu_backward) X(add) X(attention_forward)   \
   X(attention_backward) X(attention_decode) X(xent) X(adamw) X(sumsq) X(sum) X(scale)            \
   X(attention_forward_bf16) X(attention_backward_bf16) X(adamw_multi) X(rmsnorm_forward16)       \
-  X(swiglu_forward16) X(sumsq_multi)
+  X(swiglu_forward16) X(sumsq_multi) X(xent16)
 
 enum {
 #define PRM__E(n) OP_##n,
@@ -243,6 +243,10 @@ static void p_sumsq_multi(void *ctx, double *o, const float *x, const int64_t *o
                           const int64_t *num, int nseg) {
   B; PP->in->sumsq_multi(PP->ctx, o, x, off, num, nseg); E(sumsq_multi);
 }
+static void p_xent16(void *ctx, float *l, prm_dev_bf16_t *d16, const float *lg, const int32_t *t,
+                     int64_t N, int64_t V, float s) {
+  B; PP->in->xent16(PP->ctx, l, d16, lg, t, N, V, s); E(xent16);
+}
 
 /* ---- the report ---- */
 static int by_time(const void *a, const void *b) {
@@ -339,7 +343,7 @@ const prm_dev_i *prm__dev_profile_wrap(const prm_dev_i *in, void *in_ctx, const 
   W(xent, p_xent), W(adamw, p_adamw), W(sumsq, p_sumsq), W(sum, p_sum), W(scale, p_scale);
   W(attention_forward_bf16, p_att_f16), W(attention_backward_bf16, p_att_b16);
   W(adamw_multi, p_adamw_multi), W(rmsnorm_forward16, p_rms_f16);
-  W(swiglu_forward16, p_swi_f16), W(sumsq_multi, p_sumsq_multi);
+  W(swiglu_forward16, p_swi_f16), W(sumsq_multi, p_sumsq_multi), W(xent16, p_xent16);
 #undef W
   *ctx_out = p;
   return t;

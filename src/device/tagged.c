@@ -149,6 +149,11 @@ static void t_sumsq_multi(void *ctx, double *o, const float *x, const int64_t *o
   cpu()->sumsq_multi(ctx, o, U(x), off, num, nseg); /* o, off, num: host */
 }
 
+static void t_xent16(void *ctx, float *l, prm_dev_bf16_t *d16, const float *lg, const int32_t *t,
+                     int64_t N, int64_t V, float s) {
+  cpu()->xent16(ctx, U(l), U(d16), U(lg), U(t), N, V, s);
+}
+
 static prm_dev_i prm__tagged_i;
 
 const prm_dev_i *prm__dev_tagged_table(void) {
@@ -168,7 +173,7 @@ const prm_dev_i *prm__dev_tagged_table(void) {
   t->xent = t_xent, t->adamw = t_adamw, t->sumsq = t_sumsq, t->sum = t_sum, t->scale = t_scale;
   t->attention_forward_bf16 = t_att_f16, t->attention_backward_bf16 = t_att_b16;
   t->adamw_multi = t_adamw_multi, t->rmsnorm_forward16 = t_rms_f16;
-  t->swiglu_forward16 = t_swi_f16, t->sumsq_multi = t_sumsq_multi;
+  t->swiglu_forward16 = t_swi_f16, t->sumsq_multi = t_sumsq_multi, t->xent16 = t_xent16;
   t->name = "tagged";
   return t;
 }
