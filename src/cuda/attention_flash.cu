@@ -91,16 +91,28 @@ __device__ static inline float fl_quad_sum(float v) {
   return v + PRM_SHFL_XOR(v, 2);
 }
 
-/* Two consecutive bf16 of global memory as one word (al: 4-byte aligned). */
+/* Two consecutive bf16 of global memory as one word (al >= 1: the
+ * tensors are 4-byte aligned, 2: 16-byte aligned). */
 __device__ static inline uint32_t fl_ld2(const uint16_t *p, int al) {
   return al ? *(const uint32_t *)p : ((uint32_t)p[0] | ((uint32_t)p[1] << 16));
 }
 
 /* Rows r0 .. r0 + 63 (zero past T) of a (T, stride) bf16 matrix, D wide,
- * into shared memory with row pitch D + 8. */
+ * into shared memory with row pitch D + 8 (16-byte rows: D is a multiple
+ * of 32); 8 values a load where the tensors are 16-byte aligned. */
 template <int D>
 __device__ static inline void fl_stage(uint16_t *dst, const uint16_t *src, int64_t stride, int r0,
                                        int T, int al) {
+  if (al == 2) {
+    constexpr int PR = D / 8;
+    for (int x = threadIdx.x; x < FL_N * PR; x += FL_THREADS) {
+      const int r = x / PR, c = 8 * (x % PR);
+      uint4 w = make_uint4(0u, 0u, 0u, 0u);
+      if (r0 + r < T) w = *(const uint4 *)(src + (int64_t)(r0 + r) * stride + c);
+      *(uint4 *)(dst + r * (D + 8) + c) = w;
+    }
+    return;
+  }
   constexpr int PR = D / 2;
   for (int x = threadIdx.x; x < FL_N * PR; x += FL_THREADS) {
     const int r = x / PR, c = 2 * (x % PR);
@@ -126,20 +138,39 @@ __device__ static inline void fl_frag_a(uint32_t (*a)[4], const uint16_t *src, i
  * columns of B, d from k0): consecutive d, one word each. */
 template <int D>
 __device__ static inline void fl_frag_bt(uint32_t *b0, uint32_t *b1, const uint16_t *X, int n0, int k0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(PRM_HIP)
+  /* Two 8 x 8 matrices, rows n0 .. n0 + 7 at columns k0 and k0 + 8: lane l
+   * gets row l / 4, columns 2 (l % 4) and + 1 of each. */
+  const int lane = threadIdx.x & 31;
+  const uint16_t *p = X + (n0 + (lane & 7)) * (D + 8) + k0 + (lane & 8);
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(*b0), "=r"(*b1) : "r"(a));
+#else
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint16_t *p = X + (n0 + g) * (D + 8) + k0 + 2 * t;
   *b0 = *(const uint32_t *)p;
   *b1 = *(const uint32_t *)(p + 8);
+#endif
 }
 
 /* B fragment of X itself (rows k0 .. k0 + 15 of X are the reduction, its
  * columns n0 .. n0 + 7 the 8 columns of B): two rows per word. */
 template <int D>
 __device__ static inline void fl_frag_b(uint32_t *b0, uint32_t *b1, const uint16_t *X, int k0, int n0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(PRM_HIP)
+  /* Two 8 x 8 matrices, rows k0 .. k0 + 7 and k0 + 8 .. k0 + 15 at columns
+   * n0 .. n0 + 7, transposed as loaded: lane l gets rows 2 (l % 4) and + 1
+   * of column l / 4. */
+  const int lane = threadIdx.x & 31;
+  const uint16_t *p = X + (k0 + (lane & 15)) * (D + 8) + n0;
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(*b0), "=r"(*b1) : "r"(a));
+#else
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint16_t *p = X + (k0 + 2 * t) * (D + 8) + n0 + g;
   *b0 = (uint32_t)p[0] | ((uint32_t)p[D + 8] << 16);
   *b1 = (uint32_t)p[8 * (D + 8)] | ((uint32_t)p[9 * (D + 8)] << 16);
+#endif
 }
 
 /* The A fragments of a 16 x 64 tile held as 8 C fragments (c[nt] columns
@@ -419,8 +450,11 @@ int prm_cu_flash_ok(const prm_cu_ctx *c, int64_t T, int64_t D) {
   return c->attn_flash && (D == 32 || D == 64 || D == 128) && T > 0 && T < 0x7fffffff;
 }
 
+/* 2: every tensor 16-byte aligned (rows are: D is a multiple of 32);
+ * 1: 4-byte aligned; 0: neither (fl_ld2, fl_stage). */
 static int fl_aligned(const void *a, const void *b, const void *c, const void *d) {
-  return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 3u) == 0;
+  const uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d;
+  return (u & 15u) == 0 ? 2 : (u & 3u) == 0 ? 1 : 0;
 }
 
 void prm_cu_flash_forward(prm_cu_ctx *c, const char *op, float *out, float *lse,
