@@ -276,6 +276,67 @@ static void test_sp_divides_norm_rows(void **state) {
   }
 }
 
+/* Context parallel: a rank's activations and scratch are those of S / CP
+ * rows, its attention work 1/CP of the sequence's, the ring buffers and the
+ * ring's hops are cp.c's, and the weights' data-parallel group is CP x D. */
+static void test_cp_splits_sequence(void **state) {
+  (void)state;
+  prm_pj_hw_t hw = hw_full(8);
+  for (int rec = 0; rec < 2; rec++) {
+    prm_pj_input_t in = input();
+    in.recompute = rec;
+    in.dist_opt = 1;
+    in.ranks_per_node = 4;
+    prm_pj_result_t r1, rh, r2;
+    project(&in, &hw, &r1); /* D = 4 */
+    in.cp = 1;
+    in.ranks_per_node = 2;
+    in.seq /= 2;
+    project(&in, &hw, &rh); /* D = 2, half the sequence */
+    in.seq *= 2;
+    in.cp = 2;
+    in.ranks_per_node = 4;
+    project(&in, &hw, &r2); /* D = 2 x CP = 2 */
+    assert_int_equal(r2.cp, 2);
+    assert_int_equal(r2.dp, 2);
+    assert_string_equal(r2.cp_link, "intra-node");
+    /* The global batch is shared by D = 2: as many micro-batches as D = 2
+     * without context parallel, twice D = 4's. */
+    assert_int_equal(r2.micro_batches, rh.micro_batches);
+    assert_int_equal(r2.micro_batches, 2 * r1.micro_batches);
+    /* Memory: the rows of S / 2, ZeRO-1 over the 4 ranks, plus the ring. */
+    assert_true(r2.mem_acts == rh.mem_acts && r2.mem_scratch == rh.mem_scratch);
+    assert_true(r2.mem_acts < r1.mem_acts);
+    assert_true(r2.mem_optim == r1.mem_optim && r2.mem_grad_shard == r1.mem_grad_shard);
+    double B = (double)in.micro_batch, Sl = (double)in.seq / 2, H = 8, G = 4, D = 8;
+    double n = B * Sl * G * D;
+    assert_close(r2.mem_ring, 4 * (8 * n + B * H * Sl), 1e-15);
+    assert_true(r1.mem_ring == 0 && r1.t_cp == 0 && r1.cp == 1);
+    assert_close(r2.mem_total - rh.mem_total, r2.mem_ring + r2.mem_optim - rh.mem_optim +
+                                                  r2.mem_grad_shard - rh.mem_grad_shard, 1e-12);
+    /* Compute: everything of S / 2 rows but attention, which is half the
+     * whole sequence's causal work (twice that of S / 2 alone). */
+    double L = (double)in.model.layers, S = (double)in.seq;
+    double attn_full = L * 7 * B * H * S * S * D * (1 + rec / 3.5) / (200e9);
+    assert_close(r2.t_mb - rh.t_mb, attn_full / 2 - attn_full / 4, 1e-9);
+    /* The ring: per layer and micro-batch CP - 1 K/V hops forward (again
+     * with recomputation), CP - 1 backward and CP dK/dV hops, each 2 n fp32
+     * values over the intra-node link; only the dK/dV hops are never hidden. */
+    double hop = 5e-6 + 8 * n / 50e9;
+    double m = (double)r2.micro_batches;
+    assert_close(r2.t_cp, m * L * ((1 + rec) + 1 + 2) * hop, 1e-12);
+    assert_true(r2.t_cp_hidden >= 0 && r2.t_cp - r2.t_cp_hidden >= m * L * 2 * hop * (1 - 1e-12));
+    assert_close(r2.t_step, r2.t_compute + r2.t_bubble + r2.t_tp + r2.t_pp + r2.t_cp -
+                                r2.t_cp_hidden + r2.t_dp - r2.t_dp_hidden + r2.t_optim, 1e-12);
+    /* Over nodes of 2 ranks (CP innermost after TP) the ring stays in a node. */
+    in.ranks_per_node = 2;
+    in.nodes = 2;
+    project(&in, &hw, &r2);
+    assert_string_equal(r2.cp_link, "intra-node");
+    assert_string_equal(r2.dp_link, "inter-node");
+  }
+}
+
 /* The activation and scratch blocks are the engine's (T = 1, P = 1). */
 static void test_memory_matches_engine(void **state) {
   (void)state;
@@ -339,6 +400,17 @@ static void test_errors(void **state) {
   in.ranks_per_node = 3;
   assert_int_equal(prm_pj_project(&in, &hw, &r, &err), PRM_ECONFIG);
   assert_non_null(strstr(err.msg, "global_batch_size 16"));
+  /* Context parallel: seq_length 64 does not split into 2 x 3 chunks; 2
+   * ranks do not divide by CP 4 (seq 64 splits into 8 chunks). */
+  in = input();
+  in.cp = 3;
+  in.ranks_per_node = 3;
+  assert_int_equal(prm_pj_project(&in, &hw, &r, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "context_parallel_size 3: seq_length 64 must be a multiple of 2 x 3"));
+  in.cp = 4;
+  in.ranks_per_node = 2;
+  assert_int_equal(prm_pj_project(&in, &hw, &r, &err), PRM_ECONFIG);
+  assert_non_null(strstr(err.msg, "x context_parallel_size 4"));
   /* Bad files name the file and line. */
   const char *dir = prm_test_tmpdir();
   char *p = prm_test_write(dir, "unknown.yaml", "peak_gflops: 10\ngemm_gflop: 5\n");
@@ -388,7 +460,7 @@ int main(void) {
       cmocka_unit_test(test_dp_halves_compute),    cmocka_unit_test(test_bubble),
       cmocka_unit_test(test_comm_grows_with_bytes), cmocka_unit_test(test_zero_divides_optimizer),
       cmocka_unit_test(test_tp_splits_params),     cmocka_unit_test(test_memory_matches_engine),
-      cmocka_unit_test(test_sp_divides_norm_rows),
+      cmocka_unit_test(test_sp_divides_norm_rows), cmocka_unit_test(test_cp_splits_sequence),
       cmocka_unit_test(test_errors),               cmocka_unit_test(test_hw_file_and_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -216,6 +216,7 @@ typedef struct {
   int overlap;                /* overlap_grad_reduce */
   int recompute;              /* recompute_granularity set (full recomputation) */
   int sp;                     /* sequence_parallel (counted only when tp > 1) */
+  int64_t cp;                 /* context_parallel_size (0 or 1: none) */
   int bf16;                   /* communication and activations in 2-byte values */
   int64_t bucket;             /* ddp_bucket_size, in parameters */
   int64_t nodes, ranks_per_node; /* ranks_per_node 0: the hardware's */
@@ -224,22 +225,26 @@ typedef struct {
 /* Fills `in` from a resolved experiment (model shape with the trainer's
  * defaults, vocabulary from the tokenizer when vocab_size is null, batch,
  * tensor/pipeline sizes, use_distributed_optimizer, overlap_grad_reduce,
- * recompute_granularity, sequence_parallel, bf16, ddp_bucket_size); nodes, ranks_per_node and
+ * recompute_granularity, sequence_parallel, context_parallel_size, bf16,
+ * ddp_bucket_size); nodes, ranks_per_node and
  * vpp are left to the caller (1, 0, 1). */
 int prm_pj_input_from_exp(const prm_exp_t *e, prm_pj_input_t *in, prm_err_t *err);
 
 /* One projected step (seconds, bytes per rank). */
 typedef struct {
   int64_t world, dp, tp, pp, vpp, micro_batches; /* micro-batches per step per pipeline */
+  int64_t cp;                 /* context-parallel size (1: none); world = P x D x CP x T */
   int64_t ranks_per_node;
   double rank_share;          /* devices (cores) per rank: the rates' multiplier (< 1: oversubscribed) */
-  const char *dp_link, *tp_link, *pp_link; /* "intra-node", "inter-node" or "-" */
+  const char *dp_link, *tp_link, *pp_link, *cp_link; /* "intra-node", "inter-node" or "-" */
   int64_t params, params_rank; /* whole model; on the busiest pipeline stage's rank */
   double t_mb;                /* compute of one micro-batch on the busiest stage */
   double t_compute, t_bubble, t_tp, t_pp, t_dp, t_dp_hidden, t_optim, t_step;
+  double t_cp, t_cp_hidden;   /* the ring's K/V exchange; the part the attention arithmetic hides */
   double model_flops_step;    /* flops_per_token x tokens per step (MFU convention) */
   double tokens_per_s, mfu, tflops_per_rank;
   double mem_params, mem_grads, mem_optim, mem_grad_shard, mem_acts, mem_scratch, mem_total;
+  double mem_ring;            /* context parallel's ring buffers (fp32 K/V blocks and gradients) */
   int64_t acts_micro_batches; /* micro-batches whose activations are alive at once */
 } prm_pj_result_t;
 
@@ -253,8 +258,8 @@ double prm_pj_bubble_fraction(int64_t p, int64_t m, int64_t v);
 
 /* Projects one step. PRM_ECONFIG when the layout does not fit the model
  * (heads, groups or ffn not divisible by tensor_model_parallel_size, layers
- * by pipeline stages, ranks by tp x pp, the global batch by micro-batch x
- * data-parallel size), naming the keys; PRM_ECONFIG naming every missing
+ * by pipeline stages, ranks by tp x pp x cp, seq_length by 2 x cp, the
+ * global batch by micro-batch x data-parallel size), naming the keys; PRM_ECONFIG naming every missing
  * hardware key the layout needs (and the hardware source). */
 int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_result_t *r,
                    prm_err_t *err);

@@ -8,7 +8,9 @@
  * all-reduces per layer and micro-batch, the pipeline's activation
  * transfers, the data-parallel gradient reduction (ring all-reduce, or
  * ZeRO-1's reduce-scatter + all-gather) less what backward hides, and the
- * AdamW update. Memory per rank follows the engine's own accounting
+ * AdamW update. Context parallel (src/model/cp.c) gives each rank 1/CP of
+ * every sequence's rows and of its causal attention work, and adds the
+ * ring's K/V exchange (what the attention arithmetic does not hide). Memory per rank follows the engine's own accounting
  * (src/model/llama.c: one block per category, 64-byte aligned pieces).
  * docs/analyze.md explains each term. */
 #define _GNU_SOURCE
@@ -113,6 +115,7 @@ int prm_pj_input_from_exp(const prm_exp_t *e, prm_pj_input_t *in, prm_err_t *err
   PRM__PJ_I("tensor_model_parallel_size", 1, &in->tp);
   PRM__PJ_I("pipeline_model_parallel_size", 1, &in->pp);
   PRM__PJ_I("ddp_bucket_size", 25000000, &in->bucket);
+  PRM__PJ_I("context_parallel_size", 1, &in->cp);
   int64_t experts = 0;
   PRM__PJ_I("num_experts", 0, &experts);
   if (experts)
@@ -146,7 +149,7 @@ static double prm__pj_pad(double n) {
 }
 
 /* A group of `span` consecutive ranks (Megatron's order: TP innermost, then
- * DP, then PP) stays inside a node when it fits a node evenly. */
+ * CP, then DP, then PP) stays inside a node when it fits a node evenly. */
 static int prm__pj_intra(int64_t span, int64_t nodes, int64_t rpn) {
   return nodes == 1 || (span <= rpn && rpn % span == 0);
 }
@@ -186,9 +189,17 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   if (in->nodes < 1 || rpn < 1)
     return prm_errf(err, PRM_EINVAL, "nodes (%lld) and ranks per node (%lld) must be >= 1",
                     (long long)in->nodes, (long long)rpn);
+  int64_t cp = in->cp < 1 ? 1 : in->cp;
   if (tp < 1 || pp < 1) return prm__pj_layout_err(err, "tensor/pipeline parallel sizes must be >= 1");
   if (in->seq < 1 || in->micro_batch < 1)
     return prm__pj_layout_err(err, "seq_length and micro_batch_size must be >= 1");
+  if (in->seq % (2 * cp)) {
+    snprintf(msg, sizeof msg,
+             "context_parallel_size %lld: seq_length %lld must be a multiple of 2 x %lld = %lld "
+             "(each rank holds two equal chunks of every sequence)",
+             (long long)cp, (long long)in->seq, (long long)cp, (long long)(2 * cp));
+    return prm__pj_layout_err(err, msg);
+  }
   if (c->heads % tp || c->groups % tp || c->ffn % tp) {
     snprintf(msg, sizeof msg,
              "tensor_model_parallel_size %lld must divide num_attention_heads (%lld), "
@@ -206,14 +217,19 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
     return prm__pj_layout_err(err, msg);
   }
   int64_t world = in->nodes * rpn;
-  if (world % (tp * pp)) {
+  if (world % (tp * pp * cp)) {
     snprintf(msg, sizeof msg,
              "%lld ranks (%lld nodes x %lld) are not divisible by tensor_model_parallel_size %lld x "
-             "pipeline_model_parallel_size %lld",
-             (long long)world, (long long)in->nodes, (long long)rpn, (long long)tp, (long long)pp);
+             "pipeline_model_parallel_size %lld%s",
+             (long long)world, (long long)in->nodes, (long long)rpn, (long long)tp, (long long)pp,
+             cp > 1 ? " x context_parallel_size" : "");
+    if (cp > 1) snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " %lld", (long long)cp);
     return prm__pj_layout_err(err, msg);
   }
-  int64_t dp = world / (tp * pp);
+  /* The global batch is shared by the D data-parallel ranks; for the
+   * weights the CP x D ranks are data-parallel (gradients and ZeRO-1's
+   * shards over all of them). */
+  int64_t dp = world / (tp * pp * cp), dpg = dp * cp;
   int64_t gb = in->global_batch > 0 ? in->global_batch : in->micro_batch * dp;
   if (gb % (in->micro_batch * dp)) {
     snprintf(msg, sizeof msg,
@@ -226,14 +242,15 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
 
   /* Links, and the hardware keys this layout needs. */
   prm__pj_link_t ltp = prm__pj_link(hw, tp, prm__pj_intra(tp, in->nodes, rpn));
-  prm__pj_link_t ldp = prm__pj_link(hw, dp, prm__pj_intra(tp * dp, in->nodes, rpn));
+  prm__pj_link_t lcp = prm__pj_link(hw, cp, prm__pj_intra(tp * cp, in->nodes, rpn));
+  prm__pj_link_t ldp = prm__pj_link(hw, dpg, prm__pj_intra(tp * dpg, in->nodes, rpn));
   prm__pj_link_t lpp = prm__pj_link(hw, pp, prm__pj_intra(world, in->nodes, rpn));
-  int zero = in->dist_opt && dp > 1;
-  int overlap = in->overlap && dp > 1 && !zero;
+  int zero = in->dist_opt && dpg > 1;
+  int overlap = in->overlap && dpg > 1 && !zero;
   int need[PRM_PJ__KEYS] = {0};
   need[PRM_PJ_PEAK_GFLOPS] = need[PRM_PJ_GEMM_GFLOPS] = need[PRM_PJ_MEM_BW_GBS] = 1;
-  const prm__pj_link_t *links[3] = {&ltp, &ldp, &lpp};
-  for (int i = 0; i < 3; i++) {
+  const prm__pj_link_t *links[4] = {&ltp, &ldp, &lpp, &lcp};
+  for (int i = 0; i < 4; i++) {
     if (!strcmp(links[i]->name, "intra-node")) need[PRM_PJ_INTRA_BUSBW_GBS] = 1;
     if (!strcmp(links[i]->name, "inter-node")) need[PRM_PJ_INTER_BUSBW_GBS] = 1;
   }
@@ -242,12 +259,14 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   for (int k = 0; k < PRM_PJ__KEYS; k++)
     if (need[k] && !hw->set[k]) prm_sb_appendf(&miss, "%s%s", miss.len ? ", " : "", prm_pj_key_name(k));
   if (miss.len) {
+    char cpname[40] = "";
+    if (cp > 1) snprintf(cpname, sizeof cpname, "CP %lld, ", (long long)cp);
     rc = prm_errf(err, PRM_ECONFIG,
                   "%s: missing hardware key%s %s (needed for %lld node%s x %lld ranks, TP %lld, PP %lld, "
-                  "DP %lld%s; see docs/analyze.md)",
+                  "%sDP %lld%s; see docs/analyze.md)",
                   hw->source[0] ? hw->source : "hardware", strchr(prm_sb_str(&miss), ',') ? "s" : "",
                   prm_sb_str(&miss), (long long)in->nodes, in->nodes == 1 ? "" : "s", (long long)rpn,
-                  (long long)tp, (long long)pp, (long long)dp,
+                  (long long)tp, (long long)pp, cpname, (long long)dp,
                   overlap ? ", overlap_grad_reduce" : "");
     prm_sb_free(&miss);
     return rc;
@@ -272,12 +291,15 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   double mem_bw = hw->v[PRM_PJ_MEM_BW_GBS] * 1e9 * share;
   double vb = in->bf16 ? 2.0 : 4.0; /* bytes per activation / communicated value */
 
-  /* Shapes; tensor parallelism splits heads, groups, ffn and the vocabulary. */
+  /* Shapes; tensor parallelism splits heads, groups, ffn and the vocabulary.
+   * Context parallel: a rank holds S / CP rows of each sequence (N is the
+   * rank's rows of a micro-batch). */
   double C = (double)c->hidden, L = (double)c->layers, F = (double)c->ffn;
   double D = (double)prm_llama_head_dim(c), H = (double)c->heads, G = (double)c->groups;
   double V = (double)c->vocab, S = (double)in->seq, B = (double)in->micro_batch, T = (double)tp;
+  double CP = (double)cp, Sl = S / CP;
   double Vt = ceil(V / T);
-  double Ls = L / (double)pp, N = B * S;
+  double Ls = L / (double)pp, N = B * Sl;
   /* Sequence parallel: the norms, residuals and the embedding's output
    * hold N / T rows (src/model/sp.c). */
   int sp = in->sp && tp > 1;
@@ -293,7 +315,10 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   /* One micro-batch on the last stage (its layers and the head). */
   double rec = in->recompute ? 1 : 0;
   double gemm = 6 * N * Ls * layer_mat / T * (1 + rec / 3) + 6 * N * Vt * C;
-  double attn = Ls * 7 * B * (H / T) * S * S * D * (1 + rec / 3.5);
+  /* Causal attention over the whole sequence, 1/CP of it per rank (the
+   * load-balanced chunks give every rank the same share). */
+  double attn_layer = 7 * B * (H / T) * S * S * D / CP;
+  double attn = Ls * attn_layer * (1 + rec / 3.5);
   /* Per token and layer: the residual, ln1, mid, ln2, two rstd; q, k, v, att, lse, gate, up, h. */
   double act_tok = (4 * C + 2) * Nr / N + (2 * H * D + 2 * G * D + 3 * F + H) / T;
   double ew = PRM__PJ_EW_PASSES * vb * N * Ls * act_tok * (1 + rec / 3) +
@@ -311,6 +336,24 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   double act_bytes = N * C * vb;
   r->t_tp = (double)m * Ls * (4 + 2 * rec) * prm_pj_allreduce_s(tp, act_bytes, ltp.bw, ltp.lat);
   if (sp) r->t_tp += (double)m * Ls * 2 * prm_pj_half_collective_s(tp, act_bytes, ltp.bw, ltp.lat);
+  /* Context parallel's ring, per layer and micro-batch: forward, CP-1 hops
+   * of the K/V block (2 n fp32 values), each posted before the attention on
+   * the block in hand and hidden behind it up to that arithmetic (again
+   * with recomputation); backward, CP-1 such K/V hops, hidden alike, and
+   * CP hops of the block's dK/dV after each step (the last one home), not
+   * hidden. */
+  if (cp > 1) {
+    double n = B * Sl * (G / T) * D;
+    double hop = lcp.lat * 1e-6 + 8 * n / (lcp.bw * 1e9);
+    double af = attn_layer * 2.0 / 7.0 / CP / attn_rate, ab = attn_layer * 5.0 / 7.0 / CP / attn_rate;
+    double kv = (1 + rec) * (CP - 1) + (CP - 1);
+    r->t_cp = (double)m * Ls * (kv + CP) * hop;
+    r->t_cp_hidden =
+        (double)m * Ls * ((1 + rec) * (CP - 1) * fmin(hop, af) + (CP - 1) * fmin(hop, ab));
+    /* The ring's buffers: K/V in hand and in flight, their gradients
+     * likewise, and one value per query row and head (cp.c). */
+    r->mem_ring = (8 * n + B * (H / T) * Sl) * 4.0;
+  }
   /* Pipeline: each micro-batch crosses each boundary forward and backward
    * (sequence parallel: each rank sends its N / T rows). */
   double pp_bytes = act_bytes * Nr / N;
@@ -321,11 +364,12 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   double gbytes = pr * vb;
   double nb = ceil(pr / (double)(in->bucket > 0 ? in->bucket : 25000000));
   if (zero) {
-    r->t_dp = prm_pj_half_collective_s(dp, gbytes, ldp.bw, ldp.lat) +   /* reduce-scatter */
-              prm_pj_half_collective_s(dp, pr * 4.0, ldp.bw, ldp.lat) + /* all-gather of fp32 params */
-              prm_pj_allreduce_s(dp, 8.0, ldp.bw, ldp.lat);             /* the gradient norm */
-  } else if (dp > 1) {
-    r->t_dp = prm_pj_allreduce_s(dp, gbytes, ldp.bw, 0) + nb * prm_pj_allreduce_s(dp, 0, ldp.bw, ldp.lat);
+    r->t_dp = prm_pj_half_collective_s(dpg, gbytes, ldp.bw, ldp.lat) +   /* reduce-scatter */
+              prm_pj_half_collective_s(dpg, pr * 4.0, ldp.bw, ldp.lat) + /* all-gather of fp32 params */
+              prm_pj_allreduce_s(dpg, 8.0, ldp.bw, ldp.lat);             /* the gradient norm */
+  } else if (dpg > 1) {
+    r->t_dp =
+        prm_pj_allreduce_s(dpg, gbytes, ldp.bw, 0) + nb * prm_pj_allreduce_s(dpg, 0, ldp.bw, ldp.lat);
   }
   if (overlap) {
     double h = hw->v[PRM_PJ_OVERLAP_FRACTION] * r->t_dp;
@@ -335,9 +379,10 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
     if (h > bwd) h = bwd;
     r->t_dp_hidden = h;
   }
-  double owned = zero ? ceil(pr / (double)dp) : pr;
+  double owned = zero ? ceil(pr / (double)dpg) : pr;
   r->t_optim = (PRM__PJ_ADAM_BYTES * owned + PRM__PJ_GRAD_BYTES * pr) / mem_bw;
-  r->t_step = r->t_compute + r->t_bubble + r->t_tp + r->t_pp + (r->t_dp - r->t_dp_hidden) + r->t_optim;
+  r->t_step = r->t_compute + r->t_bubble + r->t_tp + r->t_pp + (r->t_cp - r->t_cp_hidden) +
+              (r->t_dp - r->t_dp_hidden) + r->t_optim;
 
   double tokens = (double)gb * S;
   r->model_flops_step = prm_llama_flops_per_token(c, in->seq) * tokens;
@@ -367,12 +412,13 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
                     (sp ? prm__pj_pad(N * C) * 2 + prm__pj_pad(2 * C) : 0)) *
                    vb;
   r->mem_total = r->mem_params + r->mem_grads + r->mem_optim + r->mem_grad_shard + r->mem_acts +
-                 r->mem_scratch;
+                 r->mem_scratch + r->mem_ring;
 
   r->world = world;
   r->dp = dp;
   r->tp = tp;
   r->pp = pp;
+  r->cp = cp;
   r->vpp = vpp;
   r->micro_batches = m;
   r->ranks_per_node = rpn;
@@ -380,6 +426,7 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   r->dp_link = ldp.name;
   r->tp_link = ltp.name;
   r->pp_link = lpp.name;
+  r->cp_link = lcp.name;
   return 0;
 }
 
@@ -407,14 +454,23 @@ void prm_pj_format(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_pj
                  (long long)c->ffn, (long long)c->vocab, (long long)in->seq, (long long)r->params);
   prm_sb_appendf(out, "hardware: %s\n", hw->source);
   prm_sb_appendf(out,
-                 "layout: %lld node%s x %lld ranks = %lld ranks: DP %lld x TP %lld x PP %lld",
-                 (long long)in->nodes, in->nodes == 1 ? "" : "s", (long long)r->ranks_per_node,
-                 (long long)r->world, (long long)r->dp, (long long)r->tp, (long long)r->pp);
+                 "layout: %lld node%s x %lld ranks = %lld ranks: DP %lld x ", (long long)in->nodes,
+                 in->nodes == 1 ? "" : "s", (long long)r->ranks_per_node, (long long)r->world,
+                 (long long)r->dp);
+  if (r->cp > 1) prm_sb_appendf(out, "CP %lld x ", (long long)r->cp);
+  prm_sb_appendf(out, "TP %lld x PP %lld", (long long)r->tp, (long long)r->pp);
   if (r->vpp > 1) prm_sb_appendf(out, " (%lld virtual stages)", (long long)r->vpp);
   if (in->sp && r->tp > 1) prm_sb_appendf(out, " (sequence parallel)");
   prm_sb_appendf(out, "; ZeRO-1 %s; overlap_grad_reduce %s%s\n",
-                 in->dist_opt && r->dp > 1 ? "on" : "off", in->overlap ? "on" : "off",
-                 in->overlap && in->dist_opt && r->dp > 1 ? " (not with ZeRO-1)" : "");
+                 in->dist_opt && r->dp * r->cp > 1 ? "on" : "off", in->overlap ? "on" : "off",
+                 in->overlap && in->dist_opt && r->dp * r->cp > 1 ? " (not with ZeRO-1)" : "");
+  if (r->cp > 1)
+    prm_sb_appendf(out,
+                   "context parallel: %lld of %lld tokens of each sequence per rank, ring over %lld "
+                   "ranks (%s); gradients and optimizer shards over CP x DP = %lld ranks%s\n",
+                   (long long)(in->seq / r->cp), (long long)in->seq, (long long)r->cp, r->cp_link,
+                   (long long)(r->cp * r->dp),
+                   r->pp > 1 ? "; note: the trainer does not run it with pipeline parallel yet" : "");
   prm_sb_appendf(out,
                  "batch: global %lld = %lld micro-batches of %lld x %lld tokens per pipeline; links: DP %s, "
                  "TP %s, PP %s\n",
@@ -433,12 +489,16 @@ void prm_pj_format(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_pj
   prm__pj_row(out, "pipeline bubble", r->t_bubble, r->t_step);
   prm__pj_row(out, "tensor-parallel comm", r->t_tp, r->t_step);
   prm__pj_row(out, "pipeline p2p", r->t_pp, r->t_step);
+  if (r->cp > 1) prm__pj_row(out, "context-parallel ring", r->t_cp - r->t_cp_hidden, r->t_step);
   prm__pj_row(out, "data-parallel comm", r->t_dp - r->t_dp_hidden, r->t_step);
   prm__pj_row(out, "optimizer", r->t_optim, r->t_step);
   prm__pj_row(out, "total", r->t_step, r->t_step);
   if (r->t_dp > 0)
     prm_sb_appendf(out, "  (data-parallel comm %.3f ms, %.3f ms of it hidden behind backward)\n",
                    r->t_dp * 1e3, r->t_dp_hidden * 1e3);
+  if (r->t_cp > 0)
+    prm_sb_appendf(out, "  (context-parallel ring %.3f ms, %.3f ms of it hidden behind attention)\n",
+                   r->t_cp * 1e3, r->t_cp_hidden * 1e3);
   if (r->pp > 1)
     prm_sb_appendf(out, "  (bubble fraction %.3f)\n", prm_pj_bubble_fraction(r->pp, r->micro_batches, r->vpp));
   prm_sb_appendf(out, "\nthroughput: %.1f tokens/s, %.4f TFLOP/s per rank, MFU %.1f%%\n", r->tokens_per_s,
@@ -450,6 +510,7 @@ void prm_pj_format(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_pj
   prm__pj_mem(out, "gradient shard", r->mem_grad_shard);
   prm__pj_mem(out, "activations", r->mem_acts);
   prm__pj_mem(out, "scratch", r->mem_scratch);
+  if (r->cp > 1) prm__pj_mem(out, "ring buffers", r->mem_ring);
   prm__pj_mem(out, "total", r->mem_total);
   prm_sb_appendf(out, "  (%lld parameters on this rank; activations of %lld micro-batch%s in flight)\n",
                  (long long)r->params_rank, (long long)r->acts_micro_batches,
@@ -488,11 +549,12 @@ char *prm_pj_to_json(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_
   prm__pj_num(lo, "dp", (double)r->dp);
   prm__pj_num(lo, "tp", (double)r->tp);
   prm__pj_num(lo, "pp", (double)r->pp);
+  prm__pj_num(lo, "cp", (double)r->cp);
   prm__pj_num(lo, "virtual_stages", (double)r->vpp);
   prm__pj_num(lo, "micro_batches", (double)r->micro_batches);
   prm__pj_num(lo, "micro_batch_size", (double)in->micro_batch);
   prm__pj_num(lo, "global_batch_size", (double)(r->micro_batches * in->micro_batch * r->dp));
-  cJSON_AddBoolToObject(lo, "distributed_optimizer", in->dist_opt && r->dp > 1);
+  cJSON_AddBoolToObject(lo, "distributed_optimizer", in->dist_opt && r->dp * r->cp > 1);
   cJSON_AddBoolToObject(lo, "overlap_grad_reduce", in->overlap);
   cJSON_AddBoolToObject(lo, "recompute", in->recompute);
   cJSON_AddBoolToObject(lo, "sequence_parallel", in->sp && r->tp > 1);
@@ -500,12 +562,16 @@ char *prm_pj_to_json(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_
   cJSON_AddStringToObject(lo, "dp_link", r->dp_link);
   cJSON_AddStringToObject(lo, "tp_link", r->tp_link);
   cJSON_AddStringToObject(lo, "pp_link", r->pp_link);
+  cJSON_AddStringToObject(lo, "cp_link", r->cp_link ? r->cp_link : "-");
   cJSON *so = cJSON_AddObjectToObject(o, "step_ms");
   prm__pj_num(so, "compute", r->t_compute * 1e3);
   prm__pj_num(so, "micro_batch", r->t_mb * 1e3);
   prm__pj_num(so, "bubble", r->t_bubble * 1e3);
   prm__pj_num(so, "tp_comm", r->t_tp * 1e3);
   prm__pj_num(so, "pp_comm", r->t_pp * 1e3);
+  prm__pj_num(so, "cp_comm", (r->t_cp - r->t_cp_hidden) * 1e3);
+  prm__pj_num(so, "cp_comm_total", r->t_cp * 1e3);
+  prm__pj_num(so, "cp_hidden", r->t_cp_hidden * 1e3);
   prm__pj_num(so, "dp_comm", (r->t_dp - r->t_dp_hidden) * 1e3);
   prm__pj_num(so, "dp_comm_total", r->t_dp * 1e3);
   prm__pj_num(so, "dp_hidden", r->t_dp_hidden * 1e3);
@@ -523,6 +589,7 @@ char *prm_pj_to_json(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_
   prm__pj_num(me, "grad_shard", r->mem_grad_shard);
   prm__pj_num(me, "activations", r->mem_acts);
   prm__pj_num(me, "scratch", r->mem_scratch);
+  prm__pj_num(me, "ring_buffers", r->mem_ring);
   prm__pj_num(me, "total", r->mem_total);
   prm__pj_num(me, "params_per_rank", (double)r->params_rank);
   prm__pj_num(me, "micro_batches_in_flight", (double)r->acts_micro_batches);

@@ -3,8 +3,10 @@
 # fixture hardware file (tests/fixtures/projection/hw-node.yaml); the JSON's
 # parts add up to its totals; more data-parallel ranks shrink the compute
 # per rank; tensor parallelism adds its all-reduces (sequence parallelism
-# cuts the activations per rank); the memory per rank is
-# the engine's own (the trainer's start-up memory line); the default
+# cuts the activations per rank); context parallelism halves a rank's rows
+# and adds the ring; the memory per rank is the engine's own (the
+# trainer's start-up memory line, also at context parallel 2); the Llama 3
+# 8B and 3.1 70B context-parallel recipes validate and project; the default
 # hardware is the preflight baseline; clear errors (exit 2) for a layout
 # that does not divide the model and for hardware files that lack keys.
 source "$(dirname "$0")/lib.sh"
@@ -76,6 +78,32 @@ expect_rc "tensor parallel 2, sequence parallel" 0
 expect_eq "sequence parallel in the layout" "$(jget 'j["layout"]["sequence_parallel"]' <<<"$OUT")" True
 expect_eq "fewer activation bytes per rank" "$(jget "j['memory_bytes']['activations'] < $(jget 'j["memory_bytes"]["activations"]' <<<"$TP2")" <<<"$OUT")" True
 
+# Context parallel 2 over the node's 4 ranks: DP 2 x CP 2. A rank's
+# activations are those of half the sequence (the projection of seq 16 on
+# 2 ranks), its attention half the whole sequence's; the ring's exchange
+# and buffers are counted.
+run analyze projection --config pj.yaml --hardware "$HW" --json context_parallel_size=2
+expect_rc "context parallel 2" 0
+CP2=$OUT
+expect_eq "DP 2 x CP 2" "$(jget '(j["layout"]["dp"], j["layout"]["cp"], j["layout"]["cp_link"])' <<<"$CP2")" "(2, 2, 'intra-node')"
+expect_eq "the ring's exchange and buffers counted" "$(jget 'j["step_ms"]["cp_comm_total"] > 0 and j["memory_bytes"]["ring_buffers"] > 0' <<<"$CP2")" True
+expect_eq "parts add up with the ring" "$(jget 'abs(sum(j["step_ms"][k] for k in ("compute","bubble","tp_comm","pp_comm","cp_comm","dp_comm","optimizer")) - j["step_ms"]["total"]) < 1e-9 * j["step_ms"]["total"]' <<<"$CP2")" True
+run analyze projection --config pj.yaml --hardware "$HW" --json --gpus_per_node 2 seq_length=16
+expect_rc "half the sequence on 2 ranks" 0
+expect_eq "activations of half the sequence" "$(jget 'j["memory_bytes"]["activations"]' <<<"$CP2")" "$(jget 'j["memory_bytes"]["activations"]' <<<"$OUT")"
+expect_eq "attention is half the whole sequence's: more compute than half the sequence alone" \
+  "$(jget "j['step_ms']['micro_batch'] > $(jget 'j["step_ms"]["micro_batch"]' <<<"$OUT")" <<<"$CP2")" True
+run analyze projection --config pj.yaml --hardware "$HW" context_parallel_size=2 use_distributed_optimizer=true
+expect_rc "context parallel table" 0
+expect_in "CP in the layout" "DP 2 x CP 2 x TP 1 x PP 1" "$OUT"
+expect_in "the rank's share of each sequence" "context parallel: 16 of 32 tokens of each sequence per rank" "$OUT"
+expect_in "ZeRO-1 over CP x DP" "optimizer shards over CP x DP = 4 ranks" "$OUT"
+expect_in "the ring's row" "  context-parallel ring " "$OUT"
+expect_in "the ring buffers' row" "  ring buffers " "$OUT"
+run analyze projection --config pj.yaml --hardware "$HW" context_parallel_size=3 --gpus_per_node 3
+expect_rc "seq 32 does not split into 6 chunks" 2
+expect_in "names the keys" "context_parallel_size 3: seq_length 32 must be a multiple of 2 x 3 = 6" "$ERR"
+
 # Pipeline 2 with 2 virtual stages needs layers divisible by 4: an error;
 # 2 stages alone give a bubble of (p-1)/(m+p-1).
 run analyze projection --config pj.yaml --hardware "$HW" --json pipeline_model_parallel_size=2
@@ -101,6 +129,55 @@ if [[ -n $MEMLINE ]]; then
 else
   bad "the trainer's memory line not found in: $ERR"
 fi
+
+# Context parallel 2 on 2 ranks: the activations and ring buffers are the
+# trainer's own (its memory line); not under the sanitizers (a launch takes
+# half a minute there).
+if [[ -z ${ASAN_OPTIONS:-}${UBSAN_OPTIONS:-} ]] && command -v mpirun >/dev/null; then
+  tiny_exp pjcp "micro_batch_size: 1" "global_batch_size: 2" "train_iters: 1" "log_interval: 1" \
+    "context_parallel_size: 2"
+  OMP_NUM_THREADS=1 run direct --nproc 2 -- train pretrain --config pjcp.yaml
+  expect_rc "one step at context parallel 2" 0
+  LINE=$(grep -o 'activations [0-9.]* [KMG]*i*B.*ring buffers [0-9.]* [KMG]*i*B' <<<"$ERR$OUT" | head -1)
+  run analyze projection --config pjcp.yaml --hardware "$HW" --gpus_per_node 2
+  expect_rc "projection at context parallel 2" 0
+  PJ=$(sed 's/  */ /g' <<<"$OUT")
+  if [[ -n $LINE ]]; then
+    ACTS=$(sed 's/^activations \([0-9.]* [KMG]*i*B\).*/\1/' <<<"$LINE")
+    RING=$(sed 's/.*ring buffers //' <<<"$LINE")
+    expect_in "activations at CP 2 as the trainer's ($ACTS)" " activations $ACTS " "$PJ"
+    expect_in "ring buffers as the trainer's ($RING)" " ring buffers $RING " "$PJ"
+  else
+    bad "the trainer's context-parallel memory line not found in: $ERR"
+  fi
+fi
+
+# --- the recipes: Llama 3 8B and 3.1 70B with context parallel ---------------
+# Both validate, and project on nodes of 8 devices: the layout they name,
+# each rank's half of the 16384-token sequences, sequence parallel,
+# ZeRO-1, and fewer activation bytes per rank than the same run without
+# context parallel.
+sed 's/^devices_per_node: .*/devices_per_node: 8/; s/^ranks_per_node: .*/ranks_per_node: 8/' "$HW" >hw8.yaml
+for c in "llama3_8B-pretrain-cp 1 DP 2 x CP 2 x TP 2 x PP 1 intra-node" \
+  "llama3.1_70B-pretrain 8 DP 4 x CP 2 x TP 8 x PP 1 inter-node"; do
+  read -r name nodes layout <<<"${c% *}"
+  link=${c##* }
+  f=$PRIMUS_SRC/configs/examples/$name.yaml
+  run config validate --config "$f"
+  expect_rc "$name validates" 0
+  run analyze projection --config "$f" --hardware hw8.yaml --nodes "$nodes"
+  expect_rc "$name projects" 0
+  expect_in "$name: the layout" "$layout (sequence parallel); ZeRO-1 on" "$OUT"
+  expect_in "$name: half of each sequence per rank" "8192 of 16384 tokens of each sequence" "$OUT"
+  run analyze projection --config "$f" --hardware hw8.yaml --nodes "$nodes" --json
+  R=$OUT
+  expect_eq "$name: the ring's link" "$(jget 'j["layout"]["cp_link"]' <<<"$R")" "$link"
+  run analyze projection --config "$f" --hardware hw8.yaml --nodes "$nodes" --json context_parallel_size=1
+  expect_rc "$name without context parallel" 0
+  expect_eq "$name: activations per rank fall with context parallel" \
+    "$(jget "j['memory_bytes']['activations'] < 0.6 * $(jget 'j["memory_bytes"]["activations"]' <<<"$OUT")" <<<"$R")" True
+  echo "# $name: activations per rank $(jget '"%.0f" % j["memory_bytes"]["activations"]' <<<"$OUT") -> $(jget '"%.0f" % j["memory_bytes"]["activations"]' <<<"$R") bytes, ring buffers $(jget '"%.0f" % j["memory_bytes"]["ring_buffers"]' <<<"$R"), total $(jget '"%.0f" % j["memory_bytes"]["total"]' <<<"$R"), step $(jget '"%.1f" % j["step_ms"]["total"]' <<<"$R") ms (ring exposed $(jget '"%.2f" % j["step_ms"]["cp_comm"]' <<<"$R") of $(jget '"%.2f" % j["step_ms"]["cp_comm_total"]' <<<"$R") ms)"
+done
 
 # --- the default hardware: the preflight baseline ------------------------------
 run analyze projection --config pj.yaml
