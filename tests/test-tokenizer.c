@@ -325,8 +325,9 @@ static void test_hf_tokenizer(void **state) {
       {"[]", "\"decoder\": {\"type\": \"Replace\", \"pattern\": {\"String\": 1}, "
              "\"content\": \"\"}, \"pre_tokenizer\": {\"type\": \"Whitespace\"},",
        "decoder: not implemented: Replace"},
-      {"[]", "\"normalizer\": {\"type\": \"Nmt\"}, \"pre_tokenizer\": null,",
-       "normalizer: not implemented: Nmt"},
+      {"[]", "\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"x*\"}, "
+             "\"content\": \"y\"}, \"pre_tokenizer\": null,",
+       "normalizer: Replace: not implemented: the regex x* can match the empty string"},
       {"[]", "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
              "\"Split\", \"pattern\": {\"Regex\": \"\\\\p{Han}+\"}, \"behavior\": \"Isolated\"}, "
              "{\"type\": \"ByteLevel\", \"use_regex\": false}]},",

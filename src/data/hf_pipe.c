@@ -27,7 +27,7 @@ static const char META[] = "\xe2\x96\x81"; /* U+2581 */
 /* ------------------------------------------------------------------------ */
 
 enum { N_NFC, N_NFD, N_NFKC, N_NFKD, N_LOWER, N_STRIP, N_REPLACE, N_PREPEND, N_STRIPACC,
-       N_BERT, N_REPLACE_RX };
+       N_BERT, N_REPLACE_RX, N_NMT };
 typedef struct {
   int kind, left, right; /* Strip's sides */
   int clean, cjk, accents, lower; /* BertNormalizer's steps */
@@ -138,6 +138,29 @@ static void put_cp(prm_sb_t *o, uint32_t c) {
     b[2] = (char)(0x80 | (c >> 6 & 0x3F));
     b[3] = (char)(0x80 | (c & 0x3F));
     prm_sb_appendn(o, b, 4);
+  }
+}
+
+/* Nmt (SentencePiece's NMT normalization as tokenizers has it): the ASCII
+ * and C1 controls below dropped, the other spaces of its list made ' '. */
+static void nmt(const uint8_t *s, size_t n, prm_sb_t *o) {
+  for (size_t i = 0; i < n;) {
+    uint32_t c;
+    int ok;
+    size_t l = char_at(s, n, i, &c, &ok);
+    if (!ok) {
+      prm_sb_putc(o, (char)s[i++]);
+      continue;
+    }
+    i += l;
+    if ((c >= 0x01 && c <= 0x08) || c == 0x0B || (c >= 0x0E && c <= 0x1F) || c == 0x7F ||
+        c == 0x8F || c == 0x9F)
+      continue;
+    if (c == 0x09 || c == 0x0A || c == 0x0C || c == 0x0D || c == 0x1680 ||
+        (c >= 0x200B && c <= 0x200F) || c == 0x2028 || c == 0x2029 || c == 0x2581 ||
+        c == 0xFEFF || c == 0xFFFD)
+      c = ' ';
+    put_cp(o, c);
   }
 }
 
@@ -277,6 +300,7 @@ static int normalize(const prm__hfp_t *h, const uint8_t *p, size_t n, prm_sb_t *
     case N_STRIPACC: drop_chars(s, len, prm__ucd_combining, prm__ucd_combining_n, &b); break;
     case N_BERT: bert_normalize(st, s, len, &b); break;
     case N_LOWER: lowercase(s, len, &b); break;
+    case N_NMT: nmt(s, len, &b); break;
     case N_STRIP: {
       size_t i = 0, e = len;
       uint32_t c;
@@ -1093,6 +1117,8 @@ static int load_normalizer(prm__hfp_t *h, const cJSON *n, const char *file, prm_
       st.accents = cJSON_IsBool(sa) ? cJSON_IsTrue(sa) : st.lower;
     } else if (!strcmp(ty, "Lowercase")) {
       st.kind = N_LOWER;
+    } else if (!strcmp(ty, "Nmt")) {
+      st.kind = N_NMT;
     } else if (!strcmp(ty, "Strip")) {
       st.kind = N_STRIP;
       st.left = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(one, "strip_left"));
@@ -1121,8 +1147,8 @@ static int load_normalizer(prm__hfp_t *h, const cJSON *n, const char *file, prm_
       st.a = prm_xstrdup(str_of(one, "prepend"));
     } else {
       return prm_errf(err, PRM_EINVAL, "%s: normalizer%s: not implemented: %s (supported: NFC, "
-                      "NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, BertNormalizer, Replace "
-                      "of a string or a regex, Prepend, Sequence)", file,
+                      "NFD, NFKC, NFKD, Nmt, Lowercase, Strip, StripAccents, BertNormalizer, "
+                      "Replace of a string or a regex, Prepend, Sequence)", file,
                       seq ? ".normalizers[...]" : "", ty);
     }
     h->norm = prm_xrealloc(h->norm, (size_t)(h->nnorm + 1) * sizeof *h->norm);

@@ -101,6 +101,9 @@ write('rx-replace', { type: 'Sequence', normalizers: [
 ] }, DEEPSEEK, { type: 'Sequence', decoders: [
   { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
   { type: 'Replace', pattern: { Regex: '\\p{Pd}|[aeiou]{2}' }, content: '~' }] });
+// The Nmt normalizer (not a regex; its characters are few, and the test
+// gives it every code point of the BMP).
+write('nmt', { type: 'Nmt' }, [bytelevel]);
 fs.rmSync(f);
 
 // Random patterns over every construct above (seeded, so a failure can be
