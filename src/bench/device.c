@@ -219,20 +219,30 @@ int prm_bench_dev_gemm(const prm_dev_t *d, const prm_bench_gemm_opts_t *o,
 typedef struct {
   const prm_bench_attn_opts_t *o;
   float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
+  prm_bf16_t *q16, *k16, *v16, *dout16; /* --dtype bf16: the operands */
 } prm__dev_attn_arg_t;
 
 static void prm__dev_attn_fwd(const prm_dev_t *d, void *arg) {
   const prm__dev_attn_arg_t *a = arg;
   const prm_bench_attn_opts_t *o = a->o;
-  prm_dev_attention_forward(d, a->out, a->lse, a->q, a->k, a->v, NULL, o->batch, o->seq, o->heads,
-                            o->kv_heads, o->head_dim);
+  if (o->bf16)
+    prm_dev_attention_forward_bf16(d, a->out, a->lse, a->q16, a->k16, a->v16, NULL, o->batch,
+                                   o->seq, o->heads, o->kv_heads, o->head_dim);
+  else
+    prm_dev_attention_forward(d, a->out, a->lse, a->q, a->k, a->v, NULL, o->batch, o->seq,
+                              o->heads, o->kv_heads, o->head_dim);
 }
 
 static void prm__dev_attn_bwd(const prm_dev_t *d, void *arg) {
   const prm__dev_attn_arg_t *a = arg;
   const prm_bench_attn_opts_t *o = a->o;
-  prm_dev_attention_backward(d, a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse,
-                             NULL, o->batch, o->seq, o->heads, o->kv_heads, o->head_dim);
+  if (o->bf16)
+    prm_dev_attention_backward_bf16(d, a->dq, a->dk, a->dv, a->dout16, a->q16, a->k16, a->v16,
+                                    a->out, a->lse, NULL, o->batch, o->seq, o->heads, o->kv_heads,
+                                    o->head_dim);
+  else
+    prm_dev_attention_backward(d, a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse,
+                               NULL, o->batch, o->seq, o->heads, o->kv_heads, o->head_dim);
 }
 
 int prm_bench_dev_attention(const prm_dev_t *d, const prm_bench_attn_opts_t *o,
@@ -241,8 +251,8 @@ int prm_bench_dev_attention(const prm_dev_t *d, const prm_bench_attn_opts_t *o,
   int64_t B = o->batch, T = o->seq, H = o->heads, G = o->kv_heads, D = o->head_dim;
   if (B < 1 || T < 1 || H < 1 || G < 1 || D < 1 || H % G)
     return prm_errf(err, PRM_EINVAL, "attention: batch, seq, heads, kv_heads and head_dim must be >= 1 and kv_heads must divide heads");
-  if (o->bf16)
-    return prm_errf(err, PRM_EINVAL, "attention on the %s device: fp32 only (the device table's attention has no bf16 operands yet)",
+  if (o->bf16 && !prm_dev_has_attention_bf16(d))
+    return prm_errf(err, PRM_EINVAL, "attention on the %s device: fp32 only (its table has no bf16 attention)",
                     d->i->name);
   size_t nq = (size_t)(B * T * H * D) * 4, nkv = (size_t)(B * T * G * D) * 4,
          nl = (size_t)(B * H * T) * 4;
@@ -258,10 +268,23 @@ int prm_bench_dev_attention(const prm_dev_t *d, const prm_bench_attn_opts_t *o,
   if (!rc) rc = prm__dev_fill(d, a.k, B * T * G * D, 0, 12, err);
   if (!rc) rc = prm__dev_fill(d, a.v, B * T * G * D, 0, 13, err);
   if (!rc) rc = prm__dev_fill(d, a.dout, B * T * H * D, 0, 14, err);
+  /* bf16: the operands rounded once from the fp32 ones (out and lse stay
+   * fp32, as in training). */
+  prm_bf16_t **b16[] = {&a.q16, &a.k16, &a.v16, &a.dout16};
+  float *const *f32[] = {&a.q, &a.k, &a.v, &a.dout};
+  const size_t sizes16[] = {nq / 2, nkv / 2, nkv / 2, nq / 2};
+  for (int i = 0; i < 4 && !rc && o->bf16; i++) {
+    if (!(*b16[i] = prm__dev_buf(d, sizes16[i], names[i == 3 ? 5 : i], err))) {
+      rc = err ? err->code : PRM_ENOMEM;
+      break;
+    }
+    prm_dev_f32_to_bf16(d, *b16[i], *f32[i], (int64_t)(sizes16[i] / 2));
+  }
   double half = o->duration_s / 2, fwd = 0, bwd = 0, mn = 0;
   if (!rc) rc = prm__dev_time(d, prm__dev_attn_fwd, &a, half, &fwd, &mn, &r->fwd_iters, err);
   if (!rc) rc = prm__dev_time(d, prm__dev_attn_bwd, &a, half, &bwd, &mn, &r->bwd_iters, err);
   for (int i = 0; i < 9; i++) prm_dev_free(d, PRM_MEM_SCRATCH, *bufs[i], sizes[i]);
+  for (int i = 0; i < 4; i++) prm_dev_free(d, PRM_MEM_SCRATCH, *b16[i], sizes16[i]);
   if (rc) return prm_err_prefix(err, "attention on %s", d->i->name), rc;
   /* The CPU benchmark's convention: the causal half, backward 2.5 x. */
   double flops = 2.0 * (double)B * H * (double)T * (double)T * D;

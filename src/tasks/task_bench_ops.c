@@ -400,16 +400,16 @@ int prm__bench_attention(prm_task_ctx_t *ctx, prm_err_t *err) {
     prm_table_num(t, p ? r.bwd_ms : r.fwd_ms, 3);
     prm_table_num(t, p ? r.bwd_tflops : r.fwd_tflops, 6);
     if (dev) {
-      double tf = p ? r.bwd_tflops : r.fwd_tflops;
+      double tf = p ? r.bwd_tflops : r.fwd_tflops, peak = prm_bench_dev_peak_for(&pk, o.bf16);
       prm_table_str(t, dev->i->name);
-      prm_table_num(t, pk.fp32_tflops, 1);
-      prm_table_num(t, pk.fp32_tflops > 0 ? tf / pk.fp32_tflops : 0, 4);
+      prm_table_num(t, peak, 1);
+      prm_table_num(t, peak > 0 ? tf / peak : 0, 4);
       prm_table_str(t, prm__bench_timer_name(dev));
     }
   }
   prm_sb_t title = {0};
   if (dev) {
-    prm_sb_appendf(&title, "Attention (flash-style, fp32) on ");
+    prm_sb_appendf(&title, "Attention (flash-style, %s) on ", o.bf16 ? "bf16 operands" : "fp32");
     prm__bench_device_title(dev, &title);
   } else {
     prm_sb_appendf(&title, "Attention (flash-style, %s%s), %d threads",

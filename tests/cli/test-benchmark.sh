@@ -192,6 +192,11 @@ expect_in "gemm --device: the title names the device" "tagged test memory" "$OUT
 run benchmark attention --device cpu --seq 32 --heads 4 --kv_heads 2 --head_dim 8 --duration 0.02 -o dattn.csv
 expect_rc "attention --device cpu" 0
 check_table "attention --device .csv" dattn.csv pass,dtype,batch,seq,heads,kv_heads,head_dim,causal,iters,avg_ms,tflops,device,peak_tflops,peak_fraction,timer 2 "iters,avg_ms,tflops"
+run benchmark attention --device cpu --dtype bf16 --seq 32 --heads 4 --kv_heads 2 --head_dim 16 --duration 0.02 -o dattn16.jsonl
+expect_rc "attention --device --dtype bf16" 0
+check_table "attention --device bf16 .jsonl" dattn16.jsonl pass,dtype,batch,seq,heads,kv_heads,head_dim,causal,iters,avg_ms,tflops,device,peak_tflops,peak_fraction,timer 2 "iters,avg_ms,tflops"
+expect_in "attention --device bf16: the dtype column" '"dtype": "bf16"' "$(cat dattn16.jsonl)"
+expect_in "attention --device bf16: the title" "bf16 operands) on" "$OUT"
 run benchmark memory --device cpu --size_mb 2 --duration 0.02 -o dmem.tsv
 expect_rc "memory --device cpu" 0
 check_table "memory --device: three directions" dmem.tsv test,array_mb,device,iters,avg_ms,gbps,best_gbps,peak_gbps,peak_fraction,timer 3 "iters,avg_ms,gbps,best_gbps"
@@ -219,9 +224,6 @@ expect_rc "gemm --device with --backend" 2
 expect_in "gemm --device with --backend: why" "with --device the device's own GEMM runs" "$ERR"
 run benchmark gemm --device cpu --tune
 expect_rc "gemm --device with --tune" 2
-run benchmark attention --device cpu --dtype bf16 --seq 8 --heads 2 --head_dim 4
-expect_rc "attention --device bf16" 2
-expect_in "attention --device bf16: fp32 only" "fp32 only" "$ERR"
 # auto without a GPU: peak stays the CPU's table.
 run benchmark peak --runs 1
 expect_rc "peak (auto, no GPU)" 0
