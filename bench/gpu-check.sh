@@ -36,6 +36,9 @@
 #            runs (12 steps) with PRIMUS_DEVICE_PROFILE, each operator and
 #            GEMM shape timed ($OUT/profile-*.md), and test-device's checks
 #            once more through the profiling table
+#   attention  benchmark attention --device cuda --dtype bf16, the flash
+#            kernels and PRIMUS_CUDA_ATTENTION=gemm, at the race's shape and a
+#            Llama-3-8B-like one
 #   race     bench/gpu_race.sh: primus (and its variants without each of
 #            issue 24's changes, and primus-before without all) against
 #            PyTorch eager and compiled at llama_124M, seq 1024, micro-batch
@@ -236,6 +239,22 @@ check_profile() {
   grep -q "the device's timer" "$W/profile-test.md"
 }
 
+# bf16 attention alone: the flash kernels and their GEMM twin, at the race's
+# shape and at a Llama-3-8B-like one (GQA 32/8, head size 128, 8192 tokens).
+check_attention() {
+  local a rc=0
+  for a in flash gemm; do
+    for shape in "--batch 16 --seq 1024 --heads 12 --head-dim 64" \
+                 "--batch 1 --seq 8192 --heads 32 --kv-heads 8 --head-dim 128"; do
+      echo "== PRIMUS_CUDA_ATTENTION=$a $shape"
+      # shellcheck disable=SC2086
+      PRIMUS_CUDA_ATTENTION=$a "$BIN" benchmark attention --device cuda --dtype bf16 $shape \
+        --duration 1 -o - | grep -E '^\| (forward|backward)' || rc=1
+    done
+  done
+  return $rc
+}
+
 check_bench() {
   # GPU_DEVICE=cpu smoke-tests the stage without a GPU: the tagged test
   # device, small shapes, no speed bounds.
@@ -296,7 +315,7 @@ PY
   return $rc
 }
 
-export -f exp events check_profile check_env check_parity check_bf16 check_kernels check_dp check_resume check_bench
+export -f exp events check_profile check_attention check_env check_parity check_bf16 check_kernels check_dp check_resume check_bench
 export W BIN P OUT GPU_DEVICE=${GPU_DEVICE:-cuda}
 for s in $STAGES; do
   case $s in
@@ -309,6 +328,7 @@ for s in $STAGES; do
     bf16) stage bf16 260 check_bf16 ;;
     bench) stage bench 150 check_bench ;;
     profile) stage profile 150 check_profile ;;
+    attention) stage attention 60 check_attention ;;
     race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" VARIANTS="${RACE_VARIANTS:-primus primus-before primus-unfused primus-attn32 primus-head32 torch torch-compile}" bash bench/gpu_race.sh ;;
     *) say "unknown stage $s"; failed=$((failed + 1)) ;;
   esac
