@@ -79,6 +79,13 @@ static void prm__cp_shift(prm_llama_t *m, const float *send, float *recv, int64_
   *nreq = 2;
 }
 
+void prm__cp_sum(prm_llama_t *m, double *buf, int64_t n) {
+  if (m->tp.cp_size <= 1 || m->tp_rc) return;
+  double t0 = prm_time_now();
+  m->tp_rc = prm_comm_allreduce(m->tp.cp_comm, buf, n, PRM_COMM_F64, PRM_COMM_SUM, &m->tp_err);
+  m->tp_seconds += prm_time_now() - t0;
+}
+
 static void prm__cp_wait(prm_llama_t *m, prm_comm_req_t *reqs, int nreq) {
   if (!nreq) return;
   double t0 = prm_time_now();

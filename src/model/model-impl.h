@@ -124,6 +124,9 @@ void prm__attn_bwd(prm_llama_t *m, const prm__layer_acts_t *a, int64_t B);
  * > 1, m->T already the rank's share); PRM_ENOMEM. Freed by prm__cp_free. */
 int prm__cp_new(prm_llama_t *m);
 void prm__cp_free(prm_llama_t *m);
+/* Sums n doubles over the context-parallel group in place (nothing when
+ * cp_size <= 1 or after an earlier failure; a failure is kept in tp_rc). */
+void prm__cp_sum(prm_llama_t *m, double *buf, int64_t n);
 /* Ring attention of one layer: a->att, a->lse over the whole sequence from
  * this rank's a->q and every rank's a->k, a->v; backward: m->acts' dq, dk,
  * dv (overwritten) from datt, dk/dv of the other ranks' queries summed in.

@@ -39,6 +39,11 @@
  * them per micro-batch on each rank: the losses equal those of the same
  * data-parallel run without expert parallelism.
  *
+ * Context parallelism (m->tp.cp_size > 1): the group's ranks hold parts of
+ * the same sequences, so f_e, P_e, the token count and the z sum are summed
+ * over the group (prm__cp_sum) and the losses are the whole micro-batch's,
+ * as on one rank; capacity stays per rank.
+ *
  * Tensor parallelism (m->tp.size = T > 1; not with expert parallelism):
  * the router is whole and every rank routes the same tokens alike. With
  * m->tp.etp_size > 1 each expert is split as the dense MLP (w1/w3 Fel =
@@ -412,16 +417,28 @@ void prm__moe_forward(prm_llama_t *m, int64_t l, const prm_llama_layer_t *w,
     n++;
     for (int64_t j = 0; tgt && j < K; j++) a->fcount[a->sel[t * K + j]]++;
   }
-  a->ntok = n;
-  double aux = 0, zl = 0;
-  for (int64_t e = 0; e < E && n; e++) {
-    double P = 0;
-    for (int64_t t = 0; t < N; t++)
-      if (!tgt || tgt[t] >= 0) P += a->rprob[t * E + e];
-    aux += ((double)a->fcount[e] / (double)(n * K)) * (P / (double)n);
+  /* f_e's counts, P_e's sums, n and the z sum. Context parallel: the
+   * group's ranks hold parts of the same sequences, so the statistics are
+   * summed over the group and every rank has the micro-batch's losses (the
+   * backward's f_e and n are the group's too). */
+  double *st = prm_xcalloc((size_t)(2 * E + 2), sizeof *st);
+  for (int64_t e = 0; e < E; e++) st[e] = (double)a->fcount[e];
+  for (int64_t t = 0; t < N; t++) {
+    if (tgt && tgt[t] < 0) continue;
+    for (int64_t e = 0; e < E; e++) st[E + e] += a->rprob[t * E + e];
+    st[2 * E + 1] += (double)a->rlse[t] * a->rlse[t];
   }
-  for (int64_t t = 0; t < N; t++)
-    if (!tgt || tgt[t] >= 0) zl += (double)a->rlse[t] * a->rlse[t];
+  st[2 * E] = (double)n;
+  if (m->tp.cp_size > 1) {
+    prm__cp_sum(m, st, 2 * E + 2);
+    for (int64_t e = 0; e < E; e++) a->fcount[e] = (int32_t)st[e];
+    n = (int64_t)st[2 * E];
+  }
+  a->ntok = n;
+  double aux = 0, zl = st[2 * E + 1];
+  for (int64_t e = 0; e < E && n; e++)
+    aux += ((double)a->fcount[e] / (double)(n * K)) * (st[E + e] / (double)n);
+  free(st);
   a->aux = c->aux_coeff * (double)E * aux;
   a->zloss = n ? c->z_coeff * zl / (double)n : 0.0;
   m->moe_aux_last += a->aux + a->zloss;
@@ -586,6 +603,13 @@ int prm_llama_moe_stats(prm_llama_t *m, prm_llama_moe_stats_t *out) {
     if (!rc) rc = prm_comm_allreduce(m->tp.ep_comm, l2, 2, PRM_COMM_F64, PRM_COMM_SUM, &e);
     m->moe_aux_sum = l2[0] / m->tp.ep_size;
     m->moe_z_sum = l2[1] / m->tp.ep_size;
+  }
+  if (!rc && m->tp.cp_size > 1) { /* the counts of the sequences' rows; the losses are the group's */
+    prm_err_t e = {0};
+    rc = prm_comm_allreduce(m->tp.cp_comm, m->moe_counts, c->layers * E, PRM_COMM_I64,
+                            PRM_COMM_SUM, &e);
+    if (!rc) rc = prm_comm_allreduce(m->tp.cp_comm, m->moe_dropped, c->layers, PRM_COMM_I64,
+                                     PRM_COMM_SUM, &e);
   }
   for (int64_t l = 0; l < c->layers; l++) {
     if (!prm_llama_is_moe(c, l) || out->nlayers >= 64) continue;

@@ -356,9 +356,15 @@ double prm_llama_forward_backward(prm_llama_t *m, const int32_t *tokens, const i
   int64_t n = 0;
   for (int64_t i = 0; i < N && targets; i++) n += targets[i] >= 0;
   int every = m->moe_router_w >= 0;
+  double nn[2] = {(double)n, (double)N};
+  if (c->experts && m->tp.cp_size > 1 && !every)
+    /* Context parallel: the router's losses are the micro-batch's (summed
+     * over the group, moe.c), so their weight counts the group's tokens;
+     * each rank's gradient is its rows' part of it. */
+    prm__cp_sum(m, nn, 2);
   m->moe_record = 1;
   m->moe_tgt = every ? NULL : targets;
-  m->moe_gscale = every ? (float)m->moe_router_w : grad_scale * (float)(targets ? n : N);
+  m->moe_gscale = every ? (float)m->moe_router_w : grad_scale * (float)(targets ? nn[0] : nn[1]);
   prm__forward_layers(m, dtok, B);
   m->moe_record = 0;
   m->moe_passes++;

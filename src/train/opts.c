@@ -267,9 +267,6 @@ static int prm__context_parallel(const prm_exp_t *e, prm_train_opts_t *o, prm_er
                                                   "yet";
   else if (o->ep > 1)
     other = "expert_model_parallel_size", why = "expert parallel is not combined with it yet";
-  else if (o->model.experts)
-    other = "num_experts", why = "the router's load-balancing losses would count each rank's "
-                                 "rows alone";
   if (other)
     return prm__prefix_origin(e, k, (prm_errf(err, PRM_ECONFIG, "%s %lld with %s: not supported "
                                               "(%s); context parallel runs with data and tensor "

@@ -14,6 +14,9 @@
 # seq_length that does not split into 2N chunks and too few ranks are
 # refused with exit 2 and the key named.
 #
+# MoE at CP = 2 follows one rank: losses, weights, the logged aux and z
+# losses and the expert counts.
+#
 # Under the sanitizers (a launch takes half a minute there) only one rank,
 # CP = 2 x D = 2 x ZeRO, CP = 4 and the refusals run; the rest is left to
 # the plain build.
@@ -91,6 +94,29 @@ if [[ -z $SAN ]]; then
 exp cptp "context_parallel_size: 2" "tensor_model_parallel_size: 2"
 launch 4 cptp
 same cptp one "CP = 2 x T = 2"
+fi
+
+# MoE at CP = 2 (plain build only): the router's aux and z losses are the
+# micro-batch's, their statistics (f_e, P_e, the token count) summed over
+# the group, so the losses, the logged aux/z losses and the expert counts
+# follow one rank.
+if [[ -z $SAN ]]; then
+MOE=("num_experts: 4" "moe_router_topk: 2" "moe_ffn_hidden_size: 48" "moe_aux_loss_coeff: 0.1"
+  "moe_z_loss_coeff: 0.01")
+exp moe1 "${MOE[@]}"
+launch 1 moe1
+exp moecp "${MOE[@]}" "context_parallel_size: 2"
+launch 2 moecp
+same moecp moe1 "MoE x CP = 2"
+moef() { run_events "$1" | grep -o "\"$2\":[0-9.e+-]*" | cut -d: -f2; }
+d=$($PY -c 'import sys; a, b = (list(map(float, x.split())) for x in sys.argv[1:3]); assert len(a) == len(b) > 0; print(max(abs(x - y) / abs(x) for x, y in zip(a, b)))' "$(moef moe1 aux_loss)" "$(moef moecp aux_loss)")
+if within "$d" 1e-5; then ok "MoE x CP = 2: the logged aux losses follow one rank's (worst $d)"; else bad "MoE x CP = 2: aux losses differ by '$d'"; fi
+d=$($PY -c 'import sys; a, b = (list(map(float, x.split())) for x in sys.argv[1:3]); assert len(a) == len(b) > 0; print(max(abs(x - y) / abs(x) for x, y in zip(a, b)))' "$(moef moe1 z_loss)" "$(moef moecp z_loss)")
+if within "$d" 1e-5; then ok "MoE x CP = 2: the logged z losses follow one rank's (worst $d)"; else bad "MoE x CP = 2: z losses differ by '$d'"; fi
+c1=$(run_events moe1 | grep -o '"counts":\[[0-9,]*\]' | head -2 | tr '\n' ' ')
+expect_in "MoE: expert counts logged" '"counts":[' "$c1"
+expect_eq "MoE x CP = 2: the first step's expert counts are the whole sequences'" \
+  "$(run_events moecp | grep -o '"counts":\[[0-9,]*\]' | head -2 | tr '\n' ' ')" "$c1"
 fi
 
 # CP = 4: a ring of four (chunks of 4 tokens, blocks that pass through
