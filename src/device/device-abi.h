@@ -37,9 +37,10 @@ extern "C" {
 /* Bump when the table or the entry point changes: the core refuses a
  * module of another version by name. 2: the optional device timer
  * (timer_start, timer_stop) at the end of the table. 3: the optional bf16
- * and fused members after it (attention_forward_bf16 ... xent16,
- * issue 24). */
-#define PRM_DEV_ABI_VERSION 3
+ * and fused members after it (attention_forward_bf16 ... sumsq_multi,
+ * issue 24). 4: xent16 after them (a module built for 3 has no such
+ * member: its table ends before it). */
+#define PRM_DEV_ABI_VERSION 4
 
 /* The module's one exported symbol, looked up with dlsym. */
 #define PRM_DEV_ENTRY_NAME "prm_device_module_open"
