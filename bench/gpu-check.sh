@@ -83,13 +83,17 @@ exp() { # NAME MODEL KEY:VALUE...
 events() { echo "$(ls -d "$W"/ws/gpu/check/"$1"/run-* | tail -1)/events.jsonl"; }
 
 # A structured text corpus (paragraphs over a small word list), for curves
-# that fall.
-awk 'BEGIN { srand(7); split("the a jury said grand county election was to of and in that for it on by city", w, " ");
-  for (p = 0; p < 3000; p++) { s = ""; n = 3 + int(rand() * 4);
-    for (i = 0; i < n; i++) { m = 4 + int(rand() * 8); line = "";
-      for (j = 0; j < m; j++) line = line (j ? " " : "") w[1 + int(rand() * 17)];
-      s = s line ". " }
-    print s; print "" } }' > "$W/corpus.txt"
+# that fall; Python's seeded generator, so every machine writes the same
+# file (the GPU machine's awk gave another corpus on each start).
+python3 - "$W/corpus.txt" <<'PY'
+import random, sys
+r = random.Random(7)
+w = "the a jury said grand county election was to of and in that for it on by city".split()
+with open(sys.argv[1], "w") as f:
+    for p in range(3000):
+        f.write(" ".join(" ".join(r.choice(w) for _ in range(r.randint(4, 11))) + "."
+                         for _ in range(r.randint(3, 6))) + "\n\n")
+PY
 
 check_env() {
   "$BIN" env && nvidia-smi && "$BIN" preflight check --gpu
