@@ -36,6 +36,9 @@
 #            runs (12 steps) with PRIMUS_DEVICE_PROFILE, each operator and
 #            GEMM shape timed ($OUT/profile-*.md), and test-device's checks
 #            once more through the profiling table
+#   safe     NaN rollback, crash restart (both ending on the fault-free
+#            run's weights bit for bit), a CPU checkpoint resumed on the GPU,
+#            greedy generation against the CPU's, out of device memory
 #   attention  benchmark attention --device cuda --dtype bf16, the flash
 #            kernels and PRIMUS_CUDA_ATTENTION=gemm, at the race's shape and a
 #            Llama-3-8B-like one
@@ -243,6 +246,74 @@ check_profile() {
   grep -q "the device's timer" "$W/profile-test.md"
 }
 
+# SaFE and the rest of a run on the GPU: a NaN rolled back and a crash
+# restarted end on the fault-free GPU run's weights (bit for bit: the
+# kernels are deterministic); a CPU checkpoint resumed on the GPU (losses
+# within 1e-5 of the CPU's own run); greedy generation with the KV cache
+# gives the CPU's text; a micro-batch too large for the GPU is exit 3
+# naming the largest that fits.
+check_safe() {
+  local d=${GPU_DEVICE:-cuda} rc=0
+  local common=("data_path: $W/corpus.txt" "tokenizer_type: ByteTokenizer" "micro_batch_size: 4"
+                "global_batch_size: 8" "train_iters: 8" "lr: 1.0e-3" "lr_warmup_iters: 2"
+                "log_interval: 1" "save_interval: 4")
+  exp sf_ref llama_tiny.yaml "${common[@]}" "device: $d" "save: $W/sf-ref"
+  exp sf_cpu llama_tiny.yaml "${common[@]}" "device: cpu" "save: $W/sf-cpu"
+  exp sf_nan llama_tiny.yaml "${common[@]}" "device: $d" "save: $W/sf-nan" "load: $W/sf-nan" \
+    "auto_continue_train: true" "fault_tolerance: {nan_policy: rollback}"
+  exp sf_crash llama_tiny.yaml "${common[@]}" "device: $d" "save: $W/sf-crash" "load: $W/sf-crash" \
+    "auto_continue_train: true" "fault_tolerance: {max_restarts: 2, restart_backoff_s: 0}"
+  "$BIN" train pretrain --config "$W/sf_ref.yaml" || return 1
+  "$BIN" train pretrain --config "$W/sf_cpu.yaml" || return 1
+  PRIMUS_FAULT_INJECT=nan:step=6 "$BIN" train pretrain --config "$W/sf_nan.yaml" 2>&1 | tee "$W/nan.log" | grep -E "rolled back|NaN" || true
+  grep -q "rolled back to step 4" "$W/nan.log" || { echo "safe: no rollback to step 4"; rc=1; }
+  cmp "$W/sf-ref/iter_0000008/model.safetensors" "$W/sf-nan/iter_0000008/model.safetensors" &&
+    echo "safe: NaN rolled back, the fault-free weights bit for bit" || rc=1
+  PRIMUS_FAULT_INJECT=crash:step=6 "$BIN" train pretrain --config "$W/sf_crash.yaml" 2>&1 | tee "$W/crash.log" | grep -E "supervisor: restart" || rc=1
+  cmp "$W/sf-ref/iter_0000008/model.safetensors" "$W/sf-crash/iter_0000008/model.safetensors" &&
+    echo "safe: crash restarted, the fault-free weights bit for bit" || rc=1
+  # The CPU's step-4 checkpoint, resumed on the GPU.
+  mkdir -p "$W/sf-x" && cp -r "$W/sf-cpu/iter_0000004" "$W/sf-x/" && echo 4 > "$W/sf-x/latest_checkpointed_iteration.txt"
+  exp sf_x llama_tiny.yaml "${common[@]}" "device: $d" "save: $W/sf-x" "load: $W/sf-x" "auto_continue_train: true"
+  "$BIN" train pretrain --config "$W/sf_x.yaml" || return 1
+  python3 - "$(events sf_cpu)" "$(events sf_x)" <<'PY' || rc=1
+import json, sys
+def steps(p):
+    return {e["step"]: e["loss"] for e in (json.loads(l) for l in open(p) if l.startswith('{"step"'))}
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+late = [k for k in sorted(a) if k > 4]
+assert late and all(k in b for k in late), (sorted(a), sorted(b))
+worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in late)
+print("safe: CPU checkpoint resumed on the GPU, steps %s, worst rel %.2e (bar 1e-5)" % (late, worst))
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+  # Generation from a model trained long enough to write words.
+  exp sf_gen llama_tiny.yaml "data_path: $W/corpus.txt" "tokenizer_type: ByteTokenizer" \
+    "micro_batch_size: 16" "global_batch_size: 16" "train_iters: 150" "lr: 1.0e-3" \
+    "lr_warmup_iters: 10" "log_interval: 50" "save_interval: 150" "device: $d" "save: $W/sf-gen"
+  "$BIN" train pretrain --config "$W/sf_gen.yaml" >/dev/null 2>&1 || { echo "safe: sf_gen failed"; return 1; }
+  local g1 g2
+  g1=$("$BIN" generate --load "$W/sf-gen" --prompt "the jury said" --temperature 0 --max_new_tokens 40 --device cpu) || rc=1
+  g2=$("$BIN" generate --load "$W/sf-gen" --prompt "the jury said" --temperature 0 --max_new_tokens 40 --device "$d") || rc=1
+  echo "generate cpu:  $g1"; echo "generate $d: $g2"
+  [[ -n $g1 && $g1 == "$g2" ]] && echo "safe: the same greedy text" || { echo "safe: greedy texts differ"; rc=1; }
+  # Far too large a micro-batch for the device (GPU_DEVICE=cpu: llama_tiny
+  # on the tagged device limited to 40 MB).
+  if [[ $d == cpu ]]; then
+    exp sf_big llama_tiny.yaml "mock_data: true" "micro_batch_size: 16" "global_batch_size: 16" \
+      "train_iters: 1" "device: $d"
+  else
+    exp sf_big llama_124M.yaml "mock_data: true" "micro_batch_size: 4096" "global_batch_size: 4096" \
+      "train_iters: 1" "device: $d"
+  fi
+  local out
+  out=$(PRIMUS_DEVICE_TAGGED_LIMIT=40000000 "$BIN" train pretrain --config "$W/sf_big.yaml" 2>&1)
+  local brc=$?
+  echo "$out" | grep -E "does not fit" | tail -1
+  [[ $brc == 3 ]] && grep -q "the largest that does is" <<<"$out" || { echo "safe: out of memory gave exit $brc"; rc=1; }
+  return $rc
+}
+
 # bf16 attention alone: the flash kernels and their GEMM twin, at the race's
 # shape and at a Llama-3-8B-like one (GQA 32/8, head size 128, 8192 tokens).
 check_attention() {
@@ -319,7 +390,7 @@ PY
   return $rc
 }
 
-export -f exp events check_profile check_attention check_env check_parity check_bf16 check_kernels check_dp check_resume check_bench
+export -f exp events check_profile check_attention check_safe check_env check_parity check_bf16 check_kernels check_dp check_resume check_bench
 export W BIN P OUT GPU_DEVICE=${GPU_DEVICE:-cuda}
 for s in $STAGES; do
   case $s in
@@ -333,6 +404,7 @@ for s in $STAGES; do
     bench) stage bench 150 check_bench ;;
     profile) stage profile 150 check_profile ;;
     attention) stage attention 60 check_attention ;;
+    safe) stage safe 120 check_safe ;;
     race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" VARIANTS="${RACE_VARIANTS:-primus primus-before primus-unfused primus-attn32 primus-head32 torch torch-compile}" bash bench/gpu_race.sh ;;
     *) say "unknown stage $s"; failed=$((failed + 1)) ;;
   esac
