@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "primus/prm_analyze.h"
+#include "primus/prm_device.h"
 #include "primus/prm_kernels.h"
 
 #define FIX PRM_TEST_FIXTURES "/projection"
@@ -360,6 +361,37 @@ static void test_memory_matches_engine(void **state) {
   }
 }
 
+/* On a GPU (hw.device) the LM head's chunk is the device's: the scratch
+ * the projection counts is what the model carves on a device (the tagged
+ * test device here), with thousands of rows to the chunk. */
+static void test_memory_matches_device(void **state) {
+  (void)state;
+  prm_pj_hw_t hw = hw_full(8);
+  hw.device = 1;
+  prm_gemm_t g;
+  prm_err_t err = {0};
+  assert_int_equal(prm_gemm_init(&g, "reference", &err), 0);
+  setenv("PRIMUS_DEVICE_TAGGED", "1", 1);
+  prm_dev_opts_t o = {.want = "cpu", .gemm = g};
+  prm_dev_t *dev = NULL;
+  assert_int_equal(prm_dev_open(&o, &dev, &err), 0);
+  unsetenv("PRIMUS_DEVICE_TAGGED");
+  assert_int_equal(prm_dev_is_host(dev), 0);
+  prm_pj_input_t in = input();
+  in.model.vocab = 8192;
+  in.micro_batch = in.global_batch = 40; /* 2560 rows x 8192: one device chunk, two on the host */
+  prm_pj_result_t r, host;
+  project(&in, &hw, &r);
+  prm_llama_t *m = NULL;
+  assert_int_equal(prm_llama_new_dev(&in.model, in.micro_batch, in.seq, PRM_LLAMA_TRAIN, &g, dev, NULL, &m, &err), 0);
+  assert_int_equal((int64_t)r.mem_scratch, (int64_t)m->scratch_bytes);
+  prm_llama_free(m);
+  prm_pj_hw_t cpu = hw_full(8);
+  project(&in, &cpu, &host);
+  assert_true(r.mem_scratch > host.mem_scratch); /* the device's chunk is larger */
+  prm_dev_close(dev);
+}
+
 static void test_errors(void **state) {
   (void)state;
   prm_err_t err = {0};
@@ -460,6 +492,7 @@ int main(void) {
       cmocka_unit_test(test_dp_halves_compute),    cmocka_unit_test(test_bubble),
       cmocka_unit_test(test_comm_grows_with_bytes), cmocka_unit_test(test_zero_divides_optimizer),
       cmocka_unit_test(test_tp_splits_params),     cmocka_unit_test(test_memory_matches_engine),
+      cmocka_unit_test(test_memory_matches_device),
       cmocka_unit_test(test_sp_divides_norm_rows), cmocka_unit_test(test_cp_splits_sequence),
       cmocka_unit_test(test_errors),               cmocka_unit_test(test_hw_file_and_json),
   };

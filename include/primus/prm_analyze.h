@@ -183,6 +183,8 @@ typedef struct {
   double v[PRM_PJ__KEYS];
   unsigned char set[PRM_PJ__KEYS]; /* 1 when the file (or baseline) gave it */
   char source[512];                /* the file, or "baseline FILE (+ measured peak)" */
+  int device;                      /* 1: a GPU's figures (prm_pj_hw_from_gpu_baseline): the
+                                    * engine's device choices apply (the LM head's chunk) */
 } prm_pj_hw_t;
 
 /* Reads a hardware file: flat YAML, one key of prm_pj_key_name per line, a

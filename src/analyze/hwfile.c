@@ -164,6 +164,7 @@ int prm_pj_hw_from_gpu_baseline(const char *path, int bf16, const char *gpu_name
   hw->set[PRM_PJ_PEAK_GFLOPS] = 1;
   hw->v[PRM_PJ_DEVICES_PER_NODE] = gpus > 0 ? gpus : 1;
   hw->set[PRM_PJ_DEVICES_PER_NODE] = 1;
+  hw->device = 1;
   snprintf(hw->source, sizeof hw->source, "baseline %.300s, its GPU figures (%s GEMM%s)%s%.60s%s", path,
            bf16 ? "bf16" : "fp32", p.v[PRM_PF_M_GPU_HBM] > 0 ? ", copy bandwidth" : "",
            peak > 0 ? "; peak_gflops: the data sheet of " : "", peak > 0 ? gpu_name : "",

@@ -404,7 +404,9 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   double per_mb = prm__pj_pad((Ls + 1) * Nr * C) + sets * set + prm__pj_pad(Nr * C) + prm__pj_pad(Nr);
   r->acts_micro_batches = pp > 1 ? (m < pp ? m : pp) : 1;
   r->mem_acts = per_mb * vb * (double)r->acts_micro_batches;
-  double chunk = (double)prm_llama_head_chunk((int64_t)N, (int64_t)Vt);
+  /* The LM head's chunk as the engine picks it: larger on a GPU. */
+  double chunk = (double)(hw->device ? prm_llama_dev_head_chunk((int64_t)N, (int64_t)Vt)
+                                     : prm_llama_head_chunk((int64_t)N, (int64_t)Vt));
   /* dres (Nr rows), dln, dlnf; sequence parallel adds the gathered rows,
    * the partial sums and the norms' weight gradients. */
   r->mem_scratch = (prm__pj_pad(Nr * C) + prm__pj_pad(N * C) * 2 + prm__pj_pad(N * hd) * 2 +

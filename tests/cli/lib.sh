@@ -206,6 +206,18 @@ oracle_prepare() {
 # library like the library itself (the same sanitizers, the same libs; $san
 # is left set to them); reports ok or bad, and returns 1 when it does not
 # compile.
+# need_or_skip PATH...: ends the test with SKIP (exit 0) naming the first
+# path that does not exist (an empty one stands for node not on PATH).
+need_or_skip() {
+  local need
+  for need in "$@"; do
+    if [[ -z $need || ! -e $need ]]; then
+      echo "SKIP: missing ${need:-node} (run scripts/deps.sh)"
+      exit 0
+    fi
+  done
+}
+
 tokdump_build() {
   local cflags libs dnnl
   san=$(sed -n 's/^PRM_SANITIZE:STRING=//p' "$PRIMUS_BUILD/CMakeCache.txt" 2>/dev/null)

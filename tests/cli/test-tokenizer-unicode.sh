@@ -14,12 +14,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 NM=$PRIMUS_CACHE/npm/node_modules
 NODE=$(command -v node || true)
-for need in "$NODE" "$NM/tokenizers/package.json" /usr/share/unicode/UnicodeData.txt; do
-  if [[ -z $need || ! -e $need ]]; then
-    echo "SKIP: missing ${need:-node} (run scripts/deps.sh)"
-    exit 0
-  fi
-done
+need_or_skip "$NODE" "$NM/tokenizers/package.json" /usr/share/unicode/UnicodeData.txt
 if [[ -n $(sed -n 's/^PRM_SANITIZE:STRING=//p' "${PRIMUS_BUILD:-.}/CMakeCache.txt" 2>/dev/null) ]]; then
   echo "SKIP: a sanitizer build (nothing of primus runs here)"
   exit 0
