@@ -193,6 +193,17 @@ int prm_cu_at_segstart(prm_cu_ctx *c, const char *op, int32_t *start, const int3
   return prm_cu_check(c, op);
 }
 
+int prm_cu_at_bwd_scratch(prm_cu_ctx *c, const char *op, const int32_t *seg, int64_t B,
+                          int64_t T, int64_t H, float **Di, int32_t **start) {
+  size_t di_bytes = ((size_t)(B * H * T) * sizeof(float) + 255) & ~(size_t)255;
+  size_t st_bytes = seg ? (size_t)(B * T) * sizeof(int32_t) : 0;
+  char *scr = (char *)prm_cu_scratch(c, op, di_bytes + st_bytes);
+  if (!scr) return 1;
+  *Di = (float *)scr;
+  *start = seg ? (int32_t *)(scr + di_bytes) : NULL;
+  return seg ? prm_cu_at_segstart(c, op, *start, seg, B, T) : 0;
+}
+
 void prm_cu_attention_forward_tiled(void *ctx, float *out, float *lse, const float *q, const float *k,
                               const float *v, const int32_t *seg, int64_t B, int64_t T,
                               int64_t H, int64_t G, int64_t D) {
@@ -452,14 +463,9 @@ void prm_cu_attention_backward_tiled(void *ctx, float *dq, float *dk, float *dv,
   const char *op = "attention_backward";
   prm_cu_enter(c, op);
   if (!prm_cu_at_shape_ok(c, op, B, T, H, G, D) || B == 0 || T == 0) return;
-  /* Scratch: Di (B,H,T) floats, then the segment starts (B,T). */
-  size_t di_bytes = ((size_t)(B * H * T) * sizeof(float) + 255) & ~(size_t)255;
-  size_t st_bytes = seg ? (size_t)(B * T) * sizeof(int32_t) : 0;
-  char *scr = (char *)prm_cu_scratch(c, op, di_bytes + st_bytes);
-  if (!scr) return;
-  float *Di = (float *)scr;
-  int32_t *start = seg ? (int32_t *)(scr + di_bytes) : NULL;
-  if (seg && prm_cu_at_segstart(c, op, start, seg, B, T)) return;
+  float *Di = NULL;
+  int32_t *start = NULL;
+  if (prm_cu_at_bwd_scratch(c, op, seg, B, T, H, &Di, &start)) return;
   if (prm_cu_at_rowdot(c, op, Di, dout, out, B, T, H, D)) return;
   float scale = (float)(1.0 / sqrt((double)D));
   dim3 gkv((unsigned)((T + AT_BKB - 1) / AT_BKB), (unsigned)G, (unsigned)B);

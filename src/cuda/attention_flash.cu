@@ -38,6 +38,7 @@
 #define FL_M 64       /* query rows of a block (16 per warp) */
 #define FL_N 64       /* keys of a tile */
 #define FL_THREADS 128
+static_assert(FL_M == FL_N, "the backward's query tiles are key-tile sized");
 
 /* ---- warp-level pieces ---- */
 
@@ -184,6 +185,32 @@ __device__ static inline void fl_c_to_a(uint32_t (*a)[4], const float (*c)[4]) {
   }
 }
 
+/* s (16 x 64 as 8 C fragments) = A X^T: A the warp's 16 rows of D as A
+ * fragments, X 64 rows of D staged row-major (scores, dP). */
+template <int D>
+__device__ static inline void fl_abt(float (*s)[4], const uint32_t (*a)[4], const uint16_t *X) {
+  for (int nt = 0; nt < FL_N / 8; nt++) {
+    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    for (int kk = 0; kk < D / 16; kk++) {
+      uint32_t b0, b1;
+      fl_frag_bt<D>(&b0, &b1, X, nt * 8, kk * 16);
+      fl_mma(s[nt], a[kk], b0, b1);
+    }
+  }
+}
+
+/* acc (16 x D as D/8 C fragments) += P X: P 16 x 64 as A fragments
+ * (fl_c_to_a), X 64 rows of D staged row-major (P V, dS K, P^T dO, dS^T Q). */
+template <int D>
+__device__ static inline void fl_acc_ab(float (*acc)[4], const uint32_t (*p)[4], const uint16_t *X) {
+  for (int kk = 0; kk < FL_N / 16; kk++)
+    for (int dt = 0; dt < D / 8; dt++) {
+      uint32_t b0, b1;
+      fl_frag_b<D>(&b0, &b1, X, kk * 16, dt * 8);
+      fl_mma(acc[dt], p[kk], b0, b1);
+    }
+}
+
 /* ---- forward ---- */
 
 template <int D>
@@ -213,14 +240,7 @@ __global__ __launch_bounds__(FL_THREADS) static void fl_k_fwd(
     fl_stage<D>(Vs, vb, ks, j0, T, al);
     __syncthreads();
     float s[FL_N / 8][4];
-    for (int nt = 0; nt < FL_N / 8; nt++) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-      for (int kk = 0; kk < D / 16; kk++) {
-        uint32_t b0, b1;
-        fl_frag_bt<D>(&b0, &b1, Ks, nt * 8, kk * 16);
-        fl_mma(s[nt], qa[kk], b0, b1);
-      }
-    }
+    fl_abt<D>(s, qa, Ks);
     float mx[2] = {-INFINITY, -INFINITY};
     for (int nt = 0; nt < FL_N / 8; nt++)
       for (int e = 0; e < 4; e++) {
@@ -246,12 +266,7 @@ __global__ __launch_bounds__(FL_THREADS) static void fl_k_fwd(
       o[dt][0] *= alpha[0], o[dt][1] *= alpha[0], o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
     uint32_t pa[FL_N / 16][4];
     fl_c_to_a(pa, s);
-    for (int kk = 0; kk < FL_N / 16; kk++)
-      for (int dt = 0; dt < D / 8; dt++) {
-        uint32_t b0, b1;
-        fl_frag_b<D>(&b0, &b1, Vs, kk * 16, dt * 8);
-        fl_mma(o[dt], pa[kk], b0, b1);
-      }
+    fl_acc_ab<D>(o, pa, Vs);
   }
   for (int x = 0; x < 2; x++) {
     l[x] = fl_quad_sum(l[x]);
@@ -312,16 +327,8 @@ __global__ __launch_bounds__(FL_THREADS) static void fl_k_dkdv(
       __syncthreads();
       /* S^T = K Q^T and dP^T = V dO^T: 16 keys x 64 queries per warp. */
       float st[FL_M / 8][4], dp[FL_M / 8][4];
-      for (int nt = 0; nt < FL_M / 8; nt++) {
-        for (int e = 0; e < 4; e++) st[nt][e] = dp[nt][e] = 0.0f;
-        for (int kk = 0; kk < D / 16; kk++) {
-          uint32_t b0, b1;
-          fl_frag_bt<D>(&b0, &b1, Qs, nt * 8, kk * 16);
-          fl_mma(st[nt], ka[kk], b0, b1);
-          fl_frag_bt<D>(&b0, &b1, Os, nt * 8, kk * 16);
-          fl_mma(dp[nt], va[kk], b0, b1);
-        }
-      }
+      fl_abt<D>(st, ka, Qs);
+      fl_abt<D>(dp, va, Os);
       /* P^T and dS^T = P^T (dP^T - D_i) scale, in place. */
       for (int nt = 0; nt < FL_M / 8; nt++)
         for (int e = 0; e < 4; e++) {
@@ -334,14 +341,8 @@ __global__ __launch_bounds__(FL_THREADS) static void fl_k_dkdv(
       uint32_t pa[FL_M / 16][4], sa[FL_M / 16][4];
       fl_c_to_a(pa, st);
       fl_c_to_a(sa, dp);
-      for (int kk = 0; kk < FL_M / 16; kk++)
-        for (int dt = 0; dt < D / 8; dt++) {
-          uint32_t b0, b1;
-          fl_frag_b<D>(&b0, &b1, Os, kk * 16, dt * 8);
-          fl_mma(dvc[dt], pa[kk], b0, b1);
-          fl_frag_b<D>(&b0, &b1, Qs, kk * 16, dt * 8);
-          fl_mma(dkc[dt], sa[kk], b0, b1);
-        }
+      fl_acc_ab<D>(dvc, pa, Os);
+      fl_acc_ab<D>(dkc, sa, Qs);
     }
   }
   for (int x = 0; x < 2; x++) {
@@ -391,16 +392,8 @@ __global__ __launch_bounds__(FL_THREADS) static void fl_k_dq(
     fl_stage<D>(Vs, vb, ks, j0, T, al);
     __syncthreads();
     float s[FL_N / 8][4], dp[FL_N / 8][4];
-    for (int nt = 0; nt < FL_N / 8; nt++) {
-      for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
-      for (int kk = 0; kk < D / 16; kk++) {
-        uint32_t b0, b1;
-        fl_frag_bt<D>(&b0, &b1, Ks, nt * 8, kk * 16);
-        fl_mma(s[nt], qa[kk], b0, b1);
-        fl_frag_bt<D>(&b0, &b1, Vs, nt * 8, kk * 16);
-        fl_mma(dp[nt], oa[kk], b0, b1);
-      }
-    }
+    fl_abt<D>(s, qa, Ks);
+    fl_abt<D>(dp, oa, Vs);
     for (int nt = 0; nt < FL_N / 8; nt++)
       for (int e = 0; e < 4; e++) {
         const int j = j0 + nt * 8 + 2 * t + (e & 1), x = e >> 1, r = x ? r1 : r0;
@@ -410,12 +403,7 @@ __global__ __launch_bounds__(FL_THREADS) static void fl_k_dq(
       }
     uint32_t sa[FL_N / 16][4];
     fl_c_to_a(sa, dp);
-    for (int kk = 0; kk < FL_N / 16; kk++)
-      for (int dt = 0; dt < D / 8; dt++) {
-        uint32_t b0, b1;
-        fl_frag_b<D>(&b0, &b1, Ks, kk * 16, dt * 8);
-        fl_mma(dqc[dt], sa[kk], b0, b1);
-      }
+    fl_acc_ab<D>(dqc, sa, Ks);
   }
   for (int x = 0; x < 2; x++) {
     const int r = x ? r1 : r0;
@@ -480,13 +468,9 @@ void prm_cu_flash_backward(prm_cu_ctx *c, const char *op, float *dq, float *dk, 
                            const uint16_t *v, const float *out, const float *lse,
                            const int32_t *seg, int64_t B, int64_t T, int64_t H, int64_t G,
                            int64_t D) {
-  size_t di_bytes = ((size_t)(B * H * T) * sizeof(float) + 255) & ~(size_t)255;
-  size_t st_bytes = seg ? (size_t)(B * T) * sizeof(int32_t) : 0;
-  char *scr = (char *)prm_cu_scratch(c, op, di_bytes + st_bytes);
-  if (!scr) return;
-  float *Di = (float *)scr;
-  int32_t *start = seg ? (int32_t *)(scr + di_bytes) : NULL;
-  if (seg && prm_cu_at_segstart(c, op, start, seg, B, T)) return;
+  float *Di = NULL;
+  int32_t *start = NULL;
+  if (prm_cu_at_bwd_scratch(c, op, seg, B, T, H, &Di, &start)) return;
   if (prm_cu_at_rowdot16(c, op, Di, dout, out, B, T, H, D)) return;
   const float scale = (float)(1.0 / sqrt((double)D));
   const int al = fl_aligned(q, k, v, dout);

@@ -215,6 +215,10 @@ int prm_cu_at_shape_ok(prm_cu_ctx *c, const char *op, int64_t B, int64_t T, int6
                        int64_t G, int64_t D);
 int prm_cu_at_segstart(prm_cu_ctx *c, const char *op, int32_t *start, const int32_t *seg,
                        int64_t B, int64_t T);
+/* A backward's scratch: *Di for (B, H, T) floats, then with seg the
+ * segment starts (B, T), computed; nonzero with the failure recorded. */
+int prm_cu_at_bwd_scratch(prm_cu_ctx *c, const char *op, const int32_t *seg, int64_t B,
+                          int64_t T, int64_t H, float **Di, int32_t **start);
 int prm_cu_at_rowdot(prm_cu_ctx *c, const char *op, float *Di, const float *dout,
                      const float *out, int64_t B, int64_t T, int64_t H, int64_t D);
 
