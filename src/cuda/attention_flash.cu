@@ -35,15 +35,19 @@
 
 #include "cuda/cuda-impl.h"
 
-#define FL_M 64       /* query rows of a block (16 per warp) */
-#define FL_N 64       /* keys of a tile */
+#define FL_M 64 /* query rows of a block (16 per warp) */
+#define FL_N 64 /* keys of a tile */
 #define FL_THREADS 128
 static_assert(FL_M == FL_N, "the backward's query tiles are key-tile sized");
 
 /* ---- warp-level pieces ---- */
 
-[[maybe_unused]] __device__ static inline float fl_lo(uint32_t w) { return prm_cu_bf16_widen((uint16_t)(w & 0xffffu)); }
-[[maybe_unused]] __device__ static inline float fl_hi(uint32_t w) { return prm_cu_bf16_widen((uint16_t)(w >> 16)); }
+[[maybe_unused]] __device__ static inline float fl_lo(uint32_t w) {
+  return prm_cu_bf16_widen((uint16_t)(w & 0xffffu));
+}
+[[maybe_unused]] __device__ static inline float fl_hi(uint32_t w) {
+  return prm_cu_bf16_widen((uint16_t)(w >> 16));
+}
 
 /* Two floats rounded to bf16 (nearest even), the first in the low half. */
 __device__ static inline uint32_t fl_pack(float a, float b) {
@@ -67,13 +71,17 @@ __device__ static inline void fl_mma(float d[4], const uint32_t a[4], uint32_t b
     const int src = 4 * g + s;
     uint32_t x0 = PRM_SHFL(a[0], src), x1 = PRM_SHFL(a[1], src);
     uint32_t x2 = PRM_SHFL(a[2], src), x3 = PRM_SHFL(a[3], src);
-    A0[2 * s] = fl_lo(x0), A0[2 * s + 1] = fl_hi(x0), A0[2 * s + 8] = fl_lo(x2), A0[2 * s + 9] = fl_hi(x2);
-    A1[2 * s] = fl_lo(x1), A1[2 * s + 1] = fl_hi(x1), A1[2 * s + 8] = fl_lo(x3), A1[2 * s + 9] = fl_hi(x3);
+    A0[2 * s] = fl_lo(x0), A0[2 * s + 1] = fl_hi(x0);
+    A0[2 * s + 8] = fl_lo(x2), A0[2 * s + 9] = fl_hi(x2);
+    A1[2 * s] = fl_lo(x1), A1[2 * s + 1] = fl_hi(x1);
+    A1[2 * s + 8] = fl_lo(x3), A1[2 * s + 9] = fl_hi(x3);
     const int c0 = 4 * (2 * t) + s, c1 = 4 * (2 * t + 1) + s;
     uint32_t y0 = PRM_SHFL(b0, c0), y1 = PRM_SHFL(b1, c0);
     uint32_t z0 = PRM_SHFL(b0, c1), z1 = PRM_SHFL(b1, c1);
-    B0[2 * s] = fl_lo(y0), B0[2 * s + 1] = fl_hi(y0), B0[2 * s + 8] = fl_lo(y1), B0[2 * s + 9] = fl_hi(y1);
-    B1[2 * s] = fl_lo(z0), B1[2 * s + 1] = fl_hi(z0), B1[2 * s + 8] = fl_lo(z1), B1[2 * s + 9] = fl_hi(z1);
+    B0[2 * s] = fl_lo(y0), B0[2 * s + 1] = fl_hi(y0);
+    B0[2 * s + 8] = fl_lo(y1), B0[2 * s + 9] = fl_hi(y1);
+    B1[2 * s] = fl_lo(z0), B1[2 * s + 1] = fl_hi(z0);
+    B1[2 * s + 8] = fl_lo(z1), B1[2 * s + 9] = fl_hi(z1);
   }
   for (int k = 0; k < 16; k++) {
     d[0] += A0[k] * B0[k], d[1] += A0[k] * B1[k];
@@ -117,7 +125,8 @@ __device__ static inline void fl_stage(uint16_t *dst, const uint16_t *src, int64
   constexpr int PR = D / 2;
   for (int x = threadIdx.x; x < FL_N * PR; x += FL_THREADS) {
     const int r = x / PR, c = 2 * (x % PR);
-    *(uint32_t *)(dst + r * (D + 8) + c) = r0 + r < T ? fl_ld2(src + (int64_t)(r0 + r) * stride + c, al) : 0u;
+    *(uint32_t *)(dst + r * (D + 8) + c) =
+        r0 + r < T ? fl_ld2(src + (int64_t)(r0 + r) * stride + c, al) : 0u;
   }
 }
 
@@ -126,7 +135,8 @@ template <int D>
 __device__ static inline void fl_frag_a(uint32_t (*a)[4], const uint16_t *src, int64_t stride,
                                         int row, int T, int al) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const uint16_t *p0 = src + (int64_t)(row + g) * stride, *p1 = src + (int64_t)(row + g + 8) * stride;
+  const uint16_t *p0 = src + (int64_t)(row + g) * stride,
+                 *p1 = src + (int64_t)(row + g + 8) * stride;
   const int ok0 = row + g < T, ok1 = row + g + 8 < T;
   for (int kk = 0; kk < D / 16; kk++) {
     const int c = kk * 16 + 2 * t;
@@ -138,14 +148,17 @@ __device__ static inline void fl_frag_a(uint32_t (*a)[4], const uint16_t *src, i
 /* B fragment of X^T for X staged row-major (rows n0 .. n0 + 7 are the 8
  * columns of B, d from k0): consecutive d, one word each. */
 template <int D>
-__device__ static inline void fl_frag_bt(uint32_t *b0, uint32_t *b1, const uint16_t *X, int n0, int k0) {
+__device__ static inline void fl_frag_bt(uint32_t *b0, uint32_t *b1, const uint16_t *X, int n0,
+                                         int k0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(PRM_HIP)
   /* Two 8 x 8 matrices, rows n0 .. n0 + 7 at columns k0 and k0 + 8: lane l
    * gets row l / 4, columns 2 (l % 4) and + 1 of each. */
   const int lane = threadIdx.x & 31;
   const uint16_t *p = X + (n0 + (lane & 7)) * (D + 8) + k0 + (lane & 8);
   const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(*b0), "=r"(*b1) : "r"(a));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(*b0), "=r"(*b1)
+               : "r"(a));
 #else
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint16_t *p = X + (n0 + g) * (D + 8) + k0 + 2 * t;
@@ -157,7 +170,8 @@ __device__ static inline void fl_frag_bt(uint32_t *b0, uint32_t *b1, const uint1
 /* B fragment of X itself (rows k0 .. k0 + 15 of X are the reduction, its
  * columns n0 .. n0 + 7 the 8 columns of B): two rows per word. */
 template <int D>
-__device__ static inline void fl_frag_b(uint32_t *b0, uint32_t *b1, const uint16_t *X, int k0, int n0) {
+__device__ static inline void fl_frag_b(uint32_t *b0, uint32_t *b1, const uint16_t *X, int k0,
+                                        int n0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(PRM_HIP)
   /* Two 8 x 8 matrices, rows k0 .. k0 + 7 and k0 + 8 .. k0 + 15 at columns
    * n0 .. n0 + 7, transposed as loaded: lane l gets rows 2 (l % 4) and + 1
@@ -165,7 +179,9 @@ __device__ static inline void fl_frag_b(uint32_t *b0, uint32_t *b1, const uint16
   const int lane = threadIdx.x & 31;
   const uint16_t *p = X + (k0 + (lane & 15)) * (D + 8) + n0;
   const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(*b0), "=r"(*b1) : "r"(a));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(*b0), "=r"(*b1)
+               : "r"(a));
 #else
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint16_t *p = X + (k0 + 2 * t) * (D + 8) + n0 + g;
@@ -202,7 +218,8 @@ __device__ static inline void fl_abt(float (*s)[4], const uint32_t (*a)[4], cons
 /* acc (16 x D as D/8 C fragments) += P X: P 16 x 64 as A fragments
  * (fl_c_to_a), X 64 rows of D staged row-major (P V, dS K, P^T dO, dS^T Q). */
 template <int D>
-__device__ static inline void fl_acc_ab(float (*acc)[4], const uint32_t (*p)[4], const uint16_t *X) {
+__device__ static inline void fl_acc_ab(float (*acc)[4], const uint32_t (*p)[4],
+                                        const uint16_t *X) {
   for (int kk = 0; kk < FL_N / 16; kk++)
     for (int dt = 0; dt < D / 8; dt++) {
       uint32_t b0, b1;
@@ -214,9 +231,11 @@ __device__ static inline void fl_acc_ab(float (*acc)[4], const uint32_t (*p)[4],
 /* ---- forward ---- */
 
 template <int D>
-__global__ __launch_bounds__(FL_THREADS) static void fl_k_fwd(
-    float *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-    const int32_t *start, int T, int H, int G, float scale, int al) {
+__global__ __launch_bounds__(FL_THREADS) static void fl_k_fwd(float *out, float *lse,
+                                                              const uint16_t *q, const uint16_t *k,
+                                                              const uint16_t *v,
+                                                              const int32_t *start, int T, int H,
+                                                              int G, float scale, int al) {
   __shared__ __align__(16) uint16_t Ks[FL_N * (D + 8)];
   __shared__ __align__(16) uint16_t Vs[FL_N * (D + 8)];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -287,8 +306,8 @@ __global__ __launch_bounds__(FL_THREADS) static void fl_k_fwd(
 template <int D>
 __global__ __launch_bounds__(FL_THREADS) static void fl_k_dkdv(
     float *dk, float *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
-    const uint16_t *v, const float *lse, const float *Di, const int32_t *start, int T, int H,
-    int G, float scale, int al) {
+    const uint16_t *v, const float *lse, const float *Di, const int32_t *start, int T, int H, int G,
+    float scale, int al) {
   __shared__ __align__(16) uint16_t Qs[FL_M * (D + 8)];
   __shared__ __align__(16) uint16_t Os[FL_M * (D + 8)];
   __shared__ float Ls[FL_M], Ds[FL_M];
@@ -360,10 +379,12 @@ __global__ __launch_bounds__(FL_THREADS) static void fl_k_dkdv(
 /* ---- backward: dQ ---- */
 
 template <int D>
-__global__ __launch_bounds__(FL_THREADS) static void fl_k_dq(
-    float *dq, const uint16_t *dout, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-    const float *lse, const float *Di, const int32_t *start, int T, int H, int G, float scale,
-    int al) {
+__global__ __launch_bounds__(FL_THREADS) static void fl_k_dq(float *dq, const uint16_t *dout,
+                                                             const uint16_t *q, const uint16_t *k,
+                                                             const uint16_t *v, const float *lse,
+                                                             const float *Di, const int32_t *start,
+                                                             int T, int H, int G, float scale,
+                                                             int al) {
   __shared__ __align__(16) uint16_t Ks[FL_N * (D + 8)];
   __shared__ __align__(16) uint16_t Vs[FL_N * (D + 8)];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -418,19 +439,22 @@ __global__ __launch_bounds__(FL_THREADS) static void fl_k_dq(
 
 template <int D>
 static void fl_fwd(prm_cu_ctx *c, dim3 grid, float *out, float *lse, const uint16_t *q,
-                   const uint16_t *k, const uint16_t *v, const int32_t *start, int64_t T,
-                   int64_t H, int64_t G, float scale, int al) {
-  fl_k_fwd<D><<<grid, FL_THREADS, 0, c->stream>>>(out, lse, q, k, v, start, (int)T, (int)H, (int)G, scale, al);
+                   const uint16_t *k, const uint16_t *v, const int32_t *start, int64_t T, int64_t H,
+                   int64_t G, float scale, int al) {
+  fl_k_fwd<D><<<grid, FL_THREADS, 0, c->stream>>>(out, lse, q, k, v, start, (int)T, (int)H, (int)G,
+                                                  scale, al);
 }
 
 template <int D>
-static int fl_bwd(prm_cu_ctx *c, const char *op, dim3 gkv, dim3 gq, float *dq, float *dk,
-                  float *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
-                  const uint16_t *v, const float *lse, const float *Di, const int32_t *start,
-                  int64_t T, int64_t H, int64_t G, float scale, int al) {
-  fl_k_dkdv<D><<<gkv, FL_THREADS, 0, c->stream>>>(dk, dv, dout, q, k, v, lse, Di, start, (int)T, (int)H, (int)G, scale, al);
+static int fl_bwd(prm_cu_ctx *c, const char *op, dim3 gkv, dim3 gq, float *dq, float *dk, float *dv,
+                  const uint16_t *dout, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                  const float *lse, const float *Di, const int32_t *start, int64_t T, int64_t H,
+                  int64_t G, float scale, int al) {
+  fl_k_dkdv<D><<<gkv, FL_THREADS, 0, c->stream>>>(dk, dv, dout, q, k, v, lse, Di, start, (int)T,
+                                                  (int)H, (int)G, scale, al);
   if (prm_cu_check(c, op)) return 1;
-  fl_k_dq<D><<<gq, FL_THREADS, 0, c->stream>>>(dq, dout, q, k, v, lse, Di, start, (int)T, (int)H, (int)G, scale, al);
+  fl_k_dq<D><<<gq, FL_THREADS, 0, c->stream>>>(dq, dout, q, k, v, lse, Di, start, (int)T, (int)H,
+                                               (int)G, scale, al);
   return 0;
 }
 
@@ -445,10 +469,9 @@ static int fl_aligned(const void *a, const void *b, const void *c, const void *d
   return (u & 15u) == 0 ? 2 : (u & 3u) == 0 ? 1 : 0;
 }
 
-void prm_cu_flash_forward(prm_cu_ctx *c, const char *op, float *out, float *lse,
-                          const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                          const int32_t *seg, int64_t B, int64_t T, int64_t H, int64_t G,
-                          int64_t D) {
+void prm_cu_flash_forward(prm_cu_ctx *c, const char *op, float *out, float *lse, const uint16_t *q,
+                          const uint16_t *k, const uint16_t *v, const int32_t *seg, int64_t B,
+                          int64_t T, int64_t H, int64_t G, int64_t D) {
   int32_t *start = NULL;
   if (seg) {
     start = (int32_t *)prm_cu_scratch(c, op, (size_t)(B * T) * sizeof(int32_t));
@@ -457,9 +480,12 @@ void prm_cu_flash_forward(prm_cu_ctx *c, const char *op, float *out, float *lse,
   const float scale = (float)(1.0 / sqrt((double)D));
   const int al = fl_aligned(q, k, v, NULL);
   dim3 grid((unsigned)((T + FL_M - 1) / FL_M), (unsigned)(B * H));
-if (D == 32) fl_fwd<32>(c, grid, out, lse, q, k, v, start, T, H, G, scale, al);
-  else if (D == 64) fl_fwd<64>(c, grid, out, lse, q, k, v, start, T, H, G, scale, al);
-  else fl_fwd<128>(c, grid, out, lse, q, k, v, start, T, H, G, scale, al);
+  if (D == 32)
+    fl_fwd<32>(c, grid, out, lse, q, k, v, start, T, H, G, scale, al);
+  else if (D == 64)
+    fl_fwd<64>(c, grid, out, lse, q, k, v, start, T, H, G, scale, al);
+  else
+    fl_fwd<128>(c, grid, out, lse, q, k, v, start, T, H, G, scale, al);
   prm_cu_check(c, op);
 }
 
@@ -476,9 +502,12 @@ void prm_cu_flash_backward(prm_cu_ctx *c, const char *op, float *dq, float *dk, 
   const int al = fl_aligned(q, k, v, dout);
   dim3 gkv((unsigned)((T + FL_N - 1) / FL_N), (unsigned)(B * G));
   dim3 gq((unsigned)((T + FL_M - 1) / FL_M), (unsigned)(B * H));
-int rc = D == 32 ? fl_bwd<32>(c, op, gkv, gq, dq, dk, dv, dout, q, k, v, lse, Di, start, T, H, G, scale, al)
-           : D == 64 ? fl_bwd<64>(c, op, gkv, gq, dq, dk, dv, dout, q, k, v, lse, Di, start, T, H, G, scale, al)
-                     : fl_bwd<128>(c, op, gkv, gq, dq, dk, dv, dout, q, k, v, lse, Di, start, T, H, G, scale, al);
+  int rc = D == 32 ? fl_bwd<32>(c, op, gkv, gq, dq, dk, dv, dout, q, k, v, lse, Di, start, T, H, G,
+                                scale, al)
+           : D == 64 ? fl_bwd<64>(c, op, gkv, gq, dq, dk, dv, dout, q, k, v, lse, Di, start, T, H,
+                                  G, scale, al)
+                     : fl_bwd<128>(c, op, gkv, gq, dq, dk, dv, dout, q, k, v, lse, Di, start, T, H,
+                                   G, scale, al);
   if (rc) return;
   prm_cu_check(c, op);
 }

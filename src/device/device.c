@@ -225,7 +225,8 @@ static void prm__version(char *buf, size_t n, int v) {
 void prm_dev_describe(const prm_dev_t *d, prm_sb_t *out) {
   const prm_dev_info_t *f = &d->info;
   if (d->kind == PRM_DEV_KIND_CPU) {
-    prm_sb_appendf(out, "cpu (%s, %d threads%s)", prm__dev_cpu_gemm_name(prm__dev_unwrapped_ctx(d->i, d->ctx)), f->sm_count,
+    void *ctx = prm__dev_unwrapped_ctx(d->i, d->ctx); /* under PRIMUS_DEVICE_PROFILE */
+    prm_sb_appendf(out, "cpu (%s, %d threads%s)", prm__dev_cpu_gemm_name(ctx), f->sm_count,
                    d->i->host_memory ? "" : ", tagged test memory");
     return;
   }

@@ -174,8 +174,8 @@ static void p_rope(void *ctx, float *x, const float *c, const float *s, int64_t 
 static void p_swi_f(void *ctx, float *h, const float *g, const float *u, int64_t n) {
   B; PP->in->swiglu_forward(PP->ctx, h, g, u, n); E(swiglu_forward);
 }
-static void p_swi_b(void *ctx, float *dg, float *du, const float *dh, const float *g, const float *u,
-                    int64_t n) {
+static void p_swi_b(void *ctx, float *dg, float *du, const float *dh, const float *g,
+                    const float *u, int64_t n) {
   B; PP->in->swiglu_backward(PP->ctx, dg, du, dh, g, u, n); E(swiglu_backward);
 }
 static void p_add(void *ctx, float *y, const float *a, const float *b, int64_t n) {
