@@ -105,15 +105,18 @@ check_drill() { # LABEL NAME HOST CAUSE REMAINING...
   expect_in "$label: srun of the restart excludes it" "supervisor: srun -N2 -n2 --mpi=pmix " "$ERR"
   expect_in "$label: ... with --exclude" " --exclude=$host " "$(grep 'supervisor: srun' <<<"$ERR")"
   expect_in "$label: restart event" '"event":"restart"' "$ev"
-  # The newest checkpoint before the fault: step 10, or a later one when the
-  # job ran past it before the fault landed (a fast idle machine does).
+  # The newest complete checkpoint before the fault: step 10, or a later one
+  # when the job ran past it before the fault landed (a fast idle machine
+  # does). A fault right at a checkpoint's step can land before that
+  # checkpoint is complete: then the one before it (fault at step 20,
+  # resumed from 10, seen once on an idle machine).
   local from
   from=$(grep -o "resuming from $T/ck-$name/iter_[0-9]*" <<<"$ERR" | head -1)
   from=${from##*/iter_}
   local fstep
   fstep=$(grep '"event":"fault"' <<<"$ev" | head -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p')
   if [[ $from =~ ^[0-9]+$ ]] && ((10#$from >= 10 && 10#$from % 10 == 0 && 10#$from < STEPS)) &&
-    { [[ -z $fstep ]] || ((10#$from <= fstep + 1 && fstep < 10#$from + 10)); }; then
+    { [[ -z $fstep ]] || ((10#$from <= fstep + 1 && fstep <= 10#$from + 10)); }; then
     ok "$label: resumed from the newest checkpoint before the fault (iteration $((10#$from)), fault at step ${fstep:-?})"
   else bad "$label: resumed from '${from:-nothing}' with the fault at step ${fstep:-?}: $(grep 'resuming from' <<<"$ERR" | head -2)"; fi
   expect_in "$label: same global batch, 6 micro-batches a rank" "micro-batch 1, 6 accumulation steps x 2 data-parallel ranks" "$ERR"
