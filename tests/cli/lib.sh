@@ -218,6 +218,31 @@ need_or_skip() {
   done
 }
 
+# hf_compare TAG DIR FILE [--special]: the ids (and, with --special, the
+# post-processor's tokens) and decode of the tokenizer.json in DIR on FILE,
+# Hugging Face tokenizers' (tests/tokenizer/ref.mjs, needs NODE and NM)
+# against primus' (tokdump at $T/tokdump): ok or bad under TAG.
+hf_compare() {
+  local tag=$1 dir=$2 file=$3 kind=hf
+  [[ ${4:-} == --special ]] && kind=hf-special
+  if ! "$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" "$NM" "$kind" "$dir/tokenizer.json" "$file" \
+    "$T/g.ref" "$T/g.dec" >/dev/null 2>"$T/node.err"; then
+    bad "$tag: the reference failed: $(head -c 600 "$T/node.err")"
+    return
+  fi
+  if ! "$T/tokdump" HuggingFaceTokenizer "$dir" "$file" "$T/g.prm" --decoded "$T/g.dec" ${4:-} \
+    >/dev/null 2>"$T/dump.err"; then
+    bad "$tag: $(head -c 600 "$T/dump.err")"
+    return
+  fi
+  local res
+  if res=$("$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" --compare "$T/g.ref" "$T/g.prm"); then
+    ok "$tag: $res, decode as the reference's"
+  else
+    bad "$tag: $res"
+  fi
+}
+
 tokdump_build() {
   local cflags libs dnnl
   san=$(sed -n 's/^PRM_SANITIZE:STRING=//p' "$PRIMUS_BUILD/CMakeCache.txt" 2>/dev/null)

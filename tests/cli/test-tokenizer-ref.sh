@@ -142,23 +142,7 @@ done
 # add_special_tokens ones.
 # compare_gen NAME FILE [--special]
 compare_gen() {
-  local name=$1 file=$2 kind=hf
-  [[ ${3:-} == --special ]] && kind=hf-special
-  local tag="general $name on $(basename "$file")${3:+ (special tokens)}"
-  if ! "$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" "$NM" "$kind" "$T/gen/$name/tokenizer.json" "$file" "$T/g.ref" "$T/g.dec" >/dev/null 2>"$T/node.err"; then
-    bad "$tag: the reference failed: $(cat "$T/node.err")"
-    return
-  fi
-  if ! "$T/tokdump" HuggingFaceTokenizer "$T/gen/$name" "$file" "$T/g.prm" --decoded "$T/g.dec" ${3:-} >/dev/null 2>"$T/dump.err"; then
-    bad "$tag: $(cat "$T/dump.err")"
-    return
-  fi
-  local res
-  if res=$("$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" --compare "$T/g.ref" "$T/g.prm"); then
-    ok "$tag: $res, decode as the reference's"
-  else
-    bad "$tag: $res"
-  fi
+  hf_compare "general $1 on $(basename "$2")${3:+ (special tokens)}" "$T/gen/$1" "$2" ${3:-}
 }
 head -c 300000 "$BROWN" >"$T/brown300k.txt"
 if [[ -e $T/hf/tokenizer.json ]] &&

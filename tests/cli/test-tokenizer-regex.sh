@@ -33,23 +33,7 @@ tail -c 60000 "$T/brown300k.txt" >"$T/brown60k.txt"
   s += String.fromCodePoint(c); if (c % 64 == 63) s += "\n"; } require("fs").writeFileSync(process.argv[1], s)' "$T/bmp.txt"
 
 # compare NAME FILE: the reference's ids and decode against primus'.
-compare() {
-  local name=$1 file=$2 tag="$1 on $(basename "$2")"
-  if ! "$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" "$NM" hf "$T/gen/$name/tokenizer.json" "$file" "$T/g.ref" "$T/g.dec" >/dev/null 2>"$T/node.err"; then
-    bad "$tag: the reference failed: $(head -c 300 "$T/node.err")"
-    return
-  fi
-  if ! "$T/tokdump" HuggingFaceTokenizer "$T/gen/$name" "$file" "$T/g.prm" --decoded "$T/g.dec" >/dev/null 2>"$T/dump.err"; then
-    bad "$tag: $(head -c 600 "$T/dump.err")"
-    return
-  fi
-  local res
-  if res=$("$NODE" "$PRIMUS_SRC/tests/tokenizer/ref.mjs" --compare "$T/g.ref" "$T/g.prm"); then
-    ok "$tag: $res, decode as the reference's"
-  else
-    bad "$tag: $res"
-  fi
-}
+compare() { hf_compare "$1 on $(basename "$2")" "$T/gen/$1" "$2"; }
 
 if layouts=$("$NODE" "$PRIMUS_SRC/tests/tokenizer/hf-regex.mjs" "$NM" "$T/brown300k.txt" "$T/gen" 2>"$T/node.err" | grep -v '^$'); then
   [[ -s $T/node.err ]] && bad "hf-regex.mjs: $(cat "$T/node.err")"
