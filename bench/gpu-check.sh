@@ -45,7 +45,11 @@
 #   race     bench/gpu_race.sh: primus (and its variants without each of
 #            issue 24's changes, and primus-before without all) against
 #            PyTorch eager and compiled at llama_124M, seq 1024, micro-batch
-#            16, bf16 (RACE_VARIANTS picks the variants)
+#            16, bf16, in RACE_ROUNDS turns (3) and their medians
+#            (RACE_VARIANTS picks the variants)
+#   maxbatch the largest micro-batch primus and PyTorch eager train at, the
+#            race's shape otherwise (bench/gpu_race.sh's MAXBATCH search from
+#            32; MAXBATCH_VARIANTS picks the variants)
 # Exit status: the number of stages that failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -405,7 +409,8 @@ for s in $STAGES; do
     profile) stage profile 150 check_profile ;;
     attention) stage attention 60 check_attention ;;
     safe) stage safe 120 check_safe ;;
-    race) stage race 300 env PRIMUS="$BIN" OUT="$OUT/race" VARIANTS="${RACE_VARIANTS:-primus primus-before primus-unfused primus-attn32 primus-head32 torch torch-compile}" bash bench/gpu_race.sh ;;
+    race) stage race 420 env PRIMUS="$BIN" OUT="$OUT/race" ROUNDS="${RACE_ROUNDS:-3}" VARIANTS="${RACE_VARIANTS:-primus torch torch-compile}" bash bench/gpu_race.sh ;;
+    maxbatch) stage maxbatch 300 env PRIMUS="$BIN" OUT="$OUT/maxbatch" BATCH=32 MAXBATCH="${MAXBATCH_VARIANTS:-primus torch}" bash bench/gpu_race.sh ;;
     *) say "unknown stage $s"; failed=$((failed + 1)) ;;
   esac
 done

@@ -154,6 +154,7 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--bf16", action="store_true", help="autocast to bfloat16 (fp32 master weights)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (torch >= 2)")
+    ap.add_argument("--tf32", action="store_true", help="TF32 tensor cores in fp32 matmuls (CUDA; off by default)")
     a = ap.parse_args()
     assert a.hidden % a.heads == 0 and a.heads % a.kv_heads == 0 and (a.hidden // a.heads) % 2 == 0
     assert a.steps > a.warmup, "need at least one timed step"
@@ -167,8 +168,9 @@ def main():
     fwd = torch.compile(model) if a.compile else model
     cuda = dev.type == "cuda"
     if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = False  # primus' fp32 is fp32 (tf32: false)
-        torch.backends.cudnn.allow_tf32 = False
+        # primus' fp32 is fp32 unless asked (its tf32: false by default)
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
     params = list(model.parameters())
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": a.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
