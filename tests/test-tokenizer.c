@@ -314,8 +314,8 @@ static void test_hf_tokenizer(void **state) {
       {"[\"ab\"]", NULL, "model.merges[0]: expected"},
       {"[]", "\"normalizer\": {\"type\": \"Precompiled\"},",
        "normalizer: not implemented: Precompiled"},
-      {"[]", "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"UnicodeScripts\"},",
-       "pre_tokenizer: not implemented: UnicodeScripts"},
+      {"[]", "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"FixedLength\"},",
+       "pre_tokenizer: not implemented: FixedLength"},
       {"[]", "\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"(a)\\\\1\"}, "
              "\"content\": \" \"},",
        "normalizer: Replace: regex (a)\\1: not implemented: an escape other than"},

@@ -36,7 +36,7 @@ typedef struct {
 } norm_t;
 
 enum { P_SPLIT_STR, P_SPLIT_PAT, P_SPLIT_RX, P_WHITESPACE, P_WSSPLIT, P_PUNCT, P_DIGITS, P_CHAR,
-       P_METASPACE, P_BYTELEVEL };
+       P_METASPACE, P_BYTELEVEL, P_SCRIPTS };
 /* Split behaviours, as SplitDelimiterBehavior names them. */
 enum { B_REMOVED, B_ISOLATED, B_PREV, B_NEXT, B_CONTIG };
 typedef struct {
@@ -106,6 +106,18 @@ static int is_punct(uint32_t c) { return in_ranges(prm__ucd_punct, prm__ucd_punc
 static int is_ws(uint32_t c) { return prm__ucls(c) == PRM__U_WS; }
 #define IN_SET(name, c) in_ranges(prm__ucd_##name, prm__ucd_##name##_n, c)
 static int is_num(uint32_t c) { return prm__ucls(c) == PRM__U_N; }
+
+/* The script of c for UnicodeScripts (unicode_scripts.c), 0 for none. */
+static uint32_t script_of(uint32_t c) {
+  size_t lo = 0, hi = prm__ucd_script_n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c < prm__ucd_script[mid][0]) hi = mid;
+    else if (c > prm__ucd_script[mid][1]) lo = mid + 1;
+    else return prm__ucd_script[mid][2];
+  }
+  return 0;
+}
 
 /* The character at s[i] (i < n): its length, *cp, and 0 in *ok for an
  * invalid byte (a character of one byte that no class has). */
@@ -561,6 +573,30 @@ static void apply_behavior(mlist_t *ml, int behavior, int invert, const uint8_t 
   for (size_t k = 0; k < w; k++) pl_add(out, s + v[k].a, v[k].z - v[k].a, first && v[k].a == 0);
 }
 
+/* UnicodeScripts: s[0, n) cut where the script changes, as the reference
+ * cuts it: a character without a script (U+0020, the code points Unicode
+ * 9.0 did not assign) never starts a piece and does not count as a
+ * change, so it joins the piece before it, and when the text starts with
+ * such characters they are dropped (the first piece starts at the first
+ * character with a script). An invalid byte counts as U+FFFD (Common). */
+static void split_scripts(const uint8_t *s, size_t n, int first, plist_t *out) {
+  uint32_t last = 0;
+  size_t start = n;
+  for (size_t i = 0; i < n;) {
+    uint32_t c;
+    int ok;
+    size_t l = char_at(s, n, i, &c, &ok);
+    uint32_t sc = script_of(ok ? c : 0xFFFD);
+    if (sc && sc != last) {
+      if (start < i) pl_add(out, s + start, i - start, first && start == 0);
+      start = i;
+    }
+    if (sc) last = sc;
+    i += l;
+  }
+  if (start < n) pl_add(out, s + start, n - start, first && start == 0);
+}
+
 static int pretokenize(const prm__hfp_t *h, const uint8_t *p, size_t n, int first,
                        plist_t *cur, plist_t *nxt, mlist_t *ml) {
   pl_reset(cur);
@@ -594,6 +630,10 @@ static int pretokenize(const prm__hfp_t *h, const uint8_t *p, size_t n, int firs
         }
         s = (const uint8_t *)tmp.buf;
         len = tmp.len;
+      }
+      if (st->kind == P_SCRIPTS) {
+        split_scripts(s, len, f, nxt);
+        continue;
       }
       if (st->kind == P_METASPACE && !st->split) {
         pl_add(nxt, s, len, f);
@@ -1247,6 +1287,8 @@ static int load_pretok(prm__hfp_t *h, const cJSON *p, const char *file, int *byt
       else
         st.prepend = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(one, "add_prefix_space")) ? 0
                                                                                              : 1;
+    } else if (!strcmp(ty, "UnicodeScripts")) {
+      st.kind = P_SCRIPTS;
     } else if (!strcmp(ty, "ByteLevel")) {
       st.kind = P_BYTELEVEL;
       st.aps = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(one, "add_prefix_space"));
@@ -1265,7 +1307,8 @@ static int load_pretok(prm__hfp_t *h, const cJSON *p, const char *file, int *byt
     free(st.str);
     return prm_errf(err, PRM_EINVAL, "%s: pre_tokenizer%s: not implemented: %s%s (supported: "
                     "Split by a string or a regex, Whitespace, WhitespaceSplit, "
-                    "BertPreTokenizer, Punctuation, Digits, CharDelimiterSplit, Metaspace, ByteLevel last, "
+                    "BertPreTokenizer, Punctuation, Digits, CharDelimiterSplit, Metaspace, "
+                    "UnicodeScripts, ByteLevel last, "
                     "Sequence)", file, seq ? ".pretokenizers[...]" : "", ty, why);
   }
   return 0;

@@ -101,6 +101,9 @@ write('rx-replace', { type: 'Sequence', normalizers: [
 ] }, DEEPSEEK, { type: 'Sequence', decoders: [
   { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
   { type: 'Replace', pattern: { Regex: '\\p{Pd}|[aeiou]{2}' }, content: '~' }] });
+// UnicodeScripts (not a regex: a cut where the script changes) before
+// ByteLevel; its every code point is checked by test-tokenizer-scripts.sh.
+write('unicode-scripts', null, [{ type: 'UnicodeScripts' }, bytelevel]);
 // The Nmt normalizer (not a regex; its characters are few, and the test
 // gives it every code point of the BMP).
 write('nmt', { type: 'Nmt' }, [bytelevel]);
