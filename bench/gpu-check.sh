@@ -11,7 +11,8 @@
 #            (bf16 attention and the fused operators too), then attention
 #            again with the tiled kernels, (fp32 and bf16) through the GEMM
 #            path with 16-row strips, bf16 through the GEMM path (the flash
-#            kernels' twin), and the fused operators with PRIMUS_DEVICE_UNFUSED=1
+#            kernels' twin), the GEMMs through cuBLASLt (PRIMUS_CUDA_GEMM=lt),
+#            and the fused operators with PRIMUS_DEVICE_UNFUSED=1
 #   model    test-model-device --backend cuda: the model against the CPU model
 #            (losses 1e-5, gradients and 10 AdamW steps 1e-4, KV cache)
 #   parity   `train pretrain` 10 fp32 steps on cuda and on cpu from the same
@@ -33,7 +34,8 @@
 #            HOME, then check --perf --only perf.gpu_ against it (no FAIL)
 #            and gpu.memory
 #   profile  where a step's time goes: the race's primus and primus-before
-#            runs (12 steps) with PRIMUS_DEVICE_PROFILE, each operator and
+#            runs (12 steps; PROFILE_VARIANTS picks others, primus-tuned
+#            profiled on its second run) with PRIMUS_DEVICE_PROFILE, each operator and
 #            GEMM shape timed ($OUT/profile-*.md), and test-device's checks
 #            once more through the profiling table
 #   safe     NaN rollback, crash restart (both ending on the fault-free
@@ -232,6 +234,9 @@ check_kernels() {
   PRIMUS_CUDA_ATTENTION=gemm PRIMUS_CUDA_ATTENTION_STRIP=16 "$t" --backend cuda --only 'test_attention*' || rc=1
   echo "== bf16 attention through the GEMM path (the flash kernels' twin), PRIMUS_CUDA_ATTENTION=gemm"
   PRIMUS_CUDA_ATTENTION=gemm "$t" --backend cuda --only test_attention_bf16 || rc=1
+  echo "== the GEMMs through cuBLASLt, PRIMUS_CUDA_GEMM=lt"
+  PRIMUS_CUDA_GEMM=lt "$t" --backend cuda --only 'test_*gemm*' || rc=1
+  PRIMUS_CUDA_GEMM=lt "$t" --backend cuda --only test_lmhead_xent || rc=1
   echo "== the fused operators' twins, PRIMUS_DEVICE_UNFUSED=1 (the harness flips it itself too)"
   PRIMUS_DEVICE_UNFUSED=1 "$t" --backend cuda --only test_fused || rc=1
   return $rc
@@ -239,8 +244,9 @@ check_kernels() {
 
 check_profile() {
   local v
-  for v in primus primus-before; do
+  for v in ${PROFILE_VARIANTS:-primus primus-before}; do
     PRIMUS_DEVICE_PROFILE=$OUT/profile-$v.md PRIMUS="$BIN" OUT="$W/prof-$v" VARIANTS=$v STEPS=12 WARMUP=2 \
+      ROUNDS=$([[ $v == primus-tuned ]] && echo 2 || echo 1) \
       bash bench/gpu_race.sh || return 1
     grep -q '^| gemm_bf16 |' "$OUT/profile-$v.md" || { echo "no profile from $v"; return 1; }
     head -30 "$OUT/profile-$v.md"

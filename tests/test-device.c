@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "primus/prm_bench.h"
 #include "primus/prm_device.h"
@@ -1056,6 +1057,154 @@ static void test_timer(void **state) {
   free(want);
 }
 
+/* ------------------------------------------------------------------------ */
+/* cuBLASLt's algorithms and the tuning file (src/cuda/gemm_lt.cu)           */
+/* ------------------------------------------------------------------------ */
+
+/* A CUDA device opened with PRIMUS_CUDA_GEMM_TUNE=path (and `gemm` in
+ * PRIMUS_CUDA_GEMM when not NULL); NULL with err set when it fails. */
+static prm_dev_t *open_tuned(const char *path, const char *gemm, prm_err_t *err) {
+  setenv("PRIMUS_CUDA_GEMM_TUNE", path, 1);
+  if (gemm) setenv("PRIMUS_CUDA_GEMM", gemm, 1);
+  prm_dev_opts_t o = {.want = "cuda", .local_rank = 0, .gemm = g_gemm, .module_path = g_dev->module};
+  prm_dev_t *d = NULL;
+  prm_err_clear(err);
+  if (prm_dev_open(&o, &d, err)) d = NULL;
+  unsetenv("PRIMUS_CUDA_GEMM_TUNE");
+  unsetenv("PRIMUS_CUDA_GEMM");
+  return d;
+}
+
+/* Every transpose of a bf16 and an fp32 product on d, against the CPU's;
+ * the results (bf16 first) into out (8 x 33 x 40 floats). */
+static void tuned_gemms(prm_dev_t *d, float *out) {
+  prm_rng_t r;
+  prm_rng_seed(&r, 7);
+  const int64_t M = 33, N = 40, K = 96, nc = M * N;
+  float *Af = falloc(M * K), *Bf = falloc(K * N), *C = falloc(nc);
+  prm_bf16_t *A = prm_xcalloc((size_t)(M * K), 2), *B = prm_xcalloc((size_t)(K * N), 2);
+  randn(Af, M * K, &r, 1);
+  randn(Bf, K * N, &r, 1);
+  prm_f32_to_bf16(A, Af, M * K);
+  prm_f32_to_bf16(B, Bf, K * N);
+  prm_err_t err = {0};
+  void *dA = prm_dev_alloc(d, PRM_MEM_OTHER, (size_t)(M * K) * 4);
+  void *dB = prm_dev_alloc(d, PRM_MEM_OTHER, (size_t)(K * N) * 4);
+  float *dC = prm_dev_alloc(d, PRM_MEM_OTHER, (size_t)nc * 4);
+  for (int bf = 1, i = 0; bf >= 0; bf--)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++, i++) {
+        int64_t lda = ta ? M : K, ldb = tb ? K : N;
+        size_t es = bf ? 2 : 4;
+        assert_int_equal(prm_dev_upload(d, dA, bf ? (void *)A : (void *)Af, (size_t)(M * K) * es, &err), 0);
+        assert_int_equal(prm_dev_upload(d, dB, bf ? (void *)B : (void *)Bf, (size_t)(K * N) * es, &err), 0);
+        assert_int_equal(prm_dev_zero(d, dC, (size_t)nc * 4, &err), 0);
+        memset(C, 0, (size_t)nc * 4);
+        if (bf) {
+          prm_dev_gemm_bf16(d, ta, tb, M, N, K, 1.0f, dA, lda, dB, ldb, 0.0f, dC, N);
+          prm_gemm_bf16(&g_gemm, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+        } else {
+          prm_dev_sgemm(d, ta, tb, M, N, K, 1.0f, dA, lda, dB, ldb, 0.0f, dC, N);
+          prm_sgemm(&g_gemm, ta, tb, M, N, K, 1.0f, Af, lda, Bf, ldb, 0.0f, C, N);
+        }
+        float *got = out + (int64_t)i * nc;
+        assert_int_equal(prm_dev_download(d, got, dC, (size_t)nc * 4, &err), 0);
+        check(bf ? "gemm_bf16 (cuBLASLt)" : "sgemm (cuBLASLt)", got, C, nc, 2e-6 * K);
+      }
+  prm_dev_free(d, PRM_MEM_OTHER, dA, (size_t)(M * K) * 4);
+  prm_dev_free(d, PRM_MEM_OTHER, dB, (size_t)(K * N) * 4);
+  prm_dev_free(d, PRM_MEM_OTHER, dC, (size_t)nc * 4);
+  free(Af), free(Bf), free(C), free(A), free(B);
+}
+
+static int count_lines(const char *s) {
+  int n = 0;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+static void test_gemm_tune(void **state) {
+  (void)state;
+  if (g_dev->kind != PRM_DEV_KIND_CUDA) skip(); /* the CUDA module's */
+  prm_err_t err = {0};
+  char *path = prm_xasprintf("%s/gemm-tune.txt", prm_test_tmpdir());
+  unlink(path);
+  const int64_t nc = 33 * 40;
+  float *first = falloc(8 * nc), *again = falloc(8 * nc);
+  /* A new file: each of the 8 calls timed once and written. */
+  prm_dev_t *d = open_tuned(path, NULL, &err);
+  if (!d) fprintf(stderr, "test_gemm_tune: %s\n", err.msg);
+  assert_non_null(d);
+  tuned_gemms(d, first);
+  prm_dev_close(d);
+  char *tuned = NULL, *after = NULL;
+  size_t len = 0;
+  assert_int_equal(prm_fs_read_all(path, &tuned, &len, &err), 0);
+  assert_true(strncmp(tuned, "# primus cuda gemm tuning v1:", 29) == 0);
+  assert_int_equal(count_lines(tuned), 1 + 8);
+  assert_non_null(strstr(tuned, "\nbf16 nt 33 40 96 96 96 40 "));
+  assert_non_null(strstr(tuned, "\nfp32 tn 33 40 96 33 40 40 "));
+  /* Read back: the same algorithms (the same bits), nothing rewritten. */
+  d = open_tuned(path, "lt", &err);
+  assert_non_null(d);
+  tuned_gemms(d, again);
+  prm_dev_close(d);
+  assert_memory_equal(first, again, (size_t)(8 * nc) * 4);
+  assert_int_equal(prm_fs_read_all(path, &after, &len, &err), 0);
+  assert_string_equal(tuned, after);
+  /* Bad files and settings: the open fails naming the file and line. */
+  char *nl = strchr(tuned, '\n');
+  char *header = prm_xstrndup(tuned, (size_t)(nl - tuned + 1));
+  struct {
+    const char *text, *gemm, *says;
+  } bad[] = {
+      {"bf16 nt 1 2 3\n", NULL, ":1: not a primus GEMM tuning file"},
+      {"# primus cuda gemm tuning v1: another GPU, sm_80, cuBLASLt 1\n", NULL, "was tuned for"},
+      {"+bf16 nt 33 40 96 96 96 40 256 0.1 1 2 3 4 5 6 7\n", NULL, ":2: word 8"},
+      {"+bf17 nt 33 40 96 96 96 40 256 0.1 1 2 3 4 5 6 7 8\n", NULL, ":2: dtype"},
+      {"+bf16 nx 33 40 96 96 96 40 256 0.1 1 2 3 4 5 6 7 8\n", NULL, ":2: transposes"},
+      {"+bf16 nt 33 40 -96 96 96 40 256 0.1 1 2 3 4 5 6 7 8\n", NULL, ":2: M N K"},
+      {"+bf16 nt 33 40 96 96 96 40 24 0.1 1 2 3 4 5 6 7 8\n", NULL, ":2: alignment 24"},
+      {"+bf16 nt 33 40 96 96 96 40 256 0.1 1 2 3 4 5 6 7 -8\n", NULL, ":2: word 8"},
+      {"+bf16 nt 33 40 96 96 96 40 256 0.1 1 2 3 4 5 6 7 8 9\n", NULL, ":2: unexpected text"},
+      {"+bf16 nt 33 40 96 96 96 40 256 0.1 1 2 3 4 5 6 7 8\n"
+       "bf16 nt 33 40 96 96 96 40 256 0.1 1 2 3 4 5 6 7 8\n", NULL, ":3: the same call"},
+      {"+", "blas", "PRIMUS_CUDA_GEMM=blas"},
+      {"+", "cublas", "PRIMUS_CUDA_GEMM=cublas: expected blas"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *text = bad[i].text[0] == '+' ? prm_xasprintf("%s%s", header, bad[i].text + 1)
+                                       : prm_xstrdup(bad[i].text);
+    char *f = prm_test_write(prm_test_tmpdir(), "gemm-tune-bad.txt", text);
+    d = open_tuned(f, bad[i].gemm, &err);
+    if (d || !strstr(err.msg, bad[i].says) ||
+        (bad[i].text[1] && bad[i].text[0] != '+' && !strstr(err.msg, f))) {
+      fprintf(stderr, "tuning file case %zu: %s (want \"%s\")\n", i, d ? "opened" : err.msg,
+              bad[i].says);
+      fail();
+    }
+    free(text), free(f);
+  }
+  /* A line whose algorithm cuBLASLt does not accept fails the GEMM, naming the file. */
+  const char *ff = "ffffffffffffffff";
+  char *text = prm_xasprintf("%sbf16 nt 33 40 96 96 96 40 256 0.1 %s %s %s %s %s %s %s %s\n", header,
+                             ff, ff, ff, ff, ff, ff, ff, ff);
+  char *f = prm_test_write(prm_test_tmpdir(), "gemm-tune-bad.txt", text);
+  d = open_tuned(f, NULL, &err);
+  assert_non_null(d);
+  float *dA = prm_dev_alloc(d, PRM_MEM_OTHER, 33 * 96 * 2), *dB = prm_dev_alloc(d, PRM_MEM_OTHER, 96 * 40 * 2);
+  float *dC = prm_dev_alloc(d, PRM_MEM_OTHER, (size_t)nc * 4);
+  prm_dev_gemm_bf16(d, 0, 1, 33, 40, 96, 1.0f, (void *)dA, 96, (void *)dB, 96, 0.0f, dC, 40);
+  assert_int_not_equal(prm_dev_sync(d, &err), 0);
+  assert_non_null(strstr(err.msg, "cublasLtMatmulAlgoCheck"));
+  assert_non_null(strstr(err.msg, f));
+  prm_dev_free(d, PRM_MEM_OTHER, dA, 33 * 96 * 2);
+  prm_dev_free(d, PRM_MEM_OTHER, dB, 96 * 40 * 2);
+  prm_dev_free(d, PRM_MEM_OTHER, dC, (size_t)nc * 4);
+  prm_dev_close(d);
+  free(text), free(f), free(header), free(tuned), free(after), free(path), free(first), free(again);
+}
+
 /* PRIMUS_DEVICE_PROFILE: a device opened with it times every operator and
  * writes the report when it closes (src/device/profile.c). */
 static void test_profile(void **state) {
@@ -1213,7 +1362,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_adamw_reductions), cmocka_unit_test(test_attention_bf16),
       cmocka_unit_test(test_fused),         cmocka_unit_test(test_open),
       cmocka_unit_test(test_timer),         cmocka_unit_test(test_bench),
-      cmocka_unit_test(test_profile),
+      cmocka_unit_test(test_profile),       cmocka_unit_test(test_gemm_tune),
   };
   rc = cmocka_run_group_tests(tests, NULL, NULL);
   prm_dev_close(g_dev);

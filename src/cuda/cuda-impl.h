@@ -33,10 +33,12 @@ typedef struct {
   int16_t bf16;   /* 1: write the bf16 copy */
 } prm_cu_adamw_chunk;
 
+typedef struct prm_cu_lt prm_cu_lt; /* gemm_lt.cu */
 typedef struct {
   int ordinal;
   gpuStream_t stream;
   gpublasHandle_t blas;
+  prm_cu_lt *lt; /* PRIMUS_CUDA_GEMM=lt: GEMMs through cuBLASLt (owned), else NULL */
   void *blas_ws; /* cuBLAS workspace (counted under SCRATCH) */
   size_t blas_ws_bytes;
   int tf32;      /* set_tf32: TF32 tensor cores allowed in sgemm */
@@ -133,6 +135,20 @@ __device__ static inline float prm_cu_group_sum(float v) {
   for (int m = 1; m < 8; m <<= 1) v += PRM_SHFL_XOR(v, m);
   return v;
 }
+
+/* ---- cuBLASLt GEMMs (gemm_lt.cu) ---- */
+/* Reads PRIMUS_CUDA_GEMM and PRIMUS_CUDA_GEMM_TUNE: sets c->lt when the
+ * GEMMs go through cuBLASLt (and loads the tuning file). 0, or -1 with the
+ * reason in msg (c->lt may be set: prm_cu_lt_close releases it). */
+int prm_cu_lt_open(prm_cu_ctx *c, char *msg, size_t msg_len);
+void prm_cu_lt_close(prm_cu_ctx *c);
+/* Row-major C (M,N) = alpha op(A) op(B) + beta C through cuBLASLt: 1 when
+ * it took the call (done, or a failure recorded), 0 when the caller should
+ * use cublasGemmEx (lt off, K == 0, operands below 16-byte alignment, or
+ * no cuBLASLt algorithm for the shape). */
+int prm_cu_lt_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb, int64_t M, int64_t N,
+                   int64_t K, float alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+                   float beta, float *C, int64_t ldc);
 
 /* ---- operators (ops.cu) ---- */
 void prm_cu_f32_to_bf16(void *ctx, prm_dev_bf16_t *dst, const float *src, int64_t n);

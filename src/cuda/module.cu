@@ -121,6 +121,7 @@ static void prm_cu_close(void *ctx) {
   free(c->adamw_segs);
   if (c->h_red) gpuFreeHost(c->h_red);
   if (c->d_red) gpuFree(c->d_red);
+  prm_cu_lt_close(c);
   if (c->blas) gpublasDestroy(c->blas);
   if (c->blas_ws) gpuFree(c->blas_ws);
   if (c->have_events) {
@@ -325,6 +326,9 @@ static void prm_cu_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb,
                 op, (long long)M, (long long)N, (long long)K);
     return;
   }
+  /* PRIMUS_CUDA_GEMM=lt: cuBLASLt with an algorithm per shape (gemm_lt.cu). */
+  if (c->lt && prm_cu_lt_gemm(c, op, bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+    return;
   /* COMPUTE_32F with the handle's default math mode (never changed here)
    * is plain fp32: cuBLAS uses TF32 only under COMPUTE_32F_FAST_TF32 or
    * CUBLAS_TF32_TENSOR_OP_MATH. alpha and beta are host floats (the default
@@ -616,6 +620,11 @@ extern "C" __attribute__((visibility("default"))) int prm_device_module_open(
   step = "cublasSetAtomicsMode";
   bs = gpublasSetAtomicsMode(c->blas, GPUBLAS_ATOMICS_NOT_ALLOWED);
   if (bs != GPUBLAS_STATUS_SUCCESS) goto fail_blas;
+  /* PRIMUS_CUDA_GEMM / PRIMUS_CUDA_GEMM_TUNE (gemm_lt.cu). */
+  if (prm_cu_lt_open(c, msg, msg_len)) {
+    prm_cu_close(c);
+    return PRM_DEV_OPEN_FAILED;
+  }
   *table = &prm_cu_table;
   *ctx = c;
   return PRM_DEV_OPEN_OK;

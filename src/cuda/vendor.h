@@ -24,6 +24,7 @@
 #include <hipblas/hipblas.h>
 
 #define PRM_GPU_VENDOR "hip"
+#define PRM_GPU_HAVE_LT 0 /* hipBLASLt not mapped yet: GEMMs through hipblasGemmEx */
 
 typedef hipError_t gpuError_t;
 typedef hipStream_t gpuStream_t;
@@ -98,6 +99,7 @@ typedef hipblasComputeType_t gpublasComputeType_t;
 #else
 /* ----------------------------------------------------------------- CUDA */
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -164,6 +166,37 @@ typedef cublasComputeType_t gpublasComputeType_t;
 #define gpublasGemmBatchedEx cublasGemmBatchedEx
 #define gpublasGetStatusString cublasGetStatusString
 #define gpublasGetVersion cublasGetVersion
+typedef cublasOperation_t gpublasOperation_t;
+
+/* cuBLASLt (gemm_lt.cu): an algorithm per GEMM shape. */
+#define PRM_GPU_HAVE_LT 1
+typedef cublasLtHandle_t gpublasLtHandle_t;
+typedef cublasLtMatmulDesc_t gpublasLtMatmulDesc_t;
+typedef cublasLtMatrixLayout_t gpublasLtMatrixLayout_t;
+typedef cublasLtMatmulPreference_t gpublasLtMatmulPreference_t;
+typedef cublasLtMatmulAlgo_t gpublasLtMatmulAlgo_t;
+typedef cublasLtMatmulHeuristicResult_t gpublasLtMatmulHeuristicResult_t;
+#define gpublasLtCreate cublasLtCreate
+#define gpublasLtDestroy cublasLtDestroy
+#define gpublasLtGetVersion cublasLtGetVersion
+#define gpublasLtMatmulDescCreate cublasLtMatmulDescCreate
+#define gpublasLtMatmulDescDestroy cublasLtMatmulDescDestroy
+#define gpublasLtMatmulDescSetAttribute cublasLtMatmulDescSetAttribute
+#define GPUBLASLT_MATMUL_DESC_TRANSA CUBLASLT_MATMUL_DESC_TRANSA
+#define GPUBLASLT_MATMUL_DESC_TRANSB CUBLASLT_MATMUL_DESC_TRANSB
+#define gpublasLtMatrixLayoutCreate cublasLtMatrixLayoutCreate
+#define gpublasLtMatrixLayoutDestroy cublasLtMatrixLayoutDestroy
+#define gpublasLtMatmulPreferenceCreate cublasLtMatmulPreferenceCreate
+#define gpublasLtMatmulPreferenceDestroy cublasLtMatmulPreferenceDestroy
+#define gpublasLtMatmulPreferenceSetAttribute cublasLtMatmulPreferenceSetAttribute
+#define GPUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
+#define GPUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES
+#define GPUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES
+#define GPUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES
+#define GPUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
+#define gpublasLtMatmulAlgoGetHeuristic cublasLtMatmulAlgoGetHeuristic
+#define gpublasLtMatmulAlgoCheck cublasLtMatmulAlgoCheck
+#define gpublasLtMatmul cublasLtMatmul
 
 /* Lane exchange within a warp; every lane of the warp takes part. */
 #define PRM_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
