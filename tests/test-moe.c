@@ -68,17 +68,16 @@ static void test_config_check(void **state) {
   assert_int_equal(prm_llama_tp_check_config(&c, 2, &err), PRM_ECONFIG);
   assert_non_null(strstr(err.msg, "moe_shared_expert_intermediate_size (7)"));
   c = moe_cfg();
-  assert_int_equal(prm_llama_etp_check_config(&c, 2, 0, 1, &err), 0);
-  assert_int_equal(prm_llama_etp_check_config(&c, 2, 1, 1, &err), 0);
-  assert_int_equal(prm_llama_etp_check_config(&c, 2, 3, 1, &err), PRM_ECONFIG);
+  assert_int_equal(prm_llama_etp_check_config(&c, 2, 0, &err), 0);
+  assert_int_equal(prm_llama_etp_check_config(&c, 2, 1, &err), 0);
+  assert_int_equal(prm_llama_etp_check_config(&c, 2, 3, &err), PRM_ECONFIG);
   assert_non_null(strstr(err.msg, "expert_tensor_parallel_size 3: expected 1"));
-  assert_int_equal(prm_llama_etp_check_config(&c, 1, 2, 1, &err), PRM_ECONFIG);
-  assert_int_equal(prm_llama_etp_check_config(&c, 2, 2, 2, &err), PRM_ECONFIG);
-  assert_non_null(strstr(err.msg, "expert_model_parallel_size 2 with tensor_model_parallel_size 2"));
+  assert_int_equal(prm_llama_etp_check_config(&c, 1, 2, &err), PRM_ECONFIG);
+  assert_int_equal(prm_llama_etp_check_config(&c, 2, 2, &err), 0);
   c.moe_ffn = 13;
-  assert_int_equal(prm_llama_etp_check_config(&c, 2, 0, 1, &err), PRM_ECONFIG);
+  assert_int_equal(prm_llama_etp_check_config(&c, 2, 0, &err), PRM_ECONFIG);
   assert_non_null(strstr(err.msg, "must divide moe_ffn_hidden_size (13)"));
-  assert_int_equal(prm_llama_etp_check_config(&c, 2, 1, 1, &err), 0); /* whole: any width */
+  assert_int_equal(prm_llama_etp_check_config(&c, 2, 1, &err), 0); /* whole: any width */
 }
 
 /* bf16 mixed precision: the router's, experts' and shared expert's GEMMs

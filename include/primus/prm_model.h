@@ -136,7 +136,25 @@ typedef enum {
   PRM_TP_COLS = 1,  /* rank r holds columns [r K/T, (r+1) K/T) (row-parallel) */
   PRM_TP_EXPERT = 2, /* an expert's matrix under expert parallelism: whole on the rank of the
                       * expert-parallel group that holds the expert, absent (numel 0) elsewhere */
+  /* Under expert and tensor parallelism with the experts split
+   * (expert_tensor_parallel_size = T): on the holder of the expert as
+   * PRM_TP_EXPERT, and there split over the tensor-parallel group by rows
+   * (w1, w3) or columns (w2), as PRM_TP_ROWS / PRM_TP_COLS. */
+  PRM_TP_EXPERT_ROWS = 3,
+  PRM_TP_EXPERT_COLS = 4,
 } prm_tp_split_t;
+
+/* The split is an expert's under expert parallelism (held by one rank of
+ * the expert-parallel group, absent on the others). */
+static inline int prm_tp_split_is_expert(prm_tp_split_t s) { return s >= PRM_TP_EXPERT; }
+/* How the split divides a tensor among the tensor-parallel ranks:
+ * PRM_TP_WHOLE, PRM_TP_ROWS or PRM_TP_COLS. */
+static inline prm_tp_split_t prm_tp_split_tp(prm_tp_split_t s) {
+  return s == PRM_TP_EXPERT ? PRM_TP_WHOLE
+         : s == PRM_TP_EXPERT_ROWS ? PRM_TP_ROWS
+         : s == PRM_TP_EXPERT_COLS ? PRM_TP_COLS
+                                   : s;
+}
 
 /* One named parameter tensor, a view into the model's parameter block.
  * Under tensor parallelism shape/numel/offset are this rank's shard and
@@ -189,7 +207,10 @@ typedef struct {
    * by rows, w2 by columns; the outputs summed over the group); 1, every
    * expert whole on every rank of the group (each computes them all on
    * the group's tokens). The router is whole and a shared expert split,
-   * either way. Not combined with expert parallelism yet. */
+   * either way. With expert parallelism (ep_size > 1) the same holds on
+   * the rank that holds an expert: the expert-parallel group's ranks share
+   * one tensor-parallel rank, so each moves the rows for its own slice of
+   * the experts (or, whole, every tensor-parallel rank for all of them). */
   int etp_size;
   /* Context parallel (context_parallel_size, src/model/cp.c): the group's
    * cp_size ranks each hold 1/cp_size of every sequence, chunks r and
@@ -375,9 +396,8 @@ int prm_llama_tp_check_config(const prm_llama_config_t *c, int size, prm_err_t *
 int prm_llama_sp_check_config(int size, int64_t T, int cp, prm_err_t *err);
 /* PRM_ECONFIG when expert_tensor_parallel_size `etp` (0: tp) does not go
  * with tensor_model_parallel_size `tp` (1 or tp; each expert's width
- * divisible by it) or is set with expert parallelism `ep` > 1. */
-int prm_llama_etp_check_config(const prm_llama_config_t *c, int tp, int etp, int ep,
-                               prm_err_t *err);
+ * divisible by it). */
+int prm_llama_etp_check_config(const prm_llama_config_t *c, int tp, int etp, prm_err_t *err);
 /* PRM_ECONFIG when the experts cannot be split over `size` ranks (a dense
  * model, or num_experts not a multiple of size). */
 int prm_llama_ep_check_config(const prm_llama_config_t *c, int size, prm_err_t *err);

@@ -133,8 +133,7 @@ int prm_llama_sp_check_config(int size, int64_t T, int cp, prm_err_t *err) {
   return 0;
 }
 
-int prm_llama_etp_check_config(const prm_llama_config_t *c, int tp, int etp, int ep,
-                               prm_err_t *err) {
+int prm_llama_etp_check_config(const prm_llama_config_t *c, int tp, int etp, prm_err_t *err) {
   if (!c->experts || tp <= 1) {
     if (etp > 1)
       return prm_errf(err, PRM_ECONFIG,
@@ -152,12 +151,6 @@ int prm_llama_etp_check_config(const prm_llama_config_t *c, int tp, int etp, int
     return prm_errf(err, PRM_ECONFIG,
                     "expert_tensor_parallel_size %d must divide moe_ffn_hidden_size (%lld): each "
                     "rank takes an equal slice of every expert", etp, (long long)c->moe_ffn);
-  if (ep > 1)
-    return prm_errf(err, PRM_ECONFIG,
-                    "expert_model_parallel_size %d with tensor_model_parallel_size %d: experts "
-                    "both held per expert-parallel rank and split over the tensor-parallel group "
-                    "are not supported yet (their checkpoint gather and slice are not written); "
-                    "use one of the two", ep, tp);
   return 0;
 }
 

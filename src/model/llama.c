@@ -26,10 +26,16 @@ static void prm__add_tensor(prm_llama_t *m, int64_t *off, int64_t *full_off, con
   t->full_shape[1] = cols;
   t->full_numel = cols ? rows * cols : rows;
   t->full_offset = *full_off;
-  t->split = T > 1 ? how : PRM_TP_WHOLE;
-  if (how == PRM_TP_EXPERT) t->split = m->tp.ep_size > 1 ? how : PRM_TP_WHOLE;
-  t->shape[0] = t->split == PRM_TP_ROWS ? rows / T : rows;
-  t->shape[1] = t->split == PRM_TP_COLS ? cols / T : cols;
+  /* An expert's split keeps its expert part under expert parallelism
+   * only, its tensor-parallel part under tensor parallelism only. */
+  prm_tp_split_t tph = T > 1 ? prm_tp_split_tp(how) : PRM_TP_WHOLE;
+  t->split = tph;
+  if (prm_tp_split_is_expert(how) && m->tp.ep_size > 1)
+    t->split = tph == PRM_TP_ROWS   ? PRM_TP_EXPERT_ROWS
+               : tph == PRM_TP_COLS ? PRM_TP_EXPERT_COLS
+                                    : PRM_TP_EXPERT;
+  t->shape[0] = tph == PRM_TP_ROWS ? rows / T : rows;
+  t->shape[1] = tph == PRM_TP_COLS ? cols / T : cols;
   t->numel = cols ? t->shape[0] * t->shape[1] : t->shape[0];
   t->offset = *off;
   t->decay = t->ndim >= 2;
@@ -37,13 +43,16 @@ static void prm__add_tensor(prm_llama_t *m, int64_t *off, int64_t *full_off, con
   *full_off += t->full_numel;
 }
 
-/* Expert e's matrix: under expert parallelism whole when this rank holds
- * e, else absent (shape 0 x cols, numel 0, at the offset where the held
- * experts start); under tensor parallelism split `how` when the experts
- * are (expert_tensor_parallel_size > 1), whole otherwise. */
+/* Expert e's matrix: under expert parallelism present when this rank
+ * holds e, else absent (shape 0 x cols, numel 0, at the offset where the
+ * held experts start); under tensor parallelism split `how` (PRM_TP_ROWS
+ * or PRM_TP_COLS) when the experts are (expert_tensor_parallel_size > 1),
+ * whole otherwise. */
 static void prm__add_expert(prm_llama_t *m, int64_t *off, int64_t *full_off, const char *name,
                             int64_t e, int64_t rows, int64_t cols, prm_tp_split_t how) {
-  if (m->tp.ep_size > 1 || m->tp.etp_size <= 1) how = PRM_TP_EXPERT;
+  how = m->tp.etp_size <= 1 ? PRM_TP_EXPERT
+        : how == PRM_TP_ROWS ? PRM_TP_EXPERT_ROWS
+                             : PRM_TP_EXPERT_COLS;
   prm__add_tensor(m, off, full_off, name, rows, cols, how);
   prm_tensor_t *t = &m->tensors[m->ntensors - 1];
   if (e >= m->e0 && e < m->e0 + m->El) return;
@@ -420,7 +429,7 @@ int prm_llama_new_dev(const prm_llama_config_t *c, int64_t B, int64_t T, unsigne
   int esize = tp && tp->ep_size > 1 ? tp->ep_size : 1;
   if ((rc = prm_llama_ep_check_config(c, esize, err))) return rc;
   int etp = tsize > 1 && c->experts ? (tp->etp_size > 0 ? tp->etp_size : tsize) : 1;
-  if ((rc = prm_llama_etp_check_config(c, tsize, etp, esize, err))) return rc;
+  if ((rc = prm_llama_etp_check_config(c, tsize, etp, err))) return rc;
   prm_llama_t *m = prm_xcalloc(1, sizeof *m);
   char what[64];
   m->moe_router_w = -1.0; /* the router's losses over the tokens that count */

@@ -44,14 +44,20 @@
  * over the group (prm__cp_sum) and the losses are the whole micro-batch's,
  * as on one rank; capacity stays per rank.
  *
- * Tensor parallelism (m->tp.size = T > 1; not with expert parallelism):
- * the router is whole and every rank routes the same tokens alike. With
- * m->tp.etp_size > 1 each expert is split as the dense MLP (w1/w3 Fel =
- * Fe/T rows, w2 Fel columns): eout holds partial outputs, so the combined
- * output is summed over the group, and in backward so are the router
- * weights' partial gradients and the input gradient; with etp_size 1 the
- * experts are whole and only a shared expert's (always split) part is
- * summed. */
+ * Tensor parallelism (m->tp.size = T > 1): the router is whole and every
+ * rank routes the same tokens alike. With m->tp.etp_size > 1 each expert
+ * is split as the dense MLP (w1/w3 Fel = Fe/T rows, w2 Fel columns): eout
+ * holds partial outputs, so the combined output is summed over the group,
+ * and in backward so are the router weights' partial gradients and the
+ * input gradient; with etp_size 1 the experts are whole and only a shared
+ * expert's (always split) part is summed.
+ *
+ * Both (T > 1 and P > 1): the expert-parallel group's ranks share one
+ * tensor-parallel rank (par.c) and the tensor-parallel ranks of a group
+ * route the same tokens alike, so each tensor-parallel rank runs the
+ * exchanges above for its own slice of the experts (split) or for whole
+ * experts (etp_size 1: the same rows and results on every rank of the
+ * group); the sums over the tensor-parallel group are the ones above. */
 #include "model-impl.h"
 
 #include <limits.h>

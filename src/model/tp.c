@@ -23,9 +23,10 @@
 void prm__tp_slice_tensor(const prm_llama_t *m, const prm_tensor_t *t, const float *whole,
                           float *local) {
   int r = m->tp.rank;
-  switch (t->split) {
-  case PRM_TP_WHOLE:
-  case PRM_TP_EXPERT: /* whole where the expert is held, nothing (numel 0) elsewhere */
+  /* An expert's matrix is absent (numel 0, shape[0] 0) where it is not
+   * held: nothing is copied. */
+  switch (prm_tp_split_tp(t->split)) {
+  default:
     memcpy(local, whole, (size_t)t->numel * sizeof(float));
     break;
   case PRM_TP_ROWS: /* the rank's rows are one contiguous block */
@@ -47,25 +48,57 @@ void prm_llama_tp_slice(const prm_llama_t *m, const float *full, float *local) {
   }
 }
 
+/* An expert-parallel MoE layer's experts whole (collective over the
+ * expert- and tensor-parallel groups), from this rank's block at `local`
+ * (El experts, each w1 (Fel,C), w2 (C,Fel), w3 (Fel,C)): the expert-
+ * parallel group's blocks in rank order are the experts in order; split
+ * experts then come from every tensor-parallel rank's slices, w1 and w3
+ * stacked by rows and w2 interleaved by columns. *out is set on the root
+ * only (into *tmp or *cols). */
+static int prm__tp_experts(const prm_llama_t *m, const float *local, float **tmp, float **cols,
+                           const float **out, int64_t *n, int root, prm_err_t *err) {
+  int64_t E = m->cfg.experts, C = m->cfg.hidden, Fe = m->cfg.moe_ffn, Fl = m->Fel;
+  int64_t k = m->El * 3 * Fl * C, T = m->tp.size > 1 ? m->tp.size : 1;
+  int split = Fl < Fe;
+  *n = E * 3 * Fe * C;
+  *tmp = prm_xrealloc(*tmp, (size_t)*n * sizeof(float));
+  int rc = prm_comm_allgather(m->tp.ep_comm, local, *tmp, k, PRM_COMM_F32, err);
+  if (rc || !split) {
+    if (!rc && root) *out = *tmp;
+    return rc;
+  }
+  /* Split: this rank's slices of every expert gathered over the
+   * tensor-parallel group, rank after rank, then reassembled. */
+  int64_t part = E * 3 * Fl * C; /* one tensor-parallel rank's slices of all experts */
+  *cols = prm_xrealloc(*cols, (size_t)*n * sizeof(float));
+  if ((rc = prm_comm_allgather(m->tp.comm, *tmp, *cols, part, PRM_COMM_F32, err)) || !root)
+    return rc;
+  for (int64_t e = 0; e < E; e++) {
+    float *w = *tmp + e * 3 * Fe * C; /* expert e whole: w1 (Fe,C), w2 (C,Fe), w3 (Fe,C) */
+    for (int64_t s = 0; s < T; s++) {
+      const float *p = *cols + s * part + e * 3 * Fl * C; /* rank s's slices of expert e */
+      memcpy(w + s * Fl * C, p, (size_t)(Fl * C) * sizeof(float));
+      memcpy(w + 2 * Fe * C + s * Fl * C, p + 2 * Fl * C, (size_t)(Fl * C) * sizeof(float));
+      for (int64_t j = 0; j < C; j++)
+        memcpy(w + Fe * C + j * Fe + s * Fl, p + Fl * C + j * Fl, (size_t)Fl * sizeof(float));
+    }
+  }
+  *out = *tmp;
+  return 0;
+}
+
 /* Tensor i whole, on the root of its stage's tensor- and expert-parallel
  * groups (collective over them): *out points at it (into local, or *tmp
  * / *cols), *n is its count; *out is NULL on the other ranks. For an
- * expert-parallel MoE layer's first expert tensor, the layer's experts:
- * the group's blocks (El experts each, in rank order: the experts in
- * order). */
+ * expert-parallel MoE layer's first expert tensor, the layer's experts
+ * (prm__tp_experts). */
 static int prm__tp_whole(const prm_llama_t *m, int i, const float *local, float **tmp,
                          float **cols, const float **out, int64_t *n, prm_err_t *err) {
   const prm_tensor_t *t = &m->tensors[i];
   int root = m->tp.rank == 0 && m->tp.ep_rank == 0, rc = 0;
   *out = NULL;
-  if (t->split == PRM_TP_EXPERT) {
-    int64_t k = m->El * 3 * m->cfg.moe_ffn * m->cfg.hidden;
-    *n = k * m->tp.ep_size;
-    *tmp = prm_xrealloc(*tmp, (size_t)*n * sizeof(float));
-    rc = prm_comm_allgather(m->tp.ep_comm, local + t->offset, *tmp, k, PRM_COMM_F32, err);
-    if (root) *out = *tmp;
-    return rc;
-  }
+  if (prm_tp_split_is_expert(t->split))
+    return prm__tp_experts(m, local + t->offset, tmp, cols, out, n, root, err);
   *n = t->full_numel;
   if (t->split == PRM_TP_WHOLE) {
     if (root) *out = local + t->offset;
@@ -98,11 +131,11 @@ int prm_llama_tp_gather(const prm_llama_t *m, const float *local, float *full, p
   for (int i = 0; i < m->ntensors && !rc; i++) {
     const prm_tensor_t *t = &m->tensors[i];
     /* An expert-parallel layer's experts go together, at its first one. */
-    if (t->split == PRM_TP_EXPERT && i > 0 && m->tensors[i - 1].split == PRM_TP_EXPERT) continue;
+    int expert = prm_tp_split_is_expert(t->split);
+    if (expert && i > 0 && prm_tp_split_is_expert(m->tensors[i - 1].split)) continue;
     if (t->stage != stage) { /* another stage's: its root sends it to ours */
       if (!root) continue;
-      int64_t n = t->split == PRM_TP_EXPERT ? m->cfg.experts * 3 * m->cfg.moe_ffn * m->cfg.hidden
-                                            : t->full_numel;
+      int64_t n = expert ? m->cfg.experts * 3 * m->cfg.moe_ffn * m->cfg.hidden : t->full_numel;
       rc = prm_comm_recv(m->tp.pp_comm, full + t->full_offset, n, PRM_COMM_F32, t->stage, 0, err);
       continue;
     }

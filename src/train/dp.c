@@ -75,7 +75,7 @@ int prm__dp_experts(prm__dp_t *dp, const prm__par_t *par, const prm_llama_t *m) 
     if (!prm_llama_is_moe(c, l)) continue;
     if (m->layer_stage && m->layer_stage[l] != m->tp.pp_rank) continue; /* another stage's */
     dp->xlo[dp->nx] = m->layer[l].experts - m->params;
-    dp->xhi[dp->nx] = dp->xlo[dp->nx] + m->El * 3 * c->moe_ffn * c->hidden;
+    dp->xhi[dp->nx] = dp->xlo[dp->nx] + m->El * 3 * m->Fel * c->hidden;
     dp->nx++;
   }
   /* A bucket is cut into at most two pieces more per expert range. */

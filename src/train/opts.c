@@ -588,7 +588,7 @@ int prm_train_opts_from_exp(const prm_exp_t *e, prm_train_opts_t *o, prm_err_t *
       return prm__prefix_origin(e, ek, (prm_errf(err, PRM_ECONFIG, "%s: must be between 1 and "
                                                  "4096, got %lld", ek, (long long)etp), err));
     o->etp = (int)etp;
-    if ((rc = prm_llama_etp_check_config(&o->model, o->tp, o->etp, o->ep, err)))
+    if ((rc = prm_llama_etp_check_config(&o->model, o->tp, o->etp, err)))
       return prm__prefix_origin(e, ek, err);
   }
   int64_t mport = 0;

@@ -112,7 +112,7 @@ int prm__grad_norm(prm_llama_t *m, double *norm, prm_err_t *err) {
   for (int i = 0; i < m->ntensors; i++, k++) {
     const prm_tensor_t *t = &m->tensors[i];
     if (m->tp.pp_size > 1 && t->stage != m->tp.pp_rank) continue; /* a tied embedding's twin */
-    if (t->split == PRM_TP_EXPERT) {
+    if (prm_tp_split_is_expert(t->split)) {
       sx += multi ? part[k] : prm_dev_sumsq(m->dev, m->grads + t->offset, t->numel);
       continue;
     }
@@ -127,9 +127,13 @@ int prm__grad_norm(prm_llama_t *m, double *norm, prm_err_t *err) {
     if (rc) return rc;
   }
   /* Each expert is held by one rank of the expert-parallel group: summed
-   * over it, every expert counts once. */
+   * over it, every expert counts once. Split over the tensor-parallel
+   * group too (expert_tensor_parallel_size > 1), its slices are summed
+   * over that; whole, every tensor-parallel rank has the same sum. */
   if (m->tp.ep_size > 1) {
     int rc = prm_comm_allreduce(m->tp.ep_comm, &sx, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
+    if (!rc && m->tp.size > 1 && m->tp.etp_size > 1)
+      rc = prm_comm_allreduce(m->tp.comm, &sx, 1, PRM_COMM_F64, PRM_COMM_SUM, err);
     if (rc) return rc;
   }
   ss += sx;

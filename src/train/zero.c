@@ -303,7 +303,9 @@ double prm__zero_sumsq(const prm__dp_t *dp, const prm_llama_t *m) {
   for (int i = 0; i < m->ntensors; i++) {
     const prm_tensor_t *t = &m->tensors[i];
     if (m->tp.pp_size > 1 && t->stage != m->tp.pp_rank) continue; /* a tied embedding's twin */
-    if (t->split == PRM_TP_WHOLE && m->tp.size > 1 && m->tp.rank != 0) continue;
+    /* Whole on every tensor-parallel rank (the norms, the router, whole
+     * experts): counted by rank 0. */
+    if (prm_tp_split_tp(t->split) == PRM_TP_WHOLE && m->tp.size > 1 && m->tp.rank != 0) continue;
     PRM__ZERO_PARTS(dp, t, a, b, at, (void)at; ss += prm_sumsq(m->grads + a, b - a));
   }
   return ss;

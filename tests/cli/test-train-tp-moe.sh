@@ -10,8 +10,8 @@
 # weights within 1e-5 after 6 steps: the checkpoints hold the whole model);
 # bf16 at T = 2 stays within 1% of bf16 on one rank;
 # parameters per rank fall with the split; a T = 2 checkpoint resumes at
-# T = 1 to the uninterrupted run's weights; bad sizes and T x expert
-# parallel are refused naming the key.
+# T = 1 to the uninterrupted run's weights; bad sizes are refused naming
+# the key. T x expert parallel: tests/cli/test-train-tp-ep.sh.
 source "$(dirname "$0")/lib.sh"
 multirank_setup
 
@@ -103,7 +103,5 @@ refuse "expert width" "must divide moe_ffn_hidden_size (47)" "tensor_model_paral
   "moe_ffn_hidden_size: 47"
 refuse "shared width" "moe_shared_expert_intermediate_size (31)" \
   "tensor_model_parallel_size: 2" "moe_shared_expert_intermediate_size: 31"
-refuse "with expert parallel" "expert_model_parallel_size 2 with tensor_model_parallel_size 2" \
-  "tensor_model_parallel_size: 2" "expert_model_parallel_size: 2"
 
 finish
