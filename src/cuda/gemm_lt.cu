@@ -18,43 +18,35 @@
  *
  * FILE is text: a header line naming the GPU, its compute capability and
  * cuBLASLt's version (a FILE tuned elsewhere is refused, naming both),
- * then one line per call:
- *   bf16 nt 16384 768 768 768 768 768 256 0.0412 <8 words of the algorithm>
- * dtype (bf16, fp32 or tf32), primus' row-major transposes of A and B, M N
- * K, lda ldb ldc, the alignment in bytes the operands shared, the best
- * time in ms (-1 when not timed) and cublasLtMatmulAlgo_t's 8 words in hex.
+ * then one line per call (gemm_tune_line.h).
  *
  * Ownership: the context owns its prm_cu_lt (c->lt), the handle, each
  * entry's descriptors and the path; prm_cu_lt_close releases them. */
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "cuda/cuda-impl.h"
+#include "cuda/gemm_tune_line.h"
 
 #define PRM_CU_LT_TRIES 8
 #define PRM_CU_LT_REPS 3
 /* The temporary output of a timed choice: larger calls take the
  * heuristic's first algorithm untimed. */
 #define PRM_CU_LT_TMP_MAX ((size_t)1 << 30)
-#define PRM_CU_LT_MAGIC "# primus cuda gemm tuning v1:"
 
 #if PRM_GPU_HAVE_LT
 
 typedef struct {
-  /* The key, in primus' row-major terms. */
-  int dtype; /* 0 fp32, 1 tf32, 2 bf16 */
-  int ta, tb, align;
-  int64_t M, N, K, lda, ldb, ldc;
-  /* The choice. */
-  gpublasLtMatmulAlgo_t algo;
-  float ms;
-  int ready; /* descriptors made */
+  prm_cu_tune_line_t k; /* the key in primus' row-major terms, the time, the algorithm */
+  int ready;            /* descriptors made */
   gpublasLtMatmulDesc_t desc;
   gpublasLtMatrixLayout_t la, lb, lc;
 } prm_cu_lt_entry;
+
+static_assert(sizeof(gpublasLtMatmulAlgo_t) == sizeof(((prm_cu_tune_line_t *)0)->algo),
+              "cublasLtMatmulAlgo_t is 8 words");
 
 struct prm_cu_lt {
   gpublasLtHandle_t h;
@@ -63,8 +55,6 @@ struct prm_cu_lt {
   prm_cu_lt_entry *e;
   int n, cap;
 };
-
-static const char *const prm_cu_lt_dtypes[] = {"fp32", "tf32", "bf16"};
 
 static void prm_cu_lt_say(char *msg, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -75,18 +65,18 @@ static void prm_cu_lt_say(char *msg, size_t len, const char *fmt, ...) {
   va_end(ap);
 }
 
-static prm_cu_lt_entry *prm_cu_lt_find(prm_cu_lt *lt, const prm_cu_lt_entry *k) {
+static prm_cu_lt_entry *prm_cu_lt_find(prm_cu_lt *lt, const prm_cu_tune_line_t *k) {
   for (int i = 0; i < lt->n; i++) {
-    prm_cu_lt_entry *x = &lt->e[i];
+    const prm_cu_tune_line_t *x = &lt->e[i].k;
     if (x->dtype == k->dtype && x->ta == k->ta && x->tb == k->tb && x->align == k->align &&
         x->M == k->M && x->N == k->N && x->K == k->K && x->lda == k->lda && x->ldb == k->ldb &&
         x->ldc == k->ldc)
-      return x;
+      return &lt->e[i];
   }
   return NULL;
 }
 
-static prm_cu_lt_entry *prm_cu_lt_add(prm_cu_lt *lt, const prm_cu_lt_entry *k) {
+static prm_cu_lt_entry *prm_cu_lt_add(prm_cu_lt *lt, const prm_cu_tune_line_t *k) {
   if (lt->n == lt->cap) {
     int cap = lt->cap ? 2 * lt->cap : 32;
     prm_cu_lt_entry *e = (prm_cu_lt_entry *)realloc(lt->e, (size_t)cap * sizeof *e);
@@ -95,8 +85,8 @@ static prm_cu_lt_entry *prm_cu_lt_add(prm_cu_lt *lt, const prm_cu_lt_entry *k) {
     lt->cap = cap;
   }
   prm_cu_lt_entry *x = &lt->e[lt->n++];
-  *x = *k;
-  x->ready = 0;
+  memset(x, 0, sizeof *x);
+  x->k = *k;
   return x;
 }
 
@@ -105,20 +95,21 @@ static prm_cu_lt_entry *prm_cu_lt_add(prm_cu_lt *lt, const prm_cu_lt_entry *k) {
  * module.cu's GemmEx call. A layout names the matrix as stored: op N is
  * (rows m, cols k), op T is (k, m), column-major with the row stride as
  * its leading dimension. */
-static int prm_cu_lt_describe(prm_cu_lt_entry *x) {
+static int prm_cu_lt_describe(prm_cu_lt_entry *e) {
+  const prm_cu_tune_line_t *x = &e->k;
   gpublasComputeType_t ct = x->dtype == 1 ? GPUBLAS_COMPUTE_32F_FAST_TF32 : GPUBLAS_COMPUTE_32F;
   auto ab = x->dtype == 2 ? GPUBLAS_R_16BF : GPUBLAS_R_32F;
   gpublasOperation_t opa = x->tb ? GPUBLAS_OP_T : GPUBLAS_OP_N; /* cuBLAS's A is our B */
   gpublasOperation_t opb = x->ta ? GPUBLAS_OP_T : GPUBLAS_OP_N;
   uint64_t m = (uint64_t)x->N, n = (uint64_t)x->M, k = (uint64_t)x->K;
-  if (gpublasLtMatmulDescCreate(&x->desc, ct, GPUBLAS_R_32F) != GPUBLAS_STATUS_SUCCESS) return -1;
+  if (gpublasLtMatmulDescCreate(&e->desc, ct, GPUBLAS_R_32F) != GPUBLAS_STATUS_SUCCESS) return -1;
   int rc = 0;
-  rc |= gpublasLtMatmulDescSetAttribute(x->desc, GPUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
-  rc |= gpublasLtMatmulDescSetAttribute(x->desc, GPUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
-  rc |= gpublasLtMatrixLayoutCreate(&x->la, ab, x->tb ? k : m, x->tb ? m : k, x->ldb);
-  rc |= gpublasLtMatrixLayoutCreate(&x->lb, ab, x->ta ? n : k, x->ta ? k : n, x->lda);
-  rc |= gpublasLtMatrixLayoutCreate(&x->lc, GPUBLAS_R_32F, m, n, x->ldc);
-  x->ready = 1; /* what was made is destroyed at close, whatever failed */
+  rc |= gpublasLtMatmulDescSetAttribute(e->desc, GPUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+  rc |= gpublasLtMatmulDescSetAttribute(e->desc, GPUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+  rc |= gpublasLtMatrixLayoutCreate(&e->la, ab, x->tb ? k : m, x->tb ? m : k, x->ldb);
+  rc |= gpublasLtMatrixLayoutCreate(&e->lb, ab, x->ta ? n : k, x->ta ? k : n, x->lda);
+  rc |= gpublasLtMatrixLayoutCreate(&e->lc, GPUBLAS_R_32F, m, n, x->ldc);
+  e->ready = 1; /* what was made is destroyed at close, whatever failed */
   return rc ? -1 : 0;
 }
 
@@ -138,7 +129,7 @@ static int prm_cu_lt_candidates(prm_cu_ctx *c, prm_cu_lt_entry *x,
   gpublasLtMatmulPreference_t pref;
   if (gpublasLtMatmulPreferenceCreate(&pref) != GPUBLAS_STATUS_SUCCESS) return 0;
   uint64_t ws = c->blas_ws_bytes;
-  uint32_t al = (uint32_t)x->align;
+  uint32_t al = (uint32_t)x->k.align;
   int rc = 0, got = 0;
   rc |= gpublasLtMatmulPreferenceSetAttribute(pref, GPUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                               &ws, sizeof ws);
@@ -168,7 +159,7 @@ static gpublasStatus_t prm_cu_lt_run(prm_cu_ctx *c, prm_cu_lt_entry *x,
  * fastest (the first on a tie) goes to x. 0, or -1 when nothing ran. */
 static int prm_cu_lt_time(prm_cu_ctx *c, prm_cu_lt_entry *x, const void *A, const void *B,
                           const gpublasLtMatmulHeuristicResult_t *res, int n) {
-  size_t bytes = (size_t)x->M * (size_t)x->ldc * sizeof(float);
+  size_t bytes = (size_t)x->k.M * (size_t)x->k.ldc * sizeof(float);
   float *tmp = NULL;
   gpuEvent_t e0, e1;
   if (bytes > PRM_CU_LT_TMP_MAX || gpuMalloc((void **)&tmp, bytes) != gpuSuccess) {
@@ -205,8 +196,8 @@ static int prm_cu_lt_time(prm_cu_ctx *c, prm_cu_lt_entry *x, const void *A, cons
   gpuEventDestroy(e1);
   gpuFree(tmp); /* waits for the stream's work on it */
   if (best < 0) return -1;
-  x->algo = res[best].algo;
-  x->ms = best_ms;
+  memcpy(x->k.algo, &res[best].algo, sizeof x->k.algo);
+  x->k.ms = best_ms;
   return 0;
 }
 
@@ -223,16 +214,10 @@ static int prm_cu_lt_save(prm_cu_lt *lt, char *why, size_t why_len) {
     return -1;
   }
   fprintf(f, "%s\n", lt->header);
+  char line[512];
   for (int i = 0; i < lt->n; i++) {
-    const prm_cu_lt_entry *x = &lt->e[i];
-    fprintf(f, "%s %c%c %lld %lld %lld %lld %lld %lld %d %.4f", prm_cu_lt_dtypes[x->dtype],
-            x->ta ? 't' : 'n', x->tb ? 't' : 'n', (long long)x->M, (long long)x->N,
-            (long long)x->K, (long long)x->lda, (long long)x->ldb, (long long)x->ldc, x->align,
-            (double)x->ms);
-    uint64_t w[8];
-    memcpy(w, &x->algo, sizeof w);
-    for (int j = 0; j < 8; j++) fprintf(f, " %016llx", (unsigned long long)w[j]);
-    fputc('\n', f);
+    prm_cu_tune_format(&lt->e[i].k, line, sizeof line);
+    fprintf(f, "%s\n", line);
   }
   int bad = ferror(f);
   bad |= fflush(f) != 0;
@@ -245,71 +230,6 @@ static int prm_cu_lt_save(prm_cu_lt *lt, char *why, size_t why_len) {
     return -1;
   }
   free(tmp);
-  return 0;
-}
-
-/* One line of the tuning file into x. 0, or -1 with what was wrong. */
-static int prm_cu_lt_parse(const char *line, prm_cu_lt_entry *x, char *why, size_t why_len) {
-  char dt[8], tr[4];
-  long long v[6];
-  int align = 0, used = 0;
-  double ms = 0;
-  memset(x, 0, sizeof *x);
-  if (sscanf(line, "%7s %3s %lld %lld %lld %lld %lld %lld %d %lf%n", dt, tr, &v[0], &v[1], &v[2],
-             &v[3], &v[4], &v[5], &align, &ms, &used) != 10) {
-    prm_cu_lt_say(why, why_len, "expected: dtype transposes M N K lda ldb ldc align ms, then "
-                  "8 hex words");
-    return -1;
-  }
-  x->dtype = -1;
-  for (int i = 0; i < 3; i++)
-    if (!strcmp(dt, prm_cu_lt_dtypes[i])) x->dtype = i;
-  if (x->dtype < 0) {
-    prm_cu_lt_say(why, why_len, "dtype \"%s\": expected fp32, tf32 or bf16", dt);
-    return -1;
-  }
-  if (strlen(tr) != 2 || (tr[0] != 'n' && tr[0] != 't') || (tr[1] != 'n' && tr[1] != 't')) {
-    prm_cu_lt_say(why, why_len, "transposes \"%s\": expected nn, nt, tn or tt", tr);
-    return -1;
-  }
-  x->ta = tr[0] == 't', x->tb = tr[1] == 't';
-  for (int i = 0; i < 6; i++)
-    if (v[i] < 1 || v[i] > 0x7fffffff) {
-      prm_cu_lt_say(why, why_len, "M N K and the leading dimensions must be 1 .. 2^31-1");
-      return -1;
-    }
-  x->M = v[0], x->N = v[1], x->K = v[2], x->lda = v[3], x->ldb = v[4], x->ldc = v[5];
-  if (align < 16 || align > 256 || (align & (align - 1))) {
-    prm_cu_lt_say(why, why_len, "alignment %d: expected a power of two from 16 to 256", align);
-    return -1;
-  }
-  x->align = align;
-  x->ms = (float)ms;
-  uint64_t w[8];
-  const char *p = line + used;
-  for (int j = 0; j < 8; j++) {
-    while (*p == ' ' || *p == '\t') p++;
-    if (!isxdigit((unsigned char)*p)) {
-      prm_cu_lt_say(why, why_len, "word %d of the algorithm: expected up to 16 hex digits", j + 1);
-      return -1;
-    }
-    char *end = NULL;
-    errno = 0;
-    unsigned long long u = strtoull(p, &end, 16);
-    if (end == p || end - p > 16 || errno) {
-      prm_cu_lt_say(why, why_len, "word %d of the algorithm: expected up to 16 hex digits", j + 1);
-      return -1;
-    }
-    w[j] = u;
-    p = end;
-  }
-  while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
-  if (*p) {
-    prm_cu_lt_say(why, why_len, "unexpected text after the algorithm's 8 words");
-    return -1;
-  }
-  static_assert(sizeof(gpublasLtMatmulAlgo_t) == sizeof w, "cublasLtMatmulAlgo_t is 8 words");
-  memcpy(&x->algo, w, sizeof w);
   return 0;
 }
 
@@ -332,25 +252,25 @@ static int prm_cu_lt_load(prm_cu_lt *lt, char *msg, size_t msg_len) {
       break;
     }
     if (no == 1) {
-      if (strncmp(line, PRM_CU_LT_MAGIC, strlen(PRM_CU_LT_MAGIC)) != 0) {
+      if (strncmp(line, PRM_CU_TUNE_MAGIC, strlen(PRM_CU_TUNE_MAGIC)) != 0) {
         prm_cu_lt_say(msg, msg_len, "%s:1: not a primus GEMM tuning file (expected \"%s ...\")",
-                      lt->path, PRM_CU_LT_MAGIC);
+                      lt->path, PRM_CU_TUNE_MAGIC);
         rc = -1;
         break;
       }
       if (strcmp(line, lt->header) != 0) {
         prm_cu_lt_say(msg, msg_len, "%s was tuned for \"%s\", this is \"%s\": its algorithms "
                       "would not be this GPU's best (or valid); point PRIMUS_CUDA_GEMM_TUNE "
-                      "at another file", lt->path, line + strlen(PRM_CU_LT_MAGIC) + 1,
-                      lt->header + strlen(PRM_CU_LT_MAGIC) + 1);
+                      "at another file", lt->path, line + strlen(PRM_CU_TUNE_MAGIC) + 1,
+                      lt->header + strlen(PRM_CU_TUNE_MAGIC) + 1);
         rc = -1;
         break;
       }
       continue;
     }
     if (!line[0] || line[0] == '#') continue;
-    prm_cu_lt_entry x;
-    if (prm_cu_lt_parse(line, &x, why, sizeof why)) {
+    prm_cu_tune_line_t x;
+    if (prm_cu_tune_parse(line, &x, why, sizeof why)) {
       prm_cu_lt_say(msg, msg_len, "%s:%d: %s", lt->path, no, why);
       rc = -1;
       break;
@@ -406,7 +326,7 @@ int prm_cu_lt_open(prm_cu_ctx *c, char *msg, size_t msg_len) {
     prm_cu_lt_say(msg, msg_len, "cudaGetDeviceProperties failed");
     return -1;
   }
-  snprintf(lt->header, sizeof lt->header, "%s %.200s, sm_%d%d, cuBLASLt %zu", PRM_CU_LT_MAGIC,
+  snprintf(lt->header, sizeof lt->header, "%s %.200s, sm_%d%d, cuBLASLt %zu", PRM_CU_TUNE_MAGIC,
            p.name, p.major, p.minor, (size_t)gpublasLtGetVersion());
   if (tune && *tune) {
     lt->path = strdup(tune);
@@ -443,7 +363,7 @@ int prm_cu_lt_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb, int6
                    float beta, float *C, int64_t ldc) {
   prm_cu_lt *lt = c->lt;
   if (!lt || K == 0) return 0;
-  prm_cu_lt_entry key;
+  prm_cu_tune_line_t key;
   memset(&key, 0, sizeof key);
   key.dtype = bf16 ? 2 : c->tf32 ? 1 : 0;
   key.ta = ta, key.tb = tb, key.M = M, key.N = N, key.K = K;
@@ -462,7 +382,7 @@ int prm_cu_lt_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb, int6
   if (!x->ready) {
     if (prm_cu_lt_describe(x)) {
       prm_cu_fail(c, "%s: cuBLASLt could not describe %s %c%c M=%lld N=%lld K=%lld", op,
-                  prm_cu_lt_dtypes[x->dtype], ta ? 't' : 'n', tb ? 't' : 'n', (long long)M,
+                  prm_cu_tune_dtypes[x->k.dtype], ta ? 't' : 'n', tb ? 't' : 'n', (long long)M,
                   (long long)N, (long long)K);
       return 1;
     }
@@ -474,8 +394,8 @@ int prm_cu_lt_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb, int6
         lt->n--;
         return 0;
       }
-      x->algo = res[0].algo;
-      x->ms = -1;
+      memcpy(x->k.algo, &res[0].algo, sizeof x->k.algo);
+      x->k.ms = -1;
       if (lt->path) {
         prm_cu_lt_time(c, x, A, B, res, n); /* failing: the first, untimed */
         char why[512];
@@ -486,22 +406,26 @@ int prm_cu_lt_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb, int6
       }
     } else {
       gpublasLtMatmulHeuristicResult_t r;
-      if (gpublasLtMatmulAlgoCheck(lt->h, x->desc, x->la, x->lb, x->lc, x->lc, &x->algo, &r) !=
+      gpublasLtMatmulAlgo_t a;
+      memcpy(&a, x->k.algo, sizeof a);
+      if (gpublasLtMatmulAlgoCheck(lt->h, x->desc, x->la, x->lb, x->lc, x->lc, &a, &r) !=
           GPUBLAS_STATUS_SUCCESS) {
         prm_cu_fail(c, "%s: %s: the algorithm for %s %c%c M=%lld N=%lld K=%lld does not fit "
                     "this call (cublasLtMatmulAlgoCheck); remove its line to tune it again", op,
-                    lt->path, prm_cu_lt_dtypes[x->dtype], ta ? 't' : 'n', tb ? 't' : 'n',
+                    lt->path, prm_cu_tune_dtypes[x->k.dtype], ta ? 't' : 'n', tb ? 't' : 'n',
                     (long long)M, (long long)N, (long long)K);
         return 1;
       }
     }
   }
-  gpublasStatus_t st = prm_cu_lt_run(c, x, &x->algo, alpha, A, B, beta, C);
+  gpublasLtMatmulAlgo_t algo;
+  memcpy(&algo, x->k.algo, sizeof algo);
+  gpublasStatus_t st = prm_cu_lt_run(c, x, &algo, alpha, A, B, beta, C);
   if (st != GPUBLAS_STATUS_SUCCESS) {
     prm_cu_fail(c, "%s: cublasLtMatmul (%s %c%c M=%lld N=%lld K=%lld lda=%lld ldb=%lld "
-                "ldc=%lld align %d): %s", op, prm_cu_lt_dtypes[x->dtype], ta ? 't' : 'n',
+                "ldc=%lld align %d): %s", op, prm_cu_tune_dtypes[x->k.dtype], ta ? 't' : 'n',
                 tb ? 't' : 'n', (long long)M, (long long)N, (long long)K, (long long)lda,
-                (long long)ldb, (long long)ldc, x->align, gpublasGetStatusString(st));
+                (long long)ldb, (long long)ldc, x->k.align, gpublasGetStatusString(st));
     return 1;
   }
   prm_cu_check(c, op);

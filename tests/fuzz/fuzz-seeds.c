@@ -9,6 +9,7 @@
 #include "fuzz.h"
 #include "fuzz-rundir.h"
 
+#include "cuda/gemm_tune_line.h"
 #include "data/bpe-train.h"
 #include "data/data-impl.h"
 #include "data/tok-impl.h"
@@ -572,6 +573,19 @@ static void seeds_misc(void) {
            "{\"id\": \"host.mem\", \"category\": \"host\", \"level\": \"PASS\", \"message\": \"ok\"}]}\n");
 }
 
+/* GEMM tuning-file lines (src/cuda/gemm_tune_line.h), by its own writer. */
+static void seeds_gemm_tune(void) {
+  prm_cu_tune_line_t x = {.dtype = 2, .ta = 0, .tb = 1, .align = 256, .M = 16384, .N = 768,
+                          .K = 768, .lda = 768, .ldb = 768, .ldc = 768, .ms = 0.0412f,
+                          .algo = {1, 0xdeadbeef, 0, 7, 0, 0, 0, 0}};
+  char line[512];
+  prm_cu_tune_format(&x, line, sizeof line);
+  seed_str("gemm-tune", "bf16-nt", -1, line);
+  x.dtype = 1, x.ta = 1, x.tb = 0, x.align = 16, x.ms = -1, x.algo[7] = ~0ull;
+  prm_cu_tune_format(&x, line, sizeof line);
+  seed_str("gemm-tune", "tf32-tn-untimed", -1, line);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fuzz-seeds OUT\n");
@@ -594,6 +608,7 @@ int main(int argc, char **argv) {
   seeds_smi();
   seeds_misc();
   seeds_regex();
+  seeds_gemm_tune();
   printf("fuzz-seeds: %d seeds under %s\n", nseeds, out_dir);
   return 0;
 }
