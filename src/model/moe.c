@@ -42,7 +42,9 @@
  * Context parallelism (m->tp.cp_size > 1): the group's ranks hold parts of
  * the same sequences, so f_e, P_e, the token count and the z sum are summed
  * over the group (prm__cp_sum) and the losses are the whole micro-batch's,
- * as on one rank; capacity stays per rank.
+ * as on one rank; capacity stays per rank. With expert parallelism too,
+ * each rank exchanges its own rows as above (the expert-parallel group
+ * holds whole context-parallel groups or lies inside one: par.c).
  *
  * Tensor parallelism (m->tp.size = T > 1): the router is whole and every
  * rank routes the same tokens alike. With m->tp.etp_size > 1 each expert
@@ -599,7 +601,14 @@ int prm_llama_moe_stats(prm_llama_t *m, prm_llama_moe_stats_t *out) {
   int64_t E = c->experts;
   out->experts = E;
   int rc = 0;
-  if (m->tp.ep_size > 1) { /* the counts of the group's tokens; the losses' mean */
+  /* Expert and context parallel at once: one size divides the other
+   * (opts.c), so the larger group holds the smaller one (par.c's order:
+   * context-parallel rank c of data-parallel rank d' is data-parallel index
+   * c + CP d', and the expert-parallel groups are blocks of E such
+   * indices): summed over the larger only, every token counts once. */
+  int ep = m->tp.ep_size > 1 && m->tp.ep_size >= m->tp.cp_size;
+  int cp = m->tp.cp_size > 1 && m->tp.cp_size > m->tp.ep_size;
+  if (ep) { /* the counts of the group's tokens; the losses' mean */
     prm_err_t e = {0};
     double l2[2] = {m->moe_aux_sum, m->moe_z_sum};
     rc = prm_comm_allreduce(m->tp.ep_comm, m->moe_counts, c->layers * E, PRM_COMM_I64,
@@ -610,7 +619,7 @@ int prm_llama_moe_stats(prm_llama_t *m, prm_llama_moe_stats_t *out) {
     m->moe_aux_sum = l2[0] / m->tp.ep_size;
     m->moe_z_sum = l2[1] / m->tp.ep_size;
   }
-  if (!rc && m->tp.cp_size > 1) { /* the counts of the sequences' rows; the losses are the group's */
+  if (!rc && cp) { /* the counts of the sequences' rows; the losses are the group's */
     prm_err_t e = {0};
     rc = prm_comm_allreduce(m->tp.cp_comm, m->moe_counts, c->layers * E, PRM_COMM_I64,
                             PRM_COMM_SUM, &e);

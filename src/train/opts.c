@@ -265,12 +265,16 @@ static int prm__context_parallel(const prm_exp_t *e, prm_train_opts_t *o, prm_er
   else if (o->pp > 1)
     other = "pipeline_model_parallel_size", why = "the pipeline's stages are not split by context "
                                                   "yet";
-  else if (o->ep > 1)
-    other = "expert_model_parallel_size", why = "expert parallel is not combined with it yet";
+  else if (o->ep > 1 && o->ep % cp && cp % o->ep)
+    return prm__prefix_origin(e, k, (prm_errf(err, PRM_ECONFIG, "%s %lld with "
+                                              "expert_model_parallel_size %d: one must divide the "
+                                              "other (an expert-parallel group holds whole "
+                                              "context-parallel groups, or lies inside one)", k,
+                                              (long long)cp, o->ep), err));
   if (other)
     return prm__prefix_origin(e, k, (prm_errf(err, PRM_ECONFIG, "%s %lld with %s: not supported "
-                                              "(%s); context parallel runs with data and tensor "
-                                              "parallel and the distributed optimizer", k,
+                                              "(%s); context parallel runs with data, tensor and "
+                                              "expert parallel and the distributed optimizer", k,
                                               (long long)cp, other, why), err));
   o->cp = (int)cp;
   return 0;

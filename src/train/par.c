@@ -24,7 +24,10 @@
  * the same weights and see different rows of the same sequences, so for
  * the weights they are data-parallel ranks: dp_size and dp_rank here count
  * CP x D and the gradient sums (dp.c, zero.c) run over both; the data
- * share is taken by dp_rank / CP of dp_size / CP (prm__dp_t.drank). */
+ * share is taken by dp_rank / CP of dp_size / CP (prm__dp_t.drank).
+ * Expert parallel then groups blocks of E of these CP x D indices, so an
+ * expert-parallel group holds whole context-parallel groups (CP divides E)
+ * or lies inside one (E divides CP; opts.c refuses the other sizes). */
 #define _GNU_SOURCE
 #include "train-impl.h"
 

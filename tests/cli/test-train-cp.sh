@@ -15,7 +15,10 @@
 # refused with exit 2 and the key named.
 #
 # MoE at CP = 2 follows one rank: losses, weights, the logged aux and z
-# losses and the expert counts.
+# losses and the expert counts; so does MoE with context and expert
+# parallel at once (CP = 2 x E = 2, CP = 2 x E = 4, CP = 4 x E = 2, CP = 2 x
+# T = 2 x E = 2 with ZeRO-1). E and CP that do not divide one another are
+# refused.
 #
 # Under the sanitizers (a launch takes half a minute there) only one rank,
 # CP = 2 x D = 2 x ZeRO, CP = 4 and the refusals run; the rest is left to
@@ -117,6 +120,27 @@ c1=$(run_events moe1 | grep -o '"counts":\[[0-9,]*\]' | head -2 | tr '\n' ' ')
 expect_in "MoE: expert counts logged" '"counts":[' "$c1"
 expect_eq "MoE x CP = 2: the first step's expert counts are the whole sequences'" \
   "$(run_events moecp | grep -o '"counts":\[[0-9,]*\]' | head -2 | tr '\n' ' ')" "$c1"
+
+# With expert parallel too: CP = 2 x E = 2 (the expert-parallel pair is the
+# context-parallel pair), CP = 2 x E = 4 (one expert-parallel group of two
+# context-parallel pairs, D = 2), CP = 4 x E = 2 (two expert-parallel pairs
+# inside the ring) and CP = 2 x T = 2 x E = 2 with ZeRO-1 follow one rank:
+# losses, weights, the logged aux and z losses, and every step's expert
+# counts (the group's tokens: here all of them).
+counts() { run_events "$1" | grep -o '"counts":\[[0-9,]*\]' | tr '\n' ' '; }
+for spec in "2 cpe2 2 2" "4 cpe4 2 4" "4 cp4e2 4 2" "4 cpte2 2 2 tensor_model_parallel_size: 2"; do
+  read -r np n cp ep more <<<"$spec"
+  exp "$n" "${MOE[@]}" "context_parallel_size: $cp" "expert_model_parallel_size: $ep" \
+    ${more:+"$more" "use_distributed_optimizer: true"}
+  launch "$np" "$n"
+  what="MoE x CP = $cp x E = $ep${more:+ x T = 2 x ZeRO-1}"
+  same "$n" moe1 "$what"
+  for f in aux_loss z_loss; do
+    d=$($PY -c 'import sys; a, b = (list(map(float, x.split())) for x in sys.argv[1:3]); assert len(a) == len(b) > 0; print(max(abs(x - y) / abs(x) for x, y in zip(a, b)))' "$(moef moe1 $f)" "$(moef "$n" $f)")
+    if within "$d" 1e-5; then ok "$what: the logged $f follows one rank's (worst $d)"; else bad "$what: $f differs by '$d'"; fi
+  done
+  expect_eq "$what: every step's expert counts are one rank's" "$(counts "$n")" "$(counts moe1)"
+done
 fi
 
 # CP = 4: a ring of four (chunks of 4 tokens, blocks that pass through
@@ -179,6 +203,11 @@ exp bad-pp "context_parallel_size: 2" "pipeline_model_parallel_size: 2"
 run train pretrain --config bad-pp.yaml
 expect_rc "CP with a pipeline" 2
 expect_in "bad-pp: names the combination" "context_parallel_size 2 with pipeline_model_parallel_size: not supported" "$ERR"
+exp bad-ep "context_parallel_size: 2" "num_experts: 6" "moe_ffn_hidden_size: 48" \
+  "expert_model_parallel_size: 3"
+run train pretrain --config bad-ep.yaml
+expect_rc "CP = 2 with E = 3" 2
+expect_in "bad-ep: says why" "context_parallel_size 2 with expert_model_parallel_size 3: one must divide the other" "$ERR"
 exp bad-one "context_parallel_size: 2"
 run train pretrain --config bad-one.yaml
 expect_rc "CP = 2 on one rank" 2
