@@ -313,7 +313,11 @@ static void test_hf_tokenizer(void **state) {
       {"[\"a q\"]", NULL, "model.merges[0]: \"a\", \"q\" or their merge is not in the vocabulary"},
       {"[\"ab\"]", NULL, "model.merges[0]: expected"},
       {"[]", "\"normalizer\": {\"type\": \"Precompiled\"},",
-       "normalizer: not implemented: Precompiled"},
+       "normalizer: Precompiled: precompiled_charsmap: expected a base64 string"},
+      {"[]", "\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"*\"},",
+       "normalizer: Precompiled: precompiled_charsmap: not base64"},
+      {"[]", "\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"AAAA\"},",
+       "normalizer: Precompiled: precompiled_charsmap: not a valid charsmap: 3 bytes, shorter"},
       {"[]", "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"FixedLength\"},",
        "pre_tokenizer: not implemented: FixedLength"},
       {"[]", "\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"(a)\\\\1\"}, "
@@ -967,13 +971,132 @@ static void test_unknown_type(void **state) {
   assert_non_null(strstr(err.msg, "HuggingFaceTokenizer"));
 }
 
+/* Grapheme clusters against Unicode's own conformance file: every line of
+ * GraphemeBreakTest.txt ("÷ 0020 × 0308 ÷"), under Unicode 15.0's rules (the
+ * file's version; GB9c is off), cut where the line cuts; and GB9c on its
+ * own. Skipped without the file. */
+static void test_graphemes(void **state) {
+  (void)state;
+  const char *dir = getenv("PRIMUS_UCD") ? getenv("PRIMUS_UCD") : "/usr/share/unicode";
+  char *path = prm_path_join(dir, "auxiliary/GraphemeBreakTest.txt");
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    printf("SKIP: %s missing\n", path);
+    free(path);
+    return;
+  }
+  char line[4096];
+  int lines = 0, bad = 0;
+  while (fgets(line, sizeof line, f)) {
+    char *hash = strchr(line, '#');
+    if (hash) *hash = 0;
+    prm_sb_t text = {0};
+    size_t cuts[256], ncut = 0; /* byte offsets of the expected breaks */
+    int any = 0;
+    for (char *p = line; *p;) {
+      if (!strncmp(p, "\xc3\xb7", 2)) { /* ÷ */
+        if (ncut < 256) cuts[ncut++] = text.len;
+        p += 2;
+      } else if (!strncmp(p, "\xc3\x97", 2)) { /* × */
+        p += 2;
+      } else if ((*p >= '0' && *p <= '9') || (*p >= 'A' && *p <= 'F')) {
+        char *e;
+        unsigned long c = strtoul(p, &e, 16);
+        char hx[16];
+        snprintf(hx, sizeof hx, "%lX", c);
+        hex_to_utf8(hx, &text);
+        p = e;
+        any = 1;
+      } else {
+        p++;
+      }
+    }
+    if (any) {
+      lines++;
+      const uint8_t *u = (const uint8_t *)prm_sb_str(&text);
+      size_t k = 1, i = 0; /* cuts[0] is 0 */
+      int ok = 1;
+      while (i < text.len) {
+        i = prm__grapheme_end(u, text.len, i, 0);
+        if (k >= ncut || cuts[k] != i) ok = 0;
+        k++;
+      }
+      if (!ok || k != ncut) {
+        if (bad < 5) print_message("GraphemeBreakTest: cut differently: %s\n", line);
+        bad++;
+      }
+    }
+    prm_sb_free(&text);
+  }
+  fclose(f);
+  free(path);
+  assert_true(lines > 600);
+  assert_int_equal(bad, 0);
+  /* GB9c: KA VIRAMA SSA is one cluster with it, two without. */
+  const uint8_t ksa[] = "\xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7";
+  assert_int_equal(prm__grapheme_end(ksa, 9, 0, 1), 9);
+  assert_int_equal(prm__grapheme_end(ksa, 9, 0, 0), 6);
+  /* An invalid byte is a cluster of its own; CR LF one. */
+  assert_int_equal(prm__grapheme_end((const uint8_t *)"\xff\xcc\x81", 3, 0, 1), 1);
+  assert_int_equal(prm__grapheme_end((const uint8_t *)"\r\n\n", 3, 0, 1), 2);
+}
+
+/* Charsmaps (charsmap.c): a hand-built one applied, and malformed ones
+ * refused with their reason. The trie: the root (unit 0) has its children
+ * at base 256; "a" (unit 256^'a') has a leaf whose value unit sits at 512
+ * (offset 0 into "A\0"); "ab" would be longer, so "a" wins. */
+static void test_charsmap(void **state) {
+  (void)state;
+  uint32_t unit[768] = {0};
+  unit[0] = 256u << 10;                                   /* root -> base 256 */
+  unit[256 ^ 'a'] = ((256u ^ 'a') ^ 512u) << 10 | 1u << 8 | 'a'; /* -> base 512, leaf */
+  unit[512] = 0x80000000u | 0;                            /* value: offset 0 */
+  unit[512 ^ 'b'] = ((512u ^ 'b') ^ 512u) << 10 | 'b';    /* "ab": no leaf */
+  uint8_t blob[4 + sizeof unit + 4];
+  uint32_t ts = sizeof unit;
+  memcpy(blob, &ts, 4); /* little-endian hosts only, as the x86/ARM builds are */
+  memcpy(blob + 4, unit, sizeof unit);
+  memcpy(blob + 4 + sizeof unit, "AB\0", 3);
+  prm__charsmap_t *m = NULL;
+  char why[200];
+  assert_int_equal(prm__charsmap_parse(blob, 4 + sizeof unit + 3, &m, why, sizeof why), 0);
+  prm_sb_t o = {0};
+  /* "a" + U+0301 is one cluster of 3 bytes: replaced whole; "x", "b" kept. */
+  prm__charsmap_apply(m, (const uint8_t *)"xa\xcc\x81" "ab", 6, &o);
+  assert_string_equal(prm_sb_str(&o), "xABABb");
+  prm_sb_free(&o);
+  prm__charsmap_free(m);
+  /* Malformed: too short, a trie larger than the blob, children outside
+   * the units, a value outside the replacements, replacements not UTF-8. */
+  assert_int_equal(prm__charsmap_parse(blob, 3, &m, why, sizeof why), PRM_EPARSE);
+  assert_null(m);
+  assert_int_equal(prm__charsmap_parse(blob, 100, &m, why, sizeof why), PRM_EPARSE);
+  assert_non_null(strstr(why, "a trie of"));
+  uint32_t save = unit[256 ^ 'a'];
+  unit[256 ^ 'a'] = (1u << 20) << 10 | 1u << 8 | 'a';
+  memcpy(blob + 4, unit, sizeof unit);
+  assert_int_equal(prm__charsmap_parse(blob, 4 + sizeof unit + 3, &m, why, sizeof why), PRM_EPARSE);
+  assert_non_null(strstr(why, "outside"));
+  unit[256 ^ 'a'] = save;
+  unit[512] = 0x80000000u | 99;
+  memcpy(blob + 4, unit, sizeof unit);
+  assert_int_equal(prm__charsmap_parse(blob, 4 + sizeof unit + 3, &m, why, sizeof why), PRM_EPARSE);
+  assert_non_null(strstr(why, "replacement offset 99"));
+  unit[512] = 0x80000000u;
+  memcpy(blob + 4, unit, sizeof unit);
+  memcpy(blob + 4 + sizeof unit, "\xff\0", 2);
+  assert_int_equal(prm__charsmap_parse(blob, 4 + sizeof unit + 2, &m, why, sizeof why), PRM_EPARSE);
+  assert_non_null(strstr(why, "not valid UTF-8"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_merge_order),        cmocka_unit_test(test_special_tokens),
       cmocka_unit_test(test_rank_file_errors),   cmocka_unit_test(test_hf_tokenizer),
       cmocka_unit_test(test_hf_general),
       cmocka_unit_test(test_pretok_fast_path),   cmocka_unit_test(test_unicode_classes),
-      cmocka_unit_test(test_nfc),
+      cmocka_unit_test(test_nfc),                cmocka_unit_test(test_graphemes),
+      cmocka_unit_test(test_charsmap),
       cmocka_unit_test(test_roundtrip_any_bytes),
       cmocka_unit_test(test_encode_append),      cmocka_unit_test(test_threads),
       cmocka_unit_test(test_unknown_type),       cmocka_unit_test(test_regex),

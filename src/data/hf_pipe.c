@@ -27,12 +27,13 @@ static const char META[] = "\xe2\x96\x81"; /* U+2581 */
 /* ------------------------------------------------------------------------ */
 
 enum { N_NFC, N_NFD, N_NFKC, N_NFKD, N_LOWER, N_STRIP, N_REPLACE, N_PREPEND, N_STRIPACC,
-       N_BERT, N_REPLACE_RX, N_NMT };
+       N_BERT, N_REPLACE_RX, N_NMT, N_PRECOMPILED };
 typedef struct {
   int kind, left, right; /* Strip's sides */
   int clean, cjk, accents, lower; /* BertNormalizer's steps */
   char *a, *b;           /* Replace's pattern and content; Prepend's text */
   prm__rx_t *rx;         /* Replace's regex (regex.c) */
+  prm__charsmap_t *cm;   /* Precompiled's charsmap (charsmap.c) */
 } norm_t;
 
 enum { P_SPLIT_STR, P_SPLIT_PAT, P_SPLIT_RX, P_WHITESPACE, P_WSSPLIT, P_PUNCT, P_DIGITS, P_CHAR,
@@ -313,6 +314,7 @@ static int normalize(const prm__hfp_t *h, const uint8_t *p, size_t n, prm_sb_t *
     case N_BERT: bert_normalize(st, s, len, &b); break;
     case N_LOWER: lowercase(s, len, &b); break;
     case N_NMT: nmt(s, len, &b); break;
+    case N_PRECOMPILED: prm__charsmap_apply(st->cm, s, len, &b); break;
     case N_STRIP: {
       size_t i = 0, e = len;
       uint32_t c;
@@ -1182,13 +1184,34 @@ static int load_normalizer(prm__hfp_t *h, const cJSON *n, const char *file, prm_
       }
       st.kind = N_REPLACE_RX;
       st.b = prm_xstrdup(str_of(one, "content"));
+    } else if (!strcmp(ty, "Precompiled")) {
+      /* SentencePiece's charsmap, base64 (charsmap.c). */
+      const char *b64 = str_of(one, "precompiled_charsmap");
+      const char *where = seq ? ".normalizers[...]" : "";
+      if (!b64)
+        return prm_errf(err, PRM_EPARSE, "%s: normalizer%s: Precompiled: precompiled_charsmap: "
+                        "expected a base64 string", file, where);
+      size_t bl = strlen(b64);
+      unsigned char *blob = prm_xmalloc(bl / 4 * 3 + 3);
+      int64_t bn = prm__b64_decode(b64, bl, blob);
+      char why[200];
+      int prc = bn < 0 ? PRM_EPARSE
+                      : prm__charsmap_parse(blob, (size_t)bn, &st.cm, why, sizeof why);
+      free(blob);
+      if (bn < 0)
+        return prm_errf(err, PRM_EPARSE, "%s: normalizer%s: Precompiled: precompiled_charsmap: "
+                        "not base64", file, where);
+      if (prc)
+        return prm_errf(err, PRM_EPARSE, "%s: normalizer%s: Precompiled: precompiled_charsmap: "
+                        "not a valid charsmap: %s", file, where, why);
+      st.kind = N_PRECOMPILED;
     } else if (!strcmp(ty, "Prepend") && str_of(one, "prepend")) {
       st.kind = N_PREPEND;
       st.a = prm_xstrdup(str_of(one, "prepend"));
     } else {
       return prm_errf(err, PRM_EINVAL, "%s: normalizer%s: not implemented: %s (supported: NFC, "
-                      "NFD, NFKC, NFKD, Nmt, Lowercase, Strip, StripAccents, BertNormalizer, "
-                      "Replace of a string or a regex, Prepend, Sequence)", file,
+                      "NFD, NFKC, NFKD, Nmt, Precompiled, Lowercase, Strip, StripAccents, "
+                      "BertNormalizer, Replace of a string or a regex, Prepend, Sequence)", file,
                       seq ? ".normalizers[...]" : "", ty);
     }
     h->norm = prm_xrealloc(h->norm, (size_t)(h->nnorm + 1) * sizeof *h->norm);
@@ -1561,6 +1584,7 @@ void prm__hfp_free(prm__hfp_t *h) {
     free(h->norm[k].a);
     free(h->norm[k].b);
     prm__rx_free(h->norm[k].rx);
+    prm__charsmap_free(h->norm[k].cm);
   }
   for (int k = 0; k < h->npre; k++) {
     free(h->pre[k].str);

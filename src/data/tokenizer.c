@@ -90,7 +90,7 @@ static int b64_val(unsigned char c) {
 }
 
 /* Decodes standard base64 (padding optional) into out; -1 when invalid. */
-static int64_t b64_decode(const char *s, size_t n, unsigned char *out) {
+int64_t prm__b64_decode(const char *s, size_t n, unsigned char *out) {
   while (n && s[n - 1] == '=') n--;
   if (n % 4 == 1) return -1;
   int64_t o = 0;
@@ -178,7 +178,7 @@ int prm__tiktoken_load(prm__bpe_t *b, const char *path, int32_t min_ids, prm_err
   lineno = 0;
   for (size_t pos = 0; prm__next_line(text, len, &pos, &lineno, &line, &n);) {
     parse_rank_line(line, n, path, lineno, &sp, &rank, err);
-    int64_t tn = b64_decode(line, sp, tok);
+    int64_t tn = prm__b64_decode(line, sp, tok);
     if (tn <= 0) {
       rc = prm_errf(err, PRM_EPARSE, "%s:%d: \"%.*s\" is not a base64 token", path, lineno,
                     (int)(sp < 60 ? sp : 60), line);
