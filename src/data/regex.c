@@ -514,9 +514,10 @@ static int parse_seq(rp_t *r) {
       if (e == 'A' || e == 'z' || e == 'Z') {
         prm_sb_appendf(&r->out, "\\%c", e);
       } else {
-        if (r->icase) return refuse(r, at, "\\b or \\B inside (?i:...)");
         /* \b: a \w on one side only; \B: the same on both. (?&w) is \w,
-         * defined once at the pattern's start. */
+         * defined once at the pattern's start, outside any (?i:...): PCRE2
+         * runs a subroutine with the options of its definition, so inside
+         * (?i:...) it is still Oniguruma's \w, which case does not change. */
         r->word = 1;
         prm_sb_append(&r->out, e == 'b' ? "(?:(?<=(?&w))(?!(?&w))|(?<!(?&w))(?=(?&w)))"
                                         : "(?:(?<=(?&w))(?=(?&w))|(?<!(?&w))(?!(?&w)))");

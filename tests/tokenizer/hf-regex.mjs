@@ -83,6 +83,12 @@ write('rx-quantifiers', null, [
   split("(?i:'s|'t|'re|'ve|'m|'ll|'d|the|and)", 'Isolated'),
   bytelevel,
 ]);
+// \b and \B inside (?i:...), around words of every case.
+write('rx-icase-b', null, [
+  split("(?i:\\bthe\\b|\\Bing\\b|\\b'?s\\B|a\\B)", 'Isolated'),
+  split('(?i:\\bof\\b|\\Bed\\B)|(?-i:\\bI\\b)', 'MergedWithNext'),
+  bytelevel,
+]);
 // Anchors, \b, look-behind, '.', empty matches, \h, \x{..}.
 write('rx-anchors', null, [
   split('^\\s*|\\s*$', 'Removed'),
