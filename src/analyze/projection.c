@@ -469,10 +469,9 @@ void prm_pj_format(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_pj
   if (r->cp > 1)
     prm_sb_appendf(out,
                    "context parallel: %lld of %lld tokens of each sequence per rank, ring over %lld "
-                   "ranks (%s); gradients and optimizer shards over CP x DP = %lld ranks%s\n",
+                   "ranks (%s); gradients and optimizer shards over CP x DP = %lld ranks\n",
                    (long long)(in->seq / r->cp), (long long)in->seq, (long long)r->cp, r->cp_link,
-                   (long long)(r->cp * r->dp),
-                   r->pp > 1 ? "; note: the trainer does not run it with pipeline parallel yet" : "");
+                   (long long)(r->cp * r->dp));
   prm_sb_appendf(out,
                  "batch: global %lld = %lld micro-batches of %lld x %lld tokens per pipeline; links: DP %s, "
                  "TP %s, PP %s\n",

@@ -437,11 +437,14 @@ double prm_llama_stage_forward(prm_llama_t *m, int64_t lo, int64_t hi, const int
    * forwards have reused the batch buffers, and fine-tuning does not run
    * in a pipeline. Their weight is grad_scale N (1 / micro-batches in
    * pre-training), or moe_router_w under eod_mask_loss's loss mask, where
-   * grad_scale is 1 / the unmasked targets of the micro-batch instead. */
+   * grad_scale is 1 / the unmasked targets of the micro-batch instead.
+   * Context parallel: the losses are the whole sequences' (moe.c), so N
+   * counts the group's rows, as in prm_llama_forward_backward. */
   m->moe_aux_last = 0;
   if (train) {
+    int64_t Ng = N * (m->tp.cp_size > 1 ? m->tp.cp_size : 1);
     m->moe_record = 1;
-    m->moe_gscale = m->moe_router_w >= 0 ? (float)m->moe_router_w : grad_scale * (float)N;
+    m->moe_gscale = m->moe_router_w >= 0 ? (float)m->moe_router_w : grad_scale * (float)Ng;
     if (lo == 0) m->moe_passes++;
   }
   for (int64_t l = lo; l < hi; l++)

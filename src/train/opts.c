@@ -262,9 +262,6 @@ static int prm__context_parallel(const prm_exp_t *e, prm_train_opts_t *o, prm_er
   if (o->sft)
     other = "post_trainer", why = "fine-tuning's packed and padded sequences (segment ids across "
                                   "the ring) are not split yet";
-  else if (o->pp > 1)
-    other = "pipeline_model_parallel_size", why = "the pipeline's stages are not split by context "
-                                                  "yet";
   else if (o->ep > 1 && o->ep % cp && cp % o->ep)
     return prm__prefix_origin(e, k, (prm_errf(err, PRM_ECONFIG, "%s %lld with "
                                               "expert_model_parallel_size %d: one must divide the "

@@ -104,12 +104,19 @@ int prm__pp_balance(const double *cost, int64_t L, int n, int64_t *counts) {
 /* Setting up a stage                                                        */
 /* ------------------------------------------------------------------------ */
 
+/* The ranks that share out each global batch: par's data-parallel ranks
+ * less context parallel's (a context-parallel group reads the same
+ * samples, par.c). */
+static int prm__pipe_dsize(const prm__par_t *par) {
+  return par->dp_size / (par->cp_size > 1 ? par->cp_size : 1);
+}
+
 int prm__pipe_split(const prm_train_opts_t *o, const prm__par_t *par, int64_t *counts,
                     prm_err_t *err) {
   const prm_llama_config_t *c = &o->model;
   int P = par->pp_size, V = o->vpp > 1 ? o->vpp : 1, C = P * V;
   int64_t L = c->layers;
-  int64_t M = o->global_batch / (o->micro_batch * par->dp_size);
+  int64_t M = o->global_batch / (o->micro_batch * prm__pipe_dsize(par));
   if (C > L)
     return prm_errf(err, PRM_ECONFIG, "pipeline_model_parallel_size %d x %d virtual stages = %d "
                     "model chunks, but num_layers is %lld (every chunk needs a layer)", P, V, C,
@@ -118,7 +125,7 @@ int prm__pipe_split(const prm_train_opts_t *o, const prm__par_t *par, int64_t *c
     return prm_errf(err, PRM_ECONFIG, "virtual_pipeline_model_parallel_size %d: the interleaved "
                     "schedule needs the %lld micro-batches a step (global_batch_size / "
                     "(micro_batch_size x %d data-parallel ranks)) to be a multiple of "
-                    "pipeline_model_parallel_size %d", V, (long long)M, par->dp_size, P);
+                    "pipeline_model_parallel_size %d", V, (long long)M, prm__pipe_dsize(par), P);
   /* Given, or balanced by parameter count (the embedding on the first
    * layer, the final norm and an untied head on the last). */
   if (o->pp_nsplit) {
@@ -157,7 +164,7 @@ int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t 
   if (par->pp_size <= 1) return 0;
   const prm_llama_config_t *c = &m->cfg;
   int P = par->pp_size, V = o->vpp > 1 ? o->vpp : 1, C = P * V, rc = 0;
-  int64_t M = o->global_batch / (o->micro_batch * par->dp_size);
+  int64_t M = o->global_batch / (o->micro_batch * prm__pipe_dsize(par));
   int64_t *counts = prm_xcalloc((size_t)C, sizeof *counts);
   if ((rc = prm__pipe_split(o, par, counts, err))) {
     free(counts);
@@ -169,7 +176,7 @@ int prm__pipe_open(prm__pipe_t *pp, const prm_train_opts_t *o, const prm__par_t 
     PRM_WARN("pipeline: %lld micro-batches a step for %d stages: the pipeline never fills "
              "(bubble %.0f%% of the step); raise global_batch_size to at least %lld",
              (long long)M, P, 100.0 * prm__pp_bubble_fraction(P, V, (int)M),
-             (long long)(P * o->micro_batch * par->dp_size));
+             (long long)(P * o->micro_batch * prm__pipe_dsize(par)));
   pp->size = P;
   pp->rank = par->pp_rank;
   pp->virt = V;
@@ -289,7 +296,8 @@ static int prm__pipe_op(prm__session_t *s, const prm_train_opts_t *o, prm__pipe_
       double w = prm__session_mb_scale(s, o);
       sum[0] += w * prm_llama_stage_forward(m, lo, hi, s->tokens, s->targets, B, 1, (float)w,
                                             &count);
-      sum[1] += (double)s->batch_tokens;
+      /* Context parallel: the whole sequences' count, once over the group. */
+      if (m->tp.cp_rank == 0) sum[1] += (double)s->batch_tokens;
       return 0;
     }
     sum[0] += prm_llama_stage_forward(m, lo, hi, s->tokens, s->targets, B, 1, scale, &count);
