@@ -12,7 +12,8 @@
 #            again with the tiled kernels, (fp32 and bf16) through the GEMM
 #            path with 16-row strips, bf16 through the GEMM path (the flash
 #            kernels' twin), the GEMMs through cuBLASLt (PRIMUS_CUDA_GEMM=lt),
-#            and the fused operators with PRIMUS_DEVICE_UNFUSED=1
+#            the fused operators with PRIMUS_DEVICE_UNFUSED=1, and the
+#            element-wise operators with PRIMUS_CUDA_ELTWISE=scalar
 #   model    test-model-device --backend cuda: the model against the CPU model
 #            (losses 1e-5, gradients and 10 AdamW steps 1e-4, KV cache)
 #   parity   `train pretrain` 10 fp32 steps on cuda and on cpu from the same
@@ -239,6 +240,10 @@ check_kernels() {
   PRIMUS_CUDA_GEMM=lt "$t" --backend cuda --only test_lmhead_xent || rc=1
   echo "== the fused operators' twins, PRIMUS_DEVICE_UNFUSED=1 (the harness flips it itself too)"
   PRIMUS_DEVICE_UNFUSED=1 "$t" --backend cuda --only test_fused || rc=1
+  echo "== the element-wise operators' first kernels, PRIMUS_CUDA_ELTWISE=scalar (test_eltwise_paths opens both)"
+  for x in test_embedding test_rmsnorm test_rope test_swiglu_add test_fused test_eltwise_paths; do
+    PRIMUS_CUDA_ELTWISE=scalar "$t" --backend cuda --only $x || rc=1
+  done
   return $rc
 }
 

@@ -20,7 +20,8 @@
 # primus-lt (GEMMs through cuBLASLt, PRIMUS_CUDA_GEMM=lt) primus-tuned
 # (cuBLASLt with the algorithms timed per shape into $OUT/gemm-tune.txt on
 # its first run, read back on the later rounds: PRIMUS_CUDA_GEMM_TUNE)
-# primus-head32 primus-tf32 primus-tiled primus-fp32 primus-fp32-tf32
+# primus-scalarew (PRIMUS_CUDA_ELTWISE=scalar: the first element-wise
+# kernels) primus-head32 primus-tf32 primus-tiled primus-fp32 primus-fp32-tf32
 # torch torch-compile torch-fp32 torch-tf32).
 # primus is bf16 as it trains by default: attention on bf16 operands
 # (tensor cores), the LM head on bf16 operands, the fused operators (AdamW
@@ -128,6 +129,7 @@ run_variant() { # VARIANT: one training run of it at BATCH; fails when the run f
     primus-gemmattn) PRIMUS_CUDA_ATTENTION=gemm primus_run primus-gemmattn true ;;
     primus-lt) PRIMUS_CUDA_GEMM=lt primus_run primus-lt true ;;
     primus-tuned) PRIMUS_CUDA_GEMM_TUNE=$OUT/gemm-tune.txt primus_run primus-tuned true ;;
+    primus-scalarew) PRIMUS_CUDA_ELTWISE=scalar primus_run primus-scalarew true ;;
     primus-tf32) PRIMUS_DEVICE_UNFUSED=1 PRIMUS_DEVICE_HEAD_FP32=1 primus_run primus-bf16-tf32 true true fp32 ;;
     torch) torch_run torch-eager --bf16 ;;
     torch-compile) torch_run torch-compile --bf16 --compile ;;

@@ -934,6 +934,283 @@ static void test_fused(void **state) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The element-wise kernels' two paths                                        */
+/* ------------------------------------------------------------------------ */
+
+/* The CUDA module runs its element-wise operators through float4, warp-per-
+ * row and sorted kernels where the shape and the pointers allow, through
+ * its first scalar kernels otherwise, and everywhere with
+ * PRIMUS_CUDA_ELTWISE=scalar. test_eltwise_paths runs each operator on g_dev
+ * and on a second device opened with that knob, on the same inputs, at
+ * shapes and offsets that take each path: lengths off the vector width,
+ * pointers 4 bytes past a 16-byte boundary, rows whose width is not a
+ * multiple of 4 or wider than the warp kernels take, a token repeated over
+ * a thousand times among ids in random order. The two devices must agree
+ * bit for bit, and with the CPU kernel within its tolerance (the embedding
+ * backward bit for bit: both add each token's rows in row order, as the
+ * CPU does). On the CPU backends the knob changes nothing; the checks
+ * still hold. */
+
+static void *dup_on(prm_dev_t *d, const void *h, size_t bytes) {
+  void *p = prm_dev_alloc(d, PRM_MEM_OTHER, bytes);
+  assert_non_null(p);
+  prm_err_t err = {0};
+  assert_int_equal(prm_dev_upload(d, p, h, bytes, &err), 0);
+  return p;
+}
+
+static void fetch_on(prm_dev_t *d, void *h, const void *p, size_t bytes) {
+  prm_err_t err = {0};
+  int rc = prm_dev_sync(d, &err);
+  if (rc) fprintf(stderr, "device failure: %s\n", err.msg);
+  assert_int_equal(rc, 0);
+  assert_int_equal(prm_dev_download(d, h, p, bytes, &err), 0);
+}
+
+/* g_dev's backend again, opened with PRIMUS_CUDA_ELTWISE=scalar. */
+static prm_dev_t *open_scalar(void) {
+  const char *was = getenv("PRIMUS_CUDA_ELTWISE");
+  char *keep = was ? prm_xstrdup(was) : NULL;
+  setenv("PRIMUS_CUDA_ELTWISE", "scalar", 1);
+  prm_dev_opts_t o = {.want = prm_dev_kind_name(g_dev->kind), .local_rank = 0, .gemm = g_gemm,
+                      .module_path = g_dev->kind == PRM_DEV_KIND_CUDA ? g_dev->module : NULL};
+  prm_dev_t *d = NULL;
+  prm_err_t err = {0};
+  int rc = prm_dev_open(&o, &d, &err);
+  if (keep) setenv("PRIMUS_CUDA_ELTWISE", keep, 1);
+  else unsetenv("PRIMUS_CUDA_ELTWISE");
+  free(keep);
+  if (rc) fprintf(stderr, "PRIMUS_CUDA_ELTWISE=scalar: %s\n", err.msg);
+  assert_int_equal(rc, 0);
+  return d;
+}
+
+/* SwiGLU (fp32, with the bf16 copy, backward), add and scale over n
+ * elements at an offset of off floats into their buffers. */
+static void eltwise_case(prm_dev_t *dv[2], int64_t n, int64_t off, prm_rng_t *r) {
+  const int64_t m = n + 8, nb = m * 4;
+  float *g = falloc(m), *u = falloc(m), *dh = falloc(m), *want = falloc(n), *want2 = falloc(n);
+  float *got[2][6];
+  prm_bf16_t *got16[2], *want16 = prm_xcalloc((size_t)n, 2);
+  randn(g, m, r, 3);
+  randn(u, m, r, 1);
+  randn(dh, m, r, 1);
+  for (int k = 0; k < 2; k++) {
+    prm_dev_t *d = dv[k];
+    float *d_g = dup_on(d, g, nb), *d_u = dup_on(d, u, nb), *d_dh = dup_on(d, dh, nb);
+    float *d_o[5];
+    for (int j = 0; j < 5; j++) d_o[j] = dup_on(d, dh, nb);
+    prm_bf16_t *d_16 = prm_dev_alloc(d, PRM_MEM_OTHER, (size_t)m * 2);
+    prm_dev_swiglu_forward(d, d_o[0] + off, d_g + off, d_u + off, n);
+    prm_dev_swiglu_forward16(d, d_o[1] + off, d_16 + off, d_g + off, d_u + off, n);
+    prm_dev_swiglu_backward(d, d_o[2] + off, d_o[3] + off, d_dh + off, d_g + off, d_u + off, n);
+    prm_dev_add(d, d_o[4] + off, d_g + off, d_u + off, n);
+    prm_dev_scale(d, d_o[4] + off, n, 0.37f);
+    for (int j = 0; j < 5; j++) {
+      got[k][j] = falloc(n);
+      fetch_on(d, got[k][j], d_o[j] + off, (size_t)n * 4);
+    }
+    got16[k] = prm_xcalloc((size_t)n, 2);
+    fetch_on(d, got16[k], d_16 + off, (size_t)n * 2);
+    for (int j = 0; j < 5; j++) prm_dev_free(d, PRM_MEM_OTHER, d_o[j], nb);
+    prm_dev_free(d, PRM_MEM_OTHER, d_g, nb), prm_dev_free(d, PRM_MEM_OTHER, d_u, nb);
+    prm_dev_free(d, PRM_MEM_OTHER, d_dh, nb), prm_dev_free(d, PRM_MEM_OTHER, d_16, (size_t)m * 2);
+  }
+  for (int j = 0; j < 5; j++) check_same("eltwise: the two paths", got[0][j], got[1][j], n);
+  assert_memory_equal(got16[0], got16[1], (size_t)n * 2);
+  prm_swiglu_forward(want, g + off, u + off, n);
+  check("swiglu_forward", got[0][0], want, n, 1e-6);
+  check("swiglu_forward16 h", got[0][1], want, n, 1e-6);
+  prm_f32_to_bf16(want16, got[0][1], n); /* the copy rounds the device's own h */
+  assert_memory_equal(got16[0], want16, (size_t)n * 2);
+  prm_swiglu_backward(want, want2, dh + off, g + off, u + off, n);
+  check("swiglu_backward dgate", got[0][2], want, n, 1e-6);
+  check("swiglu_backward dup", got[0][3], want2, n, 1e-6);
+  prm_add(want, g + off, u + off, n);
+  prm_scale(want, n, 0.37f);
+  check("add, scale", got[0][4], want, n, 0);
+  assert_memory_equal(got[0][4], want, (size_t)n * 4);
+  for (int k = 0; k < 2; k++) {
+    for (int j = 0; j < 5; j++) free(got[k][j]);
+    free(got16[k]);
+  }
+  free(g), free(u), free(dh), free(want), free(want2), free(want16);
+}
+
+/* RoPE forward with positions and backward from pos0, x at off floats. */
+static void rope_case(prm_dev_t *dv[2], int64_t D, int64_t off, prm_rng_t *r) {
+  const int64_t B = 2, T = 9, nh = 3, P = 32, n = B * T * nh * D, nb = (n + off) * 4;
+  float *cs = falloc(P * D / 2), *sn = falloc(P * D / 2), *x = falloc(n + off), *want = falloc(n);
+  float *got[2];
+  int32_t *pos = prm_xcalloc((size_t)(B * T), 4);
+  prm_rope_tables(cs, sn, P, D, 10000.0);
+  for (int64_t i = 0; i < B * T; i++) pos[i] = (int32_t)((i * 7) % P);
+  randn(x, n + off, r, 1);
+  for (int k = 0; k < 2; k++) {
+    prm_dev_t *d = dv[k];
+    float *d_cs = dup_on(d, cs, P * D / 2 * 4), *d_sn = dup_on(d, sn, P * D / 2 * 4);
+    float *d_x = dup_on(d, x, nb);
+    int32_t *d_pos = dup_on(d, pos, B * T * 4);
+    prm_dev_rope(d, d_x + off, d_cs, d_sn, B, T, nh, D, 0, d_pos, 1.0f);
+    prm_dev_rope(d, d_x + off, d_cs, d_sn, B, T, nh, D, 3, NULL, -1.0f);
+    got[k] = falloc(n);
+    fetch_on(d, got[k], d_x + off, (size_t)n * 4);
+    prm_dev_free(d, PRM_MEM_OTHER, d_cs, P * D / 2 * 4);
+    prm_dev_free(d, PRM_MEM_OTHER, d_sn, P * D / 2 * 4);
+    prm_dev_free(d, PRM_MEM_OTHER, d_x, nb), prm_dev_free(d, PRM_MEM_OTHER, d_pos, B * T * 4);
+  }
+  check_same("rope: the two paths", got[0], got[1], n);
+  memcpy(want, x + off, (size_t)n * 4);
+  prm_rope_forward_pos(want, cs, sn, B, T, nh, D, pos);
+  prm_rope_backward(want, cs, sn, B, T, nh, D, 3);
+  check("rope", got[0], want, n, 1e-6);
+  free(got[0]), free(got[1]);
+  free(cs), free(sn), free(x), free(want), free(pos);
+}
+
+/* RMSNorm forward (plain, with the add, with the bf16 copy) and backward
+ * (accumulated dx and dw, from the CPU's rstd) on N rows of C, every
+ * tensor at off floats into its buffer. */
+static void rmsnorm_case(prm_dev_t *dv[2], int64_t N, int64_t C, int64_t off, prm_rng_t *r) {
+  const int64_t nn = N * C, m = nn + off, nb = m * 4, cb = (C + off) * 4, rb = (N + off) * 4;
+  float *x = falloc(m), *b = falloc(m), *w = falloc(C + off), *dout = falloc(m), *dx = falloc(m);
+  float *dw = falloc(C + off), *out = falloc(nn), *rstd = falloc(N + off), *sum = falloc(nn);
+  float *dxw = falloc(nn), *dww = falloc(C);
+  float *got[2][6];
+  prm_bf16_t *got16[2], *want16 = prm_xcalloc((size_t)nn, 2);
+  randn(x, m, r, 2);
+  randn(b, m, r, 1);
+  randn(w, C + off, r, 1);
+  randn(dout, m, r, 1);
+  randn(dx, m, r, 1);
+  randn(dw, C + off, r, 1);
+  prm_rmsnorm_forward(out, rstd + off, x + off, w + off, N, C, 1e-5f); /* the backward's rstd */
+  for (int k = 0; k < 2; k++) {
+    prm_dev_t *d = dv[k];
+    float *d_x = dup_on(d, x, nb), *d_b = dup_on(d, b, nb), *d_w = dup_on(d, w, cb);
+    float *d_do = dup_on(d, dout, nb), *d_dx = dup_on(d, dx, nb), *d_dw = dup_on(d, dw, cb);
+    float *d_r = dup_on(d, rstd, rb), *d_r2 = dup_on(d, rstd, rb), *d_o = dup_on(d, x, nb);
+    float *d_s = dup_on(d, x, nb), *d_o2 = dup_on(d, x, nb);
+    prm_bf16_t *d_16 = prm_dev_alloc(d, PRM_MEM_OTHER, (size_t)m * 2);
+    prm_dev_rmsnorm_backward(d, d_dx + off, d_dw + off, d_do + off, d_x + off, d_w + off,
+                             d_r + off, N, C);
+    prm_dev_rmsnorm_forward(d, d_o + off, d_r2 + off, d_x + off, d_w + off, N, C, 1e-5f);
+    prm_dev_rmsnorm_forward16(d, d_s + off, d_o2 + off, d_16 + off, d_r + off, d_x + off,
+                              d_b + off, d_w + off, N, C, 1e-5f);
+    float *src[6] = {d_dx, d_dw, d_o, d_r2, d_s, d_o2};
+    int64_t len[6] = {nn, C, nn, N, nn, nn};
+    for (int j = 0; j < 6; j++) {
+      got[k][j] = falloc(len[j]);
+      fetch_on(d, got[k][j], src[j] + off, (size_t)len[j] * 4);
+    }
+    got16[k] = prm_xcalloc((size_t)nn, 2);
+    fetch_on(d, got16[k], d_16 + off, (size_t)nn * 2);
+    float *all[] = {d_x, d_b, d_do, d_dx, d_o, d_s, d_o2};
+    for (int j = 0; j < 7; j++) prm_dev_free(d, PRM_MEM_OTHER, all[j], nb);
+    prm_dev_free(d, PRM_MEM_OTHER, d_w, cb), prm_dev_free(d, PRM_MEM_OTHER, d_dw, cb);
+    prm_dev_free(d, PRM_MEM_OTHER, d_r, rb), prm_dev_free(d, PRM_MEM_OTHER, d_r2, rb);
+    prm_dev_free(d, PRM_MEM_OTHER, d_16, (size_t)m * 2);
+  }
+  const char *what[] = {"rmsnorm_backward dx", "rmsnorm_backward dw", "rmsnorm_forward out",
+                        "rmsnorm_forward rstd", "add_rmsnorm_forward16 sum",
+                        "add_rmsnorm_forward16 out"};
+  int64_t len[6] = {nn, C, nn, N, nn, nn};
+  for (int j = 0; j < 6; j++) check_same(what[j], got[0][j], got[1][j], len[j]);
+  assert_memory_equal(got16[0], got16[1], (size_t)nn * 2);
+  memcpy(dxw, dx + off, (size_t)nn * 4);
+  memcpy(dww, dw + off, (size_t)C * 4);
+  prm_rmsnorm_backward(dxw, dww, dout + off, x + off, w + off, rstd + off, N, C);
+  check(what[0], got[0][0], dxw, nn, 1e-5);
+  check(what[1], got[0][1], dww, C, 1e-5);
+  check(what[2], got[0][2], out, nn, 2e-6);
+  check(what[3], got[0][3], rstd + off, N, 2e-6);
+  prm_add_rmsnorm_forward(sum, out, rstd + off, x + off, b + off, w + off, N, C, 1e-5f);
+  check(what[4], got[0][4], sum, nn, 0);
+  check(what[5], got[0][5], out, nn, 2e-6);
+  prm_f32_to_bf16(want16, got[0][5], nn);
+  assert_memory_equal(got16[0], want16, (size_t)nn * 2);
+  for (int k = 0; k < 2; k++) {
+    for (int j = 0; j < 6; j++) free(got[k][j]);
+    free(got16[k]);
+  }
+  free(x), free(b), free(w), free(dout), free(dx), free(dw), free(out), free(rstd), free(sum);
+  free(dxw), free(dww), free(want16);
+}
+
+/* The embedding backward with token 7 (mod V) in about 60% of N positions (runs
+ * longer than the sorted kernel's 32-row batches) and the other ids in
+ * random order; on a GPU, a negative id too. */
+static void embedding_case(prm_dev_t *dv[2], int64_t N, int64_t V, int64_t C, prm_rng_t *r) {
+  float *dout = falloc(N * C), *dw = falloc(V * C), *want = falloc(V * C), *got[2];
+  int32_t *tok = prm_xcalloc((size_t)N, 4);
+  randn(dout, N * C, r, 1);
+  randn(dw, V * C, r, 1);
+  for (int64_t i = 0; i < N; i++)
+    tok[i] = (int32_t)(prm_rng_u64(r) % 5 < 3 ? 7 % V : prm_rng_u64(r) % V);
+  memcpy(want, dw, (size_t)(V * C) * 4);
+  prm_embedding_backward(want, dout, tok, N, C);
+  for (int k = 0; k < 2; k++) {
+    prm_dev_t *d = dv[k];
+    float *d_do = dup_on(d, dout, N * C * 4), *d_dw = dup_on(d, dw, V * C * 4);
+    int32_t *d_tok = dup_on(d, tok, N * 4);
+    prm_dev_embedding_backward(d, d_dw, d_do, d_tok, N, C);
+    got[k] = falloc(V * C);
+    fetch_on(d, got[k], d_dw, (size_t)(V * C) * 4);
+    if (d->kind != PRM_DEV_KIND_CPU) { /* the CPU kernel would write before wte */
+      int32_t bad = -3;
+      prm_err_t err = {0};
+      assert_int_equal(prm_dev_upload(d, d_tok + N / 2, &bad, 4, &err), 0);
+      prm_dev_embedding_backward(d, d_dw, d_do, d_tok, N, C);
+      assert_int_not_equal(prm_dev_sync(d, &err), 0);
+      assert_non_null(strstr(err.msg, "token id"));
+      assert_int_equal(prm_dev_sync(d, &err), 0); /* reported once */
+    }
+    prm_dev_free(d, PRM_MEM_OTHER, d_do, N * C * 4);
+    prm_dev_free(d, PRM_MEM_OTHER, d_dw, V * C * 4);
+    prm_dev_free(d, PRM_MEM_OTHER, d_tok, N * 4);
+  }
+  assert_memory_equal(got[0], want, (size_t)(V * C) * 4);
+  assert_memory_equal(got[1], want, (size_t)(V * C) * 4);
+  free(got[0]), free(got[1]), free(dout), free(dw), free(want), free(tok);
+}
+
+static void test_eltwise_paths(void **state) {
+  (void)state;
+  prm_dev_t *dv[2] = {g_dev, open_scalar()};
+  prm_rng_t r;
+  prm_rng_seed(&r, 24);
+  eltwise_case(dv, 4099, 0, &r); /* float4s and a tail of 3 */
+  eltwise_case(dv, 4099, 1, &r); /* 4 bytes past 16: scalar */
+  rope_case(dv, 64, 0, &r);      /* D/2 = 32: float4s */
+  rope_case(dv, 64, 1, &r);      /* misaligned: scalar */
+  rope_case(dv, 12, 0, &r);      /* D/2 = 6: scalar */
+  rmsnorm_case(dv, 150, 768, 0, &r); /* warp per row; dw in 3 chunks, the last partial */
+  rmsnorm_case(dv, 70, 200, 4, &r);  /* 50 float4s a row, 16 bytes in */
+  rmsnorm_case(dv, 37, 768, 1, &r);  /* misaligned: scalar */
+  rmsnorm_case(dv, 37, 202, 0, &r);  /* C % 4 != 0: scalar */
+  rmsnorm_case(dv, 19, 1028, 0, &r); /* wider than the warp kernels: scalar */
+  embedding_case(dv, 2500, 40, 72, &r); /* sorted through the wider bitonic steps */
+  embedding_case(dv, 3, 5, 40, &r);
+  prm_dev_close(dv[1]);
+  if (g_dev->kind == PRM_DEV_KIND_CUDA) { /* a value the module does not know */
+    const char *was = getenv("PRIMUS_CUDA_ELTWISE");
+    char *keep = was ? prm_xstrdup(was) : NULL;
+    setenv("PRIMUS_CUDA_ELTWISE", "fast", 1);
+    prm_dev_opts_t o = {.want = "cuda", .local_rank = 0, .gemm = g_gemm,
+                        .module_path = g_dev->module};
+    prm_dev_t *d = NULL;
+    prm_err_t err = {0};
+    int rc = prm_dev_open(&o, &d, &err);
+    if (keep) setenv("PRIMUS_CUDA_ELTWISE", keep, 1);
+    else unsetenv("PRIMUS_CUDA_ELTWISE");
+    free(keep);
+    assert_int_not_equal(rc, 0);
+    assert_null(d);
+    assert_non_null(strstr(err.msg, "PRIMUS_CUDA_ELTWISE=fast: expected vector or scalar"));
+  }
+}
+
+/* ------------------------------------------------------------------------ */
 /* Opening                                                                    */
 /* ------------------------------------------------------------------------ */
 
@@ -1360,7 +1637,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_xent),          cmocka_unit_test(test_xent16),
       cmocka_unit_test(test_lmhead_xent),
       cmocka_unit_test(test_adamw_reductions), cmocka_unit_test(test_attention_bf16),
-      cmocka_unit_test(test_fused),         cmocka_unit_test(test_open),
+      cmocka_unit_test(test_fused),         cmocka_unit_test(test_eltwise_paths),
+      cmocka_unit_test(test_open),
       cmocka_unit_test(test_timer),         cmocka_unit_test(test_bench),
       cmocka_unit_test(test_profile),       cmocka_unit_test(test_gemm_tune),
   };

@@ -46,6 +46,7 @@ typedef struct {
   int attn_tiled; /* PRIMUS_CUDA_ATTENTION=tiled: attention.cu's kernels in training */
   int attn_flash; /* bf16 attention through attention_flash.cu (not PRIMUS_CUDA_ATTENTION=gemm) */
   int64_t attn_strip; /* PRIMUS_CUDA_ATTENTION_STRIP=N: query rows per strip (0: by budget) */
+  int ew_scalar; /* PRIMUS_CUDA_ELTWISE=scalar: ops.cu's first element-wise kernels (A/B) */
   /* Growable scratch for operators that need temporaries (rmsnorm dw
    * partials, attention segment starts and row dots). */
   void *scratch;

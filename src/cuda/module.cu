@@ -558,6 +558,16 @@ extern "C" __attribute__((visibility("default"))) int prm_device_module_open(
   }
   c->attn_tiled = am && strcmp(am, "tiled") == 0;
   c->attn_flash = !am || !*am || strcmp(am, "gemm") != 0;
+  /* PRIMUS_CUDA_ELTWISE: vector (the default: ops.cu's float4 and fused
+   * element-wise kernels, the sorted embedding backward) or scalar (the
+   * first kernels, one element per thread; the same results, for A/B). */
+  const char *ew = getenv("PRIMUS_CUDA_ELTWISE");
+  if (ew && *ew && strcmp(ew, "vector") != 0 && strcmp(ew, "scalar") != 0) {
+    prm_cu_say(msg, msg_len, "PRIMUS_CUDA_ELTWISE=%.64s: expected vector or scalar", ew);
+    free(c);
+    return PRM_DEV_OPEN_FAILED;
+  }
+  c->ew_scalar = ew && strcmp(ew, "scalar") == 0;
   const char *as = getenv("PRIMUS_CUDA_ATTENTION_STRIP");
   if (as && *as) {
     char *end = NULL;

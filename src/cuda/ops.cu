@@ -19,6 +19,10 @@
 #define PRM_CU_DW_ROWS 64       /* rows per partial of rmsnorm's dw */
 #define PRM_CU_EMB_VB 128       /* vocabulary rows per block in embedding backward */
 #define PRM_CU_EMB_GRID 512     /* blocks of embedding backward (vocabulary chunks dealt round robin) */
+#define PRM_CU_SORT_TILE 2048   /* keys one block sorts in shared memory (embedding backward) */
+#define PRM_CU_EMB_DEPTH 32     /* rows a lane loads before adding them (embedding backward) */
+#define PRM_CU_EMB_WGRID 256    /* blocks along the sorted slots (embedding backward) */
+#define PRM_CU_RMS_MAXC 1024    /* widest row of the warp-per-row RMSNorm kernels */
 
 /* ======================================================================== */
 /* Device helpers                                                           */
@@ -59,6 +63,12 @@ __device__ static T prm_cu_block_max(T v, T *sh) {
   T r = sh[0];
   __syncthreads();
   return r;
+}
+
+/* Four values rounded to bf16, packed for one 8-byte store. */
+__device__ static inline uint2 prm_cu_bf16x4(float4 y) {
+  return make_uint2((uint32_t)prm_cu_bf16_round(y.x) | ((uint32_t)prm_cu_bf16_round(y.y) << 16),
+                    (uint32_t)prm_cu_bf16_round(y.z) | ((uint32_t)prm_cu_bf16_round(y.w) << 16));
 }
 
 /* Rejects shapes the launch arithmetic cannot hold (rows are grid.x). */
@@ -171,9 +181,11 @@ __global__ static void prm_cu_k_emb_fwd(float *out, const int32_t *tok, const fl
  * dwte is written by one thread, adding the rows of its token in row
  * order, exactly as the CPU reference does (the same bits). V is not
  * passed: a block goes on to its next chunk while some token lies beyond
- * the chunks dealt so far. No atomics, no sort. */
+ * the chunks dealt so far. No atomics, no sort. A negative id raises the
+ * flag (its row is skipped). PRIMUS_CUDA_ELTWISE=scalar only: the default
+ * is the sorted backward below. */
 __global__ static void prm_cu_k_emb_bwd(float *dwte, const float *dout, const int32_t *tok,
-                                        int64_t N, int64_t C) {
+                                        int64_t N, int64_t C, unsigned *flags) {
   __shared__ int32_t st[PRM_CU_THREADS];
   __shared__ int32_t smax[PRM_CU_THREADS];
   int64_t v0 = (int64_t)blockIdx.x * PRM_CU_EMB_VB;
@@ -183,6 +195,7 @@ __global__ static void prm_cu_k_emb_bwd(float *dwte, const float *dout, const in
     for (int64_t n0 = 0; n0 < N; n0 += PRM_CU_THREADS) {
       int64_t n = n0 + threadIdx.x;
       int32_t t = n < N ? tok[n] : -1;
+      if (n < N && t < 0) *flags |= PRM_CU_FLAG_EMB_TOKEN; /* skipped below */
       st[threadIdx.x] = t;
       mx = t > mx ? t : mx;
       __syncthreads();
@@ -202,6 +215,135 @@ __global__ static void prm_cu_k_emb_bwd(float *dwte, const float *dout, const in
   }
 }
 
+/* The sorted embedding backward (the default; PRIMUS_CUDA_ELTWISE=scalar
+ * takes the kernel above). V is not passed, so a counting sort by token id
+ * has no table to count into: the N (token, position) pairs are sorted
+ * instead, as 64-bit keys token << 32 | position (the token as unsigned:
+ * negative ids sort after every valid one), by a bitonic network padded to
+ * a power of two M with all-ones keys. The keys are distinct, so the order
+ * is the one sorted order whatever the network does: each token's rows
+ * end up together and in row order. Then one warp per (run of a token, 32
+ * columns) adds the run's rows in that order to dwte's row, starting from
+ * its value: the CPU reference's additions in its order, the same bits. */
+
+/* Grid-stride over M: key i of (tok[i], i), all ones past N. */
+__global__ static void prm_cu_k_emb_keys(uint64_t *key, const int32_t *tok, int64_t N, int64_t M) {
+  PRM_CU_FOR(i, M)
+  key[i] = i < N ? ((uint64_t)(uint32_t)tok[i] << 32) | (uint64_t)i : ~(uint64_t)0;
+}
+
+/* The compare-exchange of the pair (i, i + j) of the bitonic network's
+ * stage k: ascending where i & k is 0. */
+__device__ static inline void prm_cu_bitonic_cx(uint64_t *a, uint64_t *b, int64_t i, int64_t k) {
+  uint64_t x = *a, y = *b;
+  if ((x > y) == ((i & k) == 0)) {
+    *a = y;
+    *b = x;
+  }
+}
+
+/* Grid-stride over the M/2 pairs of one step (k, j) with j >= the tile:
+ * pair p is (i, i + j), i = 2 j (p / j) + p % j. */
+__global__ static void prm_cu_k_bitonic_step(uint64_t *key, int64_t M, int64_t k, int64_t j) {
+  PRM_CU_FOR(p, M / 2) {
+    int64_t i = 2 * j * (p / j) + p % j;
+    prm_cu_bitonic_cx(&key[i], &key[i + j], i, k);
+  }
+}
+
+/* Grid (M / T), block T / 2: block b owns keys [b T, b T + T) in shared
+ * memory, thread t the pairs t, t + T/2, ... of each step. kk = 0: every
+ * stage k = 2 .. T (the tile sorted, ascending or descending by its place);
+ * kk > T: the steps j = T/2 .. 1 of stage kk (after the wider steps). */
+__global__ static void prm_cu_k_bitonic_tile(uint64_t *key, int64_t T, int64_t kk) {
+  __shared__ uint64_t sk[PRM_CU_SORT_TILE];
+  const int64_t base = (int64_t)blockIdx.x * T;
+  for (int64_t t = threadIdx.x; t < T; t += blockDim.x) sk[t] = key[base + t];
+  __syncthreads();
+  for (int64_t k = kk ? kk : 2; k <= (kk ? kk : T); k *= 2)
+    for (int64_t j = (kk ? T : k) / 2; j > 0; j /= 2) {
+      for (int64_t p = threadIdx.x; p < T / 2; p += blockDim.x) {
+        int64_t i = 2 * j * (p / j) + p % j;
+        prm_cu_bitonic_cx(&sk[i], &sk[i + j], base + i, k);
+      }
+      __syncthreads();
+    }
+  for (int64_t t = threadIdx.x; t < T; t += blockDim.x) key[base + t] = sk[t];
+}
+
+/* Grid (PRM_CU_EMB_WGRID or fewer, ceil(C/32)), block 256 (8 warps). Warp w
+ * of block x looks at sorted slots i = 8 x + w, + 8 grid.x, ...; where slot
+ * i starts a run (slot i - 1 holds another token) the warp adds the run's
+ * rows to columns [32 y, 32 y + 32) of dwte's row, lane l owning column
+ * 32 y + l: its value, plus each row's in sorted (= row) order. Each lane
+ * loads PRM_CU_EMB_DEPTH rows before adding them (the keys are read by
+ * every lane of the warp, one broadcast each, so no lane exchange is
+ * needed). A run of negative ids raises the flag and is skipped. */
+__global__ static void __launch_bounds__(PRM_CU_THREADS)
+    prm_cu_k_emb_sum(float *dwte, const float *dout, const uint64_t *key, int64_t N, int64_t C,
+                     unsigned *flags) {
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const int64_t col = (int64_t)blockIdx.y * 32 + lane;
+  const bool in = col < C;
+  for (int64_t i = (int64_t)blockIdx.x * 8 + warp; i < N; i += (int64_t)gridDim.x * 8) {
+    const uint32_t tk = (uint32_t)(key[i] >> 32); /* the same for the whole warp */
+    if (i > 0 && (uint32_t)(key[i - 1] >> 32) == tk) continue;
+    if ((int32_t)tk < 0) {
+      if (lane == 0 && blockIdx.y == 0) *flags |= PRM_CU_FLAG_EMB_TOKEN;
+      continue;
+    }
+    float *d = dwte + (int64_t)tk * C + col;
+    float acc = in ? *d : 0.0f;
+    for (int64_t r0 = i;; r0 += PRM_CU_EMB_DEPTH) {
+      int32_t row[PRM_CU_EMB_DEPTH];
+      float v[PRM_CU_EMB_DEPTH];
+#pragma unroll
+      for (int k = 0; k < PRM_CU_EMB_DEPTH; k++) {
+        const uint64_t kv = r0 + k < N ? key[r0 + k] : ~(uint64_t)0;
+        row[k] = r0 + k < N && (uint32_t)(kv >> 32) == tk ? (int32_t)(uint32_t)kv : -1;
+      }
+#pragma unroll
+      for (int k = 0; k < PRM_CU_EMB_DEPTH; k++)
+        v[k] = row[k] >= 0 && in ? dout[(int64_t)row[k] * C + col] : 0.0f;
+#pragma unroll
+      for (int k = 0; k < PRM_CU_EMB_DEPTH; k++)
+        if (row[k] >= 0) acc += v[k];
+      if (row[PRM_CU_EMB_DEPTH - 1] < 0) break; /* the run ended in this batch */
+    }
+    if (in) *d = acc;
+  }
+}
+
+/* The sorted backward's launches; scratch: the M keys. */
+static void prm_cu_emb_bwd_sorted(prm_cu_ctx *c, float *dwte, const float *dout,
+                                  const int32_t *tok, int64_t N, int64_t C) {
+  const char *op = "embedding_backward";
+  int64_t M = 2;
+  while (M < N) M *= 2;
+  const int64_t T = M < PRM_CU_SORT_TILE ? M : PRM_CU_SORT_TILE;
+  uint64_t *key = (uint64_t *)prm_cu_scratch(c, op, (size_t)M * sizeof(uint64_t));
+  if (!key) return;
+  prm_cu_k_emb_keys<<<prm_cu_blocks(M, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(key, tok,
+                                                                                     N, M);
+  if (prm_cu_check(c, op)) return;
+  prm_cu_k_bitonic_tile<<<(unsigned)(M / T), (unsigned)(T / 2), 0, c->stream>>>(key, T, 0);
+  if (prm_cu_check(c, op)) return;
+  for (int64_t k = 2 * T; k <= M; k *= 2) {
+    for (int64_t j = k / 2; j >= T; j /= 2) {
+      prm_cu_k_bitonic_step<<<prm_cu_blocks(M / 2, PRM_CU_THREADS), PRM_CU_THREADS, 0,
+                              c->stream>>>(key, M, k, j);
+      if (prm_cu_check(c, op)) return;
+    }
+    prm_cu_k_bitonic_tile<<<(unsigned)(M / T), (unsigned)(T / 2), 0, c->stream>>>(key, T, k);
+    if (prm_cu_check(c, op)) return;
+  }
+  int64_t gx = (N + 7) / 8;
+  if (gx > PRM_CU_EMB_WGRID) gx = PRM_CU_EMB_WGRID;
+  prm_cu_k_emb_sum<<<dim3((unsigned)gx, (unsigned)((C + 31) / 32)), PRM_CU_THREADS, 0,
+                     c->stream>>>(dwte, dout, key, N, C, c->d_flags);
+  prm_cu_check(c, op);
+}
+
 void prm_cu_embedding_forward(void *ctx, float *out, const int32_t *tok, const float *wte,
                               int64_t N, int64_t C) {
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
@@ -216,7 +358,12 @@ void prm_cu_embedding_backward(void *ctx, float *dwte, const float *dout, const 
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "embedding_backward");
   if (!prm_cu_rows_ok(c, "embedding_backward", N, C) || N == 0 || C == 0) return;
-  prm_cu_k_emb_bwd<<<PRM_CU_EMB_GRID, PRM_CU_THREADS, 0, c->stream>>>(dwte, dout, tok, N, C);
+  if (!c->ew_scalar && (C + 31) / 32 <= 65535) {
+    prm_cu_emb_bwd_sorted(c, dwte, dout, tok, N, C);
+    return;
+  }
+  prm_cu_k_emb_bwd<<<PRM_CU_EMB_GRID, PRM_CU_THREADS, 0, c->stream>>>(dwte, dout, tok, N, C,
+                                                                        c->d_flags);
   prm_cu_check(c, "embedding_backward");
 }
 
@@ -264,6 +411,19 @@ __global__ static void prm_cu_k_rmsnorm_fwd(float *sum, float *out, uint16_t *ou
   for (int64_t col = threadIdx.x; col < C; col += blockDim.x) o[col] = xr[col] * r * w[col];
 }
 
+/* One element of dx (accumulated), and one row's term of a dw partial
+ * (p = dout x, rounded; r = rstd, one FMA as the compiler made of the
+ * first kernel's acc += dout x rstd): both RMSNorm backwards compute them
+ * here, explicitly rounded (never contracted), so they give the same bits. */
+__device__ static inline float prm_cu_rms_dx1(float d, float rr, float w, float g, float x,
+                                              float coef) {
+  return __fadd_rn(d, __fsub_rn(__fmul_rn(__fmul_rn(rr, w), g), __fmul_rn(x, coef)));
+}
+
+__device__ static inline float prm_cu_rms_dw1(float acc, float p, float r) {
+  return __fmaf_rn(p, r, acc);
+}
+
 /* Grid (N), block 256: block n owns row n of dx (accumulated):
  * dx += rstd w dout - x (sum(dout w x) rstd^3 / C), the sum in double. */
 __global__ static void prm_cu_k_rmsnorm_bwd_dx(float *dx, const float *dout, const float *x,
@@ -280,7 +440,7 @@ __global__ static void prm_cu_k_rmsnorm_bwd_dx(float *dx, const float *dout, con
   float coef = (float)(dot * r * r * r / (double)C);
   float rr = rstd[n];
   for (int64_t col = threadIdx.x; col < C; col += blockDim.x)
-    d[col] += rr * w[col] * g[col] - xr[col] * coef;
+    d[col] = prm_cu_rms_dx1(d[col], rr, w[col], g[col], xr[col], coef);
 }
 
 /* Grid (ceil(C/256), nchunk), block 256: thread (x, k) owns column
@@ -293,7 +453,8 @@ __global__ static void prm_cu_k_rmsnorm_bwd_dw1(float *part, const float *dout, 
   if (col >= C) return;
   int64_t n0 = (int64_t)blockIdx.y * R, n1 = n0 + R < N ? n0 + R : N;
   float acc = 0;
-  for (int64_t n = n0; n < n1; n++) acc += dout[n * C + col] * x[n * C + col] * rstd[n];
+  for (int64_t n = n0; n < n1; n++)
+    acc = prm_cu_rms_dw1(acc, __fmul_rn(dout[n * C + col], x[n * C + col]), rstd[n]);
   part[(int64_t)blockIdx.y * C + col] = acc;
 }
 
@@ -308,11 +469,184 @@ __global__ static void prm_cu_k_rmsnorm_bwd_dw2(float *dw, const float *part, in
   dw[col] += s;
 }
 
+/* The warp-per-row RMSNorm kernels (the default where C % 4 == 0, C <=
+ * PRM_CU_RMS_MAXC and every row pointer is 16-byte aligned;
+ * PRIMUS_CUDA_ELTWISE=scalar takes the kernels above). Lane l of a row's
+ * warp loads the float4s l, l + 32, ... (columns 4l + 128m .. 4l + 128m +
+ * 3). The kernels above sum a row in double per thread t of 256 over
+ * columns t, t + 256, ... in order, then by a fixed tree; here the same
+ * per-thread sums are kept in the lanes that hold their columns (lane l
+ * holds those of threads 4l .. 4l+3 and 128 + 4l .. 128 + 4l + 3, in ps[0
+ * .. 3] and ps[4 .. 7], each in column order) and the tree is walked level
+ * by level: 128, 2 and 1 inside a lane, 64 .. 4 across lanes (xor 16 .. 1;
+ * IEEE addition commutes, so a lane adding its partner's value to its own
+ * gets the bits the tree's t < s side gets). Lane 0 ends with the tree's
+ * total, the same bits as the kernels above. */
+
+/* ps += the four squares (sq) or dout w x products of one float4. */
+__device__ static inline void prm_cu_rms_acc(double *ps, float4 a) {
+  ps[0] += (double)a.x * a.x;
+  ps[1] += (double)a.y * a.y;
+  ps[2] += (double)a.z * a.z;
+  ps[3] += (double)a.w * a.w;
+}
+
+__device__ static inline void prm_cu_rms_dot(double *ps, float4 g, float4 w, float4 x) {
+  ps[0] += (double)g.x * w.x * x.x;
+  ps[1] += (double)g.y * w.y * x.y;
+  ps[2] += (double)g.z * w.z * x.z;
+  ps[3] += (double)g.w * w.w * x.w;
+}
+
+/* The 256-thread tree of prm_cu_block_sum over the lanes' partials; every
+ * lane returns lane 0's total. Every lane of the warp calls it. */
+__device__ static double prm_cu_rms_tree(double *ps) {
+  for (int i = 0; i < 4; i++) ps[i] = ps[i] + ps[i + 4]; /* s = 128 */
+  for (int m = 16; m >= 1; m >>= 1)                      /* s = 64 .. 4 */
+    for (int i = 0; i < 4; i++) ps[i] = ps[i] + PRM_SHFL_XOR(ps[i], m);
+  ps[0] = ps[0] + ps[2]; /* s = 2 */
+  ps[1] = ps[1] + ps[3];
+  ps[0] = ps[0] + ps[1]; /* s = 1 */
+  return PRM_SHFL(ps[0], 0);
+}
+
+/* Grid (ceil(N/8)), block 256: warp w owns row 8 x + w (every warp takes
+ * part in the lane exchanges, rows past N included). As
+ * prm_cu_k_rmsnorm_fwd: with b the row a + b stored to sum first (each lane
+ * reads and writes only its own float4s, so sum may alias a or b) and
+ * normalised from the stored values; with out16 the bf16 copy. */
+__global__ static void __launch_bounds__(PRM_CU_THREADS)
+    prm_cu_k_rmsnorm_fwd4(float *sum, float *out, uint16_t *out16, float *rstd, const float *a,
+                          const float *b, const float *w, int64_t N, int64_t C, float eps) {
+  const int lane = (int)(threadIdx.x & 31u);
+  const int64_t n = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5), C4 = C / 4;
+  const bool live = n < N;
+  const int64_t off = (live ? n : 0) * C;
+  const float4 *ar = (const float4 *)(a + off), *br = b ? (const float4 *)(b + off) : NULL;
+  float4 *sr = b ? (float4 *)(sum + off) : NULL;
+  double ps[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (live)
+    for (int64_t q = lane; q < C4; q += 64)
+      for (int h = 0; h < 2 && q + 32 * h < C4; h++) {
+        const int64_t k = q + 32 * h;
+        float4 v = ar[k];
+        if (br) {
+          const float4 u = br[k];
+          v.x = v.x + u.x;
+          v.y = v.y + u.y;
+          v.z = v.z + u.z;
+          v.w = v.w + u.w;
+          sr[k] = v;
+        }
+        prm_cu_rms_acc(ps + 4 * h, v);
+      }
+  const double ss = prm_cu_rms_tree(ps);
+  if (!live) return;
+  const float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
+  if (lane == 0) rstd[n] = r;
+  const float4 *xr = br ? (const float4 *)sr : ar, *w4 = (const float4 *)w;
+  float4 *o = (float4 *)(out + off);
+  uint2 *o16 = out16 ? (uint2 *)(out16 + off) : NULL;
+  for (int64_t q = lane; q < C4; q += 32) {
+    const float4 x = xr[q], g = w4[q];
+    float4 y;
+    y.x = x.x * r * g.x;
+    y.y = x.y * r * g.y;
+    y.z = x.z * r * g.z;
+    y.w = x.w * r * g.w;
+    o[q] = y;
+    if (o16) o16[q] = prm_cu_bf16x4(y);
+  }
+}
+
+/* Grid (nchunk), block 256: block k owns rows [k R, k R + R) (R as the dw
+ * partials of prm_cu_rmsnorm_backward), in rounds of 8: warp w takes row
+ * k R + 8 j + w of round j, adds its dx as prm_cu_k_rmsnorm_bwd_dx (the dot
+ * by the tree above) and leaves dout x of each column in shared memory;
+ * then thread t adds those 8 rows' dout x rstd, in row order, to its
+ * float4 t of the chunk's dw partial, as prm_cu_k_rmsnorm_bwd_dw1 does:
+ * dx and the partials in one pass over dout and x, the same bits. */
+__global__ static void __launch_bounds__(PRM_CU_THREADS)
+    prm_cu_k_rmsnorm_bwd4(float *dx, float *part, const float *dout, const float *x,
+                          const float *w, const float *rstd, int64_t N, int64_t C, int64_t R) {
+  __shared__ float4 sp[8][PRM_CU_RMS_MAXC / 4];
+  __shared__ float sr[8];
+  const int lane = (int)(threadIdx.x & 31u), wp = (int)(threadIdx.x >> 5);
+  const int64_t C4 = C / 4, n0 = (int64_t)blockIdx.x * R;
+  const int64_t n1 = n0 + R < N ? n0 + R : N;
+  const float4 *w4 = (const float4 *)w;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* float4 threadIdx.x of the partial */
+  for (int64_t r0 = n0; r0 < n1; r0 += 8) {
+    const int64_t n = r0 + wp;
+    const bool live = n < n1;
+    const int64_t off = (live ? n : 0) * C;
+    const float4 *g4 = (const float4 *)(dout + off), *x4 = (const float4 *)(x + off);
+    double ps[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (live)
+      for (int64_t q = lane; q < C4; q += 64)
+        for (int h = 0; h < 2 && q + 32 * h < C4; h++) {
+          const int64_t k = q + 32 * h;
+          const float4 g = g4[k], xv = x4[k];
+          prm_cu_rms_dot(ps + 4 * h, g, w4[k], xv);
+          sp[wp][k] = make_float4(__fmul_rn(g.x, xv.x), __fmul_rn(g.y, xv.y),
+                                  __fmul_rn(g.z, xv.z), __fmul_rn(g.w, xv.w));
+        }
+    const double dot = prm_cu_rms_tree(ps);
+    if (live) {
+      const double r = rstd[n];
+      const float coef = (float)(dot * r * r * r / (double)C);
+      const float rr = rstd[n];
+      if (lane == 0) sr[wp] = rr;
+      float4 *d4 = (float4 *)(dx + off);
+      for (int64_t q = lane; q < C4; q += 32) {
+        const float4 g = g4[q], xv = x4[q], wv = w4[q];
+        float4 d = d4[q];
+        d.x = prm_cu_rms_dx1(d.x, rr, wv.x, g.x, xv.x, coef);
+        d.y = prm_cu_rms_dx1(d.y, rr, wv.y, g.y, xv.y, coef);
+        d.z = prm_cu_rms_dx1(d.z, rr, wv.z, g.z, xv.z, coef);
+        d.w = prm_cu_rms_dx1(d.w, rr, wv.w, g.w, xv.w, coef);
+        d4[q] = d;
+      }
+    }
+    __syncthreads();
+    const int64_t q = threadIdx.x;
+    if (q < C4)
+      for (int64_t i = 0; i < 8 && r0 + i < n1; i++) {
+        const float4 p = sp[i][q];
+        const float rr = sr[i];
+        acc.x = prm_cu_rms_dw1(acc.x, p.x, rr);
+        acc.y = prm_cu_rms_dw1(acc.y, p.y, rr);
+        acc.z = prm_cu_rms_dw1(acc.z, p.z, rr);
+        acc.w = prm_cu_rms_dw1(acc.w, p.w, rr);
+      }
+    __syncthreads(); /* sp and sr are refilled next */
+  }
+  if ((int64_t)threadIdx.x < C4) ((float4 *)(part + (int64_t)blockIdx.x * C))[threadIdx.x] = acc;
+}
+
+/* The warp-per-row kernels take this row width and these pointers. */
+static int prm_cu_rms_vec(const prm_cu_ctx *c, int64_t C, const void *p0, const void *p1,
+                          const void *p2, const void *p3, const void *p4) {
+  const void *p[] = {p0, p1, p2, p3, p4};
+  if (c->ew_scalar || C % 4 != 0 || C > PRM_CU_RMS_MAXC) return 0;
+  for (int i = 0; i < 5; i++)
+    if ((uintptr_t)p[i] % 16 != 0) return 0; /* NULL passes */
+  return 1;
+}
+
+static unsigned prm_cu_rows8(int64_t N) { return (unsigned)((N + 7) / 8); }
+
 void prm_cu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *x, const float *w,
                             int64_t N, int64_t C, float eps) {
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "rmsnorm_forward");
   if (!prm_cu_rows_ok(c, "rmsnorm_forward", N, C) || N == 0 || C == 0) return;
+  if (prm_cu_rms_vec(c, C, out, x, w, NULL, NULL)) {
+    prm_cu_k_rmsnorm_fwd4<<<prm_cu_rows8(N), PRM_CU_THREADS, 0, c->stream>>>(NULL, out, NULL, rstd,
+                                                                           x, NULL, w, N, C, eps);
+    prm_cu_check(c, "rmsnorm_forward");
+    return;
+  }
   prm_cu_k_rmsnorm_fwd<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(NULL, out, NULL, rstd, x,
                                                                       NULL, w, C, eps);
   prm_cu_check(c, "rmsnorm_forward");
@@ -323,6 +657,12 @@ void prm_cu_add_rmsnorm_forward(void *ctx, float *sum, float *out, float *rstd, 
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "add_rmsnorm_forward");
   if (!prm_cu_rows_ok(c, "add_rmsnorm_forward", N, C) || N == 0 || C == 0) return;
+  if (prm_cu_rms_vec(c, C, sum, out, a, b, w)) {
+    prm_cu_k_rmsnorm_fwd4<<<prm_cu_rows8(N), PRM_CU_THREADS, 0, c->stream>>>(sum, out, NULL, rstd,
+                                                                           a, b, w, N, C, eps);
+    prm_cu_check(c, "add_rmsnorm_forward");
+    return;
+  }
   prm_cu_k_rmsnorm_fwd<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(sum, out, NULL, rstd, a, b,
                                                                       w, C, eps);
   prm_cu_check(c, "add_rmsnorm_forward");
@@ -334,6 +674,12 @@ void prm_cu_rmsnorm_forward16(void *ctx, float *sum, float *out, prm_dev_bf16_t 
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "rmsnorm_forward16");
   if (!prm_cu_rows_ok(c, "rmsnorm_forward16", N, C) || N == 0 || C == 0) return;
+  if (prm_cu_rms_vec(c, C, b ? sum : NULL, out, a, b, w) && (uintptr_t)out16 % 8 == 0) {
+    prm_cu_k_rmsnorm_fwd4<<<prm_cu_rows8(N), PRM_CU_THREADS, 0, c->stream>>>(
+        b ? sum : NULL, out, out16, rstd, a, b, w, N, C, eps);
+    prm_cu_check(c, "rmsnorm_forward16");
+    return;
+  }
   prm_cu_k_rmsnorm_fwd<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(b ? sum : NULL, out, out16,
                                                                       rstd, a, b, w, C, eps);
   prm_cu_check(c, "rmsnorm_forward16");
@@ -344,18 +690,29 @@ void prm_cu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dout,
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "rmsnorm_backward");
   if (!prm_cu_rows_ok(c, "rmsnorm_backward", N, C) || N == 0 || C == 0) return;
-  prm_cu_k_rmsnorm_bwd_dx<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(dx, dout, x, w, rstd,
-                                                                         C);
-  if (prm_cu_check(c, "rmsnorm_backward")) return;
   /* dw: chunks of R rows (at most 65535 chunks, grid.y's limit); the
    * partition depends only on N. */
   int64_t R = PRM_CU_DW_ROWS;
   if ((N + R - 1) / R > 65535) R = (N + 65534) / 65535;
   int64_t nchunk = (N + R - 1) / R;
+  unsigned cb = (unsigned)((C + PRM_CU_THREADS - 1) / PRM_CU_THREADS);
+  if (prm_cu_rms_vec(c, C, dx, dout, x, w, NULL)) {
+    float *part = (float *)prm_cu_scratch(c, "rmsnorm_backward",
+                                          (size_t)nchunk * (size_t)C * sizeof(float));
+    if (!part) return;
+    prm_cu_k_rmsnorm_bwd4<<<(unsigned)nchunk, PRM_CU_THREADS, 0, c->stream>>>(dx, part, dout, x, w,
+                                                                             rstd, N, C, R);
+    if (prm_cu_check(c, "rmsnorm_backward")) return;
+    prm_cu_k_rmsnorm_bwd_dw2<<<cb, PRM_CU_THREADS, 0, c->stream>>>(dw, part, nchunk, C);
+    prm_cu_check(c, "rmsnorm_backward");
+    return;
+  }
+  prm_cu_k_rmsnorm_bwd_dx<<<(unsigned)N, PRM_CU_THREADS, 0, c->stream>>>(dx, dout, x, w, rstd,
+                                                                         C);
+  if (prm_cu_check(c, "rmsnorm_backward")) return;
   float *part = (float *)prm_cu_scratch(c, "rmsnorm_backward",
                                         (size_t)nchunk * (size_t)C * sizeof(float));
   if (!part) return;
-  unsigned cb = (unsigned)((C + PRM_CU_THREADS - 1) / PRM_CU_THREADS);
   prm_cu_k_rmsnorm_bwd_dw1<<<dim3(cb, (unsigned)nchunk), PRM_CU_THREADS, 0, c->stream>>>(
       part, dout, x, rstd, N, C, R);
   if (prm_cu_check(c, "rmsnorm_backward")) return;
@@ -366,6 +723,13 @@ void prm_cu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dout,
 /* ======================================================================== */
 /* RoPE                                                                     */
 /* ======================================================================== */
+
+/* One pair rotated by sign x the angle (co, si its cosine and sine). */
+__device__ static inline void prm_cu_rot(float &x1, float &x2, float co, float si, float sign) {
+  const float s = __fmul_rn(sign, si), a = x1, b = x2;
+  x1 = __fsub_rn(__fmul_rn(a, co), __fmul_rn(b, s));
+  x2 = __fadd_rn(__fmul_rn(b, co), __fmul_rn(a, s));
+}
 
 /* Grid-stride over B*T*nh*(D/2) pairs: thread owns the pair (x[i],
  * x[i + D/2]) of one (b, t, head) row, i < D/2, and rotates it by sign x
@@ -380,10 +744,32 @@ __global__ static void prm_cu_k_rope(float *x, const float *cos_t, const float *
     int64_t t = bt % T;
     int64_t p = pos ? (int64_t)pos[bt] : pos0 + t;
     float *r = x + rest * D;
-    float co = cos_t[p * half + i], s = sign * sin_t[p * half + i];
-    float x1 = r[i], x2 = r[i + half];
-    r[i] = x1 * co - x2 * s;
-    r[i + half] = x2 * co + x1 * s;
+    prm_cu_rot(r[i], r[i + half], cos_t[p * half + i], sin_t[p * half + i], sign);
+  }
+}
+
+/* The same rotation four pairs per thread (the default where D/2 % 4 == 0
+ * and x and the tables are 16-byte aligned): thread owns float4 q of the
+ * row's first half and float4 q of its second half (pairs 4q .. 4q + 3),
+ * grid-stride over B*T*nh*(D/8). The same bits: each pair as above. */
+__global__ static void prm_cu_k_rope4(float *x, const float *cos_t, const float *sin_t, int64_t T,
+                                      int64_t nh, int64_t D, int64_t pos0, const int32_t *pos,
+                                      float sign, int64_t nquads) {
+  const int64_t half = D / 2, hq = half / 4;
+  PRM_CU_FOR(idx, nquads) {
+    int64_t q = idx % hq, rest = idx / hq;
+    int64_t bt = rest / nh;
+    int64_t p = pos ? (int64_t)pos[bt] : pos0 + bt % T;
+    float4 *r1 = (float4 *)(x + rest * D), *r2 = (float4 *)(x + rest * D + half);
+    const float4 co = ((const float4 *)(cos_t + p * half))[q];
+    const float4 si = ((const float4 *)(sin_t + p * half))[q];
+    float4 a = r1[q], b = r2[q];
+    prm_cu_rot(a.x, b.x, co.x, si.x, sign);
+    prm_cu_rot(a.y, b.y, co.y, si.y, sign);
+    prm_cu_rot(a.z, b.z, co.z, si.z, sign);
+    prm_cu_rot(a.w, b.w, co.w, si.w, sign);
+    r1[q] = a;
+    r2[q] = b;
   }
 }
 
@@ -398,6 +784,13 @@ void prm_cu_rope(void *ctx, float *x, const float *cos_t, const float *sin_t, in
   }
   int64_t npairs = B * T * nh * (D / 2);
   if (npairs == 0) return;
+  if (!c->ew_scalar && (D / 2) % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)cos_t % 16 == 0 &&
+      (uintptr_t)sin_t % 16 == 0) {
+    prm_cu_k_rope4<<<prm_cu_blocks(npairs / 4, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(
+        x, cos_t, sin_t, T, nh, D, pos0, pos, sign, npairs / 4);
+    prm_cu_check(c, "rope");
+    return;
+  }
   prm_cu_k_rope<<<prm_cu_blocks(npairs, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(
       x, cos_t, sin_t, T, nh, D, pos0, pos, sign, npairs);
   prm_cu_check(c, "rope");
@@ -407,19 +800,39 @@ void prm_cu_rope(void *ctx, float *x, const float *cos_t, const float *sin_t, in
 /* SwiGLU, add, scale                                                       */
 /* ======================================================================== */
 
-__device__ static inline float prm_cu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* The element formulas below are written with explicitly rounded
+ * operations (__fmul_rn ...: never contracted into FMAs), so the scalar and
+ * the float4 kernels, which share them, give the same bits whatever the
+ * code generator would contract in each. */
+__device__ static inline float prm_cu_sigmoid(float x) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
 
-/* Grid-stride, one element per thread per step (all three below). */
+/* One element of each (the scalar and the float4 kernels share them, so
+ * they round and contract alike). */
+__device__ static inline float prm_cu_swiglu1(float g, float u) {
+  return __fmul_rn(__fmul_rn(g, prm_cu_sigmoid(g)), u);
+}
+
+__device__ static inline void prm_cu_swiglu_b1(float &dg, float &du, float d, float g, float u) {
+  const float s = prm_cu_sigmoid(g);
+  dg = __fmul_rn(__fmul_rn(__fmul_rn(d, u), s), __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, s))));
+  du = __fmul_rn(__fmul_rn(d, g), s);
+}
+
+/* Grid-stride, one element per thread per step (the scalar kernels, all
+ * five below; PRIMUS_CUDA_ELTWISE=scalar, and where a pointer is not
+ * 16-byte aligned). */
 __global__ static void prm_cu_k_swiglu_fwd(float *h, const float *gate, const float *up,
                                            int64_t n) {
-  PRM_CU_FOR(i, n) h[i] = gate[i] * prm_cu_sigmoid(gate[i]) * up[i];
+  PRM_CU_FOR(i, n) h[i] = prm_cu_swiglu1(gate[i], up[i]);
 }
 
 /* The same h, and its bf16 copy. */
 __global__ static void prm_cu_k_swiglu_fwd16(float *h, uint16_t *h16, const float *gate,
                                              const float *up, int64_t n) {
   PRM_CU_FOR(i, n) {
-    float y = gate[i] * prm_cu_sigmoid(gate[i]) * up[i];
+    float y = prm_cu_swiglu1(gate[i], up[i]);
     h[i] = y;
     h16[i] = prm_cu_bf16_round(y);
   }
@@ -427,11 +840,7 @@ __global__ static void prm_cu_k_swiglu_fwd16(float *h, uint16_t *h16, const floa
 
 __global__ static void prm_cu_k_swiglu_bwd(float *dgate, float *dup, const float *dh,
                                            const float *gate, const float *up, int64_t n) {
-  PRM_CU_FOR(i, n) {
-    float g = gate[i], s = prm_cu_sigmoid(g), d = dh[i], u = up[i];
-    dgate[i] = d * u * s * (1.0f + g * (1.0f - s));
-    dup[i] = d * g * s;
-  }
+  PRM_CU_FOR(i, n) prm_cu_swiglu_b1(dgate[i], dup[i], dh[i], gate[i], up[i]);
 }
 
 __global__ static void prm_cu_k_add(float *y, const float *a, const float *b, int64_t n) {
@@ -442,10 +851,95 @@ __global__ static void prm_cu_k_scale(float *x, int64_t n, float s) {
   PRM_CU_FOR(i, n) x[i] *= s;
 }
 
+/* The float4 kernels (the default where every pointer is 16-byte aligned,
+ * h16 8-byte): grid-stride over the n / 4 float4s, one per thread per step;
+ * the last n % 4 elements by the first threads of the grid. Each element
+ * as the scalar kernels compute it: the same bits. */
+
+/* h (and with h16 its bf16 copy). */
+__global__ static void prm_cu_k_swiglu_fwd4(float *h, uint16_t *h16, const float *gate,
+                                            const float *up, int64_t n) {
+  const int64_t n4 = n / 4;
+  PRM_CU_FOR(i, n4) {
+    const float4 g = ((const float4 *)gate)[i], u = ((const float4 *)up)[i];
+    const float4 y = make_float4(prm_cu_swiglu1(g.x, u.x), prm_cu_swiglu1(g.y, u.y),
+                                 prm_cu_swiglu1(g.z, u.z), prm_cu_swiglu1(g.w, u.w));
+    ((float4 *)h)[i] = y;
+    if (h16) ((uint2 *)h16)[i] = prm_cu_bf16x4(y);
+  }
+  PRM_CU_FOR(j, n - 4 * n4) {
+    const int64_t i = 4 * n4 + j;
+    const float y = prm_cu_swiglu1(gate[i], up[i]);
+    h[i] = y;
+    if (h16) h16[i] = prm_cu_bf16_round(y);
+  }
+}
+
+__global__ static void prm_cu_k_swiglu_bwd4(float *dgate, float *dup, const float *dh,
+                                            const float *gate, const float *up, int64_t n) {
+  const int64_t n4 = n / 4;
+  PRM_CU_FOR(i, n4) {
+    const float4 d = ((const float4 *)dh)[i], g = ((const float4 *)gate)[i];
+    const float4 u = ((const float4 *)up)[i];
+    float4 dg, du;
+    prm_cu_swiglu_b1(dg.x, du.x, d.x, g.x, u.x);
+    prm_cu_swiglu_b1(dg.y, du.y, d.y, g.y, u.y);
+    prm_cu_swiglu_b1(dg.z, du.z, d.z, g.z, u.z);
+    prm_cu_swiglu_b1(dg.w, du.w, d.w, g.w, u.w);
+    ((float4 *)dgate)[i] = dg;
+    ((float4 *)dup)[i] = du;
+  }
+  PRM_CU_FOR(j, n - 4 * n4) {
+    const int64_t i = 4 * n4 + j;
+    prm_cu_swiglu_b1(dgate[i], dup[i], dh[i], gate[i], up[i]);
+  }
+}
+
+__global__ static void prm_cu_k_add4(float *y, const float *a, const float *b, int64_t n) {
+  const int64_t n4 = n / 4;
+  PRM_CU_FOR(i, n4) {
+    const float4 u = ((const float4 *)a)[i], v = ((const float4 *)b)[i];
+    ((float4 *)y)[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+  }
+  PRM_CU_FOR(j, n - 4 * n4) y[4 * n4 + j] = a[4 * n4 + j] + b[4 * n4 + j];
+}
+
+__global__ static void prm_cu_k_scale4(float *x, int64_t n, float s) {
+  const int64_t n4 = n / 4;
+  PRM_CU_FOR(i, n4) {
+    float4 v = ((float4 *)x)[i];
+    v.x *= s;
+    v.y *= s;
+    v.z *= s;
+    v.w *= s;
+    ((float4 *)x)[i] = v;
+  }
+  PRM_CU_FOR(j, n - 4 * n4) x[4 * n4 + j] *= s;
+}
+
+/* The float4 kernels take these pointers (NULL passes). */
+static int prm_cu_vec4(const prm_cu_ctx *c, const void *p0, const void *p1, const void *p2,
+                       const void *p3, const void *p4) {
+  const void *p[] = {p0, p1, p2, p3, p4};
+  if (c->ew_scalar) return 0;
+  for (int i = 0; i < 5; i++)
+    if ((uintptr_t)p[i] % 16 != 0) return 0;
+  return 1;
+}
+
+/* Blocks for n elements four at a time. */
+static unsigned prm_cu_blocks4(int64_t n) { return prm_cu_blocks((n + 3) / 4, PRM_CU_THREADS); }
+
 void prm_cu_swiglu_forward(void *ctx, float *h, const float *gate, const float *up, int64_t n) {
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "swiglu_forward");
   if (n <= 0) return;
+  if (prm_cu_vec4(c, h, gate, up, NULL, NULL)) {
+    prm_cu_k_swiglu_fwd4<<<prm_cu_blocks4(n), PRM_CU_THREADS, 0, c->stream>>>(h, NULL, gate, up,
+                                                                             n);
+    prm_cu_check(c, "swiglu_forward");
+    return;
+  }
   prm_cu_k_swiglu_fwd<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(
       h, gate, up, n);
   prm_cu_check(c, "swiglu_forward");
@@ -456,6 +950,12 @@ void prm_cu_swiglu_forward16(void *ctx, float *h, prm_dev_bf16_t *h16, const flo
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "swiglu_forward16");
   if (n <= 0) return;
+  if (prm_cu_vec4(c, h, gate, up, NULL, NULL) && (uintptr_t)h16 % 8 == 0) {
+    prm_cu_k_swiglu_fwd4<<<prm_cu_blocks4(n), PRM_CU_THREADS, 0, c->stream>>>(h, h16, gate, up,
+                                                                             n);
+    prm_cu_check(c, "swiglu_forward16");
+    return;
+  }
   prm_cu_k_swiglu_fwd16<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(
       h, h16, gate, up, n);
   prm_cu_check(c, "swiglu_forward16");
@@ -466,6 +966,12 @@ void prm_cu_swiglu_backward(void *ctx, float *dgate, float *dup, const float *dh
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "swiglu_backward");
   if (n <= 0) return;
+  if (prm_cu_vec4(c, dgate, dup, dh, gate, up)) {
+    prm_cu_k_swiglu_bwd4<<<prm_cu_blocks4(n), PRM_CU_THREADS, 0, c->stream>>>(dgate, dup, dh,
+                                                                             gate, up, n);
+    prm_cu_check(c, "swiglu_backward");
+    return;
+  }
   prm_cu_k_swiglu_bwd<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(
       dgate, dup, dh, gate, up, n);
   prm_cu_check(c, "swiglu_backward");
@@ -475,6 +981,11 @@ void prm_cu_add(void *ctx, float *y, const float *a, const float *b, int64_t n) 
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "add");
   if (n <= 0) return;
+  if (prm_cu_vec4(c, y, a, b, NULL, NULL)) {
+    prm_cu_k_add4<<<prm_cu_blocks4(n), PRM_CU_THREADS, 0, c->stream>>>(y, a, b, n);
+    prm_cu_check(c, "add");
+    return;
+  }
   prm_cu_k_add<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(y, a, b, n);
   prm_cu_check(c, "add");
 }
@@ -483,6 +994,11 @@ void prm_cu_scale(void *ctx, float *x, int64_t n, float s) {
   prm_cu_ctx *c = (prm_cu_ctx *)ctx;
   prm_cu_enter(c, "scale");
   if (n <= 0) return;
+  if (prm_cu_vec4(c, x, NULL, NULL, NULL, NULL)) {
+    prm_cu_k_scale4<<<prm_cu_blocks4(n), PRM_CU_THREADS, 0, c->stream>>>(x, n, s);
+    prm_cu_check(c, "scale");
+    return;
+  }
   prm_cu_k_scale<<<prm_cu_blocks(n, PRM_CU_THREADS), PRM_CU_THREADS, 0, c->stream>>>(x, n, s);
   prm_cu_check(c, "scale");
 }
