@@ -361,6 +361,43 @@ static void test_memory_matches_engine(void **state) {
   }
 }
 
+/* A mixture of experts (every other layer MoE, 4 experts of ffn 96, top
+ * 2, a shared expert): the projection's parameters, activations and
+ * scratch are prm_llama_new's, with and without recomputation; the MoE
+ * layers' GEMM work is their active parameters' (k experts), below what
+ * all the experts would cost. (Under tensor and expert parallel the CLI
+ * test compares with a 4-rank trainer's memory line.) */
+static void test_moe_memory_matches_engine(void **state) {
+  (void)state;
+  prm_pj_hw_t hw = hw_full(8);
+  prm_gemm_t g;
+  prm_err_t err = {0};
+  assert_int_equal(prm_gemm_init(&g, "reference", &err), 0);
+  double t_mb[2] = {0, 0};
+  for (int k = 0; k < 3; k++) {
+    prm_pj_input_t in = input();
+    in.recompute = k == 1;
+    in.model.experts = 4;
+    in.model.topk = k == 2 ? 4 : 2; /* every expert: more GEMM work */
+    in.model.moe_ffn = 96;
+    in.model.moe_freq = 2;
+    in.model.shared_ffn = 32;
+    prm_pj_result_t r;
+    project(&in, &hw, &r);
+    if (k != 1) t_mb[k / 2] = r.t_mb;
+    assert_int_equal(r.expert_params_rank, 0); /* no expert parallel */
+    prm_llama_t *m = NULL;
+    unsigned flags = PRM_LLAMA_TRAIN | (in.recompute ? PRM_LLAMA_RECOMPUTE : 0);
+    assert_int_equal(prm_llama_new(&in.model, in.micro_batch, in.seq, flags, &g, &m, &err), 0);
+    assert_int_equal((int64_t)r.mem_acts, (int64_t)m->acts_bytes);
+    assert_int_equal((int64_t)r.mem_scratch, (int64_t)m->scratch_bytes);
+    assert_int_equal(r.params_rank, m->nparams);
+    assert_int_equal(r.params, m->nparams);
+    prm_llama_free(m);
+  }
+  assert_true(t_mb[0] < t_mb[1]);
+}
+
 /* On a GPU (hw.device) the LM head's chunk is the device's: the scratch
  * the projection counts is what the model carves on a device (the tagged
  * test device here), with thousands of rows to the chunk. */
@@ -492,7 +529,7 @@ int main(void) {
       cmocka_unit_test(test_dp_halves_compute),    cmocka_unit_test(test_bubble),
       cmocka_unit_test(test_comm_grows_with_bytes), cmocka_unit_test(test_zero_divides_optimizer),
       cmocka_unit_test(test_tp_splits_params),     cmocka_unit_test(test_memory_matches_engine),
-      cmocka_unit_test(test_memory_matches_device),
+      cmocka_unit_test(test_memory_matches_device), cmocka_unit_test(test_moe_memory_matches_engine),
       cmocka_unit_test(test_sp_divides_norm_rows), cmocka_unit_test(test_cp_splits_sequence),
       cmocka_unit_test(test_errors),               cmocka_unit_test(test_hw_file_and_json),
   };

@@ -219,6 +219,9 @@ typedef struct {
   int recompute;              /* recompute_granularity set (full recomputation) */
   int sp;                     /* sequence_parallel (counted only when tp > 1) */
   int64_t cp;                 /* context_parallel_size (0 or 1: none) */
+  /* Mixture of experts (model.experts > 0): expert_model_parallel_size
+   * (0 or 1: none) and expert_tensor_parallel_size (0: tp). */
+  int64_t ep, etp;
   int bf16;                   /* communication and activations in 2-byte values */
   int64_t bucket;             /* ddp_bucket_size, in parameters */
   int64_t nodes, ranks_per_node; /* ranks_per_node 0: the hardware's */
@@ -228,7 +231,10 @@ typedef struct {
  * defaults, vocabulary from the tokenizer when vocab_size is null, batch,
  * tensor/pipeline sizes, use_distributed_optimizer, overlap_grad_reduce,
  * recompute_granularity, sequence_parallel, context_parallel_size, bf16,
- * ddp_bucket_size); nodes, ranks_per_node and
+ * ddp_bucket_size; a MoE model's num_experts, moe_router_topk,
+ * moe_ffn_hidden_size, moe_layer_freq, moe_shared_expert_intermediate_size,
+ * expert_model_parallel_size and expert_tensor_parallel_size); nodes,
+ * ranks_per_node and
  * vpp are left to the caller (1, 0, 1). */
 int prm_pj_input_from_exp(const prm_exp_t *e, prm_pj_input_t *in, prm_err_t *err);
 
@@ -236,13 +242,19 @@ int prm_pj_input_from_exp(const prm_exp_t *e, prm_pj_input_t *in, prm_err_t *err
 typedef struct {
   int64_t world, dp, tp, pp, vpp, micro_batches; /* micro-batches per step per pipeline */
   int64_t cp;                 /* context-parallel size (1: none); world = P x D x CP x T */
+  int64_t ep, etp;            /* expert-parallel size (1: none; a divisor of CP x D) and the
+                               * experts' tensor-parallel split (1 or T) */
   int64_t ranks_per_node;
   double rank_share;          /* devices (cores) per rank: the rates' multiplier (< 1: oversubscribed) */
   const char *dp_link, *tp_link, *pp_link, *cp_link; /* "intra-node", "inter-node" or "-" */
+  const char *ep_link;
   int64_t params, params_rank; /* whole model; on the busiest pipeline stage's rank */
   double t_mb;                /* compute of one micro-batch on the busiest stage */
   double t_compute, t_bubble, t_tp, t_pp, t_dp, t_dp_hidden, t_optim, t_step;
   double t_cp, t_cp_hidden;   /* the ring's K/V exchange; the part the attention arithmetic hides */
+  double t_ep;                /* expert parallel's all-to-alls (blocking: all exposed) */
+  int64_t expert_params_rank; /* of params_rank, the experts' (summed over the expert-data-
+                               * parallel group, CP x D / EP ranks); 0 without EP */
   double model_flops_step;    /* flops_per_token x tokens per step (MFU convention) */
   double tokens_per_s, mfu, tflops_per_rank;
   double mem_params, mem_grads, mem_optim, mem_grad_shard, mem_acts, mem_scratch, mem_total;

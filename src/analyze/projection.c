@@ -109,6 +109,24 @@ int prm_pj_input_from_exp(const prm_exp_t *e, prm_pj_input_t *in, prm_err_t *err
   int untie = 0;
   prm_exp_get_bool(e, "untie_embeddings_and_output_weights", &untie);
   c->tied = !untie;
+  /* Mixture of experts, with the trainer's defaults (src/train/opts.c). */
+  PRM__PJ_I("num_experts", 0, &c->experts);
+  if (c->experts) {
+    PRM__PJ_I("moe_router_topk", 2, &c->topk);
+    PRM__PJ_I("moe_ffn_hidden_size", c->ffn, &c->moe_ffn);
+    const prm_node_t *freq = prm_exp_get(e, "moe_layer_freq");
+    if (freq && freq->kind == PRM_NODE_LIST) {
+      int *on = prm_xcalloc((size_t)freq->n + 1, sizeof *on);
+      for (int i = 0; i < freq->n; i++) on[i] = !strcmp(freq->items[i]->str, "1");
+      prm_llama_set_moe_list(c, on, freq->n);
+      free(on);
+    } else {
+      PRM__PJ_I("moe_layer_freq", 1, &c->moe_freq);
+    }
+    PRM__PJ_I("moe_shared_expert_intermediate_size", 0, &c->shared_ffn);
+    PRM__PJ_I("expert_model_parallel_size", 1, &in->ep);
+    PRM__PJ_I("expert_tensor_parallel_size", 0, &in->etp);
+  }
   if ((rc = prm_llama_config_check(c, err))) return rc;
   PRM__PJ_I("micro_batch_size", 1, &in->micro_batch);
   PRM__PJ_I("global_batch_size", 0, &in->global_batch);
@@ -116,10 +134,6 @@ int prm_pj_input_from_exp(const prm_exp_t *e, prm_pj_input_t *in, prm_err_t *err
   PRM__PJ_I("pipeline_model_parallel_size", 1, &in->pp);
   PRM__PJ_I("ddp_bucket_size", 25000000, &in->bucket);
   PRM__PJ_I("context_parallel_size", 1, &in->cp);
-  int64_t experts = 0;
-  PRM__PJ_I("num_experts", 0, &experts);
-  if (experts)
-    return prm_errf(err, PRM_ECONFIG, "num_experts: the projection models dense models only");
 #undef PRM__PJ_I
   /* The experiment's virtual stages (the interleaved schedule), as the
    * trainer reads them; --virtual-stages overrides. */
@@ -239,18 +253,44 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
     return prm__pj_layout_err(err, msg);
   }
   int64_t m = gb / (in->micro_batch * dp);
+  /* Mixture of experts: the expert-parallel groups are blocks of EP of
+   * the CP x D data-parallel indices (src/train/par.c). */
+  int64_t ep = c->experts && in->ep > 1 ? in->ep : 1;
+  int64_t etp = c->experts && tp > 1 ? (in->etp > 0 ? in->etp : tp) : 1;
+  if (c->experts) {
+    if (etp != 1 && etp != tp) {
+      snprintf(msg, sizeof msg, "expert_tensor_parallel_size %lld: expected 1 or "
+               "tensor_model_parallel_size (%lld)", (long long)etp, (long long)tp);
+      return prm__pj_layout_err(err, msg);
+    }
+    if (c->moe_ffn % etp || c->shared_ffn % tp) {
+      snprintf(msg, sizeof msg, "moe_ffn_hidden_size (%lld) must divide by "
+               "expert_tensor_parallel_size %lld and moe_shared_expert_intermediate_size (%lld) "
+               "by tensor_model_parallel_size %lld", (long long)c->moe_ffn, (long long)etp,
+               (long long)c->shared_ffn, (long long)tp);
+      return prm__pj_layout_err(err, msg);
+    }
+    if (c->experts % ep || dpg % ep || (cp > 1 && ep % cp && cp % ep)) {
+      snprintf(msg, sizeof msg, "expert_model_parallel_size %lld must divide num_experts (%lld) "
+               "and the %lld data-parallel ranks (CP x DP), and divide or be divided by "
+               "context_parallel_size %lld", (long long)ep, (long long)c->experts,
+               (long long)dpg, (long long)cp);
+      return prm__pj_layout_err(err, msg);
+    }
+  }
 
   /* Links, and the hardware keys this layout needs. */
   prm__pj_link_t ltp = prm__pj_link(hw, tp, prm__pj_intra(tp, in->nodes, rpn));
   prm__pj_link_t lcp = prm__pj_link(hw, cp, prm__pj_intra(tp * cp, in->nodes, rpn));
   prm__pj_link_t ldp = prm__pj_link(hw, dpg, prm__pj_intra(tp * dpg, in->nodes, rpn));
   prm__pj_link_t lpp = prm__pj_link(hw, pp, prm__pj_intra(world, in->nodes, rpn));
+  prm__pj_link_t lep = prm__pj_link(hw, ep, prm__pj_intra(tp * ep, in->nodes, rpn));
   int zero = in->dist_opt && dpg > 1;
   int overlap = in->overlap && dpg > 1 && !zero;
   int need[PRM_PJ__KEYS] = {0};
   need[PRM_PJ_PEAK_GFLOPS] = need[PRM_PJ_GEMM_GFLOPS] = need[PRM_PJ_MEM_BW_GBS] = 1;
-  const prm__pj_link_t *links[4] = {&ltp, &ldp, &lpp, &lcp};
-  for (int i = 0; i < 4; i++) {
+  const prm__pj_link_t *links[5] = {&ltp, &ldp, &lpp, &lcp, &lep};
+  for (int i = 0; i < 5; i++) {
     if (!strcmp(links[i]->name, "intra-node")) need[PRM_PJ_INTRA_BUSBW_GBS] = 1;
     if (!strcmp(links[i]->name, "inter-node")) need[PRM_PJ_INTER_BUSBW_GBS] = 1;
   }
@@ -304,28 +344,77 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
    * hold N / T rows (src/model/sp.c). */
   int sp = in->sp && tp > 1;
   double Nr = sp ? N / T : N;
-  double layer_mat = 2 * H * D * C + 2 * G * D * C + 3 * F * C; /* q, o; k, v; gate, up, down */
-  double layer_rank = layer_mat / T + 2 * C;                     /* norms are replicated */
+  double attn_mat = 2 * H * D * C + 2 * G * D * C;                /* q, o; k, v */
+  double layer_mat = attn_mat + 3 * F * C;                         /* gate, up, down */
+  double layer_rank = layer_mat / T + 2 * C;                       /* norms are replicated */
   r->params = prm_llama_param_count(c);
-  double head_rank = Vt * C; /* the tied head has its own copy on the last stage when pp > 1 */
-  double first = Ls * layer_rank + Vt * C + (pp == 1 ? C + (c->tied ? 0 : head_rank) : 0);
-  double last = Ls * layer_rank + C + (c->tied && pp == 1 ? 0 : head_rank) + (pp == 1 ? Vt * C : 0);
-  r->params_rank = (int64_t)(first > last ? first : last);
-
-  /* One micro-batch on the last stage (its layers and the head). */
   double rec = in->recompute ? 1 : 0;
-  double gemm = 6 * N * Ls * layer_mat / T * (1 + rec / 3) + 6 * N * Vt * C;
+  /* Per token and layer: the residual, ln1, mid, ln2, two rstd; q, k, v, att, lse, gate, up, h. */
+  double act_tok = (4 * C + 2) * Nr / N + (2 * H * D + 2 * G * D + 3 * F + H) / T;
+  /* A MoE layer (src/model/moe.c): the router whole on every rank, El =
+   * E / EP experts each split by ETP (Fel columns), a shared expert split
+   * by T; a token's GEMMs pass through the router, its k experts' slices
+   * and the shared expert. Its buffers, as moe.c carves them for N rows
+   * (R = N k assignments, Rr the rows this rank's experts compute: R, or
+   * EP N min(k, El) under expert parallelism), add to the dense set's. */
+  double E = (double)c->experts, K = (double)c->topk, El = E / (double)ep;
+  double Fel = (double)c->moe_ffn / (double)etp, Fsl = (double)c->shared_ffn / T;
+  double moe_expert = El * 3 * Fel * C; /* the experts' parameters on a rank */
+  double moe_rank = attn_mat / T + 2 * C + E * C + moe_expert + 3 * Fsl * C;
+  double moe_mat = attn_mat / T + E * C + K * 3 * Fel * C + 3 * Fsl * C; /* per token */
+  double R = N * K, Rr = ep > 1 ? (double)ep * N * (K < El ? K : El) : R;
+  double moe_set = 0, moe_scratch = 0;
+  if (c->experts) {
+    moe_set = 2 * prm__pj_pad(N * E) + prm__pj_pad(N) + 4 * prm__pj_pad(R) + prm__pj_pad(E + 1) +
+              2 * prm__pj_pad(E) + 2 * prm__pj_pad(R * C) + 3 * prm__pj_pad(Rr * Fel) +
+              (ep > 1 ? 2 * prm__pj_pad(Rr * C) + prm__pj_pad((double)ep * El) + prm__pj_pad(El + 1)
+                      : 0) +
+              (c->shared_ffn ? 3 * prm__pj_pad(N * Fsl) : 0);
+    moe_scratch = 2 * prm__pj_pad(R * C) + (ep > 1 ? 2 * prm__pj_pad(Rr * C) : 0) +
+                  3 * prm__pj_pad(Rr * Fel) + (c->shared_ffn ? 3 * prm__pj_pad(N * Fsl) : 0) +
+                  prm__pj_pad(R) + prm__pj_pad(N * E);
+  }
+  /* Each stage's layers (chunk l / (L / (P V)) on stage chunk mod P):
+   * their parameters on a rank (the experts' apart), GEMM FLOPs and
+   * element-wise floats per token, and MoE layers. Dense models have the
+   * same on every stage. */
+  double *st = prm_xcalloc((size_t)(5 * pp), sizeof *st); /* params, experts, mat, ew, moe */
+  int64_t per_chunk = c->layers / (pp * vpp);
+  for (int64_t l = 0; l < c->layers; l++) {
+    double *x = st + 5 * ((l / per_chunk) % pp);
+    int moe = prm_llama_is_moe(c, l);
+    x[0] += moe ? moe_rank : layer_rank;
+    x[1] += moe && ep > 1 ? moe_expert : 0;
+    x[2] += moe ? moe_mat : layer_mat / T;
+    x[3] += moe ? act_tok - 3 * F / T + moe_set / N : act_tok;
+    x[4] += moe;
+  }
+  /* The busiest stage for memory (its layers, the embedding on the first,
+   * the final norm and head on the last: the tied head has its own copy on
+   * the last stage when pp > 1) and for time (one micro-batch). */
+  double head_rank = Vt * C, launch = hw->set[PRM_PJ_LAUNCH_US] ? hw->v[PRM_PJ_LAUNCH_US] * 1e-6 : 0;
   /* Causal attention over the whole sequence, 1/CP of it per rank (the
    * load-balanced chunks give every rank the same share). */
   double attn_layer = 7 * B * (H / T) * S * S * D / CP;
   double attn = Ls * attn_layer * (1 + rec / 3.5);
-  /* Per token and layer: the residual, ln1, mid, ln2, two rstd; q, k, v, att, lse, gate, up, h. */
-  double act_tok = (4 * C + 2) * Nr / N + (2 * H * D + 2 * G * D + 3 * F + H) / T;
-  double ew = PRM__PJ_EW_PASSES * vb * N * Ls * act_tok * (1 + rec / 3) +
-              PRM__PJ_HEAD_PASSES * vb * N * Vt;
-  double launch = hw->set[PRM_PJ_LAUNCH_US] ? hw->v[PRM_PJ_LAUNCH_US] * 1e-6 : 0;
-  r->t_mb = gemm / gemm_rate + attn / attn_rate + ew / mem_bw +
-            launch * (PRM__PJ_KERNELS_LAYER * Ls * (1 + rec / 3) + PRM__PJ_KERNELS_HEAD);
+  double pexp = 0, moe_layers = 0;
+  for (int64_t s = 0; s < pp; s++) {
+    const double *x = st + 5 * s;
+    int lastst = s == pp - 1;
+    double p = x[0] + (s == 0 ? Vt * C : 0) + (lastst ? C + (c->tied && pp == 1 ? 0 : head_rank) : 0);
+    if (p > (double)r->params_rank) {
+      r->params_rank = (int64_t)p;
+      pexp = x[1];
+    }
+    double gemm = 6 * N * x[2] * (1 + rec / 3) + (lastst ? 6 * N * Vt * C : 0);
+    double ew = PRM__PJ_EW_PASSES * vb * N * x[3] * (1 + rec / 3) +
+                (lastst ? PRM__PJ_HEAD_PASSES * vb * N * Vt : 0);
+    double t = gemm / gemm_rate + attn / attn_rate + ew / mem_bw +
+               launch * (PRM__PJ_KERNELS_LAYER * Ls * (1 + rec / 3) + (lastst ? PRM__PJ_KERNELS_HEAD : 0));
+    if (t > r->t_mb) r->t_mb = t;
+    if (x[4] > moe_layers) moe_layers = x[4];
+  }
+  r->expert_params_rank = (int64_t)pexp;
   r->t_compute = (double)m * r->t_mb;
   r->t_bubble = (double)(pp - 1) / (double)vpp * r->t_mb;
 
@@ -354,22 +443,38 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
      * likewise, and one value per query row and head (cp.c). */
     r->mem_ring = (8 * n + B * (H / T) * Sl) * 4.0;
   }
+  /* Expert parallel, per MoE layer and micro-batch: the rows to the
+   * experts' holders and back, in forward, backward (the gradients) and
+   * recomputation's forward, fp32, each rank sending its N k rows less its
+   * own share; one all-to-all(v) per local expert (a latency each), after
+   * one all-to-all of the counts in each forward. Blocking: all exposed. */
+  if (ep > 1) {
+    double Pe = (double)ep, bytes = R * C * 4.0, counts = (Pe - 1) * lep.lat * 1e-6;
+    double x = (Pe - 1) / Pe * bytes / (lep.bw * 1e9) + El * (Pe - 1) * lep.lat * 1e-6;
+    r->t_ep = (double)m * moe_layers * ((1 + rec) * (2 * x + counts) + 2 * x);
+  }
   /* Pipeline: each micro-batch crosses each boundary forward and backward
    * (sequence parallel: each rank sends its N / T rows). */
   double pp_bytes = act_bytes * Nr / N;
   r->t_pp = pp > 1 ? 2.0 * (double)m * (double)vpp * (lpp.lat * 1e-6 + pp_bytes / (lpp.bw * 1e9)) : 0;
 
-  /* Data parallel: the rank's gradients, in buckets. */
-  double pr = (double)r->params_rank;
-  double gbytes = pr * vb;
+  /* Data parallel: the rank's gradients, in buckets; under expert
+   * parallel the experts' over the expert-data-parallel group (the CP x D /
+   * EP ranks that hold the same experts), the rest over all CP x D. */
+  double pr = (double)r->params_rank, pe = pexp, pd = pr - pe;
+  int64_t edp = dpg / ep;
+  prm__pj_link_t ledp = prm__pj_link(hw, edp, prm__pj_intra(tp * dpg, in->nodes, rpn));
   double nb = ceil(pr / (double)(in->bucket > 0 ? in->bucket : 25000000));
   if (zero) {
-    r->t_dp = prm_pj_half_collective_s(dpg, gbytes, ldp.bw, ldp.lat) +   /* reduce-scatter */
-              prm_pj_half_collective_s(dpg, pr * 4.0, ldp.bw, ldp.lat) + /* all-gather of fp32 params */
-              prm_pj_allreduce_s(dpg, 8.0, ldp.bw, ldp.lat);             /* the gradient norm */
+    r->t_dp = prm_pj_half_collective_s(dpg, pd * vb, ldp.bw, ldp.lat) +   /* reduce-scatter */
+              prm_pj_half_collective_s(dpg, pd * 4.0, ldp.bw, ldp.lat) + /* all-gather of fp32 params */
+              prm_pj_half_collective_s(edp, pe * vb, ledp.bw, ledp.lat) +
+              prm_pj_half_collective_s(edp, pe * 4.0, ledp.bw, ledp.lat) +
+              prm_pj_allreduce_s(dpg, 8.0, ldp.bw, ldp.lat); /* the gradient norm */
   } else if (dpg > 1) {
-    r->t_dp =
-        prm_pj_allreduce_s(dpg, gbytes, ldp.bw, 0) + nb * prm_pj_allreduce_s(dpg, 0, ldp.bw, ldp.lat);
+    r->t_dp = prm_pj_allreduce_s(dpg, pd * vb, ldp.bw, 0) +
+              nb * prm_pj_allreduce_s(dpg, 0, ldp.bw, ldp.lat) +
+              prm_pj_allreduce_s(edp, pe * vb, ledp.bw, ledp.lat);
   }
   if (overlap) {
     double h = hw->v[PRM_PJ_OVERLAP_FRACTION] * r->t_dp;
@@ -379,10 +484,10 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
     if (h > bwd) h = bwd;
     r->t_dp_hidden = h;
   }
-  double owned = zero ? ceil(pr / (double)dpg) : pr;
+  double owned = zero ? ceil(pd / (double)dpg) + ceil(pe / (double)edp) : pr;
   r->t_optim = (PRM__PJ_ADAM_BYTES * owned + PRM__PJ_GRAD_BYTES * pr) / mem_bw;
   r->t_step = r->t_compute + r->t_bubble + r->t_tp + r->t_pp + (r->t_cp - r->t_cp_hidden) +
-              (r->t_dp - r->t_dp_hidden) + r->t_optim;
+              r->t_ep + (r->t_dp - r->t_dp_hidden) + r->t_optim;
 
   double tokens = (double)gb * S;
   r->model_flops_step = prm_llama_flops_per_token(c, in->seq) * tokens;
@@ -400,8 +505,10 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   double hd = H * D / T, gd = G * D / T, ff = F / T;
   double set = prm__pj_pad(Nr * C) * 3 + prm__pj_pad(Nr) * 2 + prm__pj_pad(N * hd) * 2 +
                prm__pj_pad(N * gd) * 2 + prm__pj_pad(N * H / T) + prm__pj_pad(N * ff) * 3;
-  double sets = in->recompute ? 1 : Ls;
-  double per_mb = prm__pj_pad((Ls + 1) * Nr * C) + sets * set + prm__pj_pad(Nr * C) + prm__pj_pad(Nr);
+  /* The layer sets: one under full recomputation (with the MoE buffers
+   * when any layer is MoE), else one per layer of the stage. */
+  double sets = in->recompute ? set + moe_set : Ls * set + moe_layers * moe_set;
+  double per_mb = prm__pj_pad((Ls + 1) * Nr * C) + sets + prm__pj_pad(Nr * C) + prm__pj_pad(Nr);
   r->acts_micro_batches = pp > 1 ? (m < pp ? m : pp) : 1;
   r->mem_acts = per_mb * vb * (double)r->acts_micro_batches;
   /* The LM head's chunk as the engine picks it: larger on a GPU. */
@@ -411,7 +518,7 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
    * the partial sums and the norms' weight gradients. */
   r->mem_scratch = (prm__pj_pad(Nr * C) + prm__pj_pad(N * C) * 2 + prm__pj_pad(N * hd) * 2 +
                     prm__pj_pad(N * gd) * 2 + prm__pj_pad(N * ff) * 3 + prm__pj_pad(chunk * Vt) +
-                    (sp ? prm__pj_pad(N * C) * 2 + prm__pj_pad(2 * C) : 0)) *
+                    (sp ? prm__pj_pad(N * C) * 2 + prm__pj_pad(2 * C) : 0) + moe_scratch) *
                    vb;
   r->mem_total = r->mem_params + r->mem_grads + r->mem_optim + r->mem_grad_shard + r->mem_acts +
                  r->mem_scratch + r->mem_ring;
@@ -421,6 +528,10 @@ int prm_pj_project(const prm_pj_input_t *in, const prm_pj_hw_t *hw, prm_pj_resul
   r->tp = tp;
   r->pp = pp;
   r->cp = cp;
+  r->ep = ep;
+  r->etp = etp;
+  r->ep_link = lep.name;
+  free(st);
   r->vpp = vpp;
   r->micro_batches = m;
   r->ranks_per_node = rpn;
@@ -454,6 +565,17 @@ void prm_pj_format(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_pj
                  "%lld parameters\n",
                  (long long)c->hidden, (long long)c->layers, (long long)c->heads, (long long)c->groups,
                  (long long)c->ffn, (long long)c->vocab, (long long)in->seq, (long long)r->params);
+  if (c->experts) {
+    int64_t nmoe = 0;
+    for (int64_t l = 0; l < c->layers; l++) nmoe += prm_llama_is_moe(c, l);
+    prm_sb_appendf(out, "experts: %lld MoE layers of %lld experts (top %lld, ffn %lld", (long long)nmoe,
+                   (long long)c->experts, (long long)c->topk, (long long)c->moe_ffn);
+    if (c->shared_ffn) prm_sb_appendf(out, ", shared expert %lld", (long long)c->shared_ffn);
+    int64_t el = c->experts / r->ep;
+    prm_sb_appendf(out, "); EP %lld (%s): %lld expert%s per rank, each split over %lld "
+                   "tensor-parallel rank%s\n", (long long)r->ep, r->ep_link, (long long)el,
+                   el == 1 ? "" : "s", (long long)r->etp, r->etp == 1 ? "" : "s");
+  }
   prm_sb_appendf(out, "hardware: %s\n", hw->source);
   prm_sb_appendf(out,
                  "layout: %lld node%s x %lld ranks = %lld ranks: DP %lld x ", (long long)in->nodes,
@@ -491,6 +613,7 @@ void prm_pj_format(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_pj
   prm__pj_row(out, "tensor-parallel comm", r->t_tp, r->t_step);
   prm__pj_row(out, "pipeline p2p", r->t_pp, r->t_step);
   if (r->cp > 1) prm__pj_row(out, "context-parallel ring", r->t_cp - r->t_cp_hidden, r->t_step);
+  if (r->ep > 1) prm__pj_row(out, "expert all-to-all", r->t_ep, r->t_step);
   prm__pj_row(out, "data-parallel comm", r->t_dp - r->t_dp_hidden, r->t_step);
   prm__pj_row(out, "optimizer", r->t_optim, r->t_step);
   prm__pj_row(out, "total", r->t_step, r->t_step);
@@ -535,6 +658,8 @@ char *prm_pj_to_json(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_
   prm__pj_num(mo, "seq_length", (double)in->seq);
   prm__pj_num(mo, "params", (double)r->params);
   prm__pj_num(mo, "flops_per_token", prm_llama_flops_per_token(c, in->seq));
+  prm__pj_num(mo, "num_experts", (double)c->experts);
+  prm__pj_num(mo, "moe_router_topk", (double)(c->experts ? c->topk : 0));
   cJSON *hwo = cJSON_AddObjectToObject(o, "hardware");
   cJSON_AddStringToObject(hwo, "source", hw->source);
   for (int k = 0; k < PRM_PJ__KEYS; k++) {
@@ -551,6 +676,10 @@ char *prm_pj_to_json(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_
   prm__pj_num(lo, "tp", (double)r->tp);
   prm__pj_num(lo, "pp", (double)r->pp);
   prm__pj_num(lo, "cp", (double)r->cp);
+  prm__pj_num(lo, "ep", (double)r->ep);
+  prm__pj_num(lo, "etp", (double)r->etp);
+  /* Of memory_bytes.params_per_rank, the experts' under expert parallel. */
+  prm__pj_num(lo, "expert_params_per_rank", (double)r->expert_params_rank);
   prm__pj_num(lo, "virtual_stages", (double)r->vpp);
   prm__pj_num(lo, "micro_batches", (double)r->micro_batches);
   prm__pj_num(lo, "micro_batch_size", (double)in->micro_batch);
@@ -564,6 +693,7 @@ char *prm_pj_to_json(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_
   cJSON_AddStringToObject(lo, "tp_link", r->tp_link);
   cJSON_AddStringToObject(lo, "pp_link", r->pp_link);
   cJSON_AddStringToObject(lo, "cp_link", r->cp_link ? r->cp_link : "-");
+  cJSON_AddStringToObject(lo, "ep_link", r->ep_link ? r->ep_link : "-");
   cJSON *so = cJSON_AddObjectToObject(o, "step_ms");
   prm__pj_num(so, "compute", r->t_compute * 1e3);
   prm__pj_num(so, "micro_batch", r->t_mb * 1e3);
@@ -573,6 +703,7 @@ char *prm_pj_to_json(const prm_pj_input_t *in, const prm_pj_hw_t *hw, const prm_
   prm__pj_num(so, "cp_comm", (r->t_cp - r->t_cp_hidden) * 1e3);
   prm__pj_num(so, "cp_comm_total", r->t_cp * 1e3);
   prm__pj_num(so, "cp_hidden", r->t_cp_hidden * 1e3);
+  prm__pj_num(so, "ep_comm", r->t_ep * 1e3);
   prm__pj_num(so, "dp_comm", (r->t_dp - r->t_dp_hidden) * 1e3);
   prm__pj_num(so, "dp_comm_total", r->t_dp * 1e3);
   prm__pj_num(so, "dp_hidden", r->t_dp_hidden * 1e3);

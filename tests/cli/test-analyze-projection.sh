@@ -6,7 +6,8 @@
 # cuts the activations per rank); context parallelism halves a rank's rows
 # and adds the ring; the memory per rank is the engine's own (the
 # trainer's start-up memory line, also at context parallel 2); the Llama 3
-# 8B and 3.1 70B context-parallel recipes validate and project; the default
+# 8B and 3.1 70B context-parallel recipes validate and project, and so does
+# the Mixtral 8x7B recipe (tensor x expert parallel, issue 28); the default
 # hardware is the preflight baseline; clear errors (exit 2) for a layout
 # that does not divide the model and for hardware files that lack keys.
 source "$(dirname "$0")/lib.sh"
@@ -152,6 +153,48 @@ if [[ -z ${ASAN_OPTIONS:-}${UBSAN_OPTIONS:-} ]] && command -v mpirun >/dev/null;
   fi
 fi
 
+# --- mixture of experts: tensor x expert parallel -----------------------------
+# T = 2 x E = 2 (D = 2) on 4 ranks with ZeRO-1: the experts line, the
+# all-to-all row, the JSON's layout and each rank's experts (2 of 4, half
+# of each: 2 layers x 2 x 3 x 24 x 32 parameters); E not dividing the
+# experts is refused naming the key. The parameters, activations and
+# optimizer per rank are the trainer's own (its memory line; not under
+# the sanitizers).
+MOE=("micro_batch_size: 1" "global_batch_size: 4" "train_iters: 1" "log_interval: 1"
+  "num_experts: 4" "moe_router_topk: 2" "moe_ffn_hidden_size: 48"
+  "moe_shared_expert_intermediate_size: 32" "tensor_model_parallel_size: 2"
+  "expert_model_parallel_size: 2" "use_distributed_optimizer: true")
+tiny_exp pjmoe "${MOE[@]}"
+run analyze projection --config pjmoe.yaml --hardware "$HW" --gpus_per_node 4
+expect_rc "projection of MoE at T = 2 x E = 2" 0
+PJ=$(sed 's/  */ /g' <<<"$OUT")
+expect_in "the experts line" "experts: 2 MoE layers of 4 experts (top 2, ffn 48, shared expert 32); EP 2 (intra-node): 2 experts per rank, each split over 2 tensor-parallel ranks" "$OUT"
+expect_in "the all-to-all row" "  expert all-to-all " "$OUT"
+run analyze projection --config pjmoe.yaml --hardware "$HW" --gpus_per_node 4 --json
+expect_eq "layout: T 2, E 2, experts split, D 2" \
+  "$(jget '(j["layout"]["tp"], j["layout"]["ep"], j["layout"]["etp"], j["layout"]["dp"], j["layout"]["expert_params_per_rank"])' <<<"$OUT")" \
+  "(2, 2, 2, 2, 9216)"
+expect_eq "parts add up with the all-to-alls" "$(jget 'j["step_ms"]["ep_comm"] > 0 and abs(sum(j["step_ms"][k] for k in ("compute","bubble","tp_comm","pp_comm","cp_comm","ep_comm","dp_comm","optimizer")) - j["step_ms"]["total"]) < 1e-9 * j["step_ms"]["total"]' <<<"$OUT")" True
+run analyze projection --config pjmoe.yaml --hardware "$HW" --gpus_per_node 4 expert_model_parallel_size=3
+expect_rc "E = 3 with 4 experts" 2
+expect_in "names the key" "expert_model_parallel_size 3 must divide num_experts (4)" "$ERR"
+if [[ -z ${ASAN_OPTIONS:-}${UBSAN_OPTIONS:-} ]] && command -v mpirun >/dev/null; then
+  OMP_NUM_THREADS=1 run direct --nproc 4 -- train pretrain --config pjmoe.yaml
+  expect_rc "one step at T = 2 x E = 2 x ZeRO-1" 0
+  LINE=$(grep -o 'memory: params [0-9.]* [KMG]*i*B.*optimizer [0-9.]* [KMG]*i*B' <<<"$ERR$OUT" | head -1)
+  if [[ -n $LINE ]]; then
+    for what in params activations optimizer; do
+      v=$(grep -o "$what [0-9.]* [KMG]*i*B" <<<"$LINE" | head -1 | sed "s/^$what //")
+      row=$what
+      [[ $what == params ]] && row=parameters
+      [[ $what == optimizer ]] && row="optimizer (AdamW)"
+      expect_in "MoE T = 2 x E = 2: $what as the trainer's ($v)" " $row $v " "$PJ"
+    done
+  else
+    bad "the trainer's memory line not found in: $ERR"
+  fi
+fi
+
 # --- the recipes: Llama 3 8B and 3.1 70B with context parallel ---------------
 # Both validate, and project on nodes of 8 devices: the layout they name,
 # each rank's half of the 16384-token sequences, sequence parallel,
@@ -178,6 +221,28 @@ for c in "llama3_8B-pretrain-cp 1 DP 2 x CP 2 x TP 2 x PP 1 intra-node" \
     "$(jget "j['memory_bytes']['activations'] < 0.6 * $(jget 'j["memory_bytes"]["activations"]' <<<"$OUT")" <<<"$R")" True
   echo "# $name: activations per rank $(jget '"%.0f" % j["memory_bytes"]["activations"]' <<<"$OUT") -> $(jget '"%.0f" % j["memory_bytes"]["activations"]' <<<"$R") bytes, ring buffers $(jget '"%.0f" % j["memory_bytes"]["ring_buffers"]' <<<"$R"), total $(jget '"%.0f" % j["memory_bytes"]["total"]' <<<"$R"), step $(jget '"%.1f" % j["step_ms"]["total"]' <<<"$R") ms (ring exposed $(jget '"%.2f" % j["step_ms"]["cp_comm"]' <<<"$R") of $(jget '"%.2f" % j["step_ms"]["cp_comm_total"]' <<<"$R") ms)"
 done
+
+# The Mixtral 8x7B recipe (T = 2 x P = 2 x D = 8, E = 4 inside D, on 4
+# nodes of 8) validates and projects: its layout, the experts a rank holds,
+# the all-to-alls inside a node, and parameters per rank under 0.3 of the
+# same run's without expert parallel (the experts, most of the model, a
+# quarter).
+f=$PRIMUS_SRC/configs/examples/mixtral_8x7B-pretrain.yaml
+run config validate --config "$f"
+expect_rc "mixtral_8x7B-pretrain validates" 0
+expect_in "mixtral: 46.7B parameters" "46.703B parameters" "$OUT"
+run analyze projection --config "$f" --hardware hw8.yaml --nodes 4 --json
+expect_rc "mixtral_8x7B-pretrain projects" 0
+R=$OUT
+expect_eq "mixtral: the layout" "$(jget '(j["layout"]["dp"], j["layout"]["tp"], j["layout"]["pp"], j["layout"]["ep"], j["layout"]["etp"], j["layout"]["ep_link"])' <<<"$R")" \
+  "(8, 2, 2, 4, 2, 'intra-node')"
+run analyze projection --config "$f" --hardware hw8.yaml --nodes 4
+expect_in "mixtral: the experts line" "experts: 32 MoE layers of 8 experts (top 2, ffn 14336); EP 4 (intra-node): 2 experts per rank" "$OUT"
+run analyze projection --config "$f" --hardware hw8.yaml --nodes 4 --json expert_model_parallel_size=1
+expect_rc "mixtral without expert parallel" 0
+expect_eq "mixtral: parameters per rank under 0.3 of E = 1's" \
+  "$(jget "j['memory_bytes']['params_per_rank'] < 0.3 * $(jget 'j["memory_bytes"]["params_per_rank"]' <<<"$OUT")" <<<"$R")" True
+echo "# mixtral: parameters per rank $(jget '"%.0f" % j["memory_bytes"]["params_per_rank"]' <<<"$OUT") -> $(jget '"%.0f" % j["memory_bytes"]["params_per_rank"]' <<<"$R") (experts $(jget '"%.0f" % j["layout"]["expert_params_per_rank"]' <<<"$R")), total $(jget '"%.0f" % j["memory_bytes"]["total"]' <<<"$R") bytes, all-to-alls $(jget '"%.1f" % j["step_ms"]["ep_comm"]' <<<"$R") ms"
 
 # --- the default hardware: the preflight baseline ------------------------------
 run analyze projection --config pj.yaml
