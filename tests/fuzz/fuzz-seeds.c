@@ -546,6 +546,23 @@ static void seeds_regex(void) {
   }
 }
 
+/* charsmap: a small Precompiled charsmap built by hand (as test-tokenizer's
+ * test_charsmap): "a" -> "AB" and "ab" without a replacement. */
+static void seeds_charsmap(void) {
+  uint32_t unit[768] = {0};
+  unit[0] = 256u << 10;
+  unit[256 ^ 'a'] = ((256u ^ 'a') ^ 512u) << 10 | 1u << 8 | 'a';
+  unit[512] = 0x80000000u;
+  unit[512 ^ 'b'] = ((512u ^ 'b') ^ 512u) << 10 | 'b';
+  uint8_t blob[4 + sizeof unit + 3];
+  uint32_t ts = sizeof unit;
+  for (int i = 0; i < 4; i++) blob[i] = (uint8_t)(ts >> 8 * i);
+  for (size_t k = 0; k < 768; k++)
+    for (int i = 0; i < 4; i++) blob[4 + 4 * k + i] = (uint8_t)(unit[k] >> 8 * i);
+  memcpy(blob + 4 + sizeof unit, "AB", 3);
+  seed("charsmap", "a-to-AB", -1, blob, sizeof blob);
+}
+
 static void seeds_misc(void) {
   static const char *const lists[] = {"gpu[01-03,07],cpu5,x[1-2]-ib", "node1", "a[0-0],b[9-11]",
                                       "rack[1-2]n[001-002]", "h[1,3,5-6]"};
@@ -608,6 +625,7 @@ int main(int argc, char **argv) {
   seeds_smi();
   seeds_misc();
   seeds_regex();
+  seeds_charsmap();
   seeds_gemm_tune();
   printf("fuzz-seeds: %d seeds under %s\n", nseeds, out_dir);
   return 0;
