@@ -156,7 +156,7 @@ if [[ -e $T/hf/tokenizer.json ]] &&
   for name in $layouts; do
     case $name in
     bpe-nfkc | bpe-nfkd-strip | bert-nfkc-ctc) compare_gen "$name" "$T/nfk.txt" ;;
-    wordlevel-nfkd | bpe-affixes | bpe-bertnorm) compare_gen "$name" "$T/mix.txt" ;;
+    wordlevel-nfkd | bpe-affixes | bpe-bertnorm | unigram-t5) compare_gen "$name" "$T/mix.txt" ;;
     *)
       compare_gen "$name" "$T/mix.txt"
       compare_gen "$name" "$T/brown-slice.txt"

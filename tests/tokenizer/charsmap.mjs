@@ -72,3 +72,37 @@ export function charsmap(map) {
   head.writeUInt32LE(trie.length, 0);
   return Buffer.concat([head, trie, ...norm]);
 }
+
+// The NFKC-like map of the tests: every code point of a few ranges that
+// NFKC changes, to its NFKC form; multi-character keys (the NFD forms of
+// the precomposed Latin letters, to the letter in <>; emoji sequences; a
+// Hangul and a Devanagari pair); keys that map to nothing; "q" and "qu"
+// (the longer never wins: the shorter is a prefix of it).
+export function nfkcLike() {
+  const cp = (c) => String.fromCodePoint(c);
+  const m = new Map();
+  for (const [lo, hi] of [[0xa0, 0x2fff], [0x3000, 0x33ff], [0xf900, 0xfaff], [0xfb00, 0xfb4f],
+    [0xfe30, 0xfe6f], [0xff00, 0xffef], [0x1d400, 0x1d4ff], [0x1f100, 0x1f1ff]]) {
+    for (let c = lo; c <= hi; c++) {
+      if (c >= 0xd800 && c <= 0xdfff) continue;
+      const k = cp(c), v = k.normalize('NFKC');
+      if (v !== k) m.set(k, v);
+    }
+  }
+  for (let c = 0xc0; c <= 0x17f; c++) {
+    const d = cp(c).normalize('NFD');
+    if (d.length > 1) m.set(d, `<${cp(c)}>`);
+  }
+  m.set('\u200b', '');
+  m.set('\u00ad', '');
+  m.set('\u0301', '\u00b4');
+  m.set('\ud83d\udc4d', '(y)');
+  m.set('\ud83d\udc68\u200d\ud83d\udc69\u200d\ud83d\udc67', '<family>');
+  m.set('\ud83c\uddfa\ud83c\uddf8', '<US>');
+  m.set('1\ufe0f\u20e3', '[1]');
+  m.set('q', 'Q');
+  m.set('qu', 'KW');
+  m.set('\u1100\u1161', '<GA>');
+  m.set('\u0915\u094d', '<K.>');
+  return m;
+}

@@ -12,6 +12,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
+import { charsmap, nfkcLike } from './charsmap.mjs';
 
 const [nm, trainText, gpt2Json, out] = process.argv.slice(2);
 if (!out) {
@@ -150,6 +151,17 @@ const base = (model) => ({ version: '1.0', truncation: null, padding: null, adde
     { type: 'Metaspace', replacement: META, prepend_scheme: 'always', split: false }]);
   u.decoder = { type: 'Metaspace', replacement: META, prepend_scheme: 'always', split: false };
   write('unigram-digits', u);
+  // T5's layout: SentencePiece's charsmap (an NFKC-like one built here,
+  // tests/tokenizer/charsmap.mjs), runs of spaces made one, WhitespaceSplit
+  // and Metaspace.
+  const t5 = base(JSON.parse(JSON.stringify(plain)));
+  t5.normalizer = seq('Sequence', 'normalizers', [
+    { type: 'Precompiled', precompiled_charsmap: charsmap(nfkcLike()).toString('base64') },
+    { type: 'Replace', pattern: { Regex: ' {2,}' }, content: ' ' }]);
+  t5.pre_tokenizer = seq('Sequence', 'pretokenizers', [{ type: 'WhitespaceSplit' },
+    { type: 'Metaspace', replacement: META, prepend_scheme: 'always', split: true }]);
+  t5.decoder = { type: 'Metaspace', replacement: META, prepend_scheme: 'always', split: true };
+  write('unigram-t5', t5);
 }
 
 // Character-level BPE with an unknown token (fused), under a known regex

@@ -20,7 +20,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { charsmap } from './charsmap.mjs';
+import { charsmap, nfkcLike } from './charsmap.mjs';
 
 const [nm, out, stepArg] = process.argv.slice(2);
 if (!out) {
@@ -60,31 +60,7 @@ function write(name, map) {
 }
 
 const cp = (c) => String.fromCodePoint(c);
-const m = new Map();
-for (const [lo, hi] of [[0xa0, 0x2fff], [0x3000, 0x33ff], [0xf900, 0xfaff], [0xfb00, 0xfb4f],
-  [0xfe30, 0xfe6f], [0xff00, 0xffef], [0x1d400, 0x1d4ff], [0x1f100, 0x1f1ff]]) {
-  for (let c = lo; c <= hi; c++) {
-    if (c >= 0xd800 && c <= 0xdfff) continue;
-    const k = cp(c), v = k.normalize('NFKC');
-    if (v !== k) m.set(k, v);
-  }
-}
-for (let c = 0xc0; c <= 0x17f; c++) {
-  const d = cp(c).normalize('NFD');
-  if (d.length > 1) m.set(d, `<${cp(c)}>`);
-}
-m.set('\u200b', '');
-m.set('\u00ad', '');
-m.set('\u0301', '\u00b4');
-m.set('\ud83d\udc4d', '(y)');
-m.set('\ud83d\udc68\u200d\ud83d\udc69\u200d\ud83d\udc67', '<family>');
-m.set('\ud83c\uddfa\ud83c\uddf8', '<US>');
-m.set('1\ufe0f\u20e3', '[1]');
-m.set('q', 'Q');
-m.set('qu', 'KW'); // never used: "q" is the shorter prefix
-m.set('\u1100\u1161', '<GA>');
-m.set('\u0915\u094d', '<K.>');
-write('precompiled', m);
+write('precompiled', nfkcLike());
 
 const probe = new Map([['a', 'A']]);
 for (let b = 0xc2; b <= 0xf4; b++) probe.set(Buffer.from([b]), '#');
