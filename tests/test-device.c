@@ -1189,7 +1189,8 @@ static void test_eltwise_paths(void **state) {
   rmsnorm_case(dv, 37, 768, 1, &r);  /* misaligned: scalar */
   rmsnorm_case(dv, 37, 202, 0, &r);  /* C % 4 != 0: scalar */
   rmsnorm_case(dv, 19, 1028, 0, &r); /* wider than the warp kernels: scalar */
-  embedding_case(dv, 2500, 40, 72, &r); /* sorted through the wider bitonic steps */
+  embedding_case(dv, 2500, 40, 72, &r); /* sorted through the wider bitonic steps; float4s */
+  embedding_case(dv, 300, 50, 30, &r);  /* C % 4 != 0: one column a lane */
   embedding_case(dv, 3, 5, 40, &r);
   prm_dev_close(dv[1]);
   if (g_dev->kind == PRM_DEV_KIND_CUDA) { /* a value the module does not know */

@@ -20,7 +20,7 @@
 #define PRM_CU_EMB_VB 128       /* vocabulary rows per block in embedding backward */
 #define PRM_CU_EMB_GRID 512     /* blocks of embedding backward (vocabulary chunks dealt round robin) */
 #define PRM_CU_SORT_TILE 2048   /* keys one block sorts in shared memory (embedding backward) */
-#define PRM_CU_EMB_DEPTH 32     /* rows a lane loads before adding them (embedding backward) */
+#define PRM_CU_EMB_DEPTH 16     /* rows a lane loads before adding them (embedding backward) */
 #define PRM_CU_EMB_WGRID 256    /* blocks along the sorted slots (embedding backward) */
 #define PRM_CU_RMS_MAXC 1024    /* widest row of the warp-per-row RMSNorm kernels */
 
@@ -271,46 +271,77 @@ __global__ static void prm_cu_k_bitonic_tile(uint64_t *key, int64_t T, int64_t k
   for (int64_t t = threadIdx.x; t < T; t += blockDim.x) key[base + t] = sk[t];
 }
 
-/* Grid (PRM_CU_EMB_WGRID or fewer, ceil(C/32)), block 256 (8 warps). Warp w
- * of block x looks at sorted slots i = 8 x + w, + 8 grid.x, ...; where slot
- * i starts a run (slot i - 1 holds another token) the warp adds the run's
- * rows to columns [32 y, 32 y + 32) of dwte's row, lane l owning column
- * 32 y + l: its value, plus each row's in sorted (= row) order. Each lane
- * loads PRM_CU_EMB_DEPTH rows before adding them (the keys are read by
- * every lane of the warp, one broadcast each, so no lane exchange is
- * needed). A run of negative ids raises the flag and is skipped. */
+/* VEC floats at p (one float4 for 4). */
+template <int VEC>
+__device__ static inline void prm_cu_ldv(float *v, const float *p) {
+  if constexpr (VEC == 4) {
+    const float4 f = *(const float4 *)p;
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
+  } else {
+    for (int e = 0; e < VEC; e++) v[e] = p[e];
+  }
+}
+
+/* Grid (PRM_CU_EMB_WGRID or fewer, ceil(C / (32 VEC))), block 256 (8
+ * warps). Warp w of block x looks at sorted slots i = 8 x + w, + 8 grid.x,
+ * ...; where slot i starts a run (slot i - 1 holds another token) the warp
+ * adds the run's rows to columns [32 VEC y, 32 VEC (y + 1)) of dwte's row,
+ * lane l owning columns 32 VEC y + VEC l .. + VEC - 1 (VEC 4: one float4;
+ * C % 4 == 0 and both matrices 16-byte aligned): their values, plus each
+ * row's in sorted (= row) order. The run's first row is added alone (most
+ * runs are one row long); the rest PRM_CU_EMB_DEPTH rows at a time, all
+ * loaded before any is added (slots past the run load the batch's first
+ * row again, lanes past C column 0: every load is unconditional, so they
+ * are issued together). The keys are read by every lane of the warp, one
+ * broadcast each: no lane exchange. A run of negative ids raises the flag
+ * and is skipped. */
+template <int VEC>
 __global__ static void __launch_bounds__(PRM_CU_THREADS)
     prm_cu_k_emb_sum(float *dwte, const float *dout, const uint64_t *key, int64_t N, int64_t C,
                      unsigned *flags) {
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  const int64_t col = (int64_t)blockIdx.y * 32 + lane;
-  const bool in = col < C;
+  const int64_t col = ((int64_t)blockIdx.y * 32 + lane) * VEC;
+  const bool in = col < C; /* VEC 4: C % 4 == 0, so all four are */
+  const int64_t cc = in ? col : 0;
   for (int64_t i = (int64_t)blockIdx.x * 8 + warp; i < N; i += (int64_t)gridDim.x * 8) {
-    const uint32_t tk = (uint32_t)(key[i] >> 32); /* the same for the whole warp */
+    const uint64_t ki = key[i];
+    const uint32_t tk = (uint32_t)(ki >> 32); /* the same for the whole warp */
     if (i > 0 && (uint32_t)(key[i - 1] >> 32) == tk) continue;
     if ((int32_t)tk < 0) {
       if (lane == 0 && blockIdx.y == 0) *flags |= PRM_CU_FLAG_EMB_TOKEN;
       continue;
     }
-    float *d = dwte + (int64_t)tk * C + col;
-    float acc = in ? *d : 0.0f;
-    for (int64_t r0 = i;; r0 += PRM_CU_EMB_DEPTH) {
+    float *d = dwte + (int64_t)tk * C + cc;
+    float acc[VEC], v0[VEC];
+    prm_cu_ldv<VEC>(acc, d);
+    prm_cu_ldv<VEC>(v0, dout + (int64_t)(uint32_t)ki * C + cc);
+#pragma unroll
+    for (int e = 0; e < VEC; e++) acc[e] += v0[e];
+    for (int64_t r0 = i + 1; r0 < N && (uint32_t)(key[r0] >> 32) == tk; r0 += PRM_CU_EMB_DEPTH) {
       int32_t row[PRM_CU_EMB_DEPTH];
-      float v[PRM_CU_EMB_DEPTH];
+      float v[PRM_CU_EMB_DEPTH][VEC];
+      const int32_t first = (int32_t)(uint32_t)key[r0];
 #pragma unroll
       for (int k = 0; k < PRM_CU_EMB_DEPTH; k++) {
-        const uint64_t kv = r0 + k < N ? key[r0 + k] : ~(uint64_t)0;
+        const uint64_t kv = key[r0 + k < N ? r0 + k : N - 1];
         row[k] = r0 + k < N && (uint32_t)(kv >> 32) == tk ? (int32_t)(uint32_t)kv : -1;
       }
 #pragma unroll
       for (int k = 0; k < PRM_CU_EMB_DEPTH; k++)
-        v[k] = row[k] >= 0 && in ? dout[(int64_t)row[k] * C + col] : 0.0f;
+        prm_cu_ldv<VEC>(v[k], dout + (int64_t)(row[k] >= 0 ? row[k] : first) * C + cc);
 #pragma unroll
       for (int k = 0; k < PRM_CU_EMB_DEPTH; k++)
-        if (row[k] >= 0) acc += v[k];
+        if (row[k] >= 0)
+#pragma unroll
+          for (int e = 0; e < VEC; e++) acc[e] += v[k][e];
       if (row[PRM_CU_EMB_DEPTH - 1] < 0) break; /* the run ended in this batch */
     }
-    if (in) *d = acc;
+    if (in)
+#pragma unroll
+      for (int e = 0; e < VEC; e++) d[e] = acc[e];
   }
 }
 
@@ -339,8 +370,12 @@ static void prm_cu_emb_bwd_sorted(prm_cu_ctx *c, float *dwte, const float *dout,
   }
   int64_t gx = (N + 7) / 8;
   if (gx > PRM_CU_EMB_WGRID) gx = PRM_CU_EMB_WGRID;
-  prm_cu_k_emb_sum<<<dim3((unsigned)gx, (unsigned)((C + 31) / 32)), PRM_CU_THREADS, 0,
-                     c->stream>>>(dwte, dout, key, N, C, c->d_flags);
+  if (C % 4 == 0 && (uintptr_t)dwte % 16 == 0 && (uintptr_t)dout % 16 == 0)
+    prm_cu_k_emb_sum<4><<<dim3((unsigned)gx, (unsigned)((C + 127) / 128)), PRM_CU_THREADS, 0,
+                          c->stream>>>(dwte, dout, key, N, C, c->d_flags);
+  else
+    prm_cu_k_emb_sum<1><<<dim3((unsigned)gx, (unsigned)((C + 31) / 32)), PRM_CU_THREADS, 0,
+                          c->stream>>>(dwte, dout, key, N, C, c->d_flags);
   prm_cu_check(c, op);
 }
 
