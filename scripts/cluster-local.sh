@@ -17,6 +17,10 @@
 #                        network namespace), the holder excepted
 #   scripts/cluster-local.sh link DIR HOST up|down  plug HOST's cable in or out
 #                        (its veth end on the bridge)
+#   scripts/cluster-local.sh revive DIR HOST     bring a lost HOST back: its processes
+#                        (stopped or not) SIGKILLed, its cable plugged in, its slurmd
+#                        started again; Slurm returns the node to service by itself
+#                        (ReturnToService=2) once that slurmd registers
 #   scripts/cluster-local.sh throttle DIR HOST PERCENT  limit everything HOST runs
 #                        (slurmd and the jobs it starts) to PERCENT of one CPU with a
 #                        cgroup (v1 cpu controller, or v2); 0 removes the limit
@@ -55,14 +59,14 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/slurm-common.sh"
 
 usage() {
-  echo "usage: $0 up DIR [--hosts N] | down DIR | status DIR | exec DIR HOST -- CMD... | pids DIR HOST | link DIR HOST up|down | throttle DIR HOST PERCENT" >&2
+  echo "usage: $0 up DIR [--hosts N] | down DIR | status DIR | exec DIR HOST -- CMD... | pids DIR HOST | link DIR HOST up|down | revive DIR HOST | throttle DIR HOST PERCENT" >&2
   exit 2
 }
 (($# >= 2)) || usage
 CMD=$1
 DIRARG=$2
 shift 2
-case $CMD in up | down | status | exec | pids | link | throttle) ;; *) usage ;; esac
+case $CMD in up | down | status | exec | pids | link | revive | throttle) ;; *) usage ;; esac
 NODES=3
 if [[ $CMD == up ]]; then
   while (($#)); do
@@ -416,6 +420,25 @@ link)
   (($# == 2)) && [[ $2 == up || $2 == down ]] || usage
   holder "$1" >/dev/null || { say "host $1 is not running in $D"; exit 3; }
   ip link set "$(bridge_name)$1" "$2"
+  ;;
+revive)
+  (($# == 1)) || usage
+  [[ $1 =~ ^cn[0-9]+$ ]] || usage
+  P=$(holder "$1") || { say "host $1 is not running in $D"; exit 3; }
+  # What is left of the host (a stopped slurmd, orphaned steps) goes first:
+  # a new slurmd would find the old one's pid file and port.
+  LEFT=()
+  for p in $(ns_pids "$P"); do LEFT+=("$p"); kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${LEFT[@]}"; do
+    for ((i = 0; i < 50; i++)); do [[ -e /proc/$p ]] || break; sleep 0.1; done
+  done
+  rm -f "$D/run/slurmd-$1.pid"
+  ip link set "$(bridge_name)$1" up
+  in_host "$1" env SLURM_CONF="$CONF" slurmd -N "$1" </dev/null >>"$D/log/slurmd-$1.log" 2>&1 ||
+    { say "slurmd on $1 did not start"; exit 3; }
+  for ((i = 0; i < 50; i++)); do pid_of "slurmd-$1" slurmd >/dev/null && break; sleep 0.1; done
+  pid_of "slurmd-$1" slurmd >/dev/null || { say "slurmd on $1 did not start"; exit 3; }
+  say "$1: killed ${#LEFT[@]} leftover process(es), link up, slurmd started again (pid $(pid_of "slurmd-$1" slurmd))"
   ;;
 throttle)
   (($# == 2)) && [[ $2 =~ ^[0-9]+$ ]] || usage

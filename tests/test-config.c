@@ -603,7 +603,7 @@ static void test_shipped_presets(void **state) {
     assert_ptr_equal(prm_schema_find(keys[i].key), &keys[i]);
     native += keys[i].native;
   }
-  assert_int_equal(native, 21); /* fault_tolerance.{on_node_loss,min_nodes,max_node_failures,node_check_timeout_s} the newest */
+  assert_int_equal(native, 22); /* fault_tolerance.node_wait_timeout_s the newest */
   assert_true(prm_schema_find("fault_tolerance.nan_policy")->native);
   assert_false(prm_schema_find("hidden_size")->native);
   assert_ptr_equal(prm_schema_find("global-batch-size"), prm_schema_find("global_batch_size"));

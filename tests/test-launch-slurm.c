@@ -11,10 +11,12 @@
 
 #include "primus/prm_launch.h"
 #include "launch/launch-impl.h" /* the goodput account of a requeued job */
+#include <cjson/cJSON.h>
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -570,6 +572,74 @@ static void test_script_signal(void **state) {
   free(dir);
 }
 
+/* The supervised script (fault_tolerance): the step is the command itself
+ * (the supervisor), and its exit 4 with nodes in RUN_DIR/failed_nodes.txt
+ * requeues the job without them (requeue, then ExcNodeList with the flags'
+ * own --exclude kept); with an empty failed_nodes.txt it is a preemption's
+ * plain requeue. */
+static void test_script_supervised(void **state) {
+  (void)state;
+  const char *tmp = prm_test_tmpdir();
+  char *dir = prm_path_join(tmp, "sup");
+  char *path = prm_path_join(dir, "sbatch.sh");
+  char *bin = prm_path_join(dir, "bin");
+  char *log = prm_path_join(dir, "calls.txt");
+  char *step_text = prm_xasprintf("#!/bin/bash\necho \"step $*\" >> %s\nexit 4\n", log);
+  char *step = prm_test_write(bin, "primus-step", step_text);
+  char *sc_text = prm_xasprintf("#!/bin/sh\necho \"scontrol $*\" >> %s\n", log);
+  char *sc = prm_test_write(bin, "scontrol", sc_text);
+  assert_int_equal(chmod(step, 0755), 0);
+  assert_int_equal(chmod(sc, 0755), 0);
+  char *cmd[] = {"primus-step", "slurm", "srun", "--", "train", "pretrain", NULL};
+  char *flags[] = {"-N", "2", "-x", "cn9", "--no-kill", NULL};
+  prm_err_t err = {0};
+  assert_int_equal(prm_slurm_write_script_supervised(path, 5, flags, NULL, 6, cmd, &err), 0);
+  char *text = prm_test_read(path);
+  assert_non_null(strstr(text, "\nprimus-step slurm srun -- train pretrain &\n"));
+  assert_null(strstr(text, "srun --mpi=pmix"));
+  assert_non_null(strstr(text, "#SBATCH --no-kill\n"));
+  free(text);
+  char *failed = prm_test_write(dir, "failed_nodes.txt", "cn2\n# a comment\n\ncn3\n");
+  char *sh_cmd = prm_xasprintf("PATH=%s:$PATH SLURM_JOB_ID=77 PRIMUS_RUN_DIR=%s bash %s 2>%s/stderr; echo rc=$?",
+                               bin, dir, path, dir);
+  char *sh[] = {"bash", "-c", sh_cmd, NULL};
+  prm_proc_opts_t po = {.capture = 1, .stdin_path = "/dev/null"};
+  char *out = NULL;
+  int st = -1;
+  assert_int_equal(prm_proc_run(sh, &po, &st, &out, &err), 0);
+  assert_string_equal(out, "rc=4\n");
+  char *calls = prm_test_read(log);
+  assert_string_equal(calls, "step slurm srun -- train pretrain\n"
+                             "scontrol requeue 77\n"
+                             "scontrol update JobId=77 ExcNodeList=cn9,cn2,cn3\n");
+  free(calls);
+  free(out);
+  char *ep = prm_path_join(dir, "stderr");
+  char *errtext = prm_test_read(ep);
+  assert_non_null(strstr(errtext, "requeueing job 77 without the failed nodes cn2,cn3"));
+  free(errtext);
+  /* No failed nodes: the plain requeue of a preemption. */
+  assert_int_equal(unlink(failed), 0);
+  assert_int_equal(unlink(log), 0);
+  assert_int_equal(prm_proc_run(sh, &po, &st, &out, &err), 0);
+  assert_string_equal(out, "rc=4\n");
+  calls = prm_test_read(log);
+  assert_string_equal(calls, "step slurm srun -- train pretrain\nscontrol requeue 77\n");
+  free(calls);
+  free(out);
+  free(ep);
+  free(failed);
+  free(sh_cmd);
+  free(sc_text);
+  free(step_text);
+  free(sc);
+  free(step);
+  free(log);
+  free(bin);
+  free(path);
+  free(dir);
+}
+
 /* ---- goodput of a preempted, requeued job --------------------------------- */
 
 static void test_goodput_requeue(void **state) {
@@ -597,6 +667,40 @@ static void test_goodput_requeue(void **state) {
   prm__goodput_from_text("{\"event\":\"preempted\",\"step\":2,\"time\":100}\n", 5.0, &g);
   assert_int_equal(g.preemptions, 1);
   assert_true(g.preempted_s == 0);
+}
+
+/* An sbatch job requeued without its lost node: the fault's downtime ends
+ * at the requeued run's "requeue" event (restart time, one restart); a
+ * wait for nodes is part of a restart's time, shown apart. */
+static void test_goodput_node_loss(void **state) {
+  (void)state;
+  const char *ev = "{\"step\":1,\"step_ms\":1000}\n"
+                   "{\"event\":\"fault\",\"attempt\":0,\"cause\":\"hang\",\"since\":100,\"time\":108}\n"
+                   "{\"event\":\"requeue_exclude\",\"attempt\":0,\"time\":120}\n"
+                   "{\"event\":\"requeue\",\"restart_count\":1,\"job_id\":7,\"time\":130}\n"
+                   "{\"step\":2,\"step_ms\":1000}\n";
+  prm__goodput_t g;
+  prm__goodput_from_text(ev, 40.0, &g);
+  assert_true(g.restart_s > 29.999 && g.restart_s < 30.001);
+  assert_int_equal(g.restarts, 1);
+  assert_true(g.preempted_s == 0);
+  assert_true(g.node_wait_s == 0);
+  const char *ev2 = "{\"step\":1,\"step_ms\":1000}\n"
+                    "{\"event\":\"fault\",\"attempt\":0,\"cause\":\"crash\",\"time\":100}\n"
+                    "{\"event\":\"node_wait\",\"attempt\":0,\"nodes\":[\"cn2\"],\"seconds\":6.5,\"returned\":true}\n"
+                    "{\"event\":\"restart\",\"attempt\":1,\"time\":110}\n"
+                    "{\"step\":2,\"step_ms\":1000}\n";
+  prm__goodput_from_text(ev2, 20.0, &g);
+  assert_true(g.restart_s > 9.999 && g.restart_s < 10.001);
+  assert_true(g.node_wait_s > 6.499 && g.node_wait_s < 6.501);
+  char line[320];
+  prm__goodput_format(&g, line, sizeof line);
+  assert_string_equal(line, "goodput 10.0% (wall 20.0 s: productive 2.0 s, recomputed 0.0 s, "
+                            "checkpoints 0.0 s, restarts 10.0 s (6.5 s waiting for nodes), other 8.0 s; "
+                            "1 restart)");
+  cJSON *o = prm__goodput_json(&g);
+  assert_true(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "node_wait_s")));
+  cJSON_Delete(o);
 }
 
 /* Resizing a step after a node loss: -N/-n read and rewritten in every
@@ -649,7 +753,8 @@ int main(void) {
       cmocka_unit_test(test_jobid),    cmocka_unit_test(test_job),
       cmocka_unit_test(test_exclude_failed), cmocka_unit_test(test_script_signal),
       cmocka_unit_test(test_resize_counts),
-      cmocka_unit_test(test_goodput_requeue),
+      cmocka_unit_test(test_goodput_requeue), cmocka_unit_test(test_goodput_node_loss),
+      cmocka_unit_test(test_script_supervised),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

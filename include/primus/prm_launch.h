@@ -90,6 +90,16 @@ int prm_slurm_build(prm_slurm_mode_t mode, int nflags, char *const *flags,
 int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
                            const prm_env_t *env, int nsrun, char *const *srun_flags,
                            int inner_argc, char *const *inner, prm_err_t *err);
+/* The same script for a supervised job (fault_tolerance on): the step is
+ * cmd itself (`primus slurm srun ... -- <task>`: the supervisor, which
+ * runs the srun steps inside the allocation), not srun. When it exits 4
+ * and RUN_DIR/failed_nodes.txt (PRIMUS_RUN_DIR) names nodes, the job is
+ * requeued without them: `scontrol requeue`, then `scontrol update
+ * ExcNodeList=<the flags' --exclude>,<failed nodes>` while it is pending;
+ * else as above. */
+int prm_slurm_write_script_supervised(const char *path, int nflags, char *const *flags,
+                                      const prm_env_t *env, int argc, char *const *cmd,
+                                      prm_err_t *err);
 /* Removes primus' own option --NAME VALUE / --NAME=VALUE from the slurm
  * flags (all of them; the last wins). *value is malloc'd, NULL when absent;
  * a missing value is PRM_EINVAL. */

@@ -121,10 +121,11 @@ static const prm_key_t prm__keys[] = {
     KEY("fault_tolerance.max_restarts", INT, GE0, NULL, 0, 1, "Restarts the supervisor allows before giving up; with this and hang_timeout_s both 0 the ranks run unsupervised."),
     KEY("fault_tolerance.restart_backoff_s", FLOAT, GE0, NULL, 0, 1, "Seconds to wait before a restart."),
     KEY("fault_tolerance.hang_timeout_s", FLOAT, GE0, NULL, 0, 1, "Seconds without a heartbeat before a rank counts as hung; 0 turns the watchdog off."),
-    KEY("fault_tolerance.on_node_loss", ENUM, ANY, "shrink|wait", 0, 1, "Under primus slurm srun, when the node check after a fault finds nodes lost: shrink (go on without them, the same global batch on fewer data-parallel ranks) or wait (restart at the same size once Slurm has the nodes again)."),
-    KEY("fault_tolerance.min_nodes", INT, GE1, NULL, 0, 1, "Fewest nodes a shrunk srun job may go on with; fewer left ends the run (exit 3)."),
+    KEY("fault_tolerance.on_node_loss", ENUM, ANY, "shrink|wait", 0, 1, "Under primus slurm srun, when the node check after a fault finds nodes lost: shrink (go on without them, the same global batch on fewer data-parallel ranks) or wait (restart at the same size once the nodes are back, at most node_wait_timeout_s; then as shrink)."),
+    KEY("fault_tolerance.min_nodes", INT, GE1, NULL, 0, 1, "Fewest nodes a shrunk srun job may go on with; fewer left ends the run (exit 3), or requeues an sbatch job without the lost nodes (exit 4)."),
     KEY("fault_tolerance.max_node_failures", INT, GE0, NULL, 0, 1, "Nodes a run may lose in all; one more ends it (exit 3)."),
     KEY("fault_tolerance.node_check_timeout_s", FLOAT, 1, 86400, NULL, 0, 1, "Seconds the node check after a fault (preflight check --host under srun on each node) may take (1 to 86400); a node that has not answered by then counts as lost."),
+    KEY("fault_tolerance.node_wait_timeout_s", FLOAT, 1, 604800, NULL, 0, 1, "on_node_loss: wait: seconds to wait for lost nodes to come back (in service in sinfo and passing the node check; 1 to 604800) before going on as shrink."),
     KEY("fault_tolerance.nan_policy", ENUM, ANY, "stop|skip|rollback", 0, 1, "What a NaN/Inf loss does: stop, skip the step, or roll back to the last checkpoint."),
     KEY("fault_tolerance.spike_zscore", FLOAT, GE0, NULL, 0, 1, "Treat a loss this many standard deviations above the recent mean as a spike; 0 turns detection off."),
 };

@@ -84,6 +84,17 @@ void prm__goodput_from_text(const char *text, double wall_s, prm__goodput_t *g) 
       double t = prm__num(o, "time", -1);
       if (preempt_at >= 0 && t >= preempt_at) g->preempted_s += t - preempt_at;
       preempt_at = -1;
+      /* A job requeued without its lost nodes: the fault's downtime ends
+       * here, as at a restart (docs/safe.md "Losing a node"). */
+      if (fault_at >= 0 && t >= fault_at) {
+        g->restart_s += t - fault_at;
+        g->restarts++;
+      }
+      fault_at = -1;
+    } else if (prm_streq(name, "node_wait")) {
+      /* on_node_loss: wait: part of the restart's downtime, shown apart. */
+      double x = prm__num(o, "seconds", 0);
+      if (x > 0) g->node_wait_s += x;
     } else if (prm_streq(name, "restart")) {
       double t = prm__num(o, "time", -1);
       if (fault_at >= 0 && t >= fault_at) g->restart_s += t - fault_at;
@@ -126,6 +137,7 @@ cJSON *prm__goodput_json(const prm__goodput_t *g) {
   cJSON_AddNumberToObject(o, "checkpoint_s", PRM__R3(g->checkpoint_s));
   cJSON_AddNumberToObject(o, "restart_s", PRM__R3(g->restart_s));
   cJSON_AddNumberToObject(o, "preempted_s", PRM__R3(g->preempted_s));
+  if (g->node_wait_s > 0) cJSON_AddNumberToObject(o, "node_wait_s", PRM__R3(g->node_wait_s));
   cJSON_AddNumberToObject(o, "other_s", PRM__R3(g->other_s));
   cJSON_AddNumberToObject(o, "goodput", round(g->goodput * 1e4) / 1e4);
   cJSON_AddNumberToObject(o, "preemptions", g->preemptions);
@@ -136,14 +148,15 @@ cJSON *prm__goodput_json(const prm__goodput_t *g) {
 
 void prm__goodput_format(const prm__goodput_t *g, char *buf, size_t n) {
   /* The preemption part shows only for runs that were preempted. */
-  char pre[96] = "", pren[48] = "";
+  char pre[96] = "", pren[48] = "", wait[64] = "";
+  if (g->node_wait_s > 0) snprintf(wait, sizeof wait, " (%.1f s waiting for nodes)", g->node_wait_s);
   if (g->preemptions || g->preempted_s > 0) {
     snprintf(pre, sizeof pre, "preempted %.1f s, ", g->preempted_s);
     snprintf(pren, sizeof pren, ", %d preemption%s", g->preemptions, g->preemptions == 1 ? "" : "s");
   }
   snprintf(buf, n,
            "goodput %.1f%% (wall %.1f s: productive %.1f s, recomputed %.1f s, checkpoints %.1f s, "
-           "restarts %.1f s, %sother %.1f s; %d restart%s%s)",
+           "restarts %.1f s%s, %sother %.1f s; %d restart%s%s)",
            100.0 * g->goodput, g->wall_s, g->productive_s, g->recomputed_s, g->checkpoint_s,
-           g->restart_s, pre, g->other_s, g->restarts, g->restarts == 1 ? "" : "s", pren);
+           g->restart_s, wait, pre, g->other_s, g->restarts, g->restarts == 1 ? "" : "s", pren);
 }

@@ -112,6 +112,8 @@ typedef struct {
   int64_t max_node_failures;  /* fault_tolerance.max_node_failures (default 1) */
   int on_node_loss_wait;      /* fault_tolerance.on_node_loss: 0 shrink (default), 1 wait */
   double node_check_timeout_s; /* fault_tolerance.node_check_timeout_s (default 60) */
+  double node_wait_timeout_s;  /* fault_tolerance.node_wait_timeout_s (default 300): how long
+                                  on_node_loss: wait waits for the lost nodes to come back */
 } prm__ft_t;
 /* Reads fault_tolerance.* from the experiment (unset keys count as 0);
  * returns 1 when the ranks are to be supervised. */
@@ -127,6 +129,11 @@ typedef struct {
   int srun_words;          /* > 0: argv is srun: argv[0..srun_words-1] are srun and its
                               flags, argv[srun_words] the primus binary the nodes run;
                               a fault then runs the node check and may shrink the job */
+  int batch_job;           /* inside a supervised sbatch job (PRIMUS_SLURM_BATCH=1): too few
+                              nodes left ends with exit 4 for the batch script to requeue
+                              the job without them, instead of giving up */
+  int attempt_base;        /* PRIMUS_RESTART of the first attempt: SLURM_RESTART_COUNT of a
+                              requeued batch job (it resumes like a restart), else 0 */
 } prm__sup_t;
 /* Runs s->argv until it ends without a fault, restarting it after a crash
  * or a hang. Returns the exit code to end with (0, or the positive code the
@@ -139,6 +146,7 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err);
 typedef struct {
   double wall_s, productive_s, recomputed_s, checkpoint_s, restart_s, other_s;
   double preempted_s; /* "preempted" event to the next "requeue" event */
+  double node_wait_s; /* "node_wait" events' seconds (a part of restart_s) */
   double goodput;     /* productive_s / wall_s */
   int restarts;
   int preemptions;    /* "preempted" events */

@@ -30,6 +30,38 @@ static int prm__srun_ntasks(const prm_argv_t *flags) {
   return 1;
 }
 
+/* The experiment asks for the SaFE supervisor (fault_tolerance). */
+static int prm__task_supervised(const prm_launch_t *l, prm__ft_t *ft) {
+  if (!(l->sub->flags & PRM_SUB_SUPERVISED)) return 0;
+  prm_args_t *args = NULL;
+  prm_exp_t *exp = NULL;
+  int on = 0;
+  if (!prm__task_prepare(l, &l->task_words, &args, &exp, NULL)) on = prm__supervise_enabled(exp, ft);
+  prm_args_free(args);
+  prm_exp_free(exp);
+  return on;
+}
+
+/* A supervised sbatch job's batch script runs `primus slurm srun -- ...`
+ * (PRIMUS_SLURM_BATCH=1): srun steps inside the job's allocation. Without
+ * -N/-n the step would take the allocation's size anyway; the supervisor
+ * needs them written to shrink the step. */
+static void prm__batch_counts(prm_argv_t *flags) {
+  const char *job = getenv("SLURM_JOB_ID"), *b = getenv("PRIMUS_SLURM_BATCH");
+  if (!job || !*job || !b || strcmp(b, "1")) return;
+  int64_t nodes = 0, ntasks = 0, per = 0;
+  const char *v = getenv("SLURM_JOB_NUM_NODES");
+  if (!v || prm_parse_i64(v, &nodes) || nodes < 1) nodes = 0;
+  v = getenv("SLURM_NTASKS");
+  if (!v || prm_parse_i64(v, &ntasks) || ntasks < 1) ntasks = 0;
+  v = getenv("SLURM_NTASKS_PER_NODE");
+  if (!ntasks && nodes && v && !prm_parse_i64(v, &per) && per >= 1) ntasks = per * nodes;
+  if (!ntasks) ntasks = nodes;
+  if (nodes && !prm_slurm_flag_count(flags, "N", "nodes")) prm_argv_pushf(flags, "--nodes=%lld", (long long)nodes);
+  if (ntasks && !prm_slurm_flag_count(flags, "n", "ntasks"))
+    prm_argv_pushf(flags, "--ntasks=%lld", (long long)ntasks);
+}
+
 /* srun under the SaFE supervisor when the experiment asks for it: the whole
  * step is restarted after a crash or a hang (the ranks read PRIMUS_RESTART
  * from the environment srun passes on), and the direct launcher inside
@@ -58,6 +90,15 @@ static int prm__srun_supervised(const prm_launch_t *l, const prm_argv_t *flags,
   int srun_words = 1 + flags->n + !prm_slurm_flags_have_mpi(flags->n, flags->v);
   prm__sup_t sup = {.ft = ft, .run_dir = run_dir, .nranks = prm__srun_ntasks(flags),
                     .argv = cmd->v, .env = &env, .srun_words = srun_words < cmd->n ? srun_words : 0};
+  /* Inside a supervised sbatch job: too few nodes left requeues the job
+   * (exit 4, the batch script), and a requeued job resumes like a restart. */
+  const char *job = getenv("SLURM_JOB_ID"), *b = getenv("PRIMUS_SLURM_BATCH");
+  if (job && *job && b && !strcmp(b, "1")) {
+    sup.batch_job = 1;
+    int64_t n = 0;
+    const char *rc_s = getenv("SLURM_RESTART_COUNT");
+    if (rc_s && !prm_parse_i64(rc_s, &n) && n > 0 && n < 1000000) sup.attempt_base = (int)n;
+  }
   rc = prm__supervise(&sup, err);
   prm_env_free(&env);
   return rc;
@@ -330,7 +371,7 @@ done:
 
 static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
   prm_slurm_mode_t mode = PRM_SLURM_SRUN;
-  prm_argv_t flags = {0}, inner = {0}, cmd = {0}, srun_flags = {0};
+  prm_argv_t flags = {0}, inner = {0}, cmd = {0}, srun_flags = {0}, step = {0};
   prm_env_t env = {0};
   char *run_dir = NULL, *script = NULL, *out = NULL;
   char *exclude_dir = NULL, *exclude_dir2 = NULL, *topo_file = NULL;
@@ -406,6 +447,7 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
   }
   if (mode == PRM_SLURM_SRUN) {
     prm_argv_pushv(&flags, srun_flags.n, srun_flags.v);
+    prm__batch_counts(&flags);
     if ((rc = prm_slurm_build(mode, flags.n, flags.v, NULL, inner.n, inner.v, &cmd, err))) goto done;
     char *line = prm_argv_join_shell(cmd.n, cmd.v);
     if (l->dry_run) printf("# primus dry run: nothing was started\ncommand: %s\n", line);
@@ -430,6 +472,27 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
   /* A requeued job (preemption) runs the script again under the same job
    * id: its output goes on after the first run's instead of replacing it. */
   if (!prm__slurm_has_flag(&flags, NULL, "--open-mode")) prm_argv_push(&flags, "--open-mode=append");
+  /* Supervised (fault_tolerance): the batch script runs the supervisor
+   * (`primus slurm srun -- ...`), which restarts the step on the nodes of
+   * the allocation that are left after a node is lost, or requeues the job
+   * without them (docs/safe.md "Losing a node"). --no-kill keeps the
+   * allocation when one of its nodes fails; Slurm ends the job otherwise. */
+  prm__ft_t ft;
+  int supervised = prm__task_supervised(l, &ft);
+  if (supervised) {
+    if (!prm__slurm_has_flag(&flags, "-k", "--no-kill")) prm_argv_push(&flags, "--no-kill");
+    prm_env_set(&env, "PRIMUS_SLURM_BATCH", "1");
+    prm_argv_push(&step, l->self);
+    prm_argv_push(&step, "slurm");
+    prm_argv_push(&step, "srun");
+    prm_argv_pushv(&step, srun_flags.n, srun_flags.v);
+    prm_argv_push(&step, "--");
+    if (l->direct_words.n) {
+      prm_argv_pushv(&step, l->direct_words.n, l->direct_words.v);
+      prm_argv_push(&step, "--");
+    }
+    prm_argv_pushv(&step, l->task_words.n, l->task_words.v);
+  }
   if (l->dry_run) {
     char tmpl[] = "/tmp/primus-sbatch-XXXXXX";
     int fd = mkstemp(tmpl);
@@ -438,8 +501,9 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
       goto done;
     }
     close(fd);
-    rc = prm_slurm_write_script(tmpl, flags.n, flags.v, &env, srun_flags.n, srun_flags.v, inner.n,
-                                 inner.v, err);
+    rc = supervised ? prm_slurm_write_script_supervised(tmpl, flags.n, flags.v, &env, step.n, step.v, err)
+                    : prm_slurm_write_script(tmpl, flags.n, flags.v, &env, srun_flags.n, srun_flags.v,
+                                             inner.n, inner.v, err);
     if (!rc) rc = prm_fs_read_all(tmpl, &out, NULL, err);
     unlink(tmpl);
     if (rc) goto done;
@@ -447,8 +511,9 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
     goto done;
   }
   script = prm_path_join(run_dir, "sbatch.sh");
-  if ((rc = prm_slurm_write_script(script, flags.n, flags.v, &env, srun_flags.n, srun_flags.v,
-                                   inner.n, inner.v, err)))
+  if ((rc = supervised ? prm_slurm_write_script_supervised(script, flags.n, flags.v, &env, step.n, step.v, err)
+                      : prm_slurm_write_script(script, flags.n, flags.v, &env, srun_flags.n, srun_flags.v,
+                                               inner.n, inner.v, err)))
     goto done;
   if ((rc = prm_slurm_build(mode, 0, NULL, script, 0, NULL, &cmd, err))) goto done;
   int st = 0;
@@ -471,6 +536,7 @@ static int prm__slurm_run(prm_launch_t *l, prm_err_t *err) {
   printf("Submitted batch job %ld\nrun directory: %s\n", job, run_dir);
 done:
   prm_argv_free(&flags);
+  prm_argv_free(&step);
   prm_argv_free(&inner);
   prm_argv_free(&cmd);
   prm_argv_free(&srun_flags);

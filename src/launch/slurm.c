@@ -329,9 +329,23 @@ static int prm__is_env_name(const char *s) {
  * '...' quoting and backslashes like the shell, so the same quoting serves
  * both. A flag followed by a word that does not start with '-' is its value
  * ("-p low") and shares the line. */
-int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
-                           const prm_env_t *env, int nsrun, char *const *srun_flags,
-                           int inner_argc, char *const *inner, prm_err_t *err) {
+/* The exclusions in sbatch flags (-x L, -xL, --exclude L, --exclude=L),
+ * joined with commas: what a requeue keeps in the job's ExcNodeList. */
+static void prm__flags_exclude(int nflags, char *const *flags, prm_sb_t *out) {
+  for (int i = 0; i < nflags; i++) {
+    const char *f = flags[i], *x = NULL;
+    if ((!strcmp(f, "-x") || !strcmp(f, "--exclude")) && i + 1 < nflags) x = flags[++i];
+    else if (prm_startswith(f, "--exclude=")) x = f + 10;
+    else if (prm_startswith(f, "-x") && f[2]) x = f + 2;
+    if (x && *x) prm_sb_appendf(out, "%s%s", out->len ? "," : "", x);
+  }
+}
+
+/* supervised: the step is `inner` itself (primus slurm srun ..., the
+ * supervisor, which starts srun steps inside the allocation), not srun. */
+static int prm__write_script(const char *path, int nflags, char *const *flags, const prm_env_t *env,
+                             int nsrun, char *const *srun_flags, int inner_argc, char *const *inner,
+                             int supervised, prm_err_t *err) {
   if (inner_argc < 1 || !inner[0] || !*inner[0])
     return prm_errf(err, PRM_EINVAL, "%s: sbatch script needs a command", path);
   prm_sb_t sb = {0};
@@ -391,13 +405,13 @@ int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
   prm_sb_append(&sb,
                 "prm_pending=\n"
                 "for prm_sig in USR1 USR2 TERM INT HUP; do trap \"prm_pending=$prm_sig\" \"$prm_sig\"; done\n");
-  prm_sb_append(&sb, "srun " PRM_SLURM_MPI_DEFAULT);
-  for (int i = 0; i < nsrun; i++) {
+  if (!supervised) prm_sb_append(&sb, "srun " PRM_SLURM_MPI_DEFAULT);
+  for (int i = 0; !supervised && i < nsrun; i++) {
     prm_sb_putc(&sb, ' ');
     prm_sb_append_shquote(&sb, srun_flags[i]);
   }
   for (int i = 0; i < inner_argc; i++) {
-    prm_sb_putc(&sb, ' ');
+    if (i || !supervised) prm_sb_putc(&sb, ' ');
     /* An empty word must survive as '' rather than vanish. */
     if (!*inner[i])
       prm_sb_append(&sb, "''");
@@ -416,7 +430,39 @@ int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
                 "wait \"$prm_step\" || prm_rc=$?\n"
                 "# Exit 4: the training was preempted and saved a checkpoint. Requeue the\n"
                 "# job (same id, SLURM_RESTART_COUNT+1); ending on our own would end it.\n"
-                "if [[ $prm_rc == 4 && -n ${SLURM_JOB_ID:-} ]]; then\n"
+                "if [[ $prm_rc == 4 && -n ${SLURM_JOB_ID:-} ]]; then\n");
+  if (supervised) {
+    /* The supervisor also exits 4 when too few nodes are left to go on
+     * (docs/safe.md "Losing a node"): the job goes back to the queue
+     * without the nodes of RUN_DIR/failed_nodes.txt. ExcNodeList can only
+     * change while the job is pending: requeue, then update it while the
+     * requeued job waits for its begin time (cred_expire), with the job's
+     * signals ignored: the requeue ends this script (SIGTERM, SIGKILL after
+     * KillWait), and the update must reach slurmctld first. Should it not,
+     * the job is requeued all the same, only without the exclusion. */
+    prm_sb_t exc = {0};
+    prm__flags_exclude(nflags, flags, &exc);
+    prm_sb_append(&sb, "  prm_exclude=");
+    prm_sb_append_shquote(&sb, exc.len ? prm_sb_str(&exc) : "");
+    prm_sb_free(&exc);
+    prm_sb_append(&sb,
+                  "\n  prm_failed=\n"
+                  "  if [[ -n ${PRIMUS_RUN_DIR:-} && -s $PRIMUS_RUN_DIR/failed_nodes.txt ]]; then\n"
+                  "    prm_failed=$(grep -v -e '^#' -e '^[[:space:]]*$' \"$PRIMUS_RUN_DIR/failed_nodes.txt\" | paste -sd, - || true)\n"
+                  "  fi\n"
+                  "  if [[ -n $prm_failed ]]; then\n"
+                  "    trap '' USR1 USR2 TERM INT HUP\n"
+                  "    echo \"primus: requeueing job $SLURM_JOB_ID without the failed nodes $prm_failed\" >&2\n"
+                  "    if scontrol requeue \"$SLURM_JOB_ID\"; then\n"
+                  "      scontrol update JobId=\"$SLURM_JOB_ID\" ExcNodeList=\"${prm_exclude:+$prm_exclude,}$prm_failed\" ||\n"
+                  "        echo \"primus: scontrol update JobId=$SLURM_JOB_ID ExcNodeList failed\" >&2\n"
+                  "    else\n"
+                  "      echo \"primus: scontrol requeue $SLURM_JOB_ID failed\" >&2\n"
+                  "    fi\n"
+                  "    exit \"$prm_rc\"\n"
+                  "  fi\n");
+  }
+  prm_sb_append(&sb,
                 "  echo \"primus: the training step was preempted (exit 4): requeueing job $SLURM_JOB_ID\" >&2\n"
                 "  scontrol requeue \"$SLURM_JOB_ID\" || echo \"primus: scontrol requeue $SLURM_JOB_ID failed\" >&2\n"
                 "fi\n"
@@ -432,6 +478,18 @@ int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
 fail:
   prm_sb_free(&sb);
   return rc;
+}
+
+int prm_slurm_write_script(const char *path, int nflags, char *const *flags,
+                           const prm_env_t *env, int nsrun, char *const *srun_flags,
+                           int inner_argc, char *const *inner, prm_err_t *err) {
+  return prm__write_script(path, nflags, flags, env, nsrun, srun_flags, inner_argc, inner, 0, err);
+}
+
+int prm_slurm_write_script_supervised(const char *path, int nflags, char *const *flags,
+                                      const prm_env_t *env, int argc, char *const *cmd,
+                                      prm_err_t *err) {
+  return prm__write_script(path, nflags, flags, env, 0, NULL, argc, cmd, 1, err);
 }
 
 /* ---- sbatch output ------------------------------------------------------ */

@@ -37,6 +37,9 @@ int prm__supervise_enabled(const prm_exp_t *exp, prm__ft_t *ft) {
   if (prm_exp_get_f64(exp, "fault_tolerance.node_check_timeout_s", &ft->node_check_timeout_s) ||
       ft->node_check_timeout_s <= 0)
     ft->node_check_timeout_s = 60;
+  if (prm_exp_get_f64(exp, "fault_tolerance.node_wait_timeout_s", &ft->node_wait_timeout_s) ||
+      ft->node_wait_timeout_s <= 0)
+    ft->node_wait_timeout_s = 300;
   const char *onl = prm_exp_get_str(exp, "fault_tolerance.on_node_loss");
   ft->on_node_loss_wait = onl && !strcmp(onl, "wait");
   return ft->max_restarts > 0 || ft->hang_timeout_s > 0;
@@ -301,6 +304,13 @@ static void prm__job_forward(prm__job_t *j) {
 
 static int prm__has(const prm_argv_t *a, const char *s) { return prm_argv_find(a, s) >= 0; }
 
+/* The Slurm job this supervisor runs in (digits only, else ""). */
+static const char *prm__job_id(void) {
+  const char *j = getenv("SLURM_JOB_ID");
+  if (!j || !*j || strspn(j, "0123456789") != strlen(j) || strlen(j) > 20) return "";
+  return j;
+}
+
 /* A node name as heartbeats and Slurm spell it (nothing to escape in JSON
  * or a flag). */
 static int prm__node_ok(const char *s) {
@@ -355,6 +365,10 @@ static void prm__node_check(const prm__sup_t *s, const char *exe, int attempt, c
     prm_argv_push(&argv, "-n1");
     prm_argv_pushf(&argv, "--nodelist=%s", nodes->v[i]);
     prm_argv_pushf(&argv, "--immediate=%d", (int)(limit > 2 ? limit / 2 : 1));
+    /* Inside an allocation (an sbatch job) the lost attempt's step may
+     * still hold the nodes' CPUs until Slurm has cleaned it up (on a dead
+     * node: once the node is DOWN): the check shares them. */
+    if (getenv("SLURM_JOB_ID")) prm_argv_push(&argv, "--overlap");
     prm_argv_push(&argv, PRM_SLURM_MPI_DEFAULT);
     prm_argv_push(&argv, exe);
     prm_argv_push(&argv, "preflight");
@@ -434,6 +448,67 @@ static void prm__write_failed(const prm__sup_t *s, const prm_argv_t *lost) {
   prm_sb_free(&sb);
 }
 
+/* on_node_loss: wait. Polls `sinfo -h -N -n NODES -o "%N %T"` once a
+ * second until every node of *nodes is back in service (idle, mixed,
+ * allocated or completing, and answering: no '*') and passes the node
+ * check (prm__node_check), at most
+ * node_wait_timeout_s, or until a signal arrives. Records
+ * {"event":"node_wait","nodes":[...],"seconds":S,"returned":B}; returns 1
+ * when they all came back. */
+static int prm__wait_nodes(const prm__sup_t *s, int attempt, const prm_argv_t *nodes) {
+  double t0 = prm_time_now(), limit = s->ft.node_wait_timeout_s;
+  prm_sb_t list = {0};
+  for (int i = 0; i < nodes->n; i++) prm_sb_appendf(&list, "%s%s", i ? "," : "", nodes->v[i]);
+  PRM_WARN("supervisor: on_node_loss is wait: waiting up to %g s for %s to come back (sinfo)", limit,
+           prm_sb_str(&list));
+  char *argv[] = {"sinfo", "-h", "-N", "-n", (char *)prm_sb_str(&list), "-o", "%N %T", NULL};
+  int back = 0;
+  while (!prm__sup_nsig && prm_time_now() - t0 < limit) {
+    char *out = NULL;
+    int st = 0;
+    prm_proc_opts_t po = {.capture = 1, .stdin_path = "/dev/null"};
+    prm_err_t e = {0};
+    if (!prm_proc_run(argv, &po, &st, &out, &e) && st == 0 && out) {
+      int ok = 0, bad = 0;
+      prm_argv_t seen = {0};
+      for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char node[64], state[64];
+        if (sscanf(line, "%63s %63s", node, state) != 2) continue;
+        int up = !strchr(state, '*') && (prm_startswith(state, "idle") || prm_startswith(state, "mix") ||
+                                         prm_startswith(state, "alloc") || prm_startswith(state, "completing"));
+        if (!up) bad++;
+        else if (prm__has(nodes, node) && !prm__has(&seen, node)) prm_argv_push(&seen, node), ok++;
+      }
+      prm_argv_free(&seen);
+      back = !bad && ok == nodes->n;
+    }
+    prm_err_clear(&e);
+    free(out);
+    if (back) {
+      /* Slurm may still list a node that died as idle until its ping
+       * fails: the node check decides. */
+      prm_argv_t failed = {0};
+      prm__node_check(s, s->argv[s->srun_words], attempt, nodes, &failed);
+      back = !failed.n;
+      prm_argv_free(&failed);
+    }
+    if (back) break;
+    prm__nap(1.0);
+  }
+  double waited = prm_time_now() - t0;
+  prm_sb_t sb = {0};
+  prm_sb_appendf(&sb, "{\"event\":\"node_wait\",\"time\":%.3f,\"attempt\":%d,\"nodes\":", prm_time_wall(),
+                 attempt);
+  prm__json_list(&sb, nodes);
+  prm_sb_appendf(&sb, ",\"seconds\":%.3f,\"returned\":%s}\n", waited, back ? "true" : "false");
+  prm__event(s->run_dir, prm_sb_str(&sb));
+  prm_sb_free(&sb);
+  if (back) PRM_WARN("supervisor: %s back after %.1f s: restarting on the full world", prm_sb_str(&list), waited);
+  else PRM_WARN("supervisor: %s not back after %.1f s", prm_sb_str(&list), waited);
+  prm_sb_free(&list);
+  return back;
+}
+
 /* ---- the loop ------------------------------------------------------------- */
 
 static void prm__fault_event(const prm__sup_t *s, const prm__fault_t *f, double when, double since) {
@@ -472,7 +547,7 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
     prm_argv_t envp = {0};
     for (int i = 0; i < s->env->n; i++) prm_env_set(&e, s->env->keys[i], s->env->vals[i]);
     char num[16];
-    snprintf(num, sizeof num, "%d", attempt);
+    snprintf(num, sizeof num, "%d", attempt + s->attempt_base);
     prm_env_set(&e, "PRIMUS_RESTART", num);
     prm_env_set(&e, "PRIMUS_HEARTBEAT_DIR", hb_dir);
     /* What the restarts so far were for ("crash=1,hang=1"), for the
@@ -581,7 +656,13 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
         rc = code;
         break;
       }
-      if (code == 0 || code == 1 || code == 2 || code == 4) {
+      /* srun's own exit 1 before any rank beat is a step that did not
+       * start (a node refused it, a credential not valid yet after a
+       * requeue): a fault like a crash, not a rank's missing dependency. */
+      int seen_any = 0;
+      for (int r = 0; r < nranks; r++) seen_any |= hb[r].seen;
+      int srun_failed = s->srun_words > 0 && code == 1 && !seen_any;
+      if (!srun_failed && (code == 0 || code == 1 || code == 2 || code == 4)) {
         rc = code;
         break;
       }
@@ -598,6 +679,8 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
         char name[32];
         if (code > 128 && code < 128 + 65)
           snprintf(f.detail, sizeof f.detail, "killed by %s", prm__signame(code - 128, name, sizeof name));
+        else if (srun_failed)
+          snprintf(f.detail, sizeof f.detail, "srun exit 1 before any rank started");
         else
           snprintf(f.detail, sizeof f.detail, "exit code %d", code);
       }
@@ -611,6 +694,7 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
      * job, which goes on without them (docs/safe.md "Losing a node"). */
     prm_argv_t newly = {0};
     const char *give_up = NULL;
+    int requeue = 0;
     char why[256] = "";
     if (s->srun_words > 0 && strcmp(f.cause, "nan")) {
       prm_argv_t nodes = {0};
@@ -660,20 +744,62 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
       if (!was) was = last_nodes.n;
       int64_t still = was, per = was > 0 ? nranks / was : 0;
       for (int i = 0; i < newly.n; i++) still -= prm__has(&last_nodes, newly.v[i]);
-      if (lost.n > s->ft.max_node_failures) {
+      /* on_node_loss: wait (outside an sbatch allocation, which a node
+       * that left it cannot rejoin): the same world once they are back. */
+      int returned = 0;
+      if (lost.n <= s->ft.max_node_failures && s->ft.on_node_loss_wait && !s->batch_job) {
+        returned = prm__wait_nodes(s, attempt, &newly);
+        if (returned) {
+          prm_argv_t keep = {0};
+          for (int i = 0; i < lost.n; i++)
+            if (!prm__has(&newly, lost.v[i])) prm_argv_push(&keep, lost.v[i]);
+          prm_argv_free(&lost);
+          lost = keep;
+          prm__write_failed(s, &lost);
+        } else {
+          PRM_WARN("supervisor: going on without them (as on_node_loss: shrink)");
+        }
+      } else if (s->ft.on_node_loss_wait && s->batch_job) {
+        PRM_WARN("supervisor: on_node_loss is wait, but a node cannot rejoin an sbatch allocation: "
+                 "going on as on_node_loss: shrink");
+      }
+      if (returned) {
+        /* The next attempt is the same srun. */
+      } else if (lost.n > s->ft.max_node_failures) {
         give_up = "node_failures";
         snprintf(why, sizeof why, "%d node%s lost (max_node_failures %lld)", lost.n, lost.n == 1 ? "" : "s",
                  (long long)s->ft.max_node_failures);
-      } else if (!s->ft.on_node_loss_wait && (still < s->ft.min_nodes || per < 1 || still < 1)) {
+      } else if ((still < s->ft.min_nodes || per < 1 || still < 1) && s->batch_job) {
+        /* Too few nodes left in the allocation: the job goes back to the
+         * queue without the lost ones (the batch script requeues it on
+         * exit 4, excluding RUN_DIR/failed_nodes.txt) and resumes from
+         * its newest checkpoint on a new allocation of its full size. */
+        requeue = 1;
+        prm_sb_t sb = {0};
+        prm_sb_appendf(&sb, "{\"event\":\"requeue_exclude\",\"time\":%.3f,\"attempt\":%d,\"nodes_left\":%lld,"
+                       "\"min_nodes\":%lld,\"job_id\":\"%s\",\"exclude\":",
+                       prm_time_wall(), attempt, (long long)still, (long long)s->ft.min_nodes, prm__job_id());
+        prm__json_list(&sb, &lost);
+        prm_sb_append(&sb, "}\n");
+        prm__event(s->run_dir, prm_sb_str(&sb));
+        prm_sb_free(&sb);
+        PRM_WARN("supervisor: lost node%s %s: %lld node%s left of %lld (min_nodes %lld): requeueing job %s "
+                 "without the lost nodes (exit 4)", newly.n == 1 ? "" : "s", f.host, (long long)still,
+                 still == 1 ? "" : "s", (long long)was, (long long)s->ft.min_nodes, prm__job_id());
+      } else if (still < s->ft.min_nodes || per < 1 || still < 1) {
         give_up = "min_nodes";
         snprintf(why, sizeof why, "%lld node%s left of %lld (min_nodes %lld)", (long long)still,
                  still == 1 ? "" : "s", (long long)was, (long long)s->ft.min_nodes);
-      } else if (!s->ft.on_node_loss_wait) {
+      } else {
         /* Shrink: the same global batch on fewer data-parallel ranks (the
          * trainer raises the gradient accumulation itself). */
         prm_slurm_set_count(&flags, "N", "nodes", still);
         prm_slurm_set_count(&flags, "n", "ntasks", per * still);
         prm_slurm_add_exclude(&flags, &lost);
+        /* Inside an allocation Slurm holds the lost attempt's step (and its
+         * CPUs) until the lost node reports it ended, which a dead node
+         * never does: the new step shares them (its ranks are gone). */
+        if (s->batch_job && !prm__has(&flags, "--overlap")) prm_argv_push(&flags, "--overlap");
         prm_argv_free(&cur);
         prm_argv_push(&cur, s->argv[0]);
         prm_argv_pushv(&cur, flags.n, flags.v);
@@ -690,14 +816,15 @@ int prm__supervise(const prm__sup_t *s, prm_err_t *err) {
                  "more gradient accumulation a rank)", newly.n == 1 ? "" : "s", f.host, (long long)still,
                  (long long)was, (long long)(per * still));
         nranks = (int)(per * still);
-      } else {
-        PRM_WARN("supervisor: lost node %s: on_node_loss is wait: restarting on %lld nodes once Slurm has them",
-                 f.host, (long long)was);
       }
       prm_argv_free(&flags);
       prm_argv_free(&rest);
     }
     prm_argv_free(&newly);
+    if (requeue) {
+      rc = 4;
+      break;
+    }
     if (give_up) {
       char line[384];
       snprintf(line, sizeof line, "{\"event\":\"give_up\",\"time\":%.3f,\"restarts\":%d,\"reason\":\"%s\"}\n",
