@@ -1430,6 +1430,33 @@ static void test_gemm_tune(void **state) {
   assert_memory_equal(first, again, (size_t)(8 * nc) * 4);
   assert_int_equal(prm_fs_read_all(path, &after, &len, &err), 0);
   assert_string_equal(tuned, after);
+  /* Two ranks on one file: the second, opened before the first tuned, keeps
+   * the first's lines when it tunes a call of its own, and takes the first's
+   * choices for the calls the first tuned. */
+  unlink(path);
+  prm_dev_t *d1 = open_tuned(path, NULL, &err), *d2 = open_tuned(path, NULL, &err);
+  assert_non_null(d1);
+  assert_non_null(d2);
+  tuned_gemms(d1, first);
+  {
+    float *a = prm_dev_alloc(d2, PRM_MEM_OTHER, 17 * 96 * 2), *c = prm_dev_alloc(d2, PRM_MEM_OTHER, 17 * 17 * 4);
+    assert_int_equal(prm_dev_zero(d2, a, 17 * 96 * 2, &err), 0);
+    prm_dev_gemm_bf16(d2, 0, 1, 17, 17, 96, 1.0f, (void *)a, 96, (void *)a, 96, 0.0f, c, 17);
+    assert_int_equal(prm_dev_sync(d2, &err), 0);
+    prm_dev_free(d2, PRM_MEM_OTHER, a, 17 * 96 * 2);
+    prm_dev_free(d2, PRM_MEM_OTHER, c, 17 * 17 * 4);
+  }
+  free(after);
+  assert_int_equal(prm_fs_read_all(path, &after, &len, &err), 0);
+  assert_int_equal(count_lines(after), 1 + 8 + 1);
+  assert_non_null(strstr(after, "\nbf16 nt 17 17 96 96 96 17 "));
+  tuned_gemms(d2, again); /* the first's 8 calls, from the file */
+  assert_memory_equal(first, again, (size_t)(8 * nc) * 4);
+  prm_dev_close(d1);
+  prm_dev_close(d2);
+  free(tuned);
+  assert_int_equal(prm_fs_read_all(path, &tuned, &len, &err), 0);
+  assert_string_equal(tuned, after); /* neither close rewrote it */
   /* Bad files and settings: the open fails naming the file and line. */
   char *nl = strchr(tuned, '\n');
   char *header = prm_xstrndup(tuned, (size_t)(nl - tuned + 1));

@@ -14,7 +14,11 @@
  * the algorithm FILE names, checked by cublasLtMatmulAlgoCheck. A run that
  * reads a finished FILE therefore uses the same algorithms, hence the same
  * bits, every time (a resumed run included); the timing happens once, on
- * the first run that meets the shape.
+ * the first run that meets the shape. Ranks sharing FILE (several GPUs, or
+ * ranks on one GPU) take FILE.lock (flock) around tuning: a rank meeting a
+ * new call first merges FILE's lines it does not hold, so a shape another
+ * rank tuned meanwhile is taken from it rather than timed again, and every
+ * rewrite keeps the other ranks' lines.
  *
  * FILE is text: a header line naming the GPU, its compute capability and
  * cuBLASLt's version (a FILE tuned elsewhere is refused, naming both),
@@ -23,8 +27,10 @@
  * Ownership: the context owns its prm_cu_lt (c->lt), the handle, each
  * entry's descriptors and the path; prm_cu_lt_close releases them. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "cuda/cuda-impl.h"
@@ -145,7 +151,10 @@ static int prm_cu_lt_candidates(prm_cu_ctx *c, prm_cu_lt_entry *x,
                                               max, res, &got) != GPUBLAS_STATUS_SUCCESS)
     got = 0;
   gpublasLtMatmulPreferenceDestroy(pref);
-  return rc ? 0 : got;
+  int n = 0; /* the usable ones, in the heuristic's order */
+  for (int i = 0; !rc && i < got; i++)
+    if (res[i].state == GPUBLAS_STATUS_SUCCESS) res[n++] = res[i];
+  return n;
 }
 
 static gpublasStatus_t prm_cu_lt_run(prm_cu_ctx *c, prm_cu_lt_entry *x,
@@ -233,7 +242,10 @@ static int prm_cu_lt_save(prm_cu_lt *lt, char *why, size_t why_len) {
   return 0;
 }
 
-static int prm_cu_lt_load(prm_cu_lt *lt, char *msg, size_t msg_len) {
+/* Reads FILE into the table. At open (merging 0) a call listed twice is an
+ * error; when merging, a call the table already holds keeps the table's
+ * algorithm. */
+static int prm_cu_lt_load(prm_cu_lt *lt, int merging, char *msg, size_t msg_len) {
   FILE *f = fopen(lt->path, "r");
   if (!f) {
     if (errno == ENOENT) return 0; /* made on the first new shape */
@@ -276,6 +288,7 @@ static int prm_cu_lt_load(prm_cu_lt *lt, char *msg, size_t msg_len) {
       break;
     }
     if (prm_cu_lt_find(lt, &x)) {
+      if (merging) continue;
       prm_cu_lt_say(msg, msg_len, "%s:%d: the same call as an earlier line", lt->path, no);
       rc = -1;
       break;
@@ -292,6 +305,23 @@ static int prm_cu_lt_load(prm_cu_lt *lt, char *msg, size_t msg_len) {
   }
   fclose(f);
   return rc;
+}
+
+/* FILE.lock, held (flock) while this rank merges, tunes and rewrites: a
+ * descriptor, or -1 with the reason in why. */
+static int prm_cu_lt_lock(const prm_cu_lt *lt, char *why, size_t why_len) {
+  size_t n = strlen(lt->path) + 8;
+  char *lp = (char *)malloc(n);
+  if (!lp) return -1;
+  snprintf(lp, n, "%s.lock", lt->path);
+  int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+    prm_cu_lt_say(why, why_len, "cannot lock %s: %s", lp, strerror(errno));
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  free(lp);
+  return fd;
 }
 
 int prm_cu_lt_open(prm_cu_ctx *c, char *msg, size_t msg_len) {
@@ -334,7 +364,7 @@ int prm_cu_lt_open(prm_cu_ctx *c, char *msg, size_t msg_len) {
       prm_cu_lt_say(msg, msg_len, "out of host memory");
       return -1;
     }
-    if (prm_cu_lt_load(lt, msg, msg_len)) return -1;
+    if (prm_cu_lt_load(lt, 0, msg, msg_len)) return -1;
   }
   return 0;
 }
@@ -371,11 +401,27 @@ int prm_cu_lt_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb, int6
   key.align = prm_cu_lt_align(A, B, C);
   if (!key.align) return 0;
   prm_cu_lt_entry *x = prm_cu_lt_find(lt, &key);
+  int lock = -1;
+  char why[512];
+  if (!x && lt->path) { /* another rank may have tuned it: merge FILE under its lock */
+    lock = prm_cu_lt_lock(lt, why, sizeof why);
+    if (lock < 0 || prm_cu_lt_load(lt, 1, why, sizeof why)) {
+      prm_cu_fail(c, "%s: PRIMUS_CUDA_GEMM_TUNE: %s", op, why);
+      if (lock >= 0) close(lock);
+      return 1;
+    }
+    x = prm_cu_lt_find(lt, &key);
+    if (x) { /* FILE's choice, checked below */
+      close(lock);
+      lock = -1;
+    }
+  }
   int fresh = !x;
   if (fresh) {
     x = prm_cu_lt_add(lt, &key);
     if (!x) {
       prm_cu_fail(c, "%s: out of host memory (cuBLASLt's table)", op);
+      if (lock >= 0) close(lock);
       return 1;
     }
   }
@@ -384,6 +430,7 @@ int prm_cu_lt_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb, int6
       prm_cu_fail(c, "%s: cuBLASLt could not describe %s %c%c M=%lld N=%lld K=%lld", op,
                   prm_cu_tune_dtypes[x->k.dtype], ta ? 't' : 'n', tb ? 't' : 'n', (long long)M,
                   (long long)N, (long long)K);
+      if (lock >= 0) close(lock);
       return 1;
     }
     if (fresh) {
@@ -392,14 +439,16 @@ int prm_cu_lt_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb, int6
       if (n <= 0) { /* no cuBLASLt algorithm: cublasGemmEx, noted so */
         prm_cu_lt_undescribe(x);
         lt->n--;
+        if (lock >= 0) close(lock);
         return 0;
       }
       memcpy(x->k.algo, &res[0].algo, sizeof x->k.algo);
       x->k.ms = -1;
       if (lt->path) {
         prm_cu_lt_time(c, x, A, B, res, n); /* failing: the first, untimed */
-        char why[512];
-        if (prm_cu_lt_save(lt, why, sizeof why)) {
+        int bad = prm_cu_lt_save(lt, why, sizeof why);
+        close(lock);
+        if (bad) {
           prm_cu_fail(c, "%s: PRIMUS_CUDA_GEMM_TUNE: %s", op, why);
           return 1;
         }
@@ -433,6 +482,23 @@ int prm_cu_lt_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb, int6
 }
 
 #else /* no cuBLASLt (HIP): every GEMM through the BLAS's GemmEx */
+
+/* FILE.lock, held (flock) while this rank merges, tunes and rewrites: a
+ * descriptor, or -1 with the reason in why. */
+static int prm_cu_lt_lock(const prm_cu_lt *lt, char *why, size_t why_len) {
+  size_t n = strlen(lt->path) + 8;
+  char *lp = (char *)malloc(n);
+  if (!lp) return -1;
+  snprintf(lp, n, "%s.lock", lt->path);
+  int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+    prm_cu_lt_say(why, why_len, "cannot lock %s: %s", lp, strerror(errno));
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  free(lp);
+  return fd;
+}
 
 int prm_cu_lt_open(prm_cu_ctx *c, char *msg, size_t msg_len) {
   (void)c;
