@@ -222,9 +222,10 @@ __global__ static void prm_cu_k_emb_bwd(float *dwte, const float *dout, const in
  * negative ids sort after every valid one), by a bitonic network padded to
  * a power of two M with all-ones keys. The keys are distinct, so the order
  * is the one sorted order whatever the network does: each token's rows
- * end up together and in row order. Then one warp per (run of a token, 32
- * columns) adds the run's rows in that order to dwte's row, starting from
- * its value: the CPU reference's additions in its order, the same bits. */
+ * end up together and in row order. Then one warp per (run of a token, 128
+ * columns, or 32 where C % 4 != 0) adds the run's rows in that order to
+ * dwte's row, starting from its value: the CPU reference's additions in its
+ * order, the same bits. */
 
 /* Grid-stride over M: key i of (tok[i], i), all ones past N. */
 __global__ static void prm_cu_k_emb_keys(uint64_t *key, const int32_t *tok, int64_t N, int64_t M) {
