@@ -294,7 +294,7 @@ SlurmdPidFile=$D/run/slurmd-%n.pid
 SlurmdLogFile=$D/log/slurmd-%n.log
 SlurmdTimeout=10
 EOF
-  slurm_common_conf "${CLUSTER_LOCAL_CRED_EXPIRE:-5}" >>"$CONF.tmp"
+  slurm_common_conf "${CLUSTER_LOCAL_CRED_EXPIRE:-5}" "${CLUSTER_LOCAL_KILL_WAIT:-5}" >>"$CONF.tmp"
   for h in $(all_hosts); do
     echo "NodeName=$h NodeHostname=$h NodeAddr=$net.${h#cn} CPUs=$cpus State=UNKNOWN"
   done >>"$CONF.tmp"

@@ -37,7 +37,8 @@ slurm_common_munge_up() {
   die 3 "munge does not answer on $SOCK"
 }
 
-# slurm_common_conf CRED_EXPIRE: the slurm.conf lines both clusters share
+# slurm_common_conf CRED_EXPIRE [KILL_WAIT]: the slurm.conf lines both
+# clusters share (KillWait: KILL_WAIT seconds, default 5)
 # (after their own ClusterName, hosts, ports and CommunicationParameters):
 # munge on SOCK, every state, spool, log and pid file under D (a slurmd's
 # named after its node, %n), per-node TmpFS (the PMIx plugin's per-step
@@ -69,7 +70,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 MinJobAge=300
-KillWait=5
+KillWait=${2:-5}
 InactiveLimit=0
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE

@@ -438,8 +438,9 @@ static int prm__write_script(const char *path, int nflags, char *const *flags, c
      * change while the job is pending: requeue, then update it while the
      * requeued job waits for its begin time (cred_expire), with the job's
      * signals ignored: the requeue ends this script (SIGTERM, SIGKILL after
-     * KillWait), and the update must reach slurmctld first. Should it not,
-     * the job is requeued all the same, only without the exclusion. */
+     * KillWait), and the update must reach slurmctld first (three tries).
+     * Should it not, the job is requeued all the same, only without the
+     * exclusion. */
     prm_sb_t exc = {0};
     prm__flags_exclude(nflags, flags, &exc);
     prm_sb_append(&sb, "  prm_exclude=");
@@ -454,8 +455,11 @@ static int prm__write_script(const char *path, int nflags, char *const *flags, c
                   "    trap '' USR1 USR2 TERM INT HUP\n"
                   "    echo \"primus: requeueing job $SLURM_JOB_ID without the failed nodes $prm_failed\" >&2\n"
                   "    if scontrol requeue \"$SLURM_JOB_ID\"; then\n"
-                  "      scontrol update JobId=\"$SLURM_JOB_ID\" ExcNodeList=\"${prm_exclude:+$prm_exclude,}$prm_failed\" ||\n"
-                  "        echo \"primus: scontrol update JobId=$SLURM_JOB_ID ExcNodeList failed\" >&2\n"
+                  "      for prm_try in 1 2 3; do\n"
+                  "        scontrol update JobId=\"$SLURM_JOB_ID\" ExcNodeList=\"${prm_exclude:+$prm_exclude,}$prm_failed\" && break\n"
+                  "        echo \"primus: scontrol update JobId=$SLURM_JOB_ID ExcNodeList failed (try $prm_try of 3)\" >&2\n"
+                  "        sleep 0.5\n"
+                  "      done\n"
                   "    else\n"
                   "      echo \"primus: scontrol requeue $SLURM_JOB_ID failed\" >&2\n"
                   "    fi\n"
