@@ -42,6 +42,33 @@
  * heuristic's first algorithm untimed. */
 #define PRM_CU_LT_TMP_MAX ((size_t)1 << 30)
 
+static void prm_cu_lt_say(char *msg, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void prm_cu_lt_say(char *msg, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, len, fmt, ap);
+  va_end(ap);
+}
+
+/* PRIMUS_CUDA_GEMM and PRIMUS_CUDA_GEMM_TUNE: 1 when the GEMMs go through
+ * cuBLASLt, 0 when not, -1 with the reason in msg for a bad setting. */
+static int prm_cu_lt_wanted(char *msg, size_t msg_len) {
+  const char *mode = getenv("PRIMUS_CUDA_GEMM");
+  const char *tune = getenv("PRIMUS_CUDA_GEMM_TUNE");
+  if (mode && *mode && strcmp(mode, "lt") != 0 && strcmp(mode, "blas") != 0) {
+    prm_cu_lt_say(msg, msg_len, "PRIMUS_CUDA_GEMM=%.64s: expected blas (cublasGemmEx, the "
+                  "default) or lt (cuBLASLt, an algorithm per shape)", mode);
+    return -1;
+  }
+  if (tune && *tune && mode && !strcmp(mode, "blas")) {
+    prm_cu_lt_say(msg, msg_len, "PRIMUS_CUDA_GEMM_TUNE is set but PRIMUS_CUDA_GEMM=blas: the "
+                  "tuning file is cuBLASLt's (set PRIMUS_CUDA_GEMM=lt or unset it)");
+    return -1;
+  }
+  return (mode && !strcmp(mode, "lt")) || (tune && *tune);
+}
+
 #if PRM_GPU_HAVE_LT
 
 typedef struct {
@@ -61,15 +88,6 @@ struct prm_cu_lt {
   prm_cu_lt_entry *e;
   int n, cap;
 };
-
-static void prm_cu_lt_say(char *msg, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void prm_cu_lt_say(char *msg, size_t len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, len, fmt, ap);
-  va_end(ap);
-}
 
 static prm_cu_lt_entry *prm_cu_lt_find(prm_cu_lt *lt, const prm_cu_tune_line_t *k) {
   for (int i = 0; i < lt->n; i++) {
@@ -325,20 +343,9 @@ static int prm_cu_lt_lock(const prm_cu_lt *lt, char *why, size_t why_len) {
 }
 
 int prm_cu_lt_open(prm_cu_ctx *c, char *msg, size_t msg_len) {
-  const char *mode = getenv("PRIMUS_CUDA_GEMM");
+  int want = prm_cu_lt_wanted(msg, msg_len);
+  if (want <= 0) return want;
   const char *tune = getenv("PRIMUS_CUDA_GEMM_TUNE");
-  if (mode && *mode && strcmp(mode, "lt") != 0 && strcmp(mode, "blas") != 0) {
-    prm_cu_lt_say(msg, msg_len, "PRIMUS_CUDA_GEMM=%.64s: expected blas (cublasGemmEx, the "
-                  "default) or lt (cuBLASLt, an algorithm per shape)", mode);
-    return -1;
-  }
-  int want = (mode && !strcmp(mode, "lt")) || (tune && *tune);
-  if (!want) return 0;
-  if (mode && !strcmp(mode, "blas")) {
-    prm_cu_lt_say(msg, msg_len, "PRIMUS_CUDA_GEMM_TUNE is set but PRIMUS_CUDA_GEMM=blas: the "
-                  "tuning file is cuBLASLt's (set PRIMUS_CUDA_GEMM=lt or unset it)");
-    return -1;
-  }
   prm_cu_lt *lt = (prm_cu_lt *)calloc(1, sizeof *lt);
   if (!lt) {
     prm_cu_lt_say(msg, msg_len, "out of host memory");
@@ -483,33 +490,13 @@ int prm_cu_lt_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb, int6
 
 #else /* no cuBLASLt (HIP): every GEMM through the BLAS's GemmEx */
 
-/* FILE.lock, held (flock) while this rank merges, tunes and rewrites: a
- * descriptor, or -1 with the reason in why. */
-static int prm_cu_lt_lock(const prm_cu_lt *lt, char *why, size_t why_len) {
-  size_t n = strlen(lt->path) + 8;
-  char *lp = (char *)malloc(n);
-  if (!lp) return -1;
-  snprintf(lp, n, "%s.lock", lt->path);
-  int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0 || flock(fd, LOCK_EX) != 0) {
-    prm_cu_lt_say(why, why_len, "cannot lock %s: %s", lp, strerror(errno));
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
-  free(lp);
-  return fd;
-}
-
 int prm_cu_lt_open(prm_cu_ctx *c, char *msg, size_t msg_len) {
   (void)c;
-  const char *mode = getenv("PRIMUS_CUDA_GEMM");
-  const char *tune = getenv("PRIMUS_CUDA_GEMM_TUNE");
-  if ((mode && *mode && strcmp(mode, "blas") != 0) || (tune && *tune)) {
-    snprintf(msg, msg_len, "PRIMUS_CUDA_GEMM=lt and PRIMUS_CUDA_GEMM_TUNE need cuBLASLt, which "
-             "this build of the module does not have");
-    return -1;
-  }
-  return 0;
+  int want = prm_cu_lt_wanted(msg, msg_len);
+  if (want > 0)
+    prm_cu_lt_say(msg, msg_len, "PRIMUS_CUDA_GEMM=lt and PRIMUS_CUDA_GEMM_TUNE need cuBLASLt, "
+                  "which this build of the module does not have");
+  return want ? -1 : 0;
 }
 
 void prm_cu_lt_close(prm_cu_ctx *c) { (void)c; }
