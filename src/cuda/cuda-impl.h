@@ -46,7 +46,7 @@ typedef struct {
   int attn_tiled; /* PRIMUS_CUDA_ATTENTION=tiled: attention.cu's kernels in training */
   int attn_flash; /* bf16 attention through attention_flash.cu (not PRIMUS_CUDA_ATTENTION=gemm) */
   int64_t attn_strip; /* PRIMUS_CUDA_ATTENTION_STRIP=N: query rows per strip (0: by budget) */
-  int ew_scalar; /* PRIMUS_CUDA_ELTWISE=scalar: ops.cu's first element-wise kernels (A/B) */
+  int ew_scalar; /* PRIMUS_CUDA_ELTWISE=scalar: the first element-wise kernels (A/B) */
   /* Growable scratch for operators that need temporaries (rmsnorm dw
    * partials, attention segment starts and row dots). */
   void *scratch;
@@ -97,7 +97,7 @@ void *prm_cu_scratch(prm_cu_ctx *c, const char *op, size_t bytes);
 /* fp32 -> bf16 as prm_f32_to_bf16: round to nearest even on the bit
  * pattern (exact IEEE rounding for finite values, denormals included, the
  * largest finite values carrying over to Inf), NaN kept with the quiet bit
- * set. Host and device (ops.cu, attention_gemm.cu). */
+ * set. Host and device (ops.cu, rows.cu, pointwise.cu, attention_gemm.cu). */
 __host__ __device__ static inline uint16_t prm_cu_bf16_round(float x) {
   uint32_t u;
   memcpy(&u, &x, 4);
@@ -151,7 +151,7 @@ int prm_cu_lt_gemm(prm_cu_ctx *c, const char *op, int bf16, int ta, int tb, int6
                    int64_t K, float alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
                    float beta, float *C, int64_t ldc);
 
-/* ---- operators (ops.cu) ---- */
+/* ---- operators (ops.cu, rows.cu, pointwise.cu) ---- */
 void prm_cu_f32_to_bf16(void *ctx, prm_dev_bf16_t *dst, const float *src, int64_t n);
 void prm_cu_bf16_to_f32(void *ctx, float *dst, const prm_dev_bf16_t *src, int64_t n);
 void prm_cu_embedding_forward(void *ctx, float *out, const int32_t *tok, const float *wte,

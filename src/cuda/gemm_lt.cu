@@ -213,7 +213,8 @@ static int prm_cu_lt_time(prm_cu_ctx *c, prm_cu_lt_entry *x, const void *A, cons
       ok = prm_cu_lt_run(c, x, &res[i].algo, 1.0f, A, B, 0.0f, tmp) == GPUBLAS_STATUS_SUCCESS;
     gpuEventRecord(e1, c->stream);
     float ms = 0;
-    if (!ok || gpuEventSynchronize(e1) != gpuSuccess || gpuEventElapsedTime(&ms, e0, e1) != gpuSuccess)
+    if (!ok || gpuEventSynchronize(e1) != gpuSuccess ||
+        gpuEventElapsedTime(&ms, e0, e1) != gpuSuccess)
       continue;
     ms /= PRM_CU_LT_REPS;
     if (best < 0 || ms < best_ms) best = i, best_ms = ms;

@@ -6,7 +6,8 @@
  * missing), the context (one non-blocking stream, a cuBLAS handle with its
  * own workspace, memory counters per category), memory and copies, the
  * first-error bookkeeping that sync reports, the GEMMs through cuBLAS and
- * the operator table. The kernels are in ops.cu and attention.cu.
+ * the operator table. The kernels are in ops.cu, rows.cu, pointwise.cu and
+ * the attention*.cu files; the cuBLASLt GEMMs in gemm_lt.cu.
  *
  * The module includes no primus header but device-abi.h and links no
  * primus code: everything it needs from the core arrives through the
@@ -558,7 +559,7 @@ extern "C" __attribute__((visibility("default"))) int prm_device_module_open(
   }
   c->attn_tiled = am && strcmp(am, "tiled") == 0;
   c->attn_flash = !am || !*am || strcmp(am, "gemm") != 0;
-  /* PRIMUS_CUDA_ELTWISE: vector (the default: ops.cu's float4 and fused
+  /* PRIMUS_CUDA_ELTWISE: vector (the default: the float4 and fused
    * element-wise kernels, the sorted embedding backward) or scalar (the
    * first kernels, one element per thread; the same results, for A/B). */
   const char *ew = getenv("PRIMUS_CUDA_ELTWISE");
