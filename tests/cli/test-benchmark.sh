@@ -230,7 +230,10 @@ expect_rc "peak (auto, no GPU)" 0
 expect_not_in "peak without a GPU: no device rows" "device_gemm" "$OUT"
 
 # ---- tokenizer keeps its lines and gains --output-file ------------------------
-printf 'the jury said\nthe grand county election\n' > corpus.txt
+# 1 MB, so that mb_per_s (two decimals) stays above 0.00 even when a loaded
+# machine stalls the run for tens of milliseconds (40 bytes in 8 ms printed
+# 0.00 once).
+for ((i = 0; i < 25000; i++)); do printf 'the jury said\nthe grand county election\n'; done > corpus.txt
 run benchmark tokenizer --input corpus.txt --tokenizer_type ByteTokenizer --repeat 1 -o tok.csv
 expect_rc "tokenizer -o tok.csv" 0
 expect_in "tokenizer still prints MB/s" "MB/s" "$OUT"
